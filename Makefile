@@ -1,0 +1,55 @@
+# Everything a fresh Debian 12 machine (root) needs, installed idempotently.
+#   make up    - set up, bring up the local cluster and run a sample job
+#   make test  - set up, then lint, type-check and run the whole test suite
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+APT_PACKAGES := podman runc debootstrap uidmap iptables slurmctld slurm-client munge \
+                chromium python3-venv
+SPEC ?= examples/local.yaml
+
+.PHONY: help setup apt venv up down test unit lint typecheck bench
+
+help:
+	@echo "make up    - bring up the local cluster ($(SPEC)) and run a sample job"
+	@echo "make test  - lint, type-check and run every test (unit, slurm, pulumi, integration)"
+	@echo "make unit  - the fast tests only"
+	@echo "make bench - the benchmarks in bench/"
+
+setup: apt venv
+
+apt:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing: $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip >/dev/null
+	$(PY) -m pip install -q -e '.[deploy,aws,dev]'
+	@rm -f $(VENV)/.installed-*; touch $@
+
+up: setup
+	$(VENV)/bin/slurmforge validate $(SPEC)
+	$(VENV)/bin/slurmforge render $(SPEC) --out build/$(notdir $(basename $(SPEC)))
+
+lint: venv
+	$(VENV)/bin/ruff check slurmforge tests stacks bench
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+unit: venv
+	$(VENV)/bin/pytest -m "unit or pulumi" -q
+
+test: setup lint typecheck
+	$(VENV)/bin/pytest -q
+
+bench: venv
+	$(PY) bench/render_bench.py

@@ -1,0 +1,77 @@
+"""Error types, each mapped to one CLI exit code and a one-line message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class SlurmforgeError(Exception):
+    """Base class: every error the CLI turns into one line and an exit code."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation finding: where, what was there, what is wrong, how to fix it."""
+
+    path: str
+    message: str
+    fix: str = ""
+    value: object = None
+    show_value: bool = True
+
+    def line(self) -> str:
+        got = f" (got {self.value!r})" if self.show_value and self.value is not None else ""
+        fix = f"; fix: {self.fix}" if self.fix else ""
+        where = f"{self.path}: " if self.path else ""
+        return f"{where}{self.message}{got}{fix}"
+
+
+class SpecError(SlurmforgeError):
+    """The cluster spec cannot be read or is invalid. Carries every problem found."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[Problem], source: str = "") -> None:
+        self.problems = problems
+        self.source = source
+        super().__init__(f"{source}: {len(problems)} problem(s)" if source else "invalid spec")
+
+
+class ProvisionError(SlurmforgeError):
+    """Creating or changing infrastructure failed."""
+
+    exit_code = 3
+
+
+class RolloutError(SlurmforgeError):
+    """An Ansible rollout failed: the phase, host, task and message."""
+
+    exit_code = 4
+
+    def __init__(self, phase: str, host: str, task: str, message: str, log: str = "") -> None:
+        self.phase, self.host, self.task, self.message, self.log = phase, host, task, message, log
+        super().__init__(f"{phase}: task '{task}' failed on {host}: {message}")
+
+
+class ValidationFailed(SlurmforgeError):
+    """The live-cluster validation (testinfra) found problems."""
+
+    exit_code = 5
+
+
+class SlurmCommandError(SlurmforgeError):
+    """A Slurm command returned non-zero."""
+
+    exit_code = 6
+
+    def __init__(self, cmd: list[str], rc: int, stderr: str) -> None:
+        self.cmd, self.rc, self.stderr = cmd, rc, stderr
+        super().__init__(f"{' '.join(cmd)} exited {rc}: {stderr.strip()[:300]}")
+
+
+class HostError(SlurmforgeError):
+    """The machine cannot run what was asked (not root, podman missing, ...)."""
+
+    exit_code = 7

@@ -1,0 +1,135 @@
+"""What a pool becomes in Slurm: node hardware (from the catalog or the spec) and
+node sets written as hostlist ranges."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from slurmforge.catalog import lookup
+from slurmforge.spec.models import Cluster, Pool
+
+# EC2 reports the instance's memory; the OS and daemons need some of it
+# (ParallelCluster schedules 95% by default).
+SCHEDULABLE_MEMORY = 0.95
+
+
+@dataclass(frozen=True)
+class NodeHardware:
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int
+    memory_mb: int
+    gpus: int = 0
+    gpu_model: str | None = None
+    gpu_kind: str | None = None
+
+    @property
+    def cpus(self) -> int:
+        return self.sockets * self.cores_per_socket * self.threads_per_core
+
+    @property
+    def gres_name(self) -> str | None:
+        if not self.gpus:
+            return None
+        return "neuron" if self.gpu_kind == "neuron" else "gpu"
+
+    @property
+    def device_glob(self) -> str | None:
+        """The device files gres.conf names, e.g. /dev/nvidia[0-3]."""
+        if not self.gpus:
+            return None
+        base = "/dev/neuron" if self.gpu_kind == "neuron" else "/dev/nvidia"
+        return f"{base}0" if self.gpus == 1 else f"{base}[0-{self.gpus - 1}]"
+
+
+def pool_hardware(pool: Pool) -> NodeHardware | None:
+    """The hardware every node of the pool has; None when the pool names an unknown
+    instance type (the checks report that)."""
+    if pool.hardware is not None:
+        hw = pool.hardware
+        gpus = hw.gpus
+        return NodeHardware(
+            sockets=hw.sockets,
+            cores_per_socket=hw.cores_per_socket,
+            threads_per_core=hw.threads_per_core,
+            memory_mb=pool.memory_mb or hw.memory_mb,
+            gpus=gpus.count if gpus else 0,
+            gpu_model=gpus.model if gpus else None,
+            gpu_kind=gpus.kind if gpus else None,
+        )
+    types = [lookup(name) for name in pool.instance_types]
+    if not types or any(t is None for t in types):
+        return None
+    known = [t for t in types if t is not None]
+    first = known[0]
+    # a flexible pool is as large as its smallest member
+    memory = min(t.memory_mib for t in known)
+    accel = min(t.accelerators for t in known)
+    return NodeHardware(
+        sockets=first.sockets,
+        cores_per_socket=first.cores_per_socket,
+        threads_per_core=first.threads_per_core,
+        memory_mb=pool.memory_mb or int(memory * SCHEDULABLE_MEMORY),
+        gpus=accel if pool.gpus is None else pool.gpus,
+        gpu_model=first.accelerator_model,
+        gpu_kind=first.accelerator_kind,
+    )
+
+
+def index_width(pool: Pool) -> int:
+    return pool.index_width or max(2, len(str(pool.max_nodes)))
+
+
+@dataclass(frozen=True)
+class NodeSet:
+    """A contiguous range of one pool's nodes: prefix-[first..last]."""
+
+    pool: str
+    prefix: str
+    width: int
+    first: int
+    last: int
+    dynamic: bool
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1
+
+    @property
+    def hostlist(self) -> str:
+        return ranged(self.prefix, [(self.first, self.last)], self.width)
+
+    def names(self) -> Iterator[str]:
+        for i in range(self.first, self.last + 1):
+            yield f"{self.prefix}-{i:0{self.width}d}"
+
+
+def node_sets(spec: Cluster, pool: Pool) -> list[NodeSet]:
+    """Static nodes (1..min_nodes) and dynamic nodes (min_nodes+1..max_nodes)."""
+    prefix, width = spec.node_prefix(pool), index_width(pool)
+    sets = []
+    if pool.min_nodes:
+        sets.append(NodeSet(pool.name, prefix, width, 1, min(pool.min_nodes, pool.max_nodes), False))
+    if pool.max_nodes > pool.min_nodes:
+        sets.append(NodeSet(pool.name, prefix, width, pool.min_nodes + 1, pool.max_nodes, True))
+    return sets
+
+
+def ranged(prefix: str, spans: Iterable[tuple[int, int]], width: int) -> str:
+    """prefix-[01-04,07] from index spans; a single node is written plainly."""
+    parts = []
+    spans = list(spans)
+    if len(spans) == 1 and spans[0][0] == spans[0][1]:
+        return f"{prefix}-{spans[0][0]:0{width}d}"
+    for lo, hi in spans:
+        parts.append(f"{lo:0{width}d}" if lo == hi else f"{lo:0{width}d}-{hi:0{width}d}")
+    return f"{prefix}-[{','.join(parts)}]"
+
+
+def pool_hostlist(spec: Cluster, pool: Pool) -> str:
+    return ranged(spec.node_prefix(pool), [(1, pool.max_nodes)], index_width(pool))
+
+
+def node_names(spec: Cluster, pool: Pool) -> list[str]:
+    return [n for s in node_sets(spec, pool) for n in s.names()]

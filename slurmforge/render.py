@@ -1,0 +1,323 @@
+"""The one renderer: spec -> Slurm config text.
+
+The CLI's `render`, the Ansible roles (which ship the text verbatim) and the scheduler
+service all call `render_all`. Settings hold only what differs from Slurm's defaults
+(checked against `man slurm.conf` of Slurm 22.05).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from slurmforge.nodes import NodeHardware, node_sets, pool_hardware, pool_hostlist
+from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Partition, StaticTarget
+
+CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "slurmdbd.conf")
+
+# Where things live on every node (the roles and the service use the same constants).
+SLURM_ETC = "/etc/slurm"
+SLURMDBD_SECRET_CONF = f"{SLURM_ETC}/slurmdbd-storage.conf"
+SERVICE_BIN = "/opt/slurmforge/venv/bin"
+RESUME_PROGRAM = f"{SERVICE_BIN}/slurmforge-resume"
+SUSPEND_PROGRAM = f"{SERVICE_BIN}/slurmforge-suspend"
+RESUME_FAIL_PROGRAM = f"{SERVICE_BIN}/slurmforge-resume-fail"
+
+
+def templates_dir() -> Path:
+    """templates/ at the repo root (editable install) or inside the wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "templates", here / "_templates"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("slurmforge templates directory not found")
+
+
+@cache
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["slurm_kv"] = slurm_kv
+    env.filters["slurm_value"] = slurm_value
+    return env
+
+
+def slurm_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "YES" if value else "NO"
+    if isinstance(value, list | tuple):
+        return ",".join(slurm_value(v) for v in value)
+    return str(value)
+
+
+def slurm_kv(items: Mapping[str, Any], sep: str = " ") -> str:
+    """Key=Value pairs: None and empty lists drop the key, lists join with commas,
+    booleans become YES/NO."""
+    return sep.join(
+        f"{key}={slurm_value(value)}"
+        for key, value in items.items()
+        if value is not None and value != [] and value != ()
+    )
+
+
+# --------------------------------------------------------------------------- hosts
+
+
+def controller_name(spec: Cluster) -> str:
+    if isinstance(spec.target, StaticTarget):
+        return spec.target.controller.name
+    return f"{spec.name}-controller"
+
+
+def login_names(spec: Cluster) -> list[str]:
+    if isinstance(spec.target, StaticTarget):
+        return [h.name for h in spec.target.login]
+    count = spec.head.login_count
+    return [f"{spec.name}-login"] if count == 1 else [f"{spec.name}-login-{i}" for i in range(1, count + 1)]
+
+
+def is_cloud(spec: Cluster) -> bool:
+    """Does any node start on demand (Slurm power saving)?"""
+    if isinstance(spec.target, StaticTarget):
+        return False
+    return isinstance(spec.target, AwsTarget) or any(p.max_nodes > p.min_nodes for p in spec.pools)
+
+
+# --------------------------------------------------------------------------- contexts
+
+
+@dataclass(frozen=True)
+class NodeLine:
+    hostlist: str
+    hardware: NodeHardware
+    features: list[str]
+    cloud: bool
+    weight: int | None
+
+    def fields(self) -> dict[str, Any]:
+        hw = self.hardware
+        return {
+            "NodeName": self.hostlist,
+            "RealMemory": hw.memory_mb,
+            "Sockets": hw.sockets,
+            "CoresPerSocket": hw.cores_per_socket,
+            "ThreadsPerCore": hw.threads_per_core,
+            "Feature": f'"{",".join(self.features)}"' if self.features else None,
+            "Gres": f"{hw.gres_name}:{hw.gpus}" if hw.gpus else None,
+            "Weight": self.weight,
+            "State": "CLOUD" if self.cloud else None,
+        }
+
+
+def node_lines(spec: Cluster) -> list[NodeLine]:
+    aws = isinstance(spec.target, AwsTarget)
+    lines = []
+    for pool in spec.pools:
+        hw = pool_hardware(pool)
+        if hw is None:  # the checks refuse such specs; render nothing for them
+            continue
+        features = ([hw.gpu_model] if hw.gpu_model and hw.gpus else []) + list(pool.features)
+        for nodeset in node_sets(spec, pool):
+            lines.append(NodeLine(nodeset.hostlist, hw, features, nodeset.dynamic or aws, pool.weight))
+    return lines
+
+
+def _partition_nodes(spec: Cluster, part: Partition) -> str:
+    return ",".join(pool_hostlist(spec, spec.pool(name)) for name in part.pools)
+
+
+def partition_fields(spec: Cluster, part: Partition) -> dict[str, Any]:
+    pools = [spec.pool(name) for name in part.pools]
+    cloud = is_cloud(spec) and any(p.max_nodes > p.min_nodes or isinstance(spec.target, AwsTarget)
+                                   for p in pools)
+    return {
+        "PartitionName": part.name,
+        "Nodes": _partition_nodes(spec, part),
+        "Default": "YES" if part.default else None,
+        "MaxTime": part.max_time,
+        "DefaultTime": part.default_time,
+        "State": part.state.value,
+        "AllowGroups": part.allow_groups,
+        "AllowAccounts": part.allow_accounts,
+        "PriorityTier": part.priority_tier,
+        "PreemptMode": part.preempt_mode,
+        "OverSubscribe": part.oversubscribe,
+        "QOS": part.qos,
+        "MaxNodes": part.max_nodes,
+        # the highest SuspendTime of a node's partitions wins (man slurm.conf)
+        "SuspendTime": max(p.idle_seconds for p in pools) if cloud else None,
+    }
+
+
+def _gres_types(spec: Cluster) -> list[str]:
+    names = {hw.gres_name for hw in (pool_hardware(p) for p in spec.pools) if hw and hw.gres_name}
+    return sorted(names)
+
+
+def slurm_settings(spec: Cluster) -> dict[str, Any]:
+    """Cluster-wide slurm.conf keys, in the order they are written."""
+    sched, prio = spec.scheduling, spec.scheduling.priority
+    state_dir = f"{spec.storage.nas.mounts.slurm_state.rstrip('/')}/slurmctld"
+    cloud = is_cloud(spec)
+    static_nodes = [s.hostlist for p in spec.pools for s in node_sets(spec, p) if not s.dynamic]
+    settings: dict[str, Any] = {
+        "ClusterName": spec.name,
+        "SlurmctldHost": controller_name(spec),
+        "SlurmUser": "slurm",
+        "AuthType": "auth/munge",
+        "StateSaveLocation": state_dir,
+        "SlurmdSpoolDir": "/var/spool/slurmd",
+        "SlurmctldLogFile": "/var/log/slurm/slurmctld.log",
+        "SlurmdLogFile": "/var/log/slurm/slurmd.log",
+        "ReturnToService": 2,
+        # scheduling
+        "SchedulerType": f"sched/{sched.scheduler}",
+        "SelectType": "select/cons_tres",
+        "SelectTypeParameters": sched.select_parameters,
+        "GresTypes": _gres_types(spec),
+        "MaxJobCount": sched.max_job_count,
+        # resource limits through cgroups (cores, memory, devices: see cgroup.conf)
+        "ProctrackType": "proctrack/cgroup",
+        "TaskPlugin": ["task/cgroup", "task/affinity"],
+        "JobAcctGatherType": "jobacct_gather/cgroup",
+        "PrologFlags": "Contain",
+        # priority and fair share
+        "PriorityType": f"priority/{prio.type}",
+    }
+    if prio.type == "multifactor":
+        settings |= {
+            "PriorityWeightFairshare": prio.weight_fairshare,
+            "PriorityWeightAge": prio.weight_age,
+            "PriorityWeightJobSize": prio.weight_job_size or None,
+            "PriorityWeightPartition": prio.weight_partition,
+            "PriorityWeightQOS": prio.weight_qos,
+            "PriorityWeightTRES": None,
+            "PriorityDecayHalfLife": prio.decay_half_life,
+            "PriorityMaxAge": prio.max_age,
+        }
+    if sched.preemption.type != "none":
+        settings |= {
+            "PreemptType": f"preempt/{sched.preemption.type}",
+            "PreemptMode": sched.preemption.mode,
+            "PreemptExemptTime": sched.preemption.exempt_time,
+        }
+    if spec.accounting.enabled:
+        settings |= {
+            "AccountingStorageType": "accounting_storage/slurmdbd",
+            "AccountingStorageHost": controller_name(spec),
+            "AccountingStorageEnforce": spec.accounting.enforce,
+            "AccountingStorageTRES": ["gres/" + g for g in _gres_types(spec)],
+            "JobAcctGatherFrequency": 30,
+        }
+    settings["MailDomain"] = spec.mail.domain
+    # nodes join with only the munge key and the controller's address (configless)
+    params = ["enable_configless"]
+    if cloud:
+        params += ["idle_on_node_suspend", "cloud_reg_addrs"]
+        settings |= {
+            "ResumeProgram": RESUME_PROGRAM,
+            "SuspendProgram": SUSPEND_PROGRAM,
+            "ResumeFailProgram": RESUME_FAIL_PROGRAM,
+            "ResumeTimeout": sched.resume_timeout,
+            "SuspendTimeout": 120,
+            "SuspendTime": min(p.idle_seconds for p in spec.pools),
+            "ResumeRate": 0,
+            "SuspendRate": 0,
+            "SuspendExcNodes": static_nodes or None,
+            # cloud nodes are hidden from sinfo/scontrol unless asked for
+            "PrivateData": "cloud",
+            # nodes come and go: no fan-out tree, no cached addresses
+            "TreeWidth": 65533,
+            "CommunicationParameters": "NoAddrCache",
+        }
+    settings["SlurmctldParameters"] = params
+    if isinstance(spec.target, LocalTarget):
+        # containers see the host's CPUs and memory; trust the spec (man slurm.conf:
+        # config_overrides) so every node registers with what the spec says
+        settings["SlurmdParameters"] = "config_overrides"
+    return settings
+
+
+def slurm_conf_context(spec: Cluster, source: str) -> dict[str, Any]:
+    return {
+        "source": source,
+        "settings": slurm_settings(spec),
+        "nodes": [line.fields() for line in node_lines(spec)],
+        "partitions": [partition_fields(spec, p) for p in spec.partitions],
+    }
+
+
+def gres_context(spec: Cluster, source: str) -> dict[str, Any]:
+    lines = []
+    for line in node_lines(spec):
+        hw = line.hardware
+        if hw.gpus:
+            lines.append({"NodeName": line.hostlist, "Name": hw.gres_name, "File": hw.device_glob})
+    # gres autodetect needs Slurm built against NVML (Debian's is not): name the devices
+    return {"source": source, "settings": {"AutoDetect": "off"}, "lines": lines}
+
+
+def cgroup_context(spec: Cluster, source: str) -> dict[str, Any]:
+    return {
+        "source": source,
+        "settings": {
+            # the local target runs on a cgroup v1 (hybrid) host; elsewhere Slurm detects it
+            "CgroupPlugin": "cgroup/v1" if isinstance(spec.target, LocalTarget) else None,
+            "ConstrainCores": "yes",
+            "ConstrainRAMSpace": "yes",
+            "ConstrainSwapSpace": "yes",
+            "ConstrainDevices": "yes",
+        },
+    }
+
+
+def slurmdbd_context(spec: Cluster, source: str) -> dict[str, Any]:
+    db = spec.accounting.database
+    return {
+        "source": source,
+        "settings": {
+            "AuthType": "auth/munge",
+            "DbdHost": controller_name(spec),
+            "SlurmUser": "slurm",
+            "LogFile": "/var/log/slurm/slurmdbd.log",
+            "PidFile": "/run/slurmdbd.pid",
+            "StorageType": "accounting_storage/mysql",
+            "StorageHost": db.host if db.kind == "external" else "localhost",
+            "StoragePort": db.port if db.port != 3306 else None,
+            "StorageLoc": db.name,
+            "StorageUser": db.user,
+        },
+        # the password lives in a 0600 file the rollout writes from the secret store
+        "secret_include": SLURMDBD_SECRET_CONF,
+    }
+
+
+CONTEXTS = {
+    "slurm.conf": slurm_conf_context,
+    "gres.conf": gres_context,
+    "cgroup.conf": cgroup_context,
+    "slurmdbd.conf": slurmdbd_context,
+}
+
+
+def render(spec: Cluster, name: str, source: str = "cluster.yaml") -> str:
+    if name not in CONTEXTS:
+        raise KeyError(name)
+    context = CONTEXTS[name](spec, source)
+    return environment().get_template(f"{name}.j2").render(**context)
+
+
+def render_all(spec: Cluster, source: str = "cluster.yaml") -> dict[str, str]:
+    """Every Slurm config file, by file name; what `render --out` writes and the roles install."""
+    return {name: render(spec, name, source) for name in CONFIG_FILES}

@@ -1,0 +1,88 @@
+"""The one renderer: golden files for every example, the lines seed 002 asks for,
+and hostlist ranges instead of one line per node."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import hostlist
+import pytest
+
+from slurmforge.render import CONFIG_FILES, render_all, slurm_kv
+from slurmforge.spec import load_spec, parse_spec
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).parent / "golden"
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+
+def fields(line: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in line.split())
+
+
+def find_line(text: str, key: str, value: str) -> dict[str, str]:
+    for line in text.splitlines():
+        if line.startswith(f"{key}="):
+            f = fields(line)
+            if set(hostlist.expand_hostlist(f[key])) == set(hostlist.expand_hostlist(value)):
+                return f
+    raise AssertionError(f"no {key}={value} line in:\n{text}")
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_golden(example: Path) -> None:
+    rendered = render_all(load_spec(example), source=example.name)
+    for name in CONFIG_FILES:
+        golden = GOLDEN / example.stem / name
+        if os.environ.get("UPDATE_GOLDEN"):
+            golden.parent.mkdir(parents=True, exist_ok=True)
+            golden.write_text(rendered[name])
+        assert rendered[name] == golden.read_text(), f"{example.stem}/{name} differs from its golden file"
+
+
+def test_lab_lines_seed_002() -> None:
+    conf = render_all(load_spec(ROOT / "examples/lab.yaml"))
+    node = find_line(conf["slurm.conf"], "NodeName", "lab-gpu-[01-02]")
+    assert node == {
+        "NodeName": node["NodeName"], "RealMemory": "122880", "Sockets": "2", "CoresPerSocket": "12",
+        "ThreadsPerCore": "2", "Feature": '"rtx4080"', "Gres": "gpu:4",
+    }
+    gres = find_line(conf["gres.conf"], "NodeName", "lab-gpu-[01-02]")
+    assert gres["Name"] == "gpu" and gres["File"] == "/dev/nvidia[0-3]"
+    for part, nodes in (("ml-cpu", "lab-cpu-[01-02]"), ("ml-gpu", "lab-gpu-[01-02]")):
+        p = find_line(conf["slurm.conf"], "PartitionName", part)
+        assert set(hostlist.expand_hostlist(p["Nodes"])) == set(hostlist.expand_hostlist(nodes))
+        assert p["MaxTime"] == "5-00:00:00" and p["DefaultTime"] == "04:00:00"
+        assert p["State"] == "UP" and p["AllowGroups"] == "ml-users"
+        assert p.get("Default") == ("YES" if part == "ml-cpu" else None)
+    settings = dict(line.split("=", 1) for line in conf["slurm.conf"].splitlines() if "=" in line and " " not in line)
+    assert settings["SchedulerType"] == "sched/backfill"
+    assert settings["SelectType"] == "select/cons_tres"
+    assert settings["SelectTypeParameters"] == "CR_CPU_Memory"
+    assert settings["GresTypes"] == "gpu"
+
+
+def test_nodes_are_ranges_not_lines() -> None:
+    text = (ROOT / "examples/pools-aws.yaml").read_text().replace("max_nodes: 4", "max_nodes: 200")
+    conf = render_all(parse_spec(text))["slurm.conf"]
+    node_lines = [line for line in conf.splitlines() if line.startswith("NodeName=")]
+    assert len(node_lines) == 3
+    assert any(line.startswith("NodeName=mlpools-gpu-[001-200] ") for line in node_lines)
+    assert all("State=CLOUD" in line for line in node_lines)
+
+
+def test_slurmdbd_conf_holds_no_secret() -> None:
+    conf = render_all(load_spec(ROOT / "examples/local.yaml"))["slurmdbd.conf"]
+    assert "StoragePass" not in fields_lines(conf)
+    assert "Include /etc/slurm/slurmdbd-storage.conf" in conf
+
+
+def fields_lines(text: str) -> set[str]:
+    return {line.split("=", 1)[0] for line in text.splitlines() if "=" in line and not line.startswith("#")}
+
+
+def test_slurm_kv_drops_none_joins_lists_and_spells_booleans() -> None:
+    assert slurm_kv({"A": None, "B": [], "C": ["x", "y"], "D": True, "E": False, "F": 3}) == "C=x,y D=YES E=NO F=3"
