@@ -1,0 +1,1 @@
+"""Cloud specifics behind one small interface (`base.Provider`): `local` (podman) and `aws`."""
