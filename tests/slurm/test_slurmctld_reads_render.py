@@ -1,0 +1,263 @@
+"""Proof against the real thing: Slurm's own slurmctld reads what `render_all` writes and
+reports, through `scontrol`, exactly the partitions and nodes the spec describes.
+
+Each spec is rendered into a temp dir; slurm.conf is adapted only to run there (see
+`adapt_for_tmp`: host, user, paths, ports, munge socket, no slurmdbd), gres.conf and
+cgroup.conf are used as rendered. slurmctld runs with a private munged and a throwaway
+key; both are stopped when a spec's tests end.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import hostlist
+import pytest
+import yaml
+
+from slurmforge.nodes import NodeHardware, index_width, pool_hardware
+from slurmforge.render import render_all
+from slurmforge.spec import Cluster, load_spec, validate_data
+from slurmforge.spec.models import AwsTarget
+from slurmforge.spec.slurmtime import parse_slurm_time
+from tests.slurm.daemons import (
+    COMMAND_TIMEOUT,
+    Daemon,
+    RunDir,
+    adapt_for_tmp,
+    etc_group_with,
+    etc_hosts_with,
+    find_program,
+    free_port,
+    parse_records,
+    power_stub_script,
+    scontrol_env,
+    slurmctld_argv,
+    start_munged,
+    wait_until_up,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SLURMCTLD = find_program("slurmctld")
+
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.skipif(SLURMCTLD is None, reason="slurmctld is not installed (apt-get install slurmctld "
+                       "slurm-client munge, or `make setup`)"),
+]
+
+# error: lines slurmctld logs here for reasons that are not the rendered config. Anything
+# else logged as error: or fatal: fails the test.
+KNOWN_ERRORS = [
+    # consequences of dropping AccountingStorage* (no slurmdbd in a temp dir)
+    (r"Job accounting information gathered, but not stored", "no slurmdbd"),
+    (r"Even though we are collecting accounting information", "no slurmdbd"),
+    (r"PriorityWeight(Age|Fairshare) can only be used with SlurmDBD", "no slurmdbd"),
+    # slurmctld loads every MPI plugin; Debian's pmix one needs libpmix, not installed here
+    (r"mpi/pmix|MPI: Cannot create context for mpi/pmix", "no libpmix on this machine"),
+    # a new, empty StateSaveLocation
+    (r"Could not open \w+ state file|NOTE: Trying backup state save file", "fresh state dir"),
+    # the default MailProg (/bin/mail) is missing on this machine; the controller role
+    # installs a mail client for job mail
+    (r"Configured MailProg is invalid", "no mail client on this machine"),
+]
+
+
+def mixed_spec() -> Cluster:
+    """local.yaml plus what the examples lack: a partition over two pools without time
+    limits, several features and AllowGroups, node weights."""
+    data = yaml.safe_load((ROOT / "examples/local.yaml").read_text())
+    data["pools"][0] |= {"features": ["fast", "ib"], "weight": 10}
+    data["pools"][1] |= {"features": ["nvlink"], "weight": 100}
+    data["partitions"].append({"name": "all", "pools": ["cpu", "gpu"], "allow_groups": ["ml-users", "guests"]})
+    return validate_data(data, "mixed")
+
+
+SPECS: dict[str, Callable[[], Cluster]] = {
+    "local": lambda: load_spec(ROOT / "examples/local.yaml"),
+    "lab": lambda: load_spec(ROOT / "examples/lab.yaml"),
+    # every node CLOUD (powered down until the service starts it); render needs no AWS access
+    "pools-aws": lambda: load_spec(ROOT / "examples/pools-aws.yaml"),
+    "mixed": mixed_spec,
+}
+
+
+@dataclass(frozen=True)
+class ExpectedNode:
+    """What the spec says one node is."""
+
+    hardware: NodeHardware
+    features: frozenset[str]
+    partitions: frozenset[str]
+    weight: int
+    cloud: bool
+
+
+def expected_nodes(spec: Cluster) -> dict[str, ExpectedNode]:
+    aws = isinstance(spec.target, AwsTarget)
+    nodes = {}
+    for pool in spec.pools:
+        hw = pool_hardware(pool)
+        assert hw is not None, pool.name
+        features = frozenset(([hw.gpu_model] if hw.gpus and hw.gpu_model else []) + pool.features)
+        partitions = frozenset(p.name for p in spec.partitions if pool.name in p.pools)
+        width = index_width(pool)
+        for i in range(1, pool.max_nodes + 1):
+            # nodes above min_nodes (on AWS: all nodes) start on demand: Slurm CLOUD nodes
+            cloud = aws or i > pool.min_nodes
+            nodes[f"{spec.node_prefix(pool)}-{i:0{width}d}"] = ExpectedNode(
+                hw, features, partitions, pool.weight or 1, cloud)
+    return nodes
+
+
+@dataclass(frozen=True)
+class Controller:
+    name: str
+    spec: Cluster
+    rendered: dict[str, str]
+    run: RunDir
+    scontrol: str
+
+    def show(self, entity: str) -> dict[str, dict[str, str]]:
+        """`scontrol show <entity> -o` by name (22.05's scontrol has no --json)."""
+        cmd = [self.scontrol, "show", entity, "-o"]
+        result = subprocess.run(cmd, env=scontrol_env(self.run), capture_output=True, text=True,
+                                timeout=COMMAND_TIMEOUT, check=False)
+        assert result.returncode == 0, f"{' '.join(cmd)}: {result.stderr}\n{self.log()}"
+        return parse_records(result.stdout, "PartitionName" if entity == "partition" else "NodeName")
+
+    def log(self) -> str:
+        return self.run.ctld_log.read_text(errors="replace") if self.run.ctld_log.exists() else ""
+
+
+def write_config(spec: Cluster, rendered: dict[str, str], run: RunDir) -> None:
+    run.conf.write_text(adapt_for_tmp(rendered["slurm.conf"], run, free_port(), free_port()))
+    for name in ("gres.conf", "cgroup.conf"):
+        (run.root / name).write_text(rendered[name])
+    run.power_stub.write_text(power_stub_script())
+    run.power_stub.chmod(0o755)
+    run.hosts.write_text(etc_hosts_with(expected_nodes(spec)))
+    run.group.write_text(etc_group_with((g.name, g.gid) for g in spec.groups))
+
+
+def required_program(name: str, package: str) -> str:
+    path = find_program(name)
+    if path is None:
+        pytest.fail(f"{name} not found although slurmctld is installed: apt-get install {package}")
+    return path
+
+
+@pytest.fixture(scope="module", params=sorted(SPECS))
+def controller(request: pytest.FixtureRequest) -> Iterator[Controller]:
+    assert SLURMCTLD is not None
+    munged, scontrol = required_program("munged", "munge"), required_program("scontrol", "slurm-client")
+    required_program("unshare", "util-linux")
+    name: str = request.param
+    spec = SPECS[name]()
+    rendered = render_all(spec, source=f"{name}.yaml")
+    run = RunDir.create()
+    daemons: list[Daemon] = []
+    try:
+        write_config(spec, rendered, run)
+        daemons.append(start_munged(munged, run))
+        daemons.append(Daemon(slurmctld_argv(SLURMCTLD, run), run.ctld_out))
+        try:
+            wait_until_up(scontrol, daemons[-1], run)
+        except RuntimeError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        yield Controller(name, spec, rendered, run, scontrol)
+    finally:
+        for daemon in reversed(daemons):
+            daemon.stop()
+        run.remove()
+
+
+def config_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(("NodeName=", "PartitionName="))]
+
+
+def test_only_settings_were_adapted(controller: Controller) -> None:
+    """Node and partition lines reach slurmctld exactly as rendered; so do gres.conf and cgroup.conf."""
+    adapted = controller.run.conf.read_text()
+    assert config_lines(adapted) == config_lines(controller.rendered["slurm.conf"])
+    for name in ("gres.conf", "cgroup.conf"):
+        assert (controller.run.root / name).read_text() == controller.rendered[name]
+
+
+def assert_time(got: str, want: str | None, unset: str, what: str) -> None:
+    if want is None:
+        assert got == unset, what
+    else:
+        assert parse_slurm_time(got) == parse_slurm_time(want), f"{what}: Slurm has {got}, spec says {want}"
+
+
+def test_partitions_as_in_spec(controller: Controller) -> None:
+    spec, shown = controller.spec, controller.show("partition")
+    assert sorted(shown) == sorted(p.name for p in spec.partitions)
+    nodes = expected_nodes(spec)
+    for part in spec.partitions:
+        got = shown[part.name]
+        want_nodes = {name for name, node in nodes.items() if part.name in node.partitions}
+        assert set(hostlist.expand_hostlist(got["Nodes"])) == want_nodes, part.name
+        assert_time(got["MaxTime"], part.max_time, "UNLIMITED", f"{part.name} MaxTime")
+        assert_time(got["DefaultTime"], part.default_time, "NONE", f"{part.name} DefaultTime")
+        assert set(got["AllowGroups"].split(",")) == set(part.allow_groups or ["ALL"]), part.name
+        assert set(got["AllowAccounts"].split(",")) == set(part.allow_accounts or ["ALL"]), part.name
+        assert got["Default"] == ("YES" if part.default else "NO"), part.name
+        assert got["State"] == part.state.value, part.name
+
+
+def _null_set(value: str) -> set[str]:
+    return set() if value in ("(null)", "") else set(value.split(","))
+
+
+def test_nodes_as_in_spec(controller: Controller) -> None:
+    """Every node, none missing (slurmctld hides a node it turned FUTURE), none extra."""
+    want, shown = expected_nodes(controller.spec), controller.show("node")
+    assert sorted(shown) == sorted(want)
+    for name, node in want.items():
+        got, hw = shown[name], node.hardware
+        assert {
+            "RealMemory": int(got["RealMemory"]),
+            "CPUTot": int(got["CPUTot"]),
+            "Sockets": int(got["Sockets"]),
+            "CoresPerSocket": int(got["CoresPerSocket"]),
+            "ThreadsPerCore": int(got["ThreadsPerCore"]),
+            "Gres": got["Gres"],
+            "AvailableFeatures": _null_set(got["AvailableFeatures"]),
+            "Partitions": _null_set(got["Partitions"]),
+            "Weight": int(got["Weight"]),
+        } == {
+            "RealMemory": hw.memory_mb,
+            "CPUTot": hw.sockets * hw.cores_per_socket * hw.threads_per_core,
+            "Sockets": hw.sockets,
+            "CoresPerSocket": hw.cores_per_socket,
+            "ThreadsPerCore": hw.threads_per_core,
+            "Gres": f"{hw.gres_name}:{hw.gpus}" if hw.gpus else "(null)",
+            "AvailableFeatures": set(node.features),
+            "Partitions": set(node.partitions),
+            "Weight": node.weight,
+        }, name
+
+
+def test_cloud_nodes_are_powered_down(controller: Controller) -> None:
+    shown = controller.show("node")
+    for name, node in expected_nodes(controller.spec).items():
+        flags = set(shown[name]["State"].split("+"))
+        if node.cloud:
+            assert {"CLOUD", "POWERED_DOWN"} <= flags, f"{name}: {shown[name]['State']}"
+        else:
+            assert not flags & {"CLOUD", "POWERED_DOWN"}, f"{name}: {shown[name]['State']}"
+
+
+def test_slurmctld_logs_no_config_errors(controller: Controller) -> None:
+    log = controller.log()
+    assert "Running as primary controller" in log, log
+    errors = [line for line in log.splitlines() if re.search(r"\b(error|fatal):", line)]
+    unexpected = [line for line in errors if not any(re.search(p, line) for p, _ in KNOWN_ERRORS)]
+    assert not unexpected, (f"slurmctld ({controller.name}) logged:\n" + "\n".join(unexpected)
+                            + f"\n--- full log\n{log}\n--- slurm.conf\n{controller.run.conf.read_text()}")
