@@ -11,7 +11,7 @@ from typing import Annotated, TypeVar
 import typer
 from rich.console import Console
 
-from slurmforge.errors import SlurmforgeError, SpecError
+from slurmforge.errors import RolloutError, SlurmforgeError, SpecError
 from slurmforge.render import CONFIG_FILES, render, render_all
 from slurmforge.spec import Cluster, load_spec
 
@@ -31,7 +31,7 @@ DEFAULT_SPEC = Path("cluster.yaml")
 T = TypeVar("T")
 
 
-def report(fn: Callable[[], T]) -> T:
+def report_errors(fn: Callable[[], T]) -> T:
     """Run fn; a SlurmforgeError becomes its one-line message(s) and exit code."""
     try:
         return fn()
@@ -40,20 +40,38 @@ def report(fn: Callable[[], T]) -> T:
             err.print(f"[red]error[/red] {exc.source}: {problem.line()}", markup=True)
         err.print(f"{len(exc.problems)} problem(s) in {exc.source or 'the spec'}")
         raise typer.Exit(exc.exit_code) from None
+    except RolloutError as exc:
+        err.print(f"[red]error[/red] {exc.phase}: task [bold]{exc.task}[/bold] failed on [bold]{exc.host}[/bold]")
+        err.print(f"  {exc.message}")
+        if exc.log:
+            err.print(f"  full log: {exc.log}")
+        raise typer.Exit(exc.exit_code) from None
     except SlurmforgeError as exc:
         err.print(f"[red]error[/red] {exc}")
         raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        err.print("interrupted; what was created stays: `slurmforge down --local` removes it")
+        raise typer.Exit(130) from None
 
 
 def load(spec: Path) -> Cluster:
-    return report(lambda: load_spec(spec))
+    return report_errors(lambda: load_spec(spec))
 
 
 @app.command()
 def validate(
     spec: SpecArg = DEFAULT_SPEC,
+    inventory: Annotated[
+        Path | None, typer.Option(help="Validate a live cluster from this inventory (testinfra suite).")
+    ] = None,
 ) -> None:
-    """Check a spec: every problem at once, exit 2 when invalid."""
+    """Check a spec (every problem at once, exit 2 when invalid), or a live cluster."""
+    if inventory is not None:
+        from slurmforge.validation import validate_inventory
+
+        report_errors(lambda: validate_inventory(inventory))
+        out.print(f"{inventory}: the live cluster passed every check")
+        return
     cluster = load(spec)
     nodes = sum(p.max_nodes for p in cluster.pools)
     out.print(
@@ -89,6 +107,78 @@ def render_cmd(
             err.print(f"[red]error[/red] cannot write to {out_dir}: {exc.strerror}")
             raise typer.Exit(1) from None
         err.print(f"wrote {', '.join(CONFIG_FILES)} to {out_dir}")
+
+
+LocalFlag = Annotated[bool, typer.Option("--local", help="The local cluster (podman containers on this machine).")]
+ClusterOpt = Annotated[str | None, typer.Option("--cluster", help="Cluster name (default: the only one).")]
+
+
+def _need_local(local: bool, command: str) -> None:
+    if not local:
+        err.print(f"[red]error[/red] {command}: only --local is handled here; for AWS run `pulumi up` "
+                  "(docs/aws.md), then `slurmforge rollout --inventory ...`")
+        raise typer.Exit(2)
+
+
+@app.command()
+def up(
+    spec: SpecArg = Path("examples/local.yaml"),
+    local: LocalFlag = False,
+    no_job: Annotated[bool, typer.Option("--no-job", help="Skip the sample job.")] = False,
+    no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip the testinfra validation.")] = False,
+) -> None:
+    """Bring up (or converge) a cluster: image, nodes, rollout, validation, a sample job."""
+    _need_local(local, "up")
+    from slurmforge.local.up import up as local_up
+    from slurmforge.ui import PhaseDisplay
+    from slurmforge.validation import validate_inventory
+
+    display = PhaseDisplay(out)
+    report = report_errors(lambda: local_up(spec, display, run_sample_job=not no_job,
+                                            validate=None if no_validate else validate_inventory))
+    changed = report.rollout.total_changed if report.rollout else 0
+    out.print(f"\ncluster [bold]{report.cluster}[/bold] is up - rollout changed {changed} thing(s); "
+              f"inventory {report.inventory}; log {report.log}")
+    if report.job_output:
+        out.print(report.job_output)
+    out.print(f"get in:  slurmforge ssh --local login --user <name>   (or podman exec -it {report.login} bash)")
+
+
+@app.command()
+def down(
+    local: LocalFlag = False,
+    cluster: ClusterOpt = None,
+    purge: Annotated[bool, typer.Option(help="Also delete the NAS data, secrets and cached images.")] = False,
+) -> None:
+    """Remove the cluster's nodes and network (the image cache stays unless --purge)."""
+    _need_local(local, "down")
+    from slurmforge.local.manage import down as local_down
+
+    removed = report_errors(lambda: local_down(cluster, purge))
+    out.print(f"removed {removed}")
+
+
+@app.command()
+def status(local: LocalFlag = False, cluster: ClusterOpt = None) -> None:
+    """Nodes, their roles and Slurm state."""
+    _need_local(local, "status")
+    from slurmforge.local.manage import status_table
+
+    out.print(report_errors(lambda: status_table(cluster)))
+
+
+@app.command()
+def ssh(
+    node: Annotated[str, typer.Argument(help="login, controller, or a node name.")] = "login",
+    local: LocalFlag = False,
+    cluster: ClusterOpt = None,
+    user: Annotated[str | None, typer.Option(help="Log in as this cluster user.")] = None,
+) -> None:
+    """A shell on a node of the local cluster."""
+    _need_local(local, "ssh")
+    from slurmforge.local.manage import shell
+
+    report_errors(lambda: shell(cluster, node, user))
 
 
 def main() -> None:

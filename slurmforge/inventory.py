@@ -42,7 +42,8 @@ def group_name(pool: str) -> str:
 
 
 def host_vars(spec: Cluster, host: Host) -> dict[str, Any]:
-    hv: dict[str, Any] = {"ansible_host": host.address, "slurmforge_role": host.role.value, **host.connection}
+    hv: dict[str, Any] = {"ansible_host": host.address, "slurmforge_address": host.address,
+                          "slurmforge_role": host.role.value, **host.connection}
     if host.pool is not None:
         hw = pool_hardware(spec.pool(host.pool))
         hv |= {"slurmforge_pool": host.pool, "slurmforge_dynamic": host.dynamic,
@@ -67,7 +68,7 @@ def hosts_document(spec: Cluster, hosts: list[Host]) -> dict[str, Any]:
         "slurm_compute": {"hosts": by_role[HostRole.COMPUTE], "children": pools},
         "slurm_gpu": {"hosts": gpu},
     }
-    if spec.accounting.enabled and spec.accounting.database.kind == "local":
+    if spec.accounting.enabled:  # slurmdbd runs on the controller; MariaDB too when local
         children["slurm_dbd"] = {"hosts": controller}
     return {"all": {"children": {"slurm_cluster": {"children": children}}}}
 
@@ -130,7 +131,9 @@ def read_inventory(inventory_dir: Path) -> tuple[Cluster, list[Host]]:
     for group, role in (("slurm_controller", HostRole.CONTROLLER), ("slurm_login", HostRole.LOGIN),
                         ("slurm_compute", HostRole.COMPUTE)):
         for name, hv in (groups[group].get("hosts") or {}).items():
-            connection = {k: str(v) for k, v in hv.items() if k.startswith("ansible_") and k != "ansible_host"}
-            hosts.append(Host(name, hv["ansible_host"], role, hv.get("slurmforge_pool"),
+            address = hv["slurmforge_address"]
+            connection = {k: str(v) for k, v in hv.items() if k.startswith(("ansible_", "slurmforge_container"))
+                          and not (k == "ansible_host" and v == address)}
+            hosts.append(Host(name, hv["slurmforge_address"], role, hv.get("slurmforge_pool"),
                               bool(hv.get("slurmforge_dynamic", False)), connection))
     return spec, hosts

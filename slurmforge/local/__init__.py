@@ -1,0 +1,1 @@
+"""The local target: the whole cluster as podman containers on this machine."""

@@ -1,0 +1,115 @@
+"""Make this machine able to run the local cluster: root, Debian packages, podman
+settings (see shared LOCAL.md for why each one is needed). Idempotent."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from slurmforge.errors import HostError
+
+log = logging.getLogger(__name__)
+
+PACKAGES = ("podman", "runc", "debootstrap", "uidmap", "iptables")
+CONTAINERS_CONF = Path("/etc/containers/containers.conf")
+# (section, key, value): PID 1 is not systemd; crun 1.8 refuses the hybrid cgroup
+# layout; the sandbox cannot raise limits to podman's defaults.
+PODMAN_SETTINGS = (
+    ("engine", "cgroup_manager", '"cgroupfs"'),
+    ("engine", "runtime", '"runc"'),
+    ("containers", "default_ulimits", '["nofile=20000:20000", "nproc=32768:32768"]'),
+)
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise HostError("the local cluster needs root (rootful podman with systemd nodes): run it with sudo")
+
+
+def missing_packages(packages: tuple[str, ...] = PACKAGES) -> list[str]:
+    missing = []
+    for name in packages:
+        res = subprocess.run(["dpkg-query", "-W", "-f=${Status}", name], capture_output=True, text=True)
+        if "install ok installed" not in res.stdout:
+            missing.append(name)
+    return missing
+
+
+def install_packages(packages: list[str]) -> None:
+    if not packages:
+        return
+    if shutil.which("apt-get") is None:
+        raise HostError(f"missing {', '.join(packages)} and no apt-get here: install them, then re-run")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"],
+                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if res.returncode != 0:
+            tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["?"]
+            raise HostError(f"{' '.join(cmd[:2])} failed: {tail[0]}")
+
+
+def configure_podman(path: Path = CONTAINERS_CONF) -> bool:
+    """Ensure the three settings; keep everything else in the file. True if changed."""
+    text = path.read_text() if path.exists() else ""
+    new = text
+    for section, key, value in PODMAN_SETTINGS:
+        new = _set_toml_key(new, section, key, value)
+    if new == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(new)
+    return True
+
+
+def _set_toml_key(text: str, section: str, key: str, value: str) -> str:
+    header = f"[{section}]"
+    lines = text.splitlines()
+    if header not in (line.strip() for line in lines):
+        return text.rstrip("\n") + ("\n\n" if text.strip() else "") + f"{header}\n{key} = {value}\n"
+    out, in_section, done = [], False, False
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            if in_section and not done:
+                out.append(f"{key} = {value}")
+                done = True
+            in_section = stripped == header
+        elif in_section and re.match(rf"^{re.escape(key)}\s*=", stripped):
+            if not done:
+                out.append(f"{key} = {value}")
+                done = True
+            continue
+        out.append(line)
+    if in_section and not done:
+        out.append(f"{key} = {value}")
+    return "\n".join(out) + "\n"
+
+
+def debian_mirror() -> str:
+    """The Debian mirror this machine's apt uses (nodes install from the same place)."""
+    for source in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
+        try:
+            text = source.read_text()
+        except OSError:
+            continue
+        for match in re.finditer(r"(?:URIs:\s*|^deb\s+(?:\[[^]]*\]\s+)?)(\S+)", text, re.M):
+            uri = match.group(1)
+            if uri.rstrip("/").endswith("/debian"):
+                return uri.rstrip("/")
+    return DEFAULT_MIRROR
+
+
+def prepare_host() -> None:
+    """Everything `up --local` needs from the machine, installed or fixed idempotently."""
+    require_root()
+    install_packages(missing_packages())
+    if configure_podman():
+        log.info("wrote podman settings to %s", CONTAINERS_CONF)
+    if shutil.which("podman") is None:
+        raise HostError("podman is not on PATH after installing it")

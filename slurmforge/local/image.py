@@ -1,0 +1,113 @@
+"""The identical OS image, built once and cached.
+
+base:  debootstrap of Debian 12 (systemd, python3 for Ansible), imported into podman.
+node:  the project's image playbook (roles' install tasks only: packages, no cluster
+       secrets or config) run against a builder container from the base, committed.
+       The same playbook bakes the AWS golden image.
+
+Both are tagged with a hash of what went into them, so a cached image is reused
+exactly when nothing that built it changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from slurmforge.errors import ProvisionError
+from slurmforge.local.host import debian_mirror
+from slurmforge.local.podman import Podman
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+BASE_NAME = "localhost/slurmforge-base"
+NODE_NAME = "localhost/slurmforge-node"
+BASE_PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "ca-certificates",
+                 "iproute2", "procps", "sudo", "less", "util-linux")
+MASKED_UNITS = ("systemd-udevd.service", "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
+                "getty@tty1.service", "console-getty.service", "systemd-timesyncd.service",
+                "systemd-remount-fs.service", "sys-kernel-config.mount", "sys-kernel-debug.mount")
+IMAGE_PLAYBOOK = REPO / "playbooks" / "image.yml"
+
+
+def _digest(parts: list[bytes]) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()[:12]
+
+
+def base_tag() -> str:
+    return f"{BASE_NAME}:{_digest([' '.join(BASE_PACKAGES).encode(), ' '.join(MASKED_UNITS).encode()])}"
+
+
+def node_tag(base: str) -> str:
+    """Hash of the base tag, the image playbook and every role's install tasks."""
+    files = [IMAGE_PLAYBOOK, *sorted((REPO / "roles").glob("*/tasks/install.yml")),
+             *sorted((REPO / "roles").glob("*/defaults/main.yml"))]
+    parts = [base.encode()] + [f.relative_to(REPO).as_posix().encode() + f.read_bytes() for f in files]
+    return f"{NODE_NAME}:{_digest(parts)}"
+
+
+def build_base(podman: Podman, tag: str) -> None:
+    if shutil.which("debootstrap") is None:
+        raise ProvisionError("debootstrap is missing: apt-get install debootstrap")
+    with tempfile.TemporaryDirectory(prefix="slurmforge-rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
+               "bookworm", str(rootfs), debian_mirror()]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            tail = (res.stdout + res.stderr).strip().splitlines()[-3:]
+            raise ProvisionError(f"debootstrap failed: {' | '.join(tail)}")
+        _prepare_rootfs(rootfs)
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        podman.run(["import", "--change", "CMD=/sbin/init", "-", tag], stdin=tar.stdout)
+        tar.wait()
+
+
+def _prepare_rootfs(rootfs: Path) -> None:
+    (rootfs / "etc/machine-id").write_text("")
+    (rootfs / "etc/hostname").unlink(missing_ok=True)
+    systemd = rootfs / "etc/systemd/system"
+    for unit in MASKED_UNITS:
+        link = systemd / unit
+        link.unlink(missing_ok=True)
+        link.symlink_to("/dev/null")
+    # keep the image small and apt quiet in the builder
+    for path in (rootfs / "var/cache/apt/archives").glob("*.deb"):
+        path.unlink()
+    (rootfs / "etc/apt/apt.conf.d/90slurmforge").write_text(
+        'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n')
+
+
+def build_node(podman: Podman, base: str, tag: str, run_playbook: Callable[[str], None]) -> None:
+    """Run the image playbook in a builder container, then commit it as the node image."""
+    builder = "slurmforge-image-builder"
+    podman.remove_container(builder)
+    podman.run(["run", "-d", "--name", builder, "--hostname", builder, base, "sleep", "infinity"])
+    try:
+        run_playbook(builder)
+        podman.run(["exec", builder, "sh", "-c", "apt-get clean && rm -rf /var/lib/apt/lists/* /tmp/*"])
+        podman.run(["commit", "--change", "CMD=/sbin/init", builder, tag])
+    finally:
+        podman.remove_container(builder)
+
+
+def ensure_images(podman: Podman, run_playbook: Callable[[str], None]) -> str:
+    """The node image's tag, building base and node images only when missing."""
+    base = base_tag()
+    if not podman.image_exists(base):
+        log.info("building base image %s (debootstrap)", base)
+        build_base(podman, base)
+    node = node_tag(base)
+    if not podman.image_exists(node):
+        log.info("building node image %s (image playbook)", node)
+        build_node(podman, base, node, run_playbook)
+    return node

@@ -1,0 +1,100 @@
+"""status / ssh / down for the local cluster, found through its generated inventory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from rich.table import Table
+
+from slurmforge.errors import HostError, ProvisionError
+from slurmforge.inventory import SECRETS_ROOT, read_inventory
+from slurmforge.local.host import require_root
+from slurmforge.local.podman import Podman
+from slurmforge.local.up import INVENTORIES
+from slurmforge.providers.base import Host, HostRole
+from slurmforge.providers.local import LABEL, LocalProvider
+from slurmforge.render import controller_name
+from slurmforge.spec import Cluster
+
+
+def local_inventories() -> dict[str, Path]:
+    found = {}
+    for path in sorted(INVENTORIES.glob("*/cluster.yaml")):
+        if "kind: local" in path.read_text():
+            found[path.parent.name] = path.parent
+    return found
+
+
+def find_cluster(name: str | None) -> tuple[Cluster, list[Host]]:
+    found = local_inventories()
+    if name is None:
+        if len(found) != 1:
+            known = ", ".join(found) or "none"
+            raise ProvisionError(f"{len(found)} local clusters ({known}): pass --cluster NAME"
+                                 if found else "no local cluster here: run `slurmforge up --local` first")
+        name = next(iter(found))
+    if name not in found:
+        raise ProvisionError(f"no local cluster '{name}' (known: {', '.join(found) or 'none'})")
+    return read_inventory(found[name])
+
+
+def slurm_states(podman: Podman, spec: Cluster) -> dict[str, str]:
+    """node -> Slurm state, asked on the controller (sinfo -N, one line per node)."""
+    res = podman.exec(controller_name(spec), ["sinfo", "-N", "-h", "-o", "%N %T"], check=False, timeout=20)
+    states = {}
+    for line in res.stdout.splitlines():
+        node, _, state = line.partition(" ")
+        states[node] = state
+    return states
+
+
+def status_table(name: str | None) -> Table:
+    require_root()
+    spec, hosts = find_cluster(name)
+    podman = Podman()
+    running = {c.name: c.is_running for c in podman.containers(f"{LABEL}={spec.name}")}
+    states = slurm_states(podman, spec) if running.get(controller_name(spec)) else {}
+    table = Table(title=f"cluster {spec.name} (local)")
+    for column in ("node", "role", "pool", "address", "container", "slurm"):
+        table.add_column(column)
+    for host in hosts:
+        container = "running" if running.get(host.name) else ("stopped" if host.name in running else "missing")
+        slurm = states.get(host.name, "-" if host.role is not HostRole.COMPUTE else "?")
+        table.add_row(host.name, host.role.value, host.pool or "-", host.address, container, slurm)
+    return table
+
+
+def shell(name: str | None, node: str, user: str | None) -> None:
+    require_root()
+    spec, hosts = find_cluster(name)
+    aliases = {"login": next((h.name for h in hosts if h.role is HostRole.LOGIN), ""),
+               "controller": controller_name(spec)}
+    target = aliases.get(node, node)
+    if target not in {h.name for h in hosts}:
+        raise ProvisionError(f"no node '{node}' in cluster {spec.name}")
+    if user is not None and user not in {u.name for u in spec.users}:
+        raise ProvisionError(f"no user '{user}' in cluster {spec.name} (users: "
+                             f"{', '.join(u.name for u in spec.users) or 'none'})")
+    argv = ["podman", "exec", "-it"]
+    if user:
+        argv += ["-u", user, "-w", f"{spec.storage.nas.mounts.home.rstrip('/')}/{user}"]
+    argv += [target, "bash", "-l"]
+    if shutil.which("podman") is None:
+        raise HostError("podman is not installed")
+    os.execvp("podman", argv)
+
+
+def down(name: str | None, purge: bool) -> str:
+    require_root()
+    spec, hosts = find_cluster(name)
+    provider = LocalProvider(spec, image="", podman=Podman())
+    provider.delete()
+    what = f"{len(hosts)} nodes and network of cluster {spec.name}"
+    if purge:
+        shutil.rmtree(SECRETS_ROOT / spec.name, ignore_errors=True)
+        shutil.rmtree(INVENTORIES / spec.name, ignore_errors=True)
+        Podman().run(["image", "prune", "-a", "-f", "--filter", "label!=keep"], check=False)
+        what += ", its NAS data, secrets, inventory and the cached images"
+    return what

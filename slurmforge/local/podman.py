@@ -1,0 +1,91 @@
+"""A thin podman CLI client: argument lists, JSON output, typed errors.
+
+`podman exec` keeps running if its client is killed, so every call has a timeout and
+waits inside containers are wrapped in `timeout`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from typing import IO, Any
+
+from slurmforge.errors import ProvisionError
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    name: str
+    state: str  # created, running, exited, stopped, ...
+    pid: int
+    labels: dict[str, str]
+    image: str
+
+    @property
+    def is_running(self) -> bool:
+        return self.state == "running" and self.pid > 0
+
+
+class Podman:
+    def __init__(self, binary: str = "podman", timeout: float = 600) -> None:
+        self.binary = binary
+        self.timeout = timeout
+
+    def run(self, args: list[str], stdin: IO[bytes] | None = None, check: bool = True,
+            timeout: float | None = None) -> str:
+        cmd = [self.binary, *args]
+        try:
+            res = subprocess.run(cmd, stdin=stdin, capture_output=True, timeout=timeout or self.timeout)
+        except subprocess.TimeoutExpired:
+            raise ProvisionError(f"{' '.join(cmd[:4])} timed out after {timeout or self.timeout:.0f} s") from None
+        except FileNotFoundError:
+            raise ProvisionError("podman is not installed (apt-get install podman)") from None
+        out = res.stdout.decode(errors="replace")
+        if check and res.returncode != 0:
+            err = res.stderr.decode(errors="replace").strip().splitlines()
+            raise ProvisionError(f"podman {' '.join(args[:3])} failed: {err[-1] if err else res.returncode}")
+        return out
+
+    def json(self, args: list[str]) -> Any:
+        out = self.run(args)
+        return json.loads(out) if out.strip() else []
+
+    def image_exists(self, tag: str) -> bool:
+        return subprocess.run([self.binary, "image", "exists", tag], capture_output=True).returncode == 0
+
+    def containers(self, label: str) -> list[ContainerInfo]:
+        rows = self.json(["ps", "-a", "--filter", f"label={label}", "--format", "json"])
+        out = []
+        for row in rows:
+            names = row.get("Names") or [row.get("Name", "")]
+            out.append(ContainerInfo(names[0], str(row.get("State", "")).lower(), int(row.get("Pid") or 0),
+                                     row.get("Labels") or {}, row.get("Image", "")))
+        return out
+
+    def container(self, name: str) -> ContainerInfo | None:
+        rows = self.json(["ps", "-a", "--filter", f"name=^{name}$", "--format", "json"])
+        for row in rows:
+            names = row.get("Names") or []
+            if name in names:
+                return ContainerInfo(name, str(row.get("State", "")).lower(), int(row.get("Pid") or 0),
+                                     row.get("Labels") or {}, row.get("Image", ""))
+        return None
+
+    def remove_container(self, name: str) -> None:
+        self.run(["rm", "-f", "-t", "0", name], check=False, timeout=120)
+
+    def exec(self, name: str, argv: list[str], user: str | None = None, timeout: float = 120,
+             check: bool = True) -> subprocess.CompletedProcess[str]:
+        cmd = [self.binary, "exec", *(["-u", user] if user else []), name, "timeout", str(int(timeout)), *argv]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 15)
+        except subprocess.TimeoutExpired:
+            raise ProvisionError(f"{' '.join(argv[:3])} on {name} timed out") from None
+        if check and res.returncode != 0:
+            err = (res.stderr or res.stdout).strip().splitlines()
+            raise ProvisionError(f"{' '.join(argv[:3])} on {name} failed: {err[-1] if err else res.returncode}")
+        return res
+
+    def network_exists(self, name: str) -> bool:
+        return subprocess.run([self.binary, "network", "exists", name], capture_output=True).returncode == 0

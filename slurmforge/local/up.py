@@ -1,0 +1,127 @@
+"""`slurmforge up --local`: validate -> host -> image -> nodes -> inventory -> rollout
+-> power down dynamic nodes -> validate the live cluster -> sample job.
+
+Each phase is a named step reported to a `Phases` sink (the CLI's progress display).
+A spec that fails validation never starts a container.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from slurmforge.inventory import write_inventory
+from slurmforge.local.host import prepare_host
+from slurmforge.local.image import ensure_images
+from slurmforge.local.podman import Podman
+from slurmforge.providers.base import Host, HostRole, InstanceState
+from slurmforge.providers.local import LocalProvider
+from slurmforge.rollout import Progress, RolloutResult, run_playbook
+from slurmforge.secrets import ensure_secrets
+from slurmforge.spec import Cluster, load_spec
+
+REPO = Path(__file__).resolve().parents[2]
+INVENTORIES = REPO / "inventories"
+HOLD_FILE = "/etc/slurmforge/hold"
+SAMPLE_JOB = "#!/bin/bash\n#SBATCH -N 2\nsrun hostname | sort\n"
+
+
+class Phases(Protocol):
+    def phase(self, name: str) -> AbstractContextManager[None]: ...
+    def event(self, progress: Progress) -> None: ...
+    def note(self, text: str) -> None: ...
+
+
+@dataclass
+class UpReport:
+    cluster: str
+    inventory: Path
+    log: Path
+    rollout: RolloutResult | None = None
+    phases: list[tuple[str, float]] = field(default_factory=list)
+    job_output: str = ""
+    login: str = ""
+
+
+def log_path(cluster: str, action: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("/var/log/slurmforge") / f"{cluster}-{action}-{stamp}.log"
+
+
+def inventory_dir(spec: Cluster) -> Path:
+    return INVENTORIES / spec.name
+
+
+def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
+       validate: Callable[[Path], None] | None = None) -> UpReport:
+    spec = load_spec(spec_path)  # SpecError here: nothing was created
+    log = log_path(spec.name, "up")
+    report = UpReport(spec.name, inventory_dir(spec), log)
+    with ui.phase("prepare this machine (packages, podman settings)"):
+        prepare_host()
+    podman = Podman()
+    with ui.phase("node image (built once, cached by content hash)"):
+        image = ensure_images(podman, lambda builder: _bake(builder, log, ui))
+    provider = LocalProvider(spec, image, podman)
+    resting = _powered_down_nodes(provider)
+    ensure_secrets(spec.name)
+    with ui.phase("start nodes (podman, systemd)"):
+        _hold(podman, resting)
+        hosts = provider.provision()
+    with ui.phase("inventory"):
+        write_inventory(spec, spec_path, hosts, report.inventory)
+    with ui.phase("roll out (Ansible)"):
+        report.rollout = run_playbook("site.yml", str(report.inventory), log, ui.event)
+    with ui.phase("power down dynamic nodes"):
+        _rest(podman, provider, hosts, resting)
+    if validate is not None:
+        with ui.phase("validate the live cluster (testinfra)"):
+            validate(report.inventory)
+    report.login = next(h.name for h in hosts if h.role is HostRole.LOGIN)
+    if run_sample_job and spec.users:
+        with ui.phase(f"sample job as {spec.users[0].name}"):
+            home = f"{spec.storage.nas.mounts.home.rstrip('/')}/{spec.users[0].name}"
+            report.job_output = sample_job(podman, report.login, spec.users[0].name, home)
+    return report
+
+
+def _bake(builder: str, log: Path, ui: Phases) -> None:
+    inventory = {"all": {"hosts": {builder: {"ansible_connection": "containers.podman.podman"}}}}
+    run_playbook("image.yml", inventory, log, ui.event, phase="image")
+
+
+def _powered_down_nodes(provider: LocalProvider) -> set[str]:
+    """Dynamic nodes that are powered down now, or will be new: they rest after the rollout."""
+    existing = {i.node: i for i in provider.list_instances()}
+    return {h.name for h in provider.hosts() if h.dynamic and
+            (h.name not in existing or existing[h.name].state is not InstanceState.RUNNING)}
+
+
+def _hold(podman: Podman, nodes: set[str]) -> None:
+    """Existing powered-down nodes boot for the rollout with slurmd held (no registration)."""
+    for name in sorted(nodes):
+        if podman.container(name) is not None:
+            podman.run(["cp", "/dev/null", f"{name}:{HOLD_FILE}"], check=False)
+
+
+def _rest(podman: Podman, provider: LocalProvider, hosts: list[Host], resting: set[str]) -> None:
+    names = [h.name for h in hosts if h.name in resting]
+    for name in names:
+        podman.exec(name, ["rm", "-f", HOLD_FILE], check=False)
+    provider.stop(names)
+
+
+def sample_job(podman: Podman, login: str, user: str, home: str) -> str:
+    """sbatch --wait a 2-node job on the login node as `user`; its output (written to the
+    shared home, so the login node reads what the compute node wrote)."""
+    script = f"/tmp/slurmforge-sample-{user}.sh"
+    podman.exec(login, ["sh", "-c", f"printf '%s' '{SAMPLE_JOB}' > {script} && chmod 755 {script}"])
+    res = podman.exec(login, ["sbatch", "--wait", "--parsable", "-D", home, "-o", "slurmforge-sample-%j.out",
+                              script], user=user, timeout=180)
+    job = res.stdout.strip().split(";")[0]
+    out = podman.exec(login, ["cat", f"{home}/slurmforge-sample-{job}.out"], user=user, check=False)
+    return f"job {job}:\n{out.stdout.strip()}"

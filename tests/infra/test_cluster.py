@@ -1,0 +1,136 @@
+"""What a working slurmforge cluster looks like from the inside."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from slurmforge.nodes import node_names, pool_hardware
+from slurmforge.providers.base import HostRole
+from tests.infra.conftest import LiveCluster, digest
+
+
+def scontrol_records(text: str) -> list[dict[str, str]]:
+    """`scontrol show ... -o`: one record per line of Key=Value pairs."""
+    records = []
+    for line in text.splitlines():
+        if line.strip():
+            records.append(dict(re.findall(r"(\w+)=(\S*)", line)))
+    return records
+
+
+def expand(live: LiveCluster, hostlist: str) -> set[str]:
+    if not hostlist or hostlist == "(null)":
+        return set()
+    out = live.controller().check_output(f"scontrol show hostnames {hostlist}")
+    return set(out.split())
+
+
+def test_munge_key_identical_private_and_running(live: LiveCluster) -> None:
+    digests = {}
+    for host in live.up_hosts:
+        node = live.connect(host)
+        key = node.file("/etc/munge/munge.key")
+        assert key.user == "munge" and key.mode == 0o400, f"{host.name}: munge.key {oct(key.mode)} {key.user}"
+        assert node.service("munge").is_running, f"{host.name}: munged not running"
+        digests[host.name] = node.check_output("sha256sum /etc/munge/munge.key").split()[0]
+    assert len(set(digests.values())) == 1, f"munge keys differ: {digests}"
+
+
+def test_daemons_run_only_where_they_belong(live: LiveCluster) -> None:
+    accounting = live.spec.accounting.enabled
+    local_db = accounting and live.spec.accounting.database.kind == "local"
+    wanted = {
+        HostRole.CONTROLLER: {"slurmctld": True, "slurmdbd": accounting, "mariadb": local_db, "slurmd": False},
+        HostRole.LOGIN: {"slurmctld": False, "slurmdbd": False, "mariadb": False, "slurmd": False},
+        HostRole.COMPUTE: {"slurmctld": False, "slurmdbd": False, "mariadb": False, "slurmd": True},
+    }
+    wrong = []
+    for host in live.up_hosts:
+        node = live.connect(host)
+        for daemon, should_run in wanted[host.role].items():
+            if node.service(daemon).is_running != should_run:
+                wrong.append(f"{host.name}:{daemon} {'not running' if should_run else 'running'}")
+    assert not wrong, ", ".join(wrong)
+
+
+def test_partitions_exactly_as_the_spec(live: LiveCluster) -> None:
+    ctl = live.controller()
+    partitions = {p["PartitionName"]: p for p in scontrol_records(ctl.check_output("scontrol show partition -o"))}
+    assert set(partitions) == {p.name for p in live.spec.partitions}
+    for part in live.spec.partitions:
+        got = partitions[part.name]
+        want = {n for pool in part.pools for n in node_names(live.spec, live.spec.pool(pool))}
+        assert expand(live, got["Nodes"]) == want, part.name
+        assert got["Default"] == ("YES" if part.default else "NO"), part.name
+        assert got["State"] == part.state.value, part.name
+        if part.allow_groups:
+            assert got["AllowGroups"] == ",".join(part.allow_groups), part.name
+
+
+def test_nodes_have_the_spec_hardware_and_state(live: LiveCluster) -> None:
+    ctl = live.controller()
+    nodes = {n["NodeName"]: n for n in scontrol_records(ctl.check_output("scontrol show node -o"))}
+    problems = []
+    for pool in live.spec.pools:
+        hw = pool_hardware(pool)
+        assert hw is not None
+        for name in node_names(live.spec, pool):
+            node = nodes.get(name)
+            if node is None:
+                problems.append(f"{name}: unknown to Slurm")
+                continue
+            if int(node["CPUTot"]) != hw.cpus or int(node["RealMemory"]) != hw.memory_mb:
+                problems.append(f"{name}: {node['CPUTot']} CPUs/{node['RealMemory']} MB, want {hw.cpus}/{hw.memory_mb}")
+            if hw.gpus and f"{hw.gres_name}:{hw.gpus}" not in node.get("Gres", ""):
+                problems.append(f"{name}: Gres={node.get('Gres')}, want {hw.gres_name}:{hw.gpus}")
+            state = node["State"]
+            dynamic = name not in {h.name for h in live.up_hosts}
+            if dynamic and "POWERED_DOWN" not in state and "POWER" not in state:
+                problems.append(f"{name}: {state}, want powered down")
+            if not dynamic and not state.startswith(("IDLE", "MIXED", "ALLOCATED")):
+                problems.append(f"{name}: {state}, want IDLE")
+    assert not problems, "; ".join(problems)
+
+
+def test_shared_mounts_present_and_shared(live: LiveCluster) -> None:
+    mounts = live.spec.storage.nas.mounts
+    hosts = live.up_hosts
+    writer, readers = live.connect(hosts[0]), hosts[1:]
+    for path in (mounts.home, mounts.software, mounts.slurm_state):
+        probe = f"{path.rstrip('/')}/.slurmforge-validate-{hosts[0].name}"
+        writer.check_output(f"echo shared > {probe}")
+        try:
+            for host in readers:
+                node = live.connect(host)
+                assert node.mount_point(path).exists, f"{host.name}: {path} is not a mount"
+                assert node.file(probe).content_string.strip() == "shared", f"{host.name} can't see {probe}"
+        finally:
+            writer.run(f"rm -f {probe}")
+
+
+def test_module_command_works_everywhere(live: LiveCluster) -> None:
+    outputs = {}
+    for host in live.up_hosts:
+        res = live.connect(host).run("bash -lc 'module -t avail 2>&1; echo rc=$?'")
+        assert "rc=0" in res.stdout, f"{host.name}: {res.stdout} {res.stderr}"
+        outputs[host.name] = res.stdout
+    assert len(set(outputs.values())) == 1, "module avail differs between nodes"
+
+
+@pytest.mark.parametrize("command", ["sacct -a -X -n --starttime now-1days", "sacctmgr -n show cluster"])
+def test_accounting_answers(live: LiveCluster, command: str) -> None:
+    if not live.spec.accounting.enabled:
+        pytest.skip("accounting disabled in the spec")
+    login = live.connect(live.by_role(HostRole.LOGIN)[0])
+    res = login.run(command)
+    assert res.rc == 0, res.stderr
+    if "cluster" in command:
+        assert live.spec.name in res.stdout
+
+
+def test_every_node_has_the_identical_package_set(live: LiveCluster) -> None:
+    sets = {h.name: digest(live.connect(h).check_output("dpkg-query -W -f='${Package} ${Version}\\n'"))
+            for h in live.up_hosts}
+    assert len(set(sets.values())) == 1, f"package sets differ: {sets}"
