@@ -13,6 +13,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+TAG_CLUSTER = "slurmforge:cluster"
+TAG_POOL = "slurmforge:pool"
+TAG_LINK = "slurmforge:link"
+TAG_NODE = "slurmforge:node"
+TAG_JOB = "slurmforge:job"
+TAG_USER = "slurmforge:user"
+TAG_TOKEN = "slurmforge:token"
+"""Instance tags (or labels) a provider sets on pool machines; the token tag marks a
+machine as launched by the scheduler service even before its node tag is visible."""
+
 
 class HostRole(StrEnum):
     CONTROLLER = "controller"
@@ -68,6 +78,54 @@ class LaunchRequest:
     nodes: tuple[str, ...]
     token: str
     jobs: tuple[int, ...] = ()
+    link: str | None = None
+    """The pool whose capacity to launch on (market, instance types, zones, launch
+    template): `pool` itself or one of its fallback pools. None means `pool`."""
+    node_jobs: dict[str, int] = field(default_factory=dict)
+    """node -> the job it starts for (from SLURM_RESUME_FILE), for tags."""
+    job_users: dict[int, str] = field(default_factory=dict)
+    """job -> the user who submitted it, for tags."""
+
+    @property
+    def capacity_pool(self) -> str:
+        return self.link or self.pool
+
+
+class CapacityError(StrEnum):
+    """Launch error codes that mean "no capacity on this link now": the service tries the
+    next link of the pool's fallback chain at once and cools this one down."""
+
+    INSUFFICIENT_INSTANCE_CAPACITY = "InsufficientInstanceCapacity"
+    INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+    MAX_SPOT_INSTANCE_COUNT_EXCEEDED = "MaxSpotInstanceCountExceeded"
+    SPOT_MAX_PRICE_TOO_LOW = "SpotMaxPriceTooLow"
+    UNSUPPORTED = "Unsupported"
+    VCPU_LIMIT_EXCEEDED = "VcpuLimitExceeded"
+    INSTANCE_LIMIT_EXCEEDED = "InstanceLimitExceeded"
+    UNFULFILLED_CAPACITY = "UnfulfilledCapacity"
+    """The fleet returned fewer instances than asked and named no reason."""
+
+    @classmethod
+    def is_capacity(cls, code: str) -> bool:
+        return code in _CAPACITY_CODES
+
+
+_CAPACITY_CODES = frozenset(c.value for c in CapacityError)
+
+THROTTLED = "RequestLimitExceeded"
+"""The launch was not attempted or was throttled (EC2's token buckets): not a property
+of the link, so it is retried on the same link later without a cooldown."""
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """The cloud will take an instance away soon (EC2: the two-minute spot notice)."""
+
+    instance: str
+    noticed_at: float
+    kind: str = "spot-interruption"
+    receipt: str = ""
+    """Provider-specific handle to acknowledge the notice once it is recorded."""
 
 
 @dataclass(frozen=True)
@@ -106,3 +164,18 @@ class Provider(ABC):
     @abstractmethod
     def logs(self, node: str, lines: int = 200) -> str:
         """The node's recent boot/system log, for failure reports."""
+
+    def terminate(self, instances: Sequence[Instance]) -> None:
+        """Remove these instances (orphans, failed or released nodes). Default: stop
+        their nodes; a provider whose instances outlive their node names overrides it."""
+        nodes = [i.node for i in instances if i.node]
+        if nodes:
+            self.stop(nodes)
+
+    def interruptions(self) -> list[Interruption]:
+        """Notices of instances the cloud is about to take away. Default: none."""
+        return []
+
+    def acknowledge(self, interruptions: Sequence[Interruption]) -> None:  # noqa: B027 - optional hook
+        """The service recorded these notices; the provider may forget them. Default:
+        nothing to do."""

@@ -1,0 +1,123 @@
+"""What the classifier decides and the daemon carries out: plain, hashable data.
+
+The daemon executes actions in the order the classifier returns them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Start machines for `nodes` (all of pool `pool`) on link `link`. `token` makes the
+    launch idempotent; `retry` marks the re-issue of a launch a crash interrupted."""
+
+    pool: str
+    link: str
+    nodes: tuple[str, ...]
+    token: str
+    jobs: tuple[int, ...] = ()
+    retry: bool = False
+
+
+@dataclass(frozen=True)
+class Terminate:
+    instance: str
+    node: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class PowerDown:
+    """POWER_DOWN_FORCE: requeue the nodes' jobs and return them to power save."""
+
+    nodes: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class PowerUp:
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Drain:
+    nodes: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Requeue:
+    jobs: tuple[int, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Signal:
+    jobs: tuple[int, ...]
+    signal: str
+
+
+@dataclass(frozen=True)
+class SetAddress:
+    node: str
+    address: str
+    hostname: str | None = None
+
+
+@dataclass(frozen=True)
+class MarkCooldown:
+    link: str
+    until: float
+    failures: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Bind:
+    node: str
+    instance: str
+    link: str
+    launched_at: float
+
+
+@dataclass(frozen=True)
+class Unbind:
+    node: str
+
+
+@dataclass(frozen=True)
+class SetMark:
+    node: str
+    kind: str
+    since: float
+
+
+@dataclass(frozen=True)
+class ClearMark:
+    node: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class AbandonLaunch:
+    token: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class CloseRequests:
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AdvanceInterruption:
+    instance: str
+    stage: str
+
+
+Action = (
+    Launch | Terminate | PowerDown | PowerUp | Drain | Requeue | Signal | SetAddress | MarkCooldown
+    | Bind | Unbind | SetMark | ClearMark | AbandonLaunch | CloseRequests | AdvanceInterruption
+)

@@ -1,0 +1,420 @@
+"""The classifier: (Slurm nodes, cloud instances, service state, spec, now) -> actions.
+
+A pure function. Every managed node is first sorted into a `NodeStatus`, then each status
+maps to its actions; launches are planned per pool over the fallback chain; orphans,
+interruption notices, crashed launches and old requests are handled after the nodes.
+
+Rules the anchors learned the hard way (see LESSONS.md):
+- a machine is matched to its node by instance id (service bindings) or node tag, and a
+  field the cloud has not filled in yet (no private IP, not listed yet) means "not yet";
+- a node whose links all lack capacity is powered down (POWER_DOWN_FORCE, never DOWN) and
+  its jobs requeued at once; failed links cool down (60 s, doubling);
+- spot notices drain the node and signal the job's steps, then requeue after a grace that
+  leaves time to checkpoint; the spot link cools down so the job lands elsewhere;
+- only nodes whose reason the service or Slurm's own timeouts wrote are reset or replaced;
+  an admin's DOWN or DRAIN is left alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from slurmforge.hostlists import expand
+from slurmforge.providers.base import TAG_LINK, TAG_TOKEN, Instance, InstanceState
+from slurmforge.service.actions import (
+    AbandonLaunch,
+    Action,
+    AdvanceInterruption,
+    ClearMark,
+    CloseRequests,
+    Drain,
+    Launch,
+    MarkCooldown,
+    PowerDown,
+    PowerUp,
+    Requeue,
+    SetAddress,
+    SetMark,
+    Signal,
+    Terminate,
+    Unbind,
+)
+from slurmforge.service.handoff import HandoffKind
+from slurmforge.service.slurm import NodeState
+from slurmforge.service.state import InterruptionRecord, Request, ServiceState, backoff
+from slurmforge.service.topology import NodeInfo, Topology
+
+OWN_REASON = "slurmforge:"
+"""Reasons the service writes start with this."""
+HEALTH_REASON = "health:"
+"""The node health hook (GPU checks) drains a failing node with a reason starting so."""
+SLURM_REASONS = ("ResumeTimeout reached", "Not responding", "Node unexpectedly rebooted", "Kill task failed")
+"""Reasons slurmctld itself writes for nodes that failed; such nodes are reset."""
+
+LIVE = frozenset({InstanceState.PENDING, InstanceState.RUNNING})
+MISSING, UNRESPONSIVE = "missing", "unresponsive"
+
+
+@dataclass(frozen=True)
+class Tunables:
+    listing_grace: float = 120.0
+    """A launched instance may not be listed by the cloud yet for this long."""
+    missing_grace: float = 60.0
+    """A powered node whose instance is not listed at all is replaced after this."""
+    unresponsive_grace: float = 180.0
+    """A powered node whose slurmd does not answer is replaced after this."""
+    checkpoint_grace: float = 90.0
+    """Spot notice -> requeue after this; EC2 takes the machine 120 s after the notice."""
+    launch_retry_window: float = 900.0
+    """A launch a crash interrupted is retried with its token for this long."""
+    request_max_age: float = 3600.0
+    signal: str = "USR1"
+
+
+@dataclass(frozen=True)
+class World:
+    """One loop's inputs."""
+
+    nodes: Sequence[NodeState]
+    instances: Sequence[Instance]
+    state: ServiceState
+    topology: Topology
+    now: float
+    jobs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """node -> jobs on it (squeue); the daemon reads it when a notice needs it."""
+    tunables: Tunables = Tunables()
+
+
+class NodeStatus(Enum):
+    OFF = "off"
+    RELEASE = "release"
+    RESET = "reset"
+    START_STATIC = "start-static"
+    NEEDS_LAUNCH = "needs-launch"
+    LAUNCHING = "launching"
+    NEEDS_ADDRESS = "needs-address"
+    BOOT_FAILED = "boot-failed"
+    DIED_BOOTING = "died-booting"
+    INSTANCE_LOST = "instance-lost"
+    MISSING = "missing"
+    NOT_RESPONDING = "not-responding"
+    UNRESPONSIVE = "unresponsive"
+    REPLACE = "replace"
+    LEFT_ALONE = "left-alone"
+    INTERRUPTED = "interrupted"
+    HEALTHY = "healthy"
+
+
+def classify(world: World) -> list[Action]:
+    ctx = Context(world)
+    actions: list[Action] = [*ctx.retry_pending_launches()]
+    needs_launch: list[str] = []
+    for node in world.nodes:
+        info = world.topology.nodes.get(node.name)
+        if info is None or not node.is_cloud():
+            continue
+        status = ctx.assess(node, info)
+        if status is NodeStatus.NEEDS_LAUNCH:
+            needs_launch.append(node.name)
+        actions += ctx.respond(status, node, info)
+    actions += plan_launches(ctx, needs_launch)
+    actions += ctx.orphans()
+    actions += ctx.interruptions()
+    actions += ctx.stale_bindings()
+    actions += ctx.close_requests()
+    return list(dict.fromkeys(actions))
+
+
+def plan_launches(ctx: Context, nodes: Iterable[str]) -> list[Action]:
+    """One Launch per pool on the first link of its chain not cooling down; when every
+    link cools down, power the nodes down and requeue their jobs at once."""
+    by_pool: dict[str, list[str]] = {}
+    for name in nodes:
+        by_pool.setdefault(ctx.topology.nodes[name].pool, []).append(name)
+    actions: list[Action] = []
+    for pool, members in sorted(by_pool.items()):
+        members.sort(key=lambda n: (ctx.state.node_jobs.get(n, 0), n))
+        jobs = tuple(sorted({ctx.state.node_jobs[n] for n in members if n in ctx.state.node_jobs}))
+        link = ctx.available_link(pool)
+        if link is None:
+            chain = ", ".join(ctx.topology.chain(pool))
+            actions.append(PowerDown(tuple(members), f"{OWN_REASON} no capacity on {chain}"))
+            if jobs:
+                actions.append(Requeue(jobs, f"no capacity on {chain}"))
+            continue
+        actions.append(Launch(pool, link, tuple(members), launch_token(link, members, ctx.now), jobs))
+    return actions
+
+
+def launch_token(link: str, nodes: Sequence[str], now: float) -> str:
+    """Deterministic, so the classifier stays pure; unique per (link, nodes, moment).
+    EC2 ClientToken allows 64 ASCII characters."""
+    digest = hashlib.sha256(f"{link}|{','.join(nodes)}|{now:.6f}".encode()).hexdigest()
+    return f"sf-{digest[:40]}"
+
+
+def is_recoverable(reason: str) -> bool:
+    return reason.startswith((OWN_REASON, HEALTH_REASON)) or reason.startswith(SLURM_REASONS)
+
+
+class Context:
+    """Indexes over one World, and the per-node rules."""
+
+    def __init__(self, world: World) -> None:
+        self.world, self.state, self.topology = world, world.state, world.topology
+        self.now, self.tun = world.now, world.tunables
+        self.slurm = {n.name: n for n in world.nodes}
+        self.by_id = {i.id: i for i in world.instances}
+        bound = {b.instance: b.node for b in self.state.bindings.values()}
+        self.owner = {i.id: i.node or bound.get(i.id) for i in world.instances}
+        self.live_by_node: dict[str, list[Instance]] = {}
+        for inst in sorted(world.instances, key=lambda i: (i.launched_at or 0.0, i.id)):
+            node = self.owner[inst.id]
+            if node is not None and inst.state in LIVE:
+                self.live_by_node.setdefault(node, []).append(inst)
+        self.retrying = [r for r in self.state.pending_launches
+                         if self.now - r.created_at <= self.tun.launch_retry_window]
+        self.retrying_nodes = {n for r in self.retrying for n in r.nodes}
+        self.retrying_tokens = {r.token for r in self.retrying}
+        self.interrupted = {r.node or self.owner.get(r.instance) for r in self.state.interruptions}
+
+    # ------------------------------------------------------------------ lookups
+
+    def instance(self, node: str) -> Instance | None:
+        """The node's machine: the bound one if it is listed, else the oldest live one."""
+        binding = self.state.bindings.get(node)
+        if binding is not None and binding.instance in self.by_id:
+            return self.by_id[binding.instance]
+        live = self.live_by_node.get(node)
+        return live[0] if live else None
+
+    def machine(self, node: str) -> Instance | None:
+        """instance(), or else the newest stopped/terminated machine tagged for the node."""
+        found = self.instance(node)
+        if found is None:
+            dead = [i for i in self.world.instances if self.owner[i.id] == node]
+            found = max(dead, key=lambda i: i.launched_at or 0.0) if dead else None
+        return found
+
+    def available_link(self, pool: str) -> str | None:
+        for link in self.topology.chain(pool):
+            cooldown = self.state.cooldowns.get(link)
+            if cooldown is None or not cooldown.active(self.now):
+                return link
+        return None
+
+    def mark_age(self, node: str, kind: str) -> float | None:
+        since = self.state.marks.get(node, {}).get(kind)
+        return None if since is None else self.now - since
+
+    def recently_launched(self, node: str) -> bool:
+        binding = self.state.bindings.get(node)
+        return binding is not None and self.now - binding.launched_at < self.tun.listing_grace
+
+    # ------------------------------------------------------------------ sorting
+
+    def assess(self, node: NodeState, info: NodeInfo) -> NodeStatus:
+        inst = self.instance(node.name)
+        live = inst is not None and inst.state in LIVE
+        if not node.is_powered():
+            return self._assess_off(node, info, live)
+        if node.name in self.interrupted:
+            return NodeStatus.INTERRUPTED
+        if node.is_powering_up():
+            return self._assess_booting(node, inst)
+        return self._assess_up(node, self.machine(node.name))
+
+    def _assess_off(self, node: NodeState, info: NodeInfo, live: bool) -> NodeStatus:
+        if live:
+            return NodeStatus.RELEASE
+        if node.is_powering_down():
+            return NodeStatus.OFF
+        if (node.is_down() or node.is_drain()) and is_recoverable(node.reason):
+            return NodeStatus.RESET
+        if info.static and not (node.is_down() or node.is_drain()) and self.available_link(info.pool):
+            return NodeStatus.START_STATIC
+        return NodeStatus.OFF
+
+    def _assess_booting(self, node: NodeState, inst: Instance | None) -> NodeStatus:
+        if inst is None:
+            if node.name in self.retrying_nodes or self.recently_launched(node.name):
+                return NodeStatus.LAUNCHING
+            return NodeStatus.NEEDS_LAUNCH
+        if inst.state not in LIVE:
+            return NodeStatus.DIED_BOOTING
+        binding = self.state.bindings.get(node.name)
+        started = inst.launched_at or (binding.launched_at if binding else None)
+        if started is not None and self.now - started > self.topology.resume_timeout:
+            return NodeStatus.BOOT_FAILED
+        if inst.address and inst.address != node.address:
+            return NodeStatus.NEEDS_ADDRESS
+        return NodeStatus.LAUNCHING
+
+    def _assess_up(self, node: NodeState, inst: Instance | None) -> NodeStatus:
+        if inst is None:
+            if self.recently_launched(node.name):
+                return NodeStatus.HEALTHY
+            age = self.mark_age(node.name, MISSING)
+            return NodeStatus.INSTANCE_LOST if age is not None and age >= self.tun.missing_grace \
+                else NodeStatus.MISSING
+        if inst.state not in LIVE:
+            return NodeStatus.INSTANCE_LOST
+        if node.is_down() or (node.is_drain() and not node.has_jobs()):
+            return NodeStatus.REPLACE if is_recoverable(node.reason) else NodeStatus.LEFT_ALONE
+        if node.is_not_responding():
+            age = self.mark_age(node.name, UNRESPONSIVE)
+            return NodeStatus.UNRESPONSIVE if age is not None and age >= self.tun.unresponsive_grace \
+                else NodeStatus.NOT_RESPONDING
+        return NodeStatus.HEALTHY
+
+    # ------------------------------------------------------------------ acting
+
+    def respond(self, status: NodeStatus, node: NodeState, info: NodeInfo) -> list[Action]:
+        name, inst = node.name, self.machine(node.name)
+        actions = self._clear_marks(name, status)
+        if status is NodeStatus.RELEASE and inst is not None:
+            actions.append(Terminate(inst.id, name, f"node {name} is powered down"))
+        elif status is NodeStatus.RESET:
+            actions.append(PowerDown((name,), _own(f"reset after '{node.reason}'")))
+        elif status is NodeStatus.START_STATIC:
+            actions.append(PowerUp((name,)))
+        elif status is NodeStatus.NEEDS_ADDRESS and inst is not None and inst.address:
+            actions.append(SetAddress(name, inst.address))
+        elif status is NodeStatus.DIED_BOOTING and inst is not None:
+            actions += self._died_booting(name, inst)
+        elif status in _REPLACING:
+            actions += self._replace(name, inst, _REPLACING[status], node)
+        elif status in (NodeStatus.MISSING, NodeStatus.NOT_RESPONDING):
+            kind = MISSING if status is NodeStatus.MISSING else UNRESPONSIVE
+            if self.mark_age(name, kind) is None:
+                actions.append(SetMark(name, kind, self.now))
+        return actions
+
+    def _clear_marks(self, name: str, status: NodeStatus) -> list[Action]:
+        keep = {NodeStatus.MISSING: MISSING, NodeStatus.NOT_RESPONDING: UNRESPONSIVE}.get(status)
+        return [ClearMark(name, kind) for kind in self.state.marks.get(name, {}) if kind != keep]
+
+    def _died_booting(self, name: str, inst: Instance) -> list[Action]:
+        """The machine went away before the node registered (spot taken back at once,
+        failed boot): forget it and cool its link, so the next loop launches elsewhere."""
+        binding = self.state.bindings.get(name)
+        link = binding.link if binding else (inst.pool or self.topology.nodes[name].pool)
+        return [Unbind(name), self._cooldown(link, f"instance {inst.id} {inst.state.value} while booting")]
+
+    def _replace(self, name: str, inst: Instance | None, why: str, node: NodeState) -> list[Action]:
+        detail = why.format(node=name, instance=inst.id if inst else "-",
+                            state=inst.state.value if inst else "-", reason=node.reason)
+        actions: list[Action] = [PowerDown((name,), _own(detail))]
+        if inst is not None and inst.state in LIVE:
+            actions.append(Terminate(inst.id, name, detail))
+        return actions
+
+    def _cooldown(self, link: str, reason: str) -> MarkCooldown:
+        previous = self.state.cooldowns.get(link)
+        failures = (previous.failures if previous else 0) + 1
+        return MarkCooldown(link, self.now + backoff(failures), failures, reason)
+
+    # ------------------------------------------------------------------ after the nodes
+
+    def retry_pending_launches(self) -> list[Action]:
+        actions: list[Action] = []
+        for record in self.state.pending_launches:
+            if record.token in self.retrying_tokens:
+                actions.append(Launch(record.pool, record.link, record.nodes, record.token, record.jobs, retry=True))
+            else:
+                actions.append(AbandonLaunch(record.token, "retry window passed"))
+        return actions
+
+    def orphans(self) -> list[Action]:
+        actions: list[Action] = []
+        for inst in self.world.instances:
+            if inst.state not in LIVE:
+                continue
+            why = self._orphan_reason(inst)
+            if why:
+                actions.append(Terminate(inst.id, self.owner[inst.id], why))
+        return actions
+
+    def _orphan_reason(self, inst: Instance) -> str | None:
+        node = self.owner[inst.id]
+        ours = inst.pool is not None or TAG_TOKEN in inst.tags
+        if node is None:
+            if not ours or inst.tags.get(TAG_TOKEN) in self.retrying_tokens:
+                return None
+            return f"orphan: instance {inst.id} belongs to no node"
+        slurm_node = self.slurm.get(node)
+        if slurm_node is None or node not in self.topology.nodes:
+            return f"orphan: node {node} is not in the cluster" if ours else None
+        current = self.instance(node)
+        if slurm_node.is_cloud() and current is not None and current.id != inst.id:
+            return f"duplicate: node {node} already has {current.id}"
+        return None
+
+    def interruptions(self) -> list[Action]:
+        actions: list[Action] = []
+        for record in self.state.interruptions:
+            actions += self._interruption(record)
+        return actions
+
+    def _interruption(self, record: InterruptionRecord) -> list[Action]:
+        inst = self.by_id.get(record.instance)
+        node = record.node or self.owner.get(record.instance)
+        if node is None or node not in self.slurm or node not in self.topology.nodes:
+            return [AdvanceInterruption(record.instance, "done")]
+        jobs = self.world.jobs.get(node, ())
+        if record.stage == "new":
+            binding = self.state.bindings.get(node)
+            link = (record.link or (binding.link if binding else None) or (inst.tags.get(TAG_LINK) if inst else None)
+                    or self.topology.nodes[node].pool)
+            actions: list[Action] = [Drain((node,), _own("spot interruption notice"))]
+            if jobs:
+                actions.append(Signal(jobs, self.tun.signal))
+            return [*actions, self._cooldown(link, "spot interruption"),
+                    AdvanceInterruption(record.instance, "signalled")]
+        gone = inst is None or inst.state not in LIVE
+        if self.now - record.noticed_at < self.tun.checkpoint_grace and not gone:
+            return []
+        actions = [Requeue(jobs, "spot interruption")] if jobs else []
+        actions.append(PowerDown((node,), _own("spot instance interrupted")))
+        if not gone and inst is not None:
+            actions.append(Terminate(inst.id, node, "spot instance interrupted"))
+        return [*actions, AdvanceInterruption(record.instance, "done")]
+
+    def stale_bindings(self) -> list[Action]:
+        """Bindings of nodes that are off (or gone from Slurm) and have no live machine."""
+        actions: list[Action] = []
+        for name, binding in self.state.bindings.items():
+            node = self.slurm.get(name)
+            inst = self.by_id.get(binding.instance)
+            if (node is None or not node.is_powered()) and (inst is None or inst.state not in LIVE):
+                actions.append(Unbind(name))
+        return actions
+
+    def close_requests(self) -> list[Action]:
+        done = [r.id for r in self.state.requests if self._request_done(r)]
+        return [CloseRequests(tuple(done))] if done else []
+
+    def _request_done(self, request: Request) -> bool:
+        """Suspend and resume-fail requests are only recorded; a resume request is done
+        once none of its nodes is still on its way up."""
+        age = self.now - request.at
+        if request.kind is not HandoffKind.RESUME or age > self.tun.request_max_age:
+            return True
+        if age <= self.tun.listing_grace:
+            return False
+        return not any(self.slurm[n].is_powering_up() for n in expand(request.nodes) if n in self.slurm)
+
+
+def _own(detail: str) -> str:
+    return f"{OWN_REASON} {detail}"
+
+
+_REPLACING = {
+    NodeStatus.BOOT_FAILED: "bootstrap failure: {node} not registered by resume timeout on {instance}",
+    NodeStatus.INSTANCE_LOST: "instance {instance} of {node} is {state}",
+    NodeStatus.UNRESPONSIVE: "slurmd on {node} not responding",
+    NodeStatus.REPLACE: "replacing {node} ({reason})",
+}

@@ -1,0 +1,188 @@
+"""The daemon loop: a list of named steps, every 10 s (sooner when a hand-off arrives).
+
+    read_spec -> take_handoffs -> take_interruptions -> observe -> classify -> act
+              -> fall_back -> publish -> beat
+
+The spec is re-read every loop; when it cannot be read the last good one is kept. Side
+effects go through the Slurm client, the provider and the store only.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from slurmforge.errors import SlurmforgeError
+from slurmforge.providers.base import Instance, Provider
+from slurmforge.service import handoff
+from slurmforge.service.actions import Action
+from slurmforge.service.classify import Context, Tunables, World, classify, plan_launches
+from slurmforge.service.executor import ActReport, Executor
+from slurmforge.service.slurm import SlurmClient, jobs_by_node
+from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot
+from slurmforge.service.state import Event, InterruptionRecord, Store
+from slurmforge.service.topology import Topology, topology
+from slurmforge.spec.models import Cluster
+
+log = logging.getLogger(__name__)
+
+LOOP_INTERVAL = 10.0
+"""ParallelCluster's clustermgtd loops every 60 s; launches here wait at most one loop."""
+WAKE_POLL = 0.25
+"""How often the daemon looks into the spool while it waits for the next loop."""
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    spec_path: Path
+    spool: Path = handoff.SPOOL_DIR
+    heartbeat: Path = Path("/var/lib/slurmforge/service/heartbeat")
+    interval: float = LOOP_INTERVAL
+    tunables: Tunables = field(default_factory=Tunables)
+
+
+@dataclass(frozen=True)
+class LoopReport:
+    started: float
+    seconds: float
+    actions: int = 0
+    launched: int = 0
+    failed: int = 0
+    passes: int = 0
+    error: str = ""
+
+
+class Daemon:
+    def __init__(self, config: DaemonConfig, slurm: SlurmClient, provider: Provider, store: Store,
+                 load_spec: Callable[[Path], Cluster], clock: Callable[[], float] = time.time) -> None:
+        self.config, self.slurm, self.provider, self.store = config, slurm, provider, store
+        self.load_spec, self.clock = load_spec, clock
+        self.executor = Executor(slurm, provider, store, clock)
+        self.spec: Cluster | None = None
+        self.topology: Topology | None = None
+        self.snapshot: ClusterSnapshot | None = None
+        self.last: LoopReport | None = None
+        self._job_users: dict[int, str] = {}
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.loop_once()
+            self.wait(stop)
+
+    def loop_once(self) -> LoopReport:
+        started = self.clock()
+        try:
+            report = self._steps(started)
+        except Exception as exc:  # one bad loop must not end the service
+            log.exception("loop failed")
+            report = LoopReport(started, self.clock() - started, error=str(exc))
+        self.last = report
+        self.beat()
+        return report
+
+    def _steps(self, started: float) -> LoopReport:
+        topo = self.read_spec()
+        if topo is None:
+            return LoopReport(started, self.clock() - started, error="no valid spec yet")
+        self.take_handoffs()
+        self.take_interruptions()
+        world = self.observe(topo)
+        actions = classify(world)
+        act = self.act(world, actions)
+        passes = self.fall_back(world, act)
+        seconds = self.clock() - started
+        self.publish(world, seconds)
+        return LoopReport(started, seconds, len(actions), len(act.launched), len(act.failed), passes)
+
+    def wait(self, stop: threading.Event) -> None:
+        """Until the next loop is due, or at once when a hand-off arrives."""
+        deadline = time.monotonic() + self.config.interval
+        while not stop.is_set() and time.monotonic() < deadline:
+            if handoff.has_pending(self.config.spool):
+                return
+            stop.wait(WAKE_POLL)
+
+    # ------------------------------------------------------------------ steps
+
+    def read_spec(self) -> Topology | None:
+        try:
+            spec = self.load_spec(self.config.spec_path)
+        except (SlurmforgeError, OSError) as exc:
+            log.error("cannot read %s, keeping the last good spec: %s", self.config.spec_path, exc)
+            return self.topology
+        if spec != self.spec or self.topology is None:
+            self.spec, self.topology = spec, topology(spec)
+        return self.topology
+
+    def take_handoffs(self) -> int:
+        found = handoff.pending(self.config.spool)
+        if not found:
+            return 0
+        added = self.store.add_handoffs(item for _, item in found)
+        for _, item in found:
+            if item.kind is not handoff.HandoffKind.RESUME:
+                self.store.add_event(Event(item.at, item.kind.value, "", "", 0, item.nodes))
+        for path, _ in found:
+            path.unlink(missing_ok=True)
+        return added
+
+    def take_interruptions(self) -> int:
+        notices = self.provider.interruptions()
+        for notice in notices:
+            if self.store.add_interruption(InterruptionRecord(notice.instance, None, None, notice.noticed_at)):
+                self.store.add_event(Event(notice.noticed_at, "interruption", "", "", 1, notice.instance))
+                self.store.count("slurmforge_interruptions_total", {})
+        if notices:
+            self.provider.acknowledge(notices)
+        return len(notices)
+
+    def observe(self, topo: Topology) -> World:
+        nodes = self.slurm.nodes()
+        instances = self.provider.list_instances()
+        state = self.store.snapshot()
+        jobs = self.slurm.jobs() if state.interruptions or state.requests else []
+        self._job_users = {j.id: j.user for j in jobs}
+        return World(nodes=nodes, instances=instances, state=state, topology=topo, now=self.clock(),
+                     jobs=jobs_by_node(jobs), tunables=self.config.tunables)
+
+    def act(self, world: World, actions: Sequence[Action]) -> ActReport:
+        return self.executor.execute(actions, world.topology, world.instances, self._job_users,
+                                     world.state.node_jobs)
+
+    def fall_back(self, world: World, report: ActReport) -> int:
+        """Nodes whose link just failed go to the next link now, not in 10 s; when the
+        chain is exhausted they are powered down and their jobs requeued."""
+        passes, failed = 0, dict(report.failed)
+        launched: dict[str, Instance] = dict(report.launched)
+        while failed and passes < max((len(p.chain) for p in world.topology.pools.values()), default=1):
+            passes += 1
+            retry = replace(world, state=self.store.snapshot(), now=self.clock())
+            actions = plan_launches(Context(retry), sorted(failed))
+            again = self.executor.execute(actions, world.topology, world.instances, self._job_users,
+                                          retry.state.node_jobs)
+            failed = dict(again.failed)
+            launched.update(again.launched)
+        report.launched.update(launched)
+        return passes
+
+    def publish(self, world: World, seconds: float) -> None:
+        now = self.clock()
+        self.snapshot = build_snapshot(world.topology, world.nodes, self.store.cooldowns(),
+                                       self.store.events(since=now - 3600), now, seconds,
+                                       counters=self.store.counters())
+
+    def beat(self) -> None:
+        path = self.config.heartbeat
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(f"{self.clock():.3f}\n")
+            tmp.replace(path)
+        except OSError as exc:
+            log.warning("heartbeat %s: %s", path, exc)

@@ -1,0 +1,255 @@
+"""Carrying out the classifier's actions: through the Slurm client, the provider and the
+store. One failing command is logged and does not stop the others.
+
+Order: bookkeeping, then what protects running work (drain, signal), then power-downs
+and requeues, terminations, addresses and power-ups, and launches last (the slow part).
+A launch is written to the store before the provider hears of it and completed after;
+if the provider raises, the record stays pending and the next loop retries it with the
+same token.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmforge.errors import SlurmCommandError
+from slurmforge.providers.base import THROTTLED, Instance, InstanceState, LaunchRequest, LaunchResult, Provider
+from slurmforge.service import actions as a
+from slurmforge.service.slurm import SlurmClient
+from slurmforge.service.state import Binding, Cooldown, Event, LaunchRecord, Store
+from slurmforge.service.topology import Topology
+
+log = logging.getLogger(__name__)
+
+PHASES: tuple[tuple[type, ...], ...] = (
+    (a.ClearMark, a.SetMark, a.Unbind, a.AbandonLaunch, a.CloseRequests, a.MarkCooldown, a.Bind),
+    (a.Drain, a.Signal),
+    (a.PowerDown,),
+    (a.Requeue,),
+    (a.Terminate,),
+    (a.SetAddress, a.PowerUp),
+    (a.Launch,),
+    (a.AdvanceInterruption,),
+)
+
+
+@dataclass
+class ActReport:
+    """What happened; `failed` are nodes whose launch failed on their link (not
+    throttled), to be tried on the next link at once."""
+
+    launched: dict[str, Instance] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    errors: int = 0
+
+
+class Executor:
+    def __init__(self, slurm: SlurmClient, provider: Provider, store: Store, clock: Callable[[], float]) -> None:
+        self.slurm, self.provider, self.store, self.clock = slurm, provider, store, clock
+
+    def execute(self, actions: Sequence[a.Action], topology: Topology, instances: Sequence[Instance] = (),
+                job_users: Mapping[int, str] | None = None, node_jobs: Mapping[str, int] | None = None) -> ActReport:
+        run = _Run(self, topology, {i.id: i for i in instances}, job_users or {}, node_jobs or {})
+        for phase in PHASES:
+            batch = [x for x in actions if isinstance(x, phase)]
+            if batch:
+                run.phase(batch)
+        return run.report
+
+
+class _Run:
+    """One execute() call: the handlers per action type."""
+
+    def __init__(self, ex: Executor, topology: Topology, instances: dict[str, Instance],
+                 job_users: Mapping[int, str], node_jobs: Mapping[str, int]) -> None:
+        self.ex, self.store, self.topology, self.instances = ex, ex.store, topology, instances
+        self.job_users, self.node_jobs = job_users, node_jobs
+        self.report = ActReport()
+        self.now = ex.clock()
+
+    def phase(self, batch: list[Any]) -> None:
+        handlers: dict[type, Callable[[list[Any]], None]] = {
+            a.PowerDown: self.power_down, a.Drain: self.drain, a.Terminate: self.terminate,
+            a.Requeue: self.requeue, a.Signal: self.signal, a.Launch: self.launch,
+            a.PowerUp: lambda xs: self._slurm(self.ex.slurm.power_up, [n for x in xs for n in x.nodes]),
+        }
+        by_type: dict[type, list[Any]] = {}
+        for action in batch:
+            by_type.setdefault(type(action), []).append(action)
+        for kind, items in by_type.items():
+            handler = handlers.get(kind)
+            if handler is not None:
+                handler(items)
+            else:
+                for item in items:
+                    self.single(item)
+
+    def single(self, x: a.Action) -> None:
+        st = self.store
+        if isinstance(x, a.ClearMark):
+            st.clear_mark(x.node, x.kind)
+        elif isinstance(x, a.SetMark):
+            st.set_mark(x.node, x.kind, x.since)
+        elif isinstance(x, a.Unbind):
+            st.unbind([x.node])
+        elif isinstance(x, a.Bind):
+            st.bind(Binding(x.node, x.instance, x.link, x.launched_at, ""))
+        elif isinstance(x, a.AbandonLaunch):
+            st.abandon_launch(x.token)
+        elif isinstance(x, a.CloseRequests):
+            st.close_requests(x.ids)
+        elif isinstance(x, a.AdvanceInterruption):
+            st.set_interruption_stage(x.instance, x.stage)
+        elif isinstance(x, a.MarkCooldown):
+            self.cooldown(x)
+        elif isinstance(x, a.SetAddress):
+            self._call(self.ex.slurm.set_address, x.node, x.address, x.hostname)
+
+    # ------------------------------------------------------------------ Slurm
+
+    def power_down(self, items: list[a.PowerDown]) -> None:
+        for reason, nodes in _by_reason(items).items():
+            self._slurm(functools.partial(_power_down, self.ex.slurm, reason=reason), nodes)
+            for pool, count in self._pools(nodes).items():
+                self.event("power-down", pool, "", count, reason)
+
+    def drain(self, items: list[a.Drain]) -> None:
+        for reason, nodes in _by_reason(items).items():
+            self._slurm(functools.partial(_drain, self.ex.slurm, reason=reason), nodes)
+
+    def requeue(self, items: list[a.Requeue]) -> None:
+        jobs = sorted({j for x in items for j in x.jobs})
+        if not jobs:
+            return
+        try:
+            self.ex.slurm.requeue(jobs)
+        except SlurmCommandError:
+            # some were requeued already (POWER_DOWN_FORCE does it) or have ended
+            for job in jobs:
+                self._call(self.ex.slurm.requeue, [job], quiet=True)
+        self.event("requeue", "", "", len(jobs), items[0].reason)
+
+    def signal(self, items: list[a.Signal]) -> None:
+        for x in items:
+            self._call(self.ex.slurm.signal, list(x.jobs), x.signal)
+
+    def _slurm(self, fn: Callable[[list[str]], None], nodes: list[str]) -> None:
+        """One call for every node; if it fails, one per node so one bad node does not
+        hold back the others."""
+        try:
+            fn(nodes)
+        except SlurmCommandError as exc:
+            if len(nodes) == 1:
+                log.warning("%s", exc)
+                self.report.errors += 1
+                return
+            for node in nodes:
+                self._call(fn, [node])
+
+    def _call(self, fn: Callable[..., None], *args: Any, quiet: bool = False) -> None:
+        try:
+            fn(*args)
+        except SlurmCommandError as exc:
+            (log.debug if quiet else log.warning)("%s", exc)
+            self.report.errors += 0 if quiet else 1
+
+    # ------------------------------------------------------------------ provider
+
+    def terminate(self, items: list[a.Terminate]) -> None:
+        doomed = [self.instances.get(x.instance) or Instance(x.instance, x.node, None, InstanceState.RUNNING)
+                  for x in items]
+        try:
+            self.ex.provider.terminate(doomed)
+        except Exception:
+            log.exception("terminating %d instance(s) failed", len(doomed))
+            self.report.errors += 1
+            return
+        for x in items:
+            info = self.topology.nodes.get(x.node or "")
+            pool = info.pool if info else ""
+            kind = x.reason.split(":", 1)[0] if x.reason.startswith(("orphan", "duplicate")) else "release"
+            self.store.count("slurmforge_terminated_instances_total", {"pool": pool, "why": kind})
+            log.info("terminate %s (%s): %s", x.instance, x.node or "-", x.reason)
+        self.event("terminate", "", "", len(items), items[0].reason)
+
+    def launch(self, items: list[a.Launch]) -> None:
+        for x in items:
+            self.launch_one(x)
+
+    def launch_one(self, x: a.Launch) -> None:
+        self.store.begin_launch(LaunchRecord(x.token, x.pool, x.link, x.nodes, x.jobs, self.now))
+        node_jobs = {n: self.node_jobs[n] for n in x.nodes if n in self.node_jobs}
+        users = {j: self.job_users[j] for j in x.jobs if j in self.job_users}
+        request = LaunchRequest(pool=x.pool, nodes=x.nodes, token=x.token, jobs=x.jobs, link=x.link,
+                                node_jobs=node_jobs, job_users=users)
+        try:
+            result = self.ex.provider.start(request)
+        except Exception:
+            # outcome unknown: the record stays pending and is retried with this token
+            log.exception("launch %s of %d node(s) on %s failed", x.token, len(x.nodes), x.link)
+            self.report.errors += 1
+            return
+        self.finish(x, result)
+
+    def finish(self, x: a.Launch, result: LaunchResult) -> None:
+        bindings = [Binding(node, inst.id, x.link, inst.launched_at or self.now, x.token)
+                    for node, inst in result.launched.items()]
+        self.store.finish_launch(x.token, bindings)
+        self.report.launched.update(result.launched)
+        if result.launched:
+            self.store.count("slurmforge_launched_nodes_total", {"pool": x.pool, "link": x.link},
+                             len(result.launched))
+            self.event("launch", x.pool, x.link, len(result.launched), f"token {x.token}")
+        failed = {n: code for n, code in result.failed.items() if code != THROTTLED}
+        for code, nodes in _group(failed).items():
+            self.store.count("slurmforge_launch_failures_total", {"pool": x.pool, "link": x.link, "code": code},
+                             len(nodes))
+            self.event("launch-failed", x.pool, x.link, len(nodes), code)
+        if failed:
+            cooldown = self.store.cool_down(x.link, sorted(set(failed.values()))[0], self.now)
+            self.event("cooldown", x.pool, x.link, 0, f"until {cooldown.until:.0f} ({cooldown.last_error})")
+            self.report.failed.update(failed)
+        elif result.launched:
+            self.store.link_succeeded(x.link)
+
+    def cooldown(self, x: a.MarkCooldown) -> None:
+        self.store.set_cooldown(Cooldown(x.link, x.until, x.failures, x.reason, self.now))
+        self.event("cooldown", x.link, x.link, 0, x.reason)
+
+    # ------------------------------------------------------------------ helpers
+
+    def event(self, kind: str, pool: str, link: str, count: int, detail: str) -> None:
+        self.store.add_event(Event(self.now, kind, pool, link, count, detail))
+
+    def _pools(self, nodes: list[str]) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for node in nodes:
+            info = self.topology.nodes.get(node)
+            counts[info.pool if info else ""] = counts.get(info.pool if info else "", 0) + 1
+        return counts
+
+
+def _power_down(slurm: SlurmClient, nodes: list[str], reason: str) -> None:
+    slurm.power_down(nodes, reason)
+
+
+def _drain(slurm: SlurmClient, nodes: list[str], reason: str) -> None:
+    slurm.drain(nodes, reason)
+
+
+def _by_reason(items: Sequence[a.PowerDown | a.Drain]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for x in items:
+        grouped.setdefault(x.reason, []).extend(x.nodes)
+    return {reason: list(dict.fromkeys(nodes)) for reason, nodes in grouped.items()}
+
+
+def _group(failed: Mapping[str, str]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for node, code in failed.items():
+        grouped.setdefault(code, []).append(node)
+    return grouped

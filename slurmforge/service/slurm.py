@@ -1,0 +1,294 @@
+"""The service's Slurm client: argument lists (never shell strings), JSON where Slurm has it.
+
+Slurm 22.05 (Debian 12) facts this module relies on, checked against a running 22.05.8
+slurmctld:
+- `scontrol` has no `--json` in 22.05 (it came with 23.02); `sinfo --json` dumps every node
+  (openapi v0.0.38: `name`, `state` = base state in lower case, `state_flags` = upper-case
+  flags such as CLOUD, POWERED_DOWN, POWERING_UP, POWERING_DOWN, NOT_RESPONDING, DRAIN)
+  and `squeue --json` every job (`job_id`, `job_state`, `nodes`, `user_name`). Both ignore
+  filtering options. 23.02+ write `state` / `job_state` as lists; both shapes are read.
+- SLURM_RESUME_FILE names a file descriptor of slurmctld (`/proc/<pid>/fd/N`) that is gone
+  once ResumeProgram exits: `{"jobs": [{"job_id": 1, "nodes": "n-[01-02]"}],
+  "all_nodes": "n-[01-03]"}` (later releases add more keys per job).
+- `state=power_down_force` requeues the node's jobs, runs SuspendProgram, keeps the reason,
+  clears DRAIN and DOWN, and leaves the node POWERING_DOWN for SuspendTimeout.
+- After ResumeTimeout a node is `down` + POWERED_DOWN + NOT_RESPONDING, reason
+  "ResumeTimeout reached", and its jobs are requeued.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slurmforge.errors import SlurmCommandError
+from slurmforge.hostlists import compress, expand
+
+log = logging.getLogger(__name__)
+
+Runner = Callable[[Sequence[str]], subprocess.CompletedProcess[str]]
+
+MAX_HOSTLIST_CHARS = 8192
+"""A compressed hostlist argument longer than this is split over several calls."""
+MAX_JOBS_PER_CALL = 200
+
+
+def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=False)
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """One node as `sinfo --json` reports it."""
+
+    name: str
+    state: str
+    """Base state, lower case: idle, allocated, mixed, down, unknown, future, ..."""
+    flags: frozenset[str]
+    address: str = ""
+    hostname: str = ""
+    reason: str = ""
+    reason_changed_at: float = 0.0
+    gres: str = ""
+    gres_used: str = ""
+    partitions: tuple[str, ...] = ()
+
+    def is_cloud(self) -> bool:
+        return "CLOUD" in self.flags
+
+    def is_powering_up(self) -> bool:
+        return "POWERING_UP" in self.flags
+
+    def is_powering_down(self) -> bool:
+        return "POWERING_DOWN" in self.flags
+
+    def is_powered_down(self) -> bool:
+        """In power save (idle~ in sinfo), not on its way back up."""
+        return "POWERED_DOWN" in self.flags and not self.is_powering_up()
+
+    def is_powered(self) -> bool:
+        """Up or on its way up: Slurm expects a machine behind it."""
+        return not (self.is_powered_down() or self.is_powering_down())
+
+    def is_idle(self) -> bool:
+        return self.state == "idle"
+
+    def is_down(self) -> bool:
+        return self.state == "down"
+
+    def is_drain(self) -> bool:
+        return "DRAIN" in self.flags
+
+    def has_jobs(self) -> bool:
+        return self.state in ("allocated", "mixed") or "COMPLETING" in self.flags
+
+    def is_drained(self) -> bool:
+        """Drained and empty: safe to replace."""
+        return self.is_drain() and not self.has_jobs()
+
+    def is_not_responding(self) -> bool:
+        """slurmd does not answer. A node on its way up always carries the flag until it
+        registers, so that case is not counted."""
+        return "NOT_RESPONDING" in self.flags and not self.is_powering_up()
+
+    def gpus(self) -> int:
+        return gres_count(self.gres)
+
+    def gpus_used(self) -> int:
+        return gres_count(self.gres_used)
+
+
+def gres_count(gres: str) -> int:
+    """GPUs in a gres string: `gpu:4`, `gpu:v100:2(S:0-1)`, `gpu:0,mps:100` -> 4, 2, 0."""
+    total = 0
+    for item in _split_gres(gres):
+        fields = item.split("(", 1)[0].split(":")
+        if fields[0] == "gpu" and len(fields) >= 2 and fields[-1].isdigit():
+            total += int(fields[-1])
+    return total
+
+
+def _split_gres(gres: str) -> Iterator[str]:
+    depth, start = 0, 0
+    for i, char in enumerate(gres):
+        depth += char == "("
+        depth -= char == ")"
+        if char == "," and depth == 0:
+            yield gres[start:i]
+            start = i + 1
+    if gres[start:] and gres[start:] != "N/A":
+        yield gres[start:]
+
+
+def node_from_json(item: Mapping[str, Any]) -> NodeState:
+    state, flags = _state_and_flags(item.get("state"), item.get("state_flags"))
+    return NodeState(
+        name=str(item["name"]),
+        state=state,
+        flags=flags,
+        address=str(item.get("address") or ""),
+        hostname=str(item.get("hostname") or ""),
+        reason=str(item.get("reason") or ""),
+        reason_changed_at=_number(item.get("reason_changed_at")),
+        gres=str(item.get("gres") or ""),
+        gres_used=str(item.get("gres_used") or ""),
+        partitions=tuple(str(p) for p in item.get("partitions") or ()),
+    )
+
+
+def _state_and_flags(state: Any, flags: Any) -> tuple[str, frozenset[str]]:
+    if isinstance(state, list):  # 23.02+: ["IDLE", "CLOUD", "POWERED_DOWN"]
+        names = [str(s).upper() for s in state]
+        return (names[0].lower() if names else "unknown"), frozenset(names[1:]) | frozenset(flags or ())
+    return str(state or "unknown").lower(), frozenset(str(f).upper() for f in flags or ())
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, dict):  # 23.02+: {"set": true, "number": 17}
+        value = value.get("number")
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def parse_nodes(text: str) -> list[NodeState]:
+    """`sinfo --json` output -> one NodeState per node (sinfo may list a node once per
+    partition in some releases; the first wins)."""
+    seen: dict[str, NodeState] = {}
+    for item in json.loads(text).get("nodes", []):
+        node = node_from_json(item)
+        seen.setdefault(node.name, node)
+    return list(seen.values())
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    state: str
+    """Upper case: PENDING, CONFIGURING, RUNNING, COMPLETING, ..."""
+    nodes: str
+    """Hostlist expression of the allocated nodes ("" while pending)."""
+    user: str = ""
+
+    def node_names(self) -> list[str]:
+        return expand(self.nodes) if self.nodes else []
+
+
+def parse_jobs(text: str) -> list[Job]:
+    jobs = []
+    for item in json.loads(text).get("jobs", []):
+        state = item.get("job_state")
+        if isinstance(state, list):
+            state = state[0] if state else "UNKNOWN"
+        jobs.append(Job(int(item["job_id"]), str(state).upper(), str(item.get("nodes") or ""),
+                        str(item.get("user_name") or "")))
+    return jobs
+
+
+def jobs_by_node(jobs: Iterable[Job]) -> dict[str, tuple[int, ...]]:
+    """node -> ids of the jobs that hold it (running, configuring, completing)."""
+    found: dict[str, list[int]] = {}
+    for job in jobs:
+        if job.state in ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"):
+            for node in job.node_names():
+                found.setdefault(node, []).append(job.id)
+    return {node: tuple(ids) for node, ids in found.items()}
+
+
+# --------------------------------------------------------------------------- resume file
+
+
+@dataclass(frozen=True)
+class ResumeFile:
+    """SLURM_RESUME_FILE: which job each resumed node is for."""
+
+    jobs: dict[int, str]
+    """job id -> hostlist expression of its nodes"""
+    all_nodes: str
+
+    def node_jobs(self) -> dict[str, int]:
+        return {node: job for job, nodes in self.jobs.items() for node in expand(nodes)}
+
+
+def parse_resume_file(text: str) -> ResumeFile:
+    data = json.loads(text) if text.strip() else {}
+    jobs = {int(j["job_id"]): str(j.get("nodes") or "") for j in data.get("jobs") or []}
+    return ResumeFile(jobs=jobs, all_nodes=str(data.get("all_nodes") or ""))
+
+
+# --------------------------------------------------------------------------- client
+
+
+class SlurmClient:
+    """Reads node and job state and changes nodes and jobs. Every command is an argument
+    list; node sets travel as compressed hostlists, split when very long."""
+
+    def __init__(self, runner: Runner = run_command, bin_dir: str = "") -> None:
+        self._runner = runner
+        self._bin = bin_dir.rstrip("/") + "/" if bin_dir else ""
+
+    def run(self, *argv: str) -> str:
+        cmd = [self._bin + argv[0], *argv[1:]]
+        result = self._runner(cmd)
+        if result.returncode != 0:
+            raise SlurmCommandError(cmd, result.returncode, result.stderr or "")
+        return result.stdout
+
+    def nodes(self) -> list[NodeState]:
+        return parse_nodes(self.run("sinfo", "--json"))
+
+    def jobs(self) -> list[Job]:
+        return parse_jobs(self.run("squeue", "--json"))
+
+    def update_nodes(self, nodes: Sequence[str], *fields: str) -> None:
+        for hostlist in hostlist_chunks(nodes):
+            self.run("scontrol", "update", f"nodename={hostlist}", *fields)
+
+    def power_down(self, nodes: Sequence[str], reason: str) -> None:
+        """POWER_DOWN_FORCE: requeue the node's jobs, release the machine, back to idle~.
+        Never DOWN: a DOWN cloud node stays out of service until someone resumes it."""
+        self.update_nodes(nodes, "state=power_down_force", f"reason={reason}")
+
+    def power_up(self, nodes: Sequence[str]) -> None:
+        self.update_nodes(nodes, "state=power_up")
+
+    def drain(self, nodes: Sequence[str], reason: str) -> None:
+        self.update_nodes(nodes, "state=drain", f"reason={reason}")
+
+    def set_address(self, node: str, address: str, hostname: str | None = None) -> None:
+        fields = [f"nodeaddr={address}"] + ([f"nodehostname={hostname}"] if hostname else [])
+        self.run("scontrol", "update", f"nodename={node}", *fields)
+
+    def requeue(self, jobs: Sequence[int]) -> None:
+        for chunk in _chunks(list(jobs), MAX_JOBS_PER_CALL):
+            self.run("scontrol", "requeue", ",".join(str(j) for j in chunk))
+
+    def signal(self, jobs: Sequence[int], signal: str = "USR1") -> None:
+        """Signal every step of the jobs (not the batch shell: bash ends on an untrapped
+        USR1). That is what `#SBATCH --signal=USR1@90` does, which checkpointing code
+        (PyTorch Lightning's SLURMEnvironment, submitit) already handles."""
+        for chunk in _chunks(list(jobs), MAX_JOBS_PER_CALL):
+            self.run("scancel", f"--signal={signal}", *(str(j) for j in chunk))
+
+
+def hostlist_chunks(nodes: Sequence[str]) -> list[str]:
+    """Compressed hostlists covering `nodes`, each short enough for one argument."""
+    text = compress(nodes)
+    if len(text) <= MAX_HOSTLIST_CHARS or len(nodes) <= 1:
+        return [text] if nodes else []
+    half = len(nodes) // 2
+    ordered = sorted(nodes)
+    return hostlist_chunks(ordered[:half]) + hostlist_chunks(ordered[half:])
+
+
+def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]

@@ -1,0 +1,189 @@
+"""The service's small web face, on the standard library's http.server:
+
+    /            the pool page (templates/pools.html.j2, StrictUndefined, autoescaped)
+    /metrics     Prometheus text format
+    /pools.json  the snapshot, for `slurmforge pools`
+    /healthz     200 once a loop has published a snapshot
+
+and `pools_table(snapshot)`, the same numbers as a rich table for the CLI.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from functools import cache
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import jinja2
+from rich.table import Table
+
+from slurmforge.render import templates_dir
+from slurmforge.service.snapshot import NODE_STATES, ClusterSnapshot, PoolSnapshot
+
+log = logging.getLogger(__name__)
+
+SnapshotSource = Callable[[], ClusterSnapshot | None]
+
+COUNTER_HELP = {
+    "slurmforge_launched_nodes_total": "Nodes launched, by pool and link.",
+    "slurmforge_launch_failures_total": "Nodes whose launch failed, by pool, link and error code.",
+    "slurmforge_terminated_instances_total": "Instances terminated, by pool and why (release, orphan, duplicate).",
+    "slurmforge_interruptions_total": "Spot interruption notices received.",
+}
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def metrics_text(snap: ClusterSnapshot) -> str:
+    lines: list[str] = []
+    lines += _gauge("slurmforge_pool_nodes", "Nodes of a pool by state.",
+                    (({"pool": p.name, "state": s}, p.count(s)) for p in snap.pools for s in NODE_STATES))
+    lines += _gauge("slurmforge_pool_gpus", "GPUs of a pool: in use, free on running nodes, powered off.",
+                    (({"pool": p.name, "state": k}, v) for p in snap.pools
+                     for k, v in (("used", p.gpus_used), ("free", p.gpus_free), ("off", p.gpus_off))))
+    lines += _gauge("slurmforge_pool_recent_launches", f"Nodes launched in the last {snap.window_seconds:.0f} s.",
+                    (({"pool": p.name}, p.launches) for p in snap.pools))
+    lines += _gauge("slurmforge_pool_recent_launch_failures",
+                    f"Node launches failed in the last {snap.window_seconds:.0f} s.",
+                    (({"pool": p.name}, p.failures) for p in snap.pools))
+    cooling = {c.link: c for p in snap.pools for c in p.cooling}
+    lines += _gauge("slurmforge_link_cooldown_seconds", "Seconds until a failed link is tried again.",
+                    (({"link": link}, max(c.until - snap.taken_at, 0.0)) for link, c in sorted(cooling.items())))
+    lines += _gauge("slurmforge_links_cooling", "Links cooling down after failures.", [({}, len(cooling))])
+    lines += _gauge("slurmforge_loop_duration_seconds", "Duration of the last loop.", [({}, snap.loop_seconds)])
+    lines += _gauge("slurmforge_snapshot_timestamp_seconds", "When the last loop published.", [({}, snap.taken_at)])
+    names = sorted({name for name, _, _ in snap.counters} | set(COUNTER_HELP))
+    for name in names:
+        rows = [(labels, value) for n, labels, value in snap.counters if n == name]
+        lines += [f"# HELP {name} {COUNTER_HELP.get(name, name)}", f"# TYPE {name} counter"]
+        lines += [f"{name}{_labels(labels)} {_number(value)}" for labels, value in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _gauge(name: str, help_text: str, rows: Any) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge",
+            *(f"{name}{_labels(labels)} {_number(value)}" for labels, value in rows)]
+
+
+def _labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(labels.items())) + "}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
+
+
+# --------------------------------------------------------------------------- page
+
+
+@cache
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
+                              undefined=jinja2.StrictUndefined, autoescape=True, trim_blocks=True,
+                              lstrip_blocks=True)
+
+
+def page_context(snap: ClusterSnapshot) -> dict[str, Any]:
+    return {
+        "cluster": snap.cluster,
+        "updated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(snap.taken_at)),
+        "loop_ms": round(snap.loop_seconds * 1000),
+        "window_minutes": round(snap.window_seconds / 60),
+        "pools": [_pool_context(p, snap.taken_at) for p in snap.pools],
+        "events": [{"when": time.strftime("%H:%M:%S", time.gmtime(e.at)), "kind": e.kind, "pool": e.pool,
+                    "link": e.link, "count": e.count, "detail": e.detail} for e in snap.events[:30]],
+    }
+
+
+def _pool_context(p: PoolSnapshot, now: float) -> dict[str, Any]:
+    return {
+        "name": p.name, "kind": p.kind, "market": p.market, "chain": list(p.chain), "total": p.total,
+        "min_nodes": p.min_nodes, "max_nodes": p.max_nodes,
+        "states": [(s.replace("_", " "), p.count(s)) for s in NODE_STATES if p.count(s)],
+        "gpus_used": p.gpus_used, "gpus_free": p.gpus_free, "gpus_off": p.gpus_off,
+        "gpus_total": p.gpus_used + p.gpus_free + p.gpus_off, "launches": p.launches, "failures": p.failures,
+        "cooling": [{"link": c.link, "seconds_left": max(round(c.until - now), 0), "failures": c.failures,
+                     "last_error": c.last_error} for c in p.cooling],
+    }
+
+
+def render_page(snap: ClusterSnapshot) -> str:
+    return environment().get_template("pools.html.j2").render(**page_context(snap))
+
+
+# --------------------------------------------------------------------------- CLI table
+
+
+def pools_table(snap: ClusterSnapshot) -> Table:
+    """`slurmforge pools`: one row per pool."""
+    table = Table(title=f"{snap.cluster}: pools", title_justify="left")
+    for header in ("Pool", "Kind", "Market", "Nodes", "Idle", "Busy", "Starting", "Off", "Down/drain",
+                   "GPUs used", "GPUs free", "Launched", "Failed", "Cooling down"):
+        table.add_column(header, justify="left" if header in ("Pool", "Kind", "Market", "Cooling down") else "right")
+    for p in snap.pools:
+        cooling = ", ".join(f"{c.link} ({max(round(c.until - snap.taken_at), 0)} s)" for c in p.cooling)
+        table.add_row(
+            p.name, p.kind, p.market, str(p.total), str(p.count("idle")),
+            str(p.count("allocated") + p.count("mixed")), str(p.count("powering_up")),
+            str(p.count("powered_down") + p.count("powering_down")),
+            str(p.count("down") + p.count("drained") + p.count("draining")),
+            str(p.gpus_used), str(p.gpus_free), str(p.launches), str(p.failures), cooling or "-")
+    return table
+
+
+# --------------------------------------------------------------------------- server
+
+
+class _Handler(BaseHTTPRequestHandler):
+    source: SnapshotSource
+
+    def do_GET(self) -> None:
+        snap = type(self).source()
+        path = self.path.split("?", 1)[0]
+        if path not in ROUTES:
+            self._send(404, "text/plain", "not found\n")
+        elif snap is None:
+            self._send(503, "text/plain", "no loop has finished yet\n")
+        else:
+            content_type, render = ROUTES[path]
+            self._send(200, content_type, render(snap))
+
+    def _send(self, status: int, content_type: str, body: str) -> None:
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", f"{content_type}; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug(format, *args)
+
+
+ROUTES: dict[str, tuple[str, Callable[[ClusterSnapshot], str]]] = {
+    "/": ("text/html", render_page),
+    "/metrics": ("text/plain; version=0.0.4", metrics_text),
+    "/pools.json": ("application/json", ClusterSnapshot.to_json),
+    "/healthz": ("text/plain", lambda _: "ok\n"),
+}
+
+
+def serve(source: SnapshotSource, host: str = "127.0.0.1", port: int = 9110) -> ThreadingHTTPServer:
+    """Start serving in a background thread; `server.shutdown()` stops it."""
+    handler = type("Handler", (_Handler,), {"source": staticmethod(source)})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="slurmforge-web", daemon=True).start()
+    log.info("serving the pool page and /metrics on http://%s:%d/", host, server.server_address[1])
+    return server

@@ -1,0 +1,319 @@
+"""The classifier, table-driven with a fake clock: every node state x cloud state the
+anchors handle, then launches and fallback, orphans, crashed launches, spot notices."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from test_service_world import (
+    ALLOCATED,
+    DOWN,
+    DOWN_POWERED_DOWN,
+    DRAINED,
+    DRAINED_POWERED_DOWN,
+    DRAINING,
+    IDLE,
+    NOT_RESPONDING,
+    NOW,
+    POWERED_DOWN,
+    POWERING_DOWN,
+    POWERING_UP,
+    STATIC_NONCLOUD,
+    WorldBuilder,
+    instance,
+    node,
+)
+
+from slurmforge.providers.base import TAG_TOKEN, InstanceState
+from slurmforge.service.actions import (
+    AbandonLaunch,
+    Action,
+    AdvanceInterruption,
+    ClearMark,
+    CloseRequests,
+    Drain,
+    Launch,
+    MarkCooldown,
+    PowerDown,
+    PowerUp,
+    Requeue,
+    SetAddress,
+    SetMark,
+    Signal,
+    Terminate,
+    Unbind,
+)
+from slurmforge.service.classify import NodeStatus, classify, launch_token
+from slurmforge.service.handoff import HandoffKind
+from slurmforge.service.state import Binding, Cooldown, InterruptionRecord, LaunchRecord, Request, ServiceState
+
+pytestmark = pytest.mark.unit
+
+S1, S2, OD1, OD2 = "t-spot-01", "t-spot-02", "t-od-01", "t-od-02"
+RUNNING, PENDING, TERMINATED, STOPPED = (InstanceState.RUNNING, InstanceState.PENDING, InstanceState.TERMINATED,
+                                        InstanceState.STOPPED)
+
+
+def bound(node_name: str, iid: str, at: float = NOW - 300, link: str = "spot") -> dict[str, Binding]:
+    return {node_name: Binding(node_name, iid, link, at, "sf-old")}
+
+
+def cooling(*links: str, failures: int = 1) -> dict[str, Cooldown]:
+    return {link: Cooldown(link, NOW + 60, failures, "InsufficientInstanceCapacity", NOW) for link in links}
+
+
+def state(**kw: object) -> ServiceState:
+    return ServiceState(**kw)  # type: ignore[arg-type]
+
+
+Case = Callable[[], tuple[WorldBuilder, list[Action]]]
+
+CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
+    # ----- powered down / powering down
+    "off-no-instance": (WorldBuilder([node(S1, POWERED_DOWN)]), []),
+    "off-with-running-instance": (
+        WorldBuilder([node(S1, POWERED_DOWN)], [instance("i-1", S1)], state(bindings=bound(S1, "i-1"))),
+        [Terminate("i-1", S1, f"node {S1} is powered down")]),
+    "off-instance-terminated-binding-dropped": (
+        WorldBuilder([node(S1, POWERED_DOWN)], [instance("i-1", S1, TERMINATED)], state(bindings=bound(S1, "i-1"))),
+        [Unbind(S1)]),
+    "powering-down-with-instance": (
+        WorldBuilder([node(S1, POWERING_DOWN)], [instance("i-1", S1)]),
+        [Terminate("i-1", S1, f"node {S1} is powered down")]),
+    "powering-down-nothing-left": (WorldBuilder([node(S1, POWERING_DOWN)]), []),
+    "resume-timeout-down-is-reset-not-left-down": (
+        WorldBuilder([node(S1, DOWN_POWERED_DOWN, reason="ResumeTimeout reached")]),
+        [PowerDown((S1,), "slurmforge: reset after 'ResumeTimeout reached'")]),
+    "admin-down-powered-down-left-alone": (
+        WorldBuilder([node(S1, DOWN_POWERED_DOWN, reason="rack 4 maintenance")]), []),
+    "own-drain-powered-down-is-reset": (
+        WorldBuilder([node(S1, DRAINED_POWERED_DOWN, reason="slurmforge: spot interruption notice")]),
+        [PowerDown((S1,), "slurmforge: reset after 'slurmforge: spot interruption notice'")]),
+    # ----- powering up (resume)
+    "powering-up-no-instance-launches": (
+        WorldBuilder([node(S1, POWERING_UP)], state=state(node_jobs={S1: 42})),
+        [Launch("spot", "spot", (S1,), launch_token("spot", [S1], NOW), (42,))]),
+    "powering-up-launched-not-listed-yet-waits": (
+        WorldBuilder([node(S1, POWERING_UP)], state=state(bindings=bound(S1, "i-1", at=NOW - 20))), []),
+    "powering-up-missing-private-ip-waits": (
+        WorldBuilder([node(S1, POWERING_UP)], [instance("i-1", S1, PENDING, address=None, launched=NOW - 30)],
+                     state(bindings=bound(S1, "i-1", at=NOW - 30))), []),
+    "powering-up-address-known-sets-nodeaddr": (
+        WorldBuilder([node(S1, POWERING_UP)], [instance("i-1", S1, address="10.0.16.9", launched=NOW - 60)]),
+        [SetAddress(S1, "10.0.16.9")]),
+    "powering-up-address-already-set": (
+        WorldBuilder([node(S1, POWERING_UP, address="10.0.16.9")],
+                     [instance("i-1", S1, address="10.0.16.9", launched=NOW - 60)]), []),
+    "bootstrap-failure-after-resume-timeout": (
+        WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5")], [instance("i-1", S1, launched=NOW - 601)]),
+        [PowerDown((S1,), "slurmforge: bootstrap failure: t-spot-01 not registered by resume timeout on i-1"),
+         Terminate("i-1", S1, "bootstrap failure: t-spot-01 not registered by resume timeout on i-1")]),
+    "instance-died-while-booting-cools-link": (
+        WorldBuilder([node(S1, POWERING_UP)], [instance("i-1", S1, TERMINATED, launched=NOW - 40)],
+                     state(bindings=bound(S1, "i-1", at=NOW - 40))),
+        [Unbind(S1), MarkCooldown("spot", NOW + 60, 1, "instance i-1 terminated while booting")]),
+    "powering-up-first-link-cooling-uses-fallback": (
+        WorldBuilder([node(S1, POWERING_UP)], state=state(cooldowns=cooling("spot"))),
+        [Launch("spot", "od", (S1,), launch_token("od", [S1], NOW))]),
+    "powering-up-all-links-cooling-powers-down-and-requeues": (
+        WorldBuilder([node(S1, POWERING_UP), node(S2, POWERING_UP)],
+                     state=state(cooldowns=cooling("spot", "od"), node_jobs={S1: 7, S2: 7})),
+        [PowerDown((S1, S2), "slurmforge: no capacity on spot, od"), Requeue((7,), "no capacity on spot, od")]),
+    # ----- up
+    "up-healthy": (WorldBuilder([node(S1, IDLE)], [instance("i-1", S1)], state(bindings=bound(S1, "i-1"))), []),
+    "up-missing-private-ip-is-not-replaced": (
+        WorldBuilder([node(S1, ALLOCATED)], [instance("i-1", S1, address=None)], state(bindings=bound(S1, "i-1"))),
+        []),
+    "up-instance-terminated-powers-down": (
+        WorldBuilder([node(S1, ALLOCATED)], [instance("i-1", S1, TERMINATED)], state(bindings=bound(S1, "i-1"))),
+        [PowerDown((S1,), "slurmforge: instance i-1 of t-spot-01 is terminated")]),
+    "up-instance-stopped-powers-down": (
+        WorldBuilder([node(S1, IDLE)], [instance("i-1", S1, STOPPED)]),
+        [PowerDown((S1,), "slurmforge: instance i-1 of t-spot-01 is stopped")]),
+    "up-instance-not-listed-marks-first": (
+        WorldBuilder([node(S1, IDLE)]), [SetMark(S1, "missing", NOW)]),
+    "up-instance-not-listed-recently-launched-waits": (
+        WorldBuilder([node(S1, IDLE)], state=state(bindings=bound(S1, "i-1", at=NOW - 30))), []),
+    "up-instance-not-listed-past-grace-powers-down": (
+        WorldBuilder([node(S1, IDLE)], state=state(marks={S1: {"missing": NOW - 61}})),
+        [ClearMark(S1, "missing"), PowerDown((S1,), "slurmforge: instance - of t-spot-01 is -")]),
+    "slurmd-not-responding-marks-first": (
+        WorldBuilder([node(S1, NOT_RESPONDING)], [instance("i-1", S1)]), [SetMark(S1, "unresponsive", NOW)]),
+    "slurmd-not-responding-within-grace-waits": (
+        WorldBuilder([node(S1, NOT_RESPONDING)], [instance("i-1", S1)],
+                     state(marks={S1: {"unresponsive": NOW - 100}})), []),
+    "slurmd-not-responding-past-grace-replaced": (
+        WorldBuilder([node(S1, NOT_RESPONDING)], [instance("i-1", S1)],
+                     state(marks={S1: {"unresponsive": NOW - 181}})),
+        [ClearMark(S1, "unresponsive"), PowerDown((S1,), "slurmforge: slurmd on t-spot-01 not responding"),
+         Terminate("i-1", S1, "slurmd on t-spot-01 not responding")]),
+    "responding-again-clears-mark": (
+        WorldBuilder([node(S1, IDLE)], [instance("i-1", S1)], state(marks={S1: {"unresponsive": NOW - 100}})),
+        [ClearMark(S1, "unresponsive")]),
+    "down-by-slurm-replaced": (
+        WorldBuilder([node(S1, DOWN, reason="Not responding")], [instance("i-1", S1)]),
+        [PowerDown((S1,), "slurmforge: replacing t-spot-01 (Not responding)"),
+         Terminate("i-1", S1, "replacing t-spot-01 (Not responding)")]),
+    "down-by-admin-left-alone": (
+        WorldBuilder([node(S1, DOWN, reason="bad dimm, ticket 42")], [instance("i-1", S1)]), []),
+    "gpu-health-drained-replaced": (
+        WorldBuilder([node(S1, DRAINED, reason="health: gpu 2 xid 79")], [instance("i-1", S1)]),
+        [PowerDown((S1,), "slurmforge: replacing t-spot-01 (health: gpu 2 xid 79)"),
+         Terminate("i-1", S1, "replacing t-spot-01 (health: gpu 2 xid 79)")]),
+    "gpu-health-draining-waits-for-job": (
+        WorldBuilder([node(S1, DRAINING, reason="health: gpu 2 xid 79")], [instance("i-1", S1)]), []),
+    "admin-drain-left-alone": (
+        WorldBuilder([node(S1, DRAINED, reason="kernel update")], [instance("i-1", S1)]), []),
+    "interrupted-node-left-to-the-notice-handling": (
+        WorldBuilder([node(S1, DRAINING, reason="slurmforge: spot interruption notice")],
+                     [instance("i-1", S1)],
+                     state(bindings=bound(S1, "i-1"),
+                           interruptions=(InterruptionRecord("i-1", S1, "spot", NOW - 10, "signalled"),))),
+        []),
+    # ----- static nodes kept at count
+    "static-node-off-is-powered-up": (WorldBuilder([node(OD1, POWERED_DOWN)]), [PowerUp((OD1,))]),
+    "static-node-off-all-links-cooling-waits": (
+        WorldBuilder([node(OD1, POWERED_DOWN)], state=state(cooldowns=cooling("od"))), []),
+    "static-node-admin-drained-stays-off": (
+        WorldBuilder([node(OD1, DRAINED_POWERED_DOWN, reason="kept off")]), []),
+    "dynamic-node-off-stays-off": (WorldBuilder([node(OD2, POWERED_DOWN)]), []),
+    "non-cloud-node-ignored": (WorldBuilder([node(S1, STATIC_NONCLOUD)]), []),
+    "unknown-node-ignored": (WorldBuilder([node("elsewhere-01", POWERING_UP)]), []),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_node_state_x_cloud_state(name: str) -> None:
+    builder, expected = CASES[name]
+    assert classify(builder.build()) == expected
+
+
+def test_every_status_is_covered_by_the_table() -> None:
+    from slurmforge.service.classify import Context
+
+    seen = set()
+    for builder, _ in CASES.values():
+        world = builder.build()
+        ctx = Context(world)
+        for n in world.nodes:
+            info = world.topology.nodes.get(n.name)
+            if info is not None and n.is_cloud():
+                seen.add(ctx.assess(n, info))
+    assert seen == set(NodeStatus)
+
+
+# --------------------------------------------------------------------------- launches
+
+
+def test_launch_groups_by_pool_and_orders_nodes_by_job() -> None:
+    nodes = [node(n, POWERING_UP) for n in ("t-spot-03", S1, S2, "t-cpu-01", "t-cpu-02")]
+    world = WorldBuilder(nodes, state=state(node_jobs={"t-spot-03": 5, S1: 9, S2: 5, "t-cpu-02": 3})).build()
+    assert classify(world) == [
+        Launch("cpu", "cpu", ("t-cpu-01", "t-cpu-02"), launch_token("cpu", ["t-cpu-01", "t-cpu-02"], NOW), (3,)),
+        Launch("spot", "spot", (S2, "t-spot-03", S1), launch_token("spot", [S2, "t-spot-03", S1], NOW), (5, 9)),
+    ]
+
+
+def test_launch_token_is_deterministic_and_fits_ec2() -> None:
+    token = launch_token("spot", [S1, S2], NOW)
+    assert token == launch_token("spot", [S1, S2], NOW)
+    assert token != launch_token("od", [S1, S2], NOW)
+    assert token != launch_token("spot", [S1, S2], NOW + 10)
+    assert len(token) <= 64 and token.isascii()
+
+
+def test_crashed_launch_is_retried_with_its_token_and_not_doubled() -> None:
+    record = LaunchRecord("sf-crashed", "spot", "spot", (S1, S2), (4,), NOW - 30)
+    untagged = instance("i-9", None, PENDING, address=None, launched=NOW - 25, tags={TAG_TOKEN: "sf-crashed"})
+    world = WorldBuilder([node(S1, POWERING_UP), node(S2, POWERING_UP)], [untagged],
+                         state(pending_launches=(record,))).build()
+    assert classify(world) == [Launch("spot", "spot", (S1, S2), "sf-crashed", (4,), retry=True)]
+
+
+def test_crashed_launch_past_its_window_is_abandoned_and_relaunched() -> None:
+    record = LaunchRecord("sf-ancient", "spot", "spot", (S1,), (), NOW - 901)
+    world = WorldBuilder([node(S1, POWERING_UP)], state=state(pending_launches=(record,))).build()
+    assert classify(world) == [AbandonLaunch("sf-ancient", "retry window passed"),
+                               Launch("spot", "spot", (S1,), launch_token("spot", [S1], NOW))]
+
+
+# --------------------------------------------------------------------------- orphans
+
+
+def test_orphans_and_duplicates_are_terminated_foreign_machines_are_not() -> None:
+    world = WorldBuilder(
+        [node(S1, IDLE), node(S2, IDLE)],
+        [instance("i-1", S1), instance("i-2", S1, launched=NOW - 100),  # i-2: a second machine for S1
+         instance("i-3", None),  # pool tag, no node, no launch in flight
+         instance("i-4", "t-gone-07"),  # a node the spec no longer has
+         instance("i-5", None, pool=None, tags={}),  # the controller: not ours
+         instance("i-6", S2, TERMINATED), instance("i-7", S2)],
+        state(bindings=bound(S1, "i-1") | bound(S2, "i-7")),
+    ).build()
+    assert classify(world) == [
+        Terminate("i-2", S1, "duplicate: node t-spot-01 already has i-1"),
+        Terminate("i-3", None, "orphan: instance i-3 belongs to no node"),
+        Terminate("i-4", "t-gone-07", "orphan: node t-gone-07 is not in the cluster"),
+    ]
+
+
+def test_instance_found_by_binding_when_node_tag_missing() -> None:
+    world = WorldBuilder([node(S1, IDLE)], [instance("i-1", None)], state(bindings=bound(S1, "i-1"))).build()
+    assert classify(world) == []
+
+
+# --------------------------------------------------------------------------- spot interruption
+
+
+def notice(stage: str, at: float = NOW) -> ServiceState:
+    return state(interruptions=(InterruptionRecord("i-1", None, None, at, stage),), bindings=bound(S1, "i-1"))
+
+
+def test_spot_notice_drains_signals_and_cools_the_spot_link() -> None:
+    world = WorldBuilder([node(S1, ALLOCATED)], [instance("i-1", S1)], notice("new"), jobs={S1: (11, 12)}).build()
+    assert classify(world) == [
+        Drain((S1,), "slurmforge: spot interruption notice"), Signal((11, 12), "USR1"),
+        MarkCooldown("spot", NOW + 60, 1, "spot interruption"), AdvanceInterruption("i-1", "signalled")]
+
+
+def test_spot_notice_waits_for_the_checkpoint_grace() -> None:
+    world = WorldBuilder([node(S1, DRAINING, reason="slurmforge: spot interruption notice")], [instance("i-1", S1)],
+                         notice("signalled", at=NOW - 60), jobs={S1: (11,)}).build()
+    assert classify(world) == []
+
+
+def test_spot_notice_requeues_after_grace() -> None:
+    world = WorldBuilder([node(S1, DRAINING, reason="slurmforge: spot interruption notice")], [instance("i-1", S1)],
+                         notice("signalled", at=NOW - 91), jobs={S1: (11,)}).build()
+    assert classify(world) == [
+        Requeue((11,), "spot interruption"), PowerDown((S1,), "slurmforge: spot instance interrupted"),
+        Terminate("i-1", S1, "spot instance interrupted"), AdvanceInterruption("i-1", "done")]
+
+
+def test_spot_instance_gone_early_requeues_at_once() -> None:
+    world = WorldBuilder([node(S1, DRAINING, reason="slurmforge: spot interruption notice")],
+                         [instance("i-1", S1, TERMINATED)], notice("signalled", at=NOW - 10), jobs={S1: (11,)}).build()
+    assert classify(world) == [Requeue((11,), "spot interruption"),
+                               PowerDown((S1,), "slurmforge: spot instance interrupted"),
+                               AdvanceInterruption("i-1", "done")]
+
+
+def test_notice_for_unknown_instance_is_closed() -> None:
+    world = WorldBuilder([node(S1, IDLE)], [instance("i-1", S1)],
+                         state(interruptions=(InterruptionRecord("i-404", None, None, NOW, "new"),))).build()
+    assert classify(world) == [AdvanceInterruption("i-404", "done")]
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def test_requests_close_when_their_nodes_are_up() -> None:
+    requests = (Request("r-old", HandoffKind.RESUME, "t-spot-[01-02]", NOW - 200),
+                Request("r-new", HandoffKind.RESUME, "t-spot-[01-02]", NOW - 5),
+                Request("r-wait", HandoffKind.RESUME, "t-spot-03", NOW - 200),
+                Request("s-1", HandoffKind.SUSPEND, "t-spot-04", NOW - 1))
+    world = WorldBuilder([node(S1, IDLE), node(S2, IDLE), node("t-spot-03", POWERING_UP)],
+                         [instance("i-1", S1), instance("i-2", S2), instance("i-3", "t-spot-03", launched=NOW - 50)],
+                         state(requests=requests)).build()
+    assert classify(world)[-1] == CloseRequests(("r-old", "s-1"))

@@ -1,0 +1,323 @@
+"""The daemon loop end to end against a fake Slurm and a fake cloud (real SQLite, real
+spool files, fake clock): hand-off -> launch, fallback within one loop, no capacity ->
+power down + requeue, crash mid-launch, orphans, spot notices, spec reloads."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from test_service_world import NOW, POWERED_DOWN, POWERING_UP, SPEC, Clock, instance, node
+
+from slurmforge.providers.base import (
+    TAG_POOL,
+    Host,
+    Instance,
+    InstanceState,
+    Interruption,
+    LaunchRequest,
+    LaunchResult,
+    Provider,
+)
+from slurmforge.service import handoff
+from slurmforge.service.daemon import Daemon, DaemonConfig
+from slurmforge.service.slurm import Job, NodeState, SlurmClient
+from slurmforge.service.state import Store
+from slurmforge.spec import load_spec
+
+pytestmark = pytest.mark.unit
+
+S1, S2, OD1 = "t-spot-01", "t-spot-02", "t-od-01"
+
+
+class FakeSlurm(SlurmClient):
+    """Just enough slurmctld: node states change as scontrol would change them."""
+
+    def __init__(self, nodes: Sequence[NodeState], jobs: Sequence[Job] = ()) -> None:
+        super().__init__(lambda argv: subprocess.CompletedProcess(argv, 0, "", ""))
+        self.state = {n.name: n for n in nodes}
+        self.job_list = list(jobs)
+        self.calls: list[tuple[str, tuple[object, ...]]] = []
+
+    def nodes(self) -> list[NodeState]:
+        return list(self.state.values())
+
+    def jobs(self) -> list[Job]:
+        return self.job_list
+
+    def _set(self, name: str, state: str, *flags: str, reason: str | None = None) -> None:
+        old = self.state[name]
+        self.state[name] = replace(old, state=state, flags=frozenset(("CLOUD", *flags)),
+                                   reason=old.reason if reason is None else reason)
+
+    def power_down(self, nodes: Sequence[str], reason: str) -> None:
+        self.calls.append(("power_down", (tuple(nodes), reason)))
+        for n in nodes:
+            self._set(n, "idle", "POWERING_DOWN", reason=reason)
+
+    def power_up(self, nodes: Sequence[str]) -> None:
+        self.calls.append(("power_up", (tuple(nodes),)))
+        for n in nodes:
+            self._set(n, "idle", "POWERING_UP", "NOT_RESPONDING")
+
+    def drain(self, nodes: Sequence[str], reason: str) -> None:
+        self.calls.append(("drain", (tuple(nodes), reason)))
+        for n in nodes:
+            self.state[n] = replace(self.state[n], flags=self.state[n].flags | {"DRAIN"}, reason=reason)
+
+    def set_address(self, node: str, address: str, hostname: str | None = None) -> None:
+        self.calls.append(("set_address", (node, address)))
+        self.state[node] = replace(self.state[node], address=address)
+
+    def requeue(self, jobs: Sequence[int]) -> None:
+        self.calls.append(("requeue", (tuple(jobs),)))
+
+    def signal(self, jobs: Sequence[int], signal: str = "USR1") -> None:
+        self.calls.append(("signal", (tuple(jobs), signal)))
+
+    def called(self, name: str) -> list[tuple[object, ...]]:
+        return [args for n, args in self.calls if n == name]
+
+
+class FakeCloud(Provider):
+    """Instances in a dict; the same token returns the same instances (like ClientToken)."""
+
+    name = "fake"
+
+    def __init__(self, clock: Clock, failing: dict[str, str] | None = None) -> None:
+        self.clock, self.failing = clock, failing or {}
+        self.instances: dict[str, Instance] = {}
+        self.requests: list[LaunchRequest] = []
+        self.by_token: dict[str, LaunchResult] = {}
+        self.crash_after_launch = False
+        self.notices: list[Interruption] = []
+        self.acked: list[Interruption] = []
+        self.terminated: list[str] = []
+
+    def start(self, request: LaunchRequest) -> LaunchResult:
+        self.requests.append(request)
+        if request.token in self.by_token:
+            return self.by_token[request.token]
+        link = request.capacity_pool
+        if link in self.failing:
+            result = LaunchResult({}, dict.fromkeys(request.nodes, self.failing[link]))
+        else:
+            launched = {}
+            for n in request.nodes:
+                iid = f"i-{len(self.instances) + 1:04d}"
+                launched[n] = self.instances[iid] = instance(iid, n, InstanceState.RUNNING, address=None,
+                                                             launched=self.clock(), pool=request.pool, link=link)
+            result = LaunchResult(launched, {})
+        self.by_token[request.token] = result
+        if self.crash_after_launch:
+            raise ConnectionError("the daemon never heard back")
+        return result
+
+    def list_instances(self) -> list[Instance]:
+        return list(self.instances.values())
+
+    def terminate(self, instances: Sequence[Instance]) -> None:
+        for i in instances:
+            self.terminated.append(i.id)
+            self.instances[i.id] = replace(self.instances[i.id], state=InstanceState.TERMINATED)
+
+    def stop(self, nodes: Sequence[str]) -> None:
+        self.terminate([i for i in self.instances.values() if i.node in nodes])
+
+    def interruptions(self) -> list[Interruption]:
+        found, self.notices = self.notices, []
+        return found
+
+    def acknowledge(self, interruptions: Sequence[Interruption]) -> None:
+        self.acked += interruptions
+
+    def provision(self) -> list[Host]:
+        return []
+
+    def delete(self) -> None:
+        pass
+
+    def logs(self, node: str, lines: int = 200) -> str:
+        return ""
+
+    def live(self, node_name: str) -> list[Instance]:
+        return [i for i in self.instances.values() if i.node == node_name and i.state is InstanceState.RUNNING]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, Path]:
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(SPEC)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    return {"spec": spec, "spool": spool, "db": tmp_path / "state.db", "beat": tmp_path / "heartbeat"}
+
+
+def make(env: dict[str, Path], slurm: FakeSlurm, cloud: FakeCloud, clock: Clock) -> Daemon:
+    config = DaemonConfig(spec_path=env["spec"], spool=env["spool"], heartbeat=env["beat"], interval=0.01)
+    return Daemon(config, slurm, cloud, Store(env["db"]), load_spec, clock)
+
+
+def resume(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch, nodes: str, resume_file: str) -> None:
+    fd = env["spool"].parent / "resume-file"
+    fd.write_text(resume_file)
+    monkeypatch.setenv("SLURM_RESUME_FILE", str(fd))
+    handoff.record(handoff.HandoffKind.RESUME, [nodes], env["spool"])
+
+
+def all_nodes(**states: tuple[str, ...]) -> list[NodeState]:
+    names = [f"t-spot-0{i}" for i in range(1, 5)] + [f"t-od-0{i}" for i in range(1, 5)] + [
+        f"t-cpu-0{i}" for i in range(1, 4)]
+    return [node(n, states.get(n.replace("-", "_"), POWERED_DOWN)) for n in names]
+
+
+def test_resume_handoff_launches_tags_and_publishes(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    slurm = FakeSlurm(all_nodes(t_spot_01=POWERING_UP, t_spot_02=POWERING_UP, t_od_01=("idle", "CLOUD")),
+                      [Job(7, "CONFIGURING", "t-spot-[01-02]", "alice")])
+    cloud = FakeCloud(clock)
+    cloud.instances["i-od"] = instance("i-od", OD1, pool="od")
+    resume(env, monkeypatch, "t-spot-[01-02]", '{"jobs":[{"job_id":7,"nodes":"t-spot-[01-02]"}]}')
+    daemon = make(env, slurm, cloud, clock)
+    report = daemon.loop_once()
+    assert report.error == "" and report.launched == 2 and report.passes == 0
+    (request,) = cloud.requests
+    assert (request.pool, request.link, request.nodes, request.jobs) == ("spot", "spot", (S1, S2), (7,))
+    assert request.node_jobs == {S1: 7, S2: 7} and request.job_users == {7: "alice"}
+    assert not handoff.has_pending(env["spool"])
+    assert daemon.store.bindings()[S1].link == "spot"
+    assert env["beat"].read_text().strip() == f"{NOW:.3f}"
+    spot = next(p for p in daemon.snapshot.pools if p.name == "spot")  # type: ignore[union-attr]
+    assert spot.nodes == {"powering_up": 2, "powered_down": 2} and spot.launches == 2
+    # the next loop does not launch again (the instances are listed now, addresses not yet)
+    clock.advance(10)
+    daemon.loop_once()
+    assert len(cloud.requests) == 1 and slurm.called("set_address") == []
+
+
+def test_capacity_failure_falls_back_within_the_same_loop(env: dict[str, Path]) -> None:
+    clock = Clock()
+    slurm = FakeSlurm(all_nodes(t_spot_01=POWERING_UP, t_od_01=("idle", "CLOUD")))
+    cloud = FakeCloud(clock, failing={"spot": "InsufficientInstanceCapacity"})
+    cloud.instances["i-od"] = instance("i-od", OD1, pool="od")
+    daemon = make(env, slurm, cloud, clock)
+    report = daemon.loop_once()
+    assert [(r.link, r.nodes) for r in cloud.requests] == [("spot", (S1,)), ("od", (S1,))]
+    assert report.passes == 1 and cloud.live(S1)
+    cooldown = daemon.store.cooldowns()["spot"]
+    assert cooldown.until == NOW + 60 and cooldown.last_error == "InsufficientInstanceCapacity"
+    spot = next(p for p in daemon.snapshot.pools if p.name == "spot")  # type: ignore[union-attr]
+    assert [c.link for c in spot.cooling] == ["spot"] and spot.failures == 1
+    assert slurm.called("power_down") == []
+
+
+def test_no_capacity_anywhere_powers_down_and_requeues_at_once(env: dict[str, Path],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock(time.time())  # the spool file carries the real time
+    slurm = FakeSlurm(all_nodes(t_spot_01=POWERING_UP, t_od_01=("idle", "CLOUD")))
+    cloud = FakeCloud(clock, failing={"spot": "InsufficientInstanceCapacity", "od": "VcpuLimitExceeded"})
+    cloud.instances["i-od"] = instance("i-od", OD1, pool="od")
+    resume(env, monkeypatch, S1, '{"jobs":[{"job_id":9,"nodes":"t-spot-01"}]}')
+    daemon = make(env, slurm, cloud, clock)
+    daemon.loop_once()
+    assert [r.link for r in cloud.requests] == ["spot", "od"]
+    assert slurm.called("power_down") == [((S1,), "slurmforge: no capacity on spot, od")]
+    assert slurm.called("requeue") == [((9,),)]
+    assert slurm.state[S1].is_powering_down()
+    # cooling links are not retried in a tight loop
+    slurm._set(S1, "idle", "POWERING_UP", "NOT_RESPONDING")
+    clock.advance(10)
+    daemon.loop_once()
+    assert len(cloud.requests) == 2
+
+
+def test_crash_mid_launch_never_double_launches(env: dict[str, Path]) -> None:
+    clock = Clock()
+    slurm = FakeSlurm(all_nodes(t_spot_01=POWERING_UP, t_spot_02=POWERING_UP, t_od_01=("idle", "CLOUD")))
+    cloud = FakeCloud(clock)
+    cloud.instances["i-od"] = instance("i-od", OD1, pool="od")
+    cloud.crash_after_launch = True  # instances exist, the daemon never learns of them
+    first = make(env, slurm, cloud, clock)
+    first.loop_once()
+    first.store.close()
+    cloud.crash_after_launch = False
+    clock.advance(15)
+    second = make(env, slurm, cloud, clock)  # the restarted service
+    second.loop_once()
+    tokens = [r.token for r in cloud.requests]
+    assert len(tokens) == 2 and tokens[0] == tokens[1]
+    assert len(cloud.live(S1)) == 1 and len(cloud.live(S2)) == 1
+    assert second.store.pending_launches() == [] and set(second.store.bindings()) == {S1, S2}
+    assert cloud.terminated == []
+
+
+def test_orphan_terminated_within_one_loop(env: dict[str, Path]) -> None:
+    clock = Clock()
+    slurm = FakeSlurm(all_nodes(t_od_01=("idle", "CLOUD")))
+    cloud = FakeCloud(clock)
+    cloud.instances["i-od"] = instance("i-od", OD1, pool="od")
+    cloud.instances["i-lost"] = instance("i-lost", None, tags={TAG_POOL: "spot"})
+    make(env, slurm, cloud, clock).loop_once()
+    assert cloud.terminated == ["i-lost"]
+
+
+def test_spot_notice_drains_signals_then_requeues(env: dict[str, Path]) -> None:
+    clock = Clock()
+    slurm = FakeSlurm(all_nodes(t_spot_01=("allocated", "CLOUD"), t_od_01=("idle", "CLOUD")),
+                      [Job(21, "RUNNING", S1, "bob")])
+    cloud = FakeCloud(clock)
+    cloud.instances["i-od"] = instance("i-od", OD1, pool="od")
+    cloud.instances["i-s1"] = instance("i-s1", S1, pool="spot")
+    cloud.notices = [Interruption("i-s1", NOW, receipt="r-1")]
+    daemon = make(env, slurm, cloud, clock)
+    daemon.loop_once()
+    assert slurm.called("drain") == [((S1,), "slurmforge: spot interruption notice")]
+    assert slurm.called("signal") == [((21,), "USR1")] and [n.receipt for n in cloud.acked] == ["r-1"]
+    assert daemon.store.cooldowns()["spot"].last_error == "spot interruption"
+    clock.advance(30)
+    daemon.loop_once()
+    assert slurm.called("requeue") == []
+    clock.advance(61)
+    daemon.loop_once()
+    assert slurm.called("requeue") == [((21,),)]
+    assert slurm.called("power_down") == [((S1,), "slurmforge: spot instance interrupted")]
+    assert "i-s1" in cloud.terminated
+
+
+def test_static_node_kept_at_count(env: dict[str, Path]) -> None:
+    clock = Clock()
+    slurm = FakeSlurm(all_nodes())
+    cloud = FakeCloud(clock)
+    daemon = make(env, slurm, cloud, clock)
+    daemon.loop_once()
+    assert slurm.called("power_up") == [((OD1,),)]
+    clock.advance(10)
+    daemon.loop_once()
+    assert [r.nodes for r in cloud.requests] == [(OD1,)]
+
+
+def test_bad_spec_keeps_the_last_good_one(env: dict[str, Path], caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    slurm = FakeSlurm(all_nodes(t_od_01=("idle", "CLOUD")))
+    cloud = FakeCloud(clock)
+    cloud.instances["i-od"] = instance("i-od", OD1, pool="od")
+    daemon = make(env, slurm, cloud, clock)
+    daemon.loop_once()
+    env["spec"].write_text("pools: [this is not a spec")
+    slurm._set(S2, "idle", "POWERING_UP", "NOT_RESPONDING")
+    report = daemon.loop_once()
+    assert report.error == "" and [r.nodes for r in cloud.requests] == [(S2,)]
+    assert "keeping the last good spec" in caplog.text
+
+
+def test_loop_survives_a_failing_slurm(env: dict[str, Path]) -> None:
+    clock = Clock()
+    slurm = FakeSlurm([])
+    slurm.nodes = lambda: (_ for _ in ()).throw(OSError("slurmctld down"))  # type: ignore[method-assign]
+    daemon = make(env, slurm, FakeCloud(clock), clock)
+    report = daemon.loop_once()
+    assert "slurmctld down" in report.error and env["beat"].exists()

@@ -1,0 +1,138 @@
+"""The Slurm client: JSON as Slurm 22.05.8 really writes it (samples taken from a running
+slurmctld with CLOUD nodes), and the exact argument lists it runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+
+import pytest
+
+from slurmforge.errors import SlurmCommandError
+from slurmforge.service.slurm import (
+    SlurmClient,
+    gres_count,
+    hostlist_chunks,
+    jobs_by_node,
+    parse_jobs,
+    parse_nodes,
+    parse_resume_file,
+)
+
+pytestmark = pytest.mark.unit
+
+META = {"plugin": {"type": "openapi/v0.0.38", "name": "Slurm OpenAPI v0.0.38"},
+        "Slurm": {"version": {"major": 22, "micro": 8, "minor": 5}, "release": "22.05.8"}}
+# sinfo --json, 22.05.8: a node on its way up, one after ResumeTimeout, one in power save, a drained one
+SINFO = {"meta": META, "errors": [], "nodes": [
+    {"name": "probe-gpu-01", "state": "mixed", "state_flags": ["CLOUD", "NOT_RESPONDING", "POWERING_UP"],
+     "address": "probe-gpu-01", "hostname": "probe-gpu-01", "reason": "", "reason_changed_at": 0,
+     "gres": "gpu:2", "gres_used": "gpu:0", "partitions": ["p"], "alloc_cpus": 1, "cpus": 2, "boot_time": 0},
+    {"name": "probe-gpu-02", "state": "down", "state_flags": ["CLOUD", "POWERED_DOWN", "NOT_RESPONDING"],
+     "address": "probe-gpu-02", "hostname": "probe-gpu-02", "reason": "ResumeTimeout reached",
+     "reason_changed_at": 1795322372, "gres": "gpu:2", "gres_used": "gpu:1", "partitions": ["p"]},
+    {"name": "probe-gpu-04", "state": "idle", "state_flags": ["CLOUD", "POWERED_DOWN"], "address": "probe-gpu-04",
+     "hostname": "probe-gpu-04", "reason": "", "reason_changed_at": 0, "gres": "gpu:2", "gres_used": "gpu:0",
+     "partitions": ["p"]},
+    {"name": "probe-gpu-05", "state": "idle", "state_flags": ["CLOUD", "DRAIN"], "address": "10.1.2.3",
+     "hostname": "ip-10-1-2-3", "reason": "spot interruption", "reason_changed_at": 1795322321,
+     "gres": "gpu:v100:2(S:0-1)", "gres_used": "gpu:v100:0(IDX:N/A)", "partitions": ["p"]},
+]}
+SQUEUE = {"meta": META, "errors": [], "jobs": [
+    {"job_id": 1, "job_state": "CONFIGURING", "nodes": "probe-gpu-[01-02]", "user_name": "alice", "partition": "p"},
+    {"job_id": 2, "job_state": "RUNNING", "nodes": "probe-gpu-03", "user_name": "bob", "partition": "p"},
+    {"job_id": 3, "job_state": "PENDING", "nodes": "", "user_name": "bob", "partition": "p"},
+]}
+RESUME_FILE = ('{"jobs":[{"job_id":1,"nodes":"probe-gpu-[01-02]"},{"job_id":2,"nodes":"probe-gpu-03"}],'
+               '"all_nodes":"probe-gpu-[01-03]"}')
+
+
+def test_sinfo_json_22_05() -> None:
+    nodes = {n.name: n for n in parse_nodes(json.dumps(SINFO))}
+    up, timed_out, off, drained = (nodes[f"probe-gpu-0{i}"] for i in (1, 2, 4, 5))
+    assert up.is_powering_up() and up.is_powered() and not up.is_not_responding() and up.is_cloud()
+    assert timed_out.is_down() and timed_out.is_powered_down() and timed_out.reason == "ResumeTimeout reached"
+    assert timed_out.reason_changed_at == 1795322372
+    assert off.is_powered_down() and off.is_idle() and not off.is_powered()
+    assert drained.is_drained() and drained.address == "10.1.2.3" and drained.gpus() == 2
+    assert timed_out.gpus_used() == 1
+
+
+def test_state_as_list_from_later_releases() -> None:
+    later = {"nodes": [{"name": "n1", "state": ["IDLE", "CLOUD", "POWERED_DOWN"],
+                        "reason_changed_at": {"set": True, "number": 5}}]}
+    (node,) = parse_nodes(json.dumps(later))
+    assert node.state == "idle" and node.is_powered_down() and node.reason_changed_at == 5
+
+
+@pytest.mark.parametrize(("gres", "count"), [("gpu:4", 4), ("gpu:v100:2(S:0-1)", 2), ("gpu:0,mps:100", 0),
+                                            ("gpu:a100:1(IDX:0),gpu:a100:1(IDX:1)", 2), ("N/A", 0), ("", 0)])
+def test_gres_count(gres: str, count: int) -> None:
+    assert gres_count(gres) == count
+
+
+def test_squeue_json_and_jobs_by_node() -> None:
+    jobs = parse_jobs(json.dumps(SQUEUE))
+    assert [(j.id, j.state, j.user) for j in jobs] == [(1, "CONFIGURING", "alice"), (2, "RUNNING", "bob"),
+                                                       (3, "PENDING", "bob")]
+    assert jobs_by_node(jobs) == {"probe-gpu-01": (1,), "probe-gpu-02": (1,), "probe-gpu-03": (2,)}
+
+
+def test_resume_file_22_05() -> None:
+    resume = parse_resume_file(RESUME_FILE)
+    assert resume.all_nodes == "probe-gpu-[01-03]"
+    assert resume.node_jobs() == {"probe-gpu-01": 1, "probe-gpu-02": 1, "probe-gpu-03": 2}
+    assert parse_resume_file("").node_jobs() == {}
+
+
+class FakeRunner:
+    def __init__(self, outputs: dict[str, str] | None = None, fail: set[str] | None = None) -> None:
+        self.calls: list[list[str]] = []
+        self.outputs, self.fail = outputs or {}, fail or set()
+
+    def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        self.calls.append(list(argv))
+        rc = 1 if any(f in " ".join(argv) for f in self.fail) else 0
+        out = self.outputs.get(argv[0].rsplit("/", 1)[-1], "")
+        return subprocess.CompletedProcess(list(argv), rc, out, "boom" if rc else "")
+
+
+def test_commands_are_argument_lists() -> None:
+    runner = FakeRunner({"sinfo": json.dumps(SINFO), "squeue": json.dumps(SQUEUE)})
+    slurm = SlurmClient(runner, bin_dir="/usr/bin")
+    assert len(slurm.nodes()) == 4 and len(slurm.jobs()) == 3
+    slurm.power_down(["c-gpu-03", "c-gpu-01", "c-gpu-02"], "slurmforge: no capacity on spot, od")
+    slurm.power_up(["c-gpu-01"])
+    slurm.drain(["c-gpu-01"], "slurmforge: spot interruption notice")
+    slurm.set_address("c-gpu-01", "10.0.0.7", "ip-10-0-0-7")
+    slurm.requeue([12, 13])
+    slurm.signal([12], "USR1")
+    assert runner.calls == [
+        ["/usr/bin/sinfo", "--json"],
+        ["/usr/bin/squeue", "--json"],
+        ["/usr/bin/scontrol", "update", "nodename=c-gpu-[01-03]", "state=power_down_force",
+         "reason=slurmforge: no capacity on spot, od"],
+        ["/usr/bin/scontrol", "update", "nodename=c-gpu-01", "state=power_up"],
+        ["/usr/bin/scontrol", "update", "nodename=c-gpu-01", "state=drain",
+         "reason=slurmforge: spot interruption notice"],
+        ["/usr/bin/scontrol", "update", "nodename=c-gpu-01", "nodeaddr=10.0.0.7", "nodehostname=ip-10-0-0-7"],
+        ["/usr/bin/scontrol", "requeue", "12,13"],
+        ["/usr/bin/scancel", "--signal=USR1", "12"],
+    ]
+
+
+def test_failed_command_raises_typed_error() -> None:
+    slurm = SlurmClient(FakeRunner(fail={"requeue"}))
+    with pytest.raises(SlurmCommandError) as err:
+        slurm.requeue([5])
+    assert err.value.cmd == ["scontrol", "requeue", "5"] and err.value.rc == 1 and err.value.stderr == "boom"
+
+
+def test_scattered_nodes_never_make_a_huge_argument() -> None:
+    nodes = [f"c-gpu-{i:05d}" for i in range(1, 40_000, 2)]  # 20,000 nodes, no two adjacent
+    chunks = hostlist_chunks(nodes)
+    assert len(chunks) > 1 and all(len(c) <= 8192 for c in chunks)
+    from slurmforge.hostlists import expand
+
+    assert sorted(n for c in chunks for n in expand(c)) == nodes
