@@ -75,3 +75,14 @@ class HostError(SlurmforgeError):
     """The machine cannot run what was asked (not root, podman missing, ...)."""
 
     exit_code = 7
+
+
+class ModuleError(SlurmforgeError):
+    """Building, publishing or changing a module in the shared software tree failed or
+    was refused (a changed definition under an existing version, a locked tree, ...)."""
+
+    exit_code = 8
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        self.detail = detail
+        super().__init__(message)

@@ -1,0 +1,176 @@
+"""`slurmforge modules ...`: plan, publish, list, default, rollback, deprecate.
+
+A Typer app of its own, mounted into the main CLI later (with --inventory to reach a
+cluster node); for now it works on a local tree (`--tree PATH`) through LocalExecutor.
+People-facing messages live here; errors become one line and an exit code.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from slurmforge.errors import ModuleError, SlurmforgeError, SpecError
+from slurmforge.modules.catalog import Catalog, load_catalog
+from slurmforge.modules.executor import LocalExecutor
+from slurmforge.modules.lmod import DEBIAN_LIBEXEC, Lmod
+from slurmforge.modules.plan import Action, Step
+from slurmforge.modules.publisher import Actor, ModuleTree
+from slurmforge.modules.tree import Tree
+
+modules_app = typer.Typer(
+    name="modules",
+    help="Publish LMOD module versions into the shared software tree, and move their defaults.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+TreeOpt = Annotated[Path, typer.Option("--tree", help="The module tree root (local path for now).")]
+DefsOpt = Annotated[Path, typer.Option("--modules", help="The module definitions directory.")]
+LibexecOpt = Annotated[str, typer.Option("--lmod-libexec", help="Lmod's libexec directory on the node.")]
+CacheOpt = Annotated[str | None, typer.Option("--lmod-cache", help="Lmod spider cache dir to refresh.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the failing command's output.")]
+COLORS = {Action.BUILD: "green", Action.UNCHANGED: "dim", Action.DEPRECATE: "yellow",
+          Action.DEFAULT: "cyan", Action.REFUSED: "red"}
+
+T = TypeVar("T")
+
+
+def report(fn: Callable[[], T], verbose: bool = False) -> T:
+    """Run fn; a SlurmforgeError becomes its one-line message(s) and exit code."""
+    try:
+        return fn()
+    except SpecError as exc:
+        for problem in exc.problems:
+            err.print(f"[red]error[/red] {escape(exc.source)}: {escape(problem.line())}")
+        err.print(f"{len(exc.problems)} problem(s) in {exc.source or 'the definitions'}")
+        raise typer.Exit(exc.exit_code) from None
+    except SlurmforgeError as exc:
+        err.print(f"[red]error[/red] {escape(str(exc))}")
+        if verbose and isinstance(exc, ModuleError) and exc.detail:
+            err.print(escape(exc.detail.rstrip()))
+        raise typer.Exit(exc.exit_code) from None
+
+
+def who() -> str:
+    """The admin behind the change: the sudo caller first."""
+    return os.environ.get("SUDO_USER") or os.environ.get("USER") or getpass.getuser()
+
+
+def open_tree(tree: Path, libexec: str = DEBIAN_LIBEXEC, cache: str | None = None) -> ModuleTree:
+    return ModuleTree(LocalExecutor(), Tree(str(tree.resolve())), Actor(who()), Lmod(libexec, cache))
+
+
+def show(step: Step, width: int = 0) -> None:
+    color = COLORS[step.action]
+    out.print(f"  [{color}]{step.action.value:<10}[/{color}] {escape(step.module.ljust(width))}  "
+              f"[dim]{escape(step.detail)}[/dim]")
+
+
+def _targets(catalog: Catalog, names: list[str] | None) -> list[str]:
+    return list(names) if names else catalog.names()
+
+
+@modules_app.command()
+def plan(
+    names: Annotated[list[str] | None, typer.Argument(help="NAME/VERSION ... (default: every definition)")] = None,
+    tree: TreeOpt = Path("/opt/software/modules"),
+    modules: DefsOpt = Path("modules"),
+) -> None:
+    """Check the definitions and show what `publish` would build or change."""
+    def run() -> list[Step]:
+        catalog = load_catalog(modules)
+        return open_tree(tree).plan(catalog, _targets(catalog, names))
+    steps = report(run)
+    width = max((len(s.module) for s in steps), default=0)
+    for step in steps:
+        show(step, width)
+    todo = sum(s.action in (Action.BUILD, Action.DEPRECATE) for s in steps)
+    out.print(f"{todo} to change, {sum(s.action is Action.UNCHANGED for s in steps)} unchanged")
+    if any(s.action is Action.REFUSED for s in steps):
+        raise typer.Exit(ModuleError.exit_code)
+
+
+@modules_app.command()
+def publish(
+    names: Annotated[list[str] | None, typer.Argument(help="NAME/VERSION ... to publish (with dependencies)")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Publish every definition.")] = False,
+    tree: TreeOpt = Path("/opt/software/modules"),
+    modules: DefsOpt = Path("modules"),
+    lmod_libexec: LibexecOpt = DEBIAN_LIBEXEC,
+    lmod_cache: CacheOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Build, check and publish versions atomically; the same definition twice is a no-op."""
+    if not names and not all_:
+        err.print("[red]error[/red] nothing to publish; name NAME/VERSION ... or pass --all")
+        raise typer.Exit(2)
+
+    def run() -> list[Step]:
+        catalog = load_catalog(modules)
+        target = open_tree(tree, lmod_libexec, lmod_cache)
+        return target.publish(catalog, _targets(catalog, names), on_step=show)
+    steps = report(run, verbose)
+    built = sum(s.action is Action.BUILD for s in steps)
+    out.print(f"{built} published, {sum(s.action is Action.UNCHANGED for s in steps)} unchanged")
+
+
+@modules_app.command("list")
+def list_cmd(tree: TreeOpt = Path("/opt/software/modules")) -> None:
+    """Every published version, with its default/deprecated flags and who published it."""
+    entries = report(lambda: open_tree(tree).entries())
+    width = max((len(e.name) + len(e.version) + 1 for e in entries), default=0)
+    for e in entries:
+        flags = ", ".join(f for f, on in (("default", e.default), ("deprecated", e.deprecated)) if on)
+        out.print(f"  {escape(f'{e.name}/{e.version}'.ljust(width))}  {e.kind:<7} {flags:<11} "
+                  f"{e.published_at} {escape(e.published_by)}  [dim]{e.checksum[:19]}[/dim]")
+    out.print(f"{len(entries)} published")
+
+
+@modules_app.command()
+def default(
+    module: Annotated[str, typer.Argument(help="NAME/VERSION")],
+    tree: TreeOpt = Path("/opt/software/modules"),
+    lmod_libexec: LibexecOpt = DEBIAN_LIBEXEC,
+    lmod_cache: CacheOpt = None,
+) -> None:
+    """Make a published version what `module load NAME` picks."""
+    show(report(lambda: open_tree(tree, lmod_libexec, lmod_cache).set_default(_full(module))))
+
+
+@modules_app.command()
+def rollback(
+    name: Annotated[str, typer.Argument(help="NAME, e.g. apps/python")],
+    tree: TreeOpt = Path("/opt/software/modules"),
+    lmod_libexec: LibexecOpt = DEBIAN_LIBEXEC,
+    lmod_cache: CacheOpt = None,
+) -> None:
+    """Give NAME back the default it had before the last change."""
+    show(report(lambda: open_tree(tree, lmod_libexec, lmod_cache).rollback(name.strip("/"))))
+
+
+@modules_app.command()
+def deprecate(
+    module: Annotated[str, typer.Argument(help="NAME/VERSION")],
+    tree: TreeOpt = Path("/opt/software/modules"),
+    lmod_libexec: LibexecOpt = DEBIAN_LIBEXEC,
+    lmod_cache: CacheOpt = None,
+) -> None:
+    """Hide a version from `module avail`; it still loads, with a message."""
+    show(report(lambda: open_tree(tree, lmod_libexec, lmod_cache).deprecate(_full(module))))
+
+
+def _full(module: str) -> str:
+    if "/" not in module.strip("/"):
+        raise typer.BadParameter(f"{module!r}: use NAME/VERSION, e.g. apps/python/3.11")
+    return module.strip("/")

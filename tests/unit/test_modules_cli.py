@@ -1,0 +1,151 @@
+"""`modules` commands on a small local tree (no venv: these stay under a second):
+messages, one-line errors and exit codes, never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner, Result
+
+from slurmforge.errors import ModuleError, SpecError
+from slurmforge.modules.cli import modules_app
+from slurmforge.modules.lmod import DEBIAN_LIBEXEC
+
+pytestmark = [pytest.mark.unit,
+              pytest.mark.skipif(not Path(DEBIAN_LIBEXEC, "check_module_tree_syntax").exists(),
+                                 reason="needs lmod (apt-get install lmod)")]
+
+DEFINITIONS = {
+    "apps/python/3.11": {"kind": "python", "interpreter": "/usr/bin/python3.11", "default": True},
+    "apps/tool/1.0": {"kind": "tree", "source": {"path": "/usr/share/doc/lmod"}},
+    "apps/tool/2.0": {"kind": "tree", "source": {"path": "/usr/share/doc/lmod"}, "default": True},
+    "apps/base/1.0": {"kind": "meta", "depends_on": ["apps/python/3.11", "apps/tool/2.0"]},
+}
+
+
+def write(modules: Path, definitions: dict[str, dict[str, object]]) -> Path:
+    for full, data in definitions.items():
+        path = modules / f"{full}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(data))
+    return modules
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    return write(tmp_path / "modules", DEFINITIONS), tmp_path / "tree"
+
+
+def run(*args: str | Path) -> Result:
+    return CliRunner(env={"SUDO_USER": "carol"}).invoke(modules_app, [str(a) for a in args])
+
+
+def test_plan_then_publish_then_nothing_to_do(dirs: tuple[Path, Path]) -> None:
+    modules, tree = dirs
+    plan = run("plan", "--modules", modules, "--tree", tree)
+    assert plan.exit_code == 0, plan.stderr
+    assert plan.stdout.split("\n")[0].split() == ["build", "apps/python/3.11", "python,", "becomes", "the",
+                                                  "default", "(now", "none)"]
+    assert plan.stdout.splitlines()[-1] == "4 to change, 0 unchanged"
+    first = run("publish", "--all", "--modules", modules, "--tree", tree)
+    assert first.exit_code == 0, first.stderr
+    assert first.stdout.splitlines()[-1] == "4 published, 0 unchanged"
+    again = run("publish", "apps/base/1.0", "--modules", modules, "--tree", tree)
+    assert again.stdout.splitlines()[-1] == "0 published, 3 unchanged"  # base and what it loads
+    listing = run("list", "--tree", tree).stdout.splitlines()
+    assert [line.split()[0] for line in listing[:-1]] == ["apps/base/1.0", "apps/python/3.11", "apps/tool/1.0",
+                                                          "apps/tool/2.0"]
+    python = listing[1].split()
+    assert python[1:3] == ["python", "default"] and python[3].endswith("Z") and python[4] == "carol"
+    assert listing[-1] == "4 published"
+
+
+def test_default_rollback_deprecate(dirs: tuple[Path, Path]) -> None:
+    modules, tree = dirs
+    assert run("publish", "--all", "--modules", modules, "--tree", tree).exit_code == 0
+    changed = run("default", "apps/tool/1.0", "--tree", tree)
+    assert changed.exit_code == 0 and changed.stdout.split()[:2] == ["default", "apps/tool/1.0"]
+    back = run("rollback", "apps/tool", "--tree", tree)
+    assert back.exit_code == 0 and back.stdout.split()[:2] == ["default", "apps/tool/2.0"]
+    hidden = run("deprecate", "apps/tool/1.0", "--tree", tree)
+    assert hidden.exit_code == 0 and hidden.stdout.split()[:2] == ["deprecate", "apps/tool/1.0"]
+    assert "deprecated" in next(ln for ln in run("list", "--tree", tree).stdout.splitlines() if "tool/1.0" in ln)
+    assert (tree / "modulefiles/apps/tool/.modulerc.lua").read_text().splitlines()[1:] == [
+        'module_version("apps/tool/2.0", "default")', 'hide_version("apps/tool/1.0")']
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["default", "apps/python/9.9"], "error apps/python/9.9 is not published in this tree (see `modules list`)"),
+    (["rollback", "apps/python"], "error apps/python: no earlier default recorded in the manifest (defaults so "
+                                  "far: 3.11); fix: use `modules default`"),
+    (["deprecate", "apps/python/3.11"], "error apps/python/3.11 is the default of apps/python; fix: make another "
+                                        "version the default first (`modules default`), then deprecate it"),
+])
+def test_refusals_are_one_line_with_exit_code(dirs: tuple[Path, Path], args: list[str], message: str) -> None:
+    modules, tree = dirs
+    assert run("publish", "apps/python/3.11", "--modules", modules, "--tree", tree).exit_code == 0
+    result = run(*args, "--tree", tree)
+    assert (result.exit_code, result.stderr) == (ModuleError.exit_code, message + "\n")
+
+
+def test_changed_definition_is_refused_and_nothing_published(dirs: tuple[Path, Path]) -> None:
+    modules, tree = dirs
+    assert run("publish", "apps/tool/1.0", "--modules", modules, "--tree", tree).exit_code == 0
+    write(modules, {"apps/tool/1.0": {"kind": "tree", "source": {"path": "/usr/share/doc/lmod"}, "help": "new"}})
+    result = run("publish", "--all", "--modules", modules, "--tree", tree)
+    assert result.exit_code == ModuleError.exit_code
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error apps/tool/1.0: already published with different content (sha256:")
+    assert line.endswith("publish the change as a new version; nothing was published")
+    assert not (tree / "modulefiles/apps/python").exists()
+    plan = run("plan", "--modules", modules, "--tree", tree)
+    assert plan.exit_code == ModuleError.exit_code and "refused" in plan.stdout
+
+
+def test_invalid_definitions_list_every_problem(tmp_path: Path) -> None:
+    modules = write(tmp_path / "modules", {
+        "apps/a/1.0": {"kind": "meta", "depends_on": ["apps/b/1.0"]},
+        "apps/b/1.0": {"kind": "meta", "depends_on": ["apps/a/1.0"]},
+        "apps/c/1.0": {"kind": "meta", "depends_on": ["apps/nowhere/1.0"]},
+        "python/3.11": {"kind": "python", "interpreter": "/usr/bin/python3.11"},
+    })
+    result = run("publish", "--all", "--modules", modules, "--tree", tmp_path / "tree")
+    assert result.exit_code == SpecError.exit_code
+    lines = result.stderr.splitlines()
+    assert lines[-1] == f"3 problem(s) in {modules}"
+    assert all(line.startswith(f"error {modules}: ") for line in lines[:-1])
+    assert not (tmp_path / "tree").exists()
+
+
+def test_failing_build_prints_the_command_when_verbose(tmp_path: Path) -> None:
+    modules = write(tmp_path / "modules", {"apps/gone/1.0": {"kind": "tree", "source": {"path": "/nonexistent"}}})
+    quiet = run("publish", "apps/gone/1.0", "--modules", modules, "--tree", tmp_path / "tree")
+    assert quiet.exit_code == ModuleError.exit_code
+    assert quiet.stderr.startswith("error apps/gone/1.0: copying /nonexistent failed on local: cp: cannot stat")
+    assert len(quiet.stderr.splitlines()) == 1
+    loud = run("publish", "apps/gone/1.0", "-v", "--modules", modules, "--tree", tmp_path / "tree")
+    assert "$ cp -a -- /nonexistent/." in loud.stderr
+    assert not (tmp_path / "tree/modulefiles/apps/gone").exists()
+
+
+def test_publish_needs_names_or_all(dirs: tuple[Path, Path]) -> None:
+    modules, tree = dirs
+    result = run("publish", "--modules", modules, "--tree", tree)
+    assert result.exit_code == 2 and "nothing to publish" in result.stderr
+    unknown = run("publish", "apps/python/3.1", "--modules", modules, "--tree", tree)
+    assert unknown.exit_code == SpecError.exit_code and "did you mean apps/python/3.11?" in unknown.stderr
+
+
+def test_deprecated_true_in_a_published_definition_deprecates_it(dirs: tuple[Path, Path]) -> None:
+    modules, tree = dirs
+    assert run("publish", "apps/tool/1.0", "--modules", modules, "--tree", tree).exit_code == 0
+    write(modules, {"apps/tool/1.0": {**DEFINITIONS["apps/tool/1.0"], "deprecated": True}})
+    plan = run("plan", "apps/tool/1.0", "--modules", modules, "--tree", tree)
+    assert plan.stdout.split()[:2] == ["deprecate", "apps/tool/1.0"]
+    assert run("publish", "apps/tool/1.0", "--modules", modules, "--tree", tree).exit_code == 0
+    assert 'hide_version("apps/tool/1.0")' in (tree / "modulefiles/apps/tool/.modulerc.lua").read_text()
+    assert "LmodMessage" in (tree / "modulefiles/apps/tool/1.0.lua").read_text()
+    again = run("plan", "apps/tool/1.0", "--modules", modules, "--tree", tree)
+    assert again.stdout.split()[:2] == ["unchanged", "apps/tool/1.0"]

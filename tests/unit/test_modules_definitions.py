@@ -1,0 +1,130 @@
+"""Module definitions: every valid-*.yaml and the repo's modules/ load; every
+invalid-*.yaml fails with the problems its `# expect:` lines name (each a substring
+of one reported line). Files in modules_specs/ map module names to definitions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurmforge.errors import SpecError
+from slurmforge.modules.catalog import load_bundle, load_catalog, validate_catalog
+from slurmforge.modules.definition import (
+    ModuleName,
+    checksum,
+    is_scheme_name,
+    lib_package,
+    parse_definition,
+    python_suffix,
+    verify_imports,
+)
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+SPECS = Path(__file__).parent / "modules_specs"
+VALID = sorted(SPECS.glob("valid-*.yaml"))
+INVALID = sorted(SPECS.glob("invalid-*.yaml"))
+
+
+def expectations(path: Path) -> list[str]:
+    return [line.split(":", 1)[1].strip() for line in path.read_text().splitlines() if line.startswith("# expect:")]
+
+
+@pytest.mark.parametrize("path", VALID, ids=lambda p: p.name)
+def test_valid_bundle_loads(path: Path) -> None:
+    assert load_bundle(path).modules
+
+
+@pytest.mark.parametrize("path", INVALID, ids=lambda p: p.name)
+def test_invalid_bundle_reports_each_expected_problem(path: Path) -> None:
+    expected = expectations(path)
+    assert expected, f"{path.name} has no '# expect:' line"
+    with pytest.raises(SpecError) as info:
+        load_bundle(path)
+    lines = [p.line() for p in info.value.problems]
+    for want in expected:
+        assert any(want in line for line in lines), f"{want!r} not in:\n" + "\n".join(lines)
+    assert all("\n" not in line for line in lines)
+
+
+def test_repo_modules_load_and_follow_the_scheme() -> None:
+    catalog = load_catalog(ROOT / "modules")
+    assert {"apps/python/3.11", "libs/python/six/1.16.0-python-3.11", "apps/ml-base/2024.06"} <= set(catalog.modules)
+    assert {d.kind for d in catalog.modules.values()} >= {"python", "venv", "meta"}
+    assert all(is_scheme_name(full) for full in catalog.modules)
+
+
+def test_directory_loader_names_modules_by_path_and_reports_every_file(tmp_path: Path) -> None:
+    (tmp_path / "apps/python").mkdir(parents=True)
+    (tmp_path / "apps/python/3.11.yaml").write_text("kind: python\ninterpreter: /usr/bin/python3.11\n")
+    (tmp_path / "apps/broken").mkdir()
+    (tmp_path / "apps/broken/1.0.yaml").write_text("kind: meta\ndepends_on: [apps/python/3.11\n")
+    (tmp_path / "apps/tool").mkdir()
+    (tmp_path / "apps/tool/1.0.yaml").write_text("kind: meta\ndepends_on: [apps/python/3.12]\n")
+    (tmp_path / "oops.yaml").write_text("kind: meta\ndepends_on: [apps/python/3.11]\n")
+    with pytest.raises(SpecError) as info:
+        load_catalog(tmp_path)
+    lines = sorted(p.line() for p in info.value.problems)
+    assert lines[0].startswith("apps/broken/1.0: YAML syntax error at line 3")
+    assert lines[1] == "oops: the name breaks the naming scheme; fix: name it apps/<name>/<version> or " \
+                       "libs/python/<package>/<version>-python-<X.Y>"
+    assert len(lines) == 2  # the relational rules wait until every file parses
+
+
+def test_directory_loader_runs_relational_rules_once_all_parse(tmp_path: Path) -> None:
+    (tmp_path / "apps/tool").mkdir(parents=True)
+    (tmp_path / "apps/tool/1.0.yaml").write_text("kind: meta\ndepends_on: [apps/python/3.12]\n")
+    with pytest.raises(SpecError) as info:
+        load_catalog(tmp_path)
+    assert [p.line() for p in info.value.problems] == [
+        "apps/tool/1.0:depends_on[0]: unknown module (got 'apps/python/3.12'); "
+        "fix: add modules/apps/python/3.12.yaml or fix the name"]
+
+
+def test_missing_directory_is_one_problem(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="problem"):
+        load_catalog(tmp_path / "nope")
+
+
+def test_names_split_like_lmod() -> None:
+    mn = ModuleName.parse("libs/python/torch/1.13.1-cuda-11.7-python-3.10")
+    assert (mn.name, mn.version) == ("libs/python/torch", "1.13.1-cuda-11.7-python-3.10")
+    assert python_suffix(mn.full) == "3.10"
+    assert lib_package(mn.full) == ("torch", "1.13.1")
+    assert lib_package("libs/python/neptune-client/1.9.1-python-3.10") == ("neptune-client", "1.9.1")
+    assert python_suffix("apps/python/3.10") is None
+    with pytest.raises(ValueError):
+        ModuleName.parse("python")
+
+
+def test_checksum_covers_content_not_tree_state() -> None:
+    base = {"kind": "python", "interpreter": "/usr/bin/python3.11", "help": "x"}
+    plain = checksum("apps/python/3.11", parse_definition(base))
+    assert plain.startswith("sha256:") and len(plain) == 7 + 64
+    assert checksum("apps/python/3.11", parse_definition(dict(reversed(base.items())))) == plain
+    assert checksum("apps/python/3.11", parse_definition({**base, "default": True, "deprecated": True})) == plain
+    assert checksum("apps/python/3.11", parse_definition({**base, "help": "y"})) != plain
+    assert checksum("apps/python/3.12", parse_definition(base)) != plain
+
+
+def test_resolve_puts_dependencies_first() -> None:
+    catalog = load_bundle(SPECS / "valid-seed-002.yaml")
+    order = catalog.resolve(["apps/ml-base/2024.06"])
+    assert order == ["apps/python/3.10", "apps/cuda/11.7", "libs/python/torch/1.13.1-cuda-11.7-python-3.10",
+                     "apps/ml-base/2024.06"]
+    [line] = [p.line() for p in catalog.unknown(["apps/python/3.1"])]
+    assert line.startswith("apps/python/3.1: no such module definition; fix: did you mean apps/python/3.1")
+
+
+def test_venv_checks_import_the_named_package_unless_told() -> None:
+    venv = validate_catalog({
+        "apps/python/3.11": {"kind": "python", "interpreter": "/usr/bin/python3.11"},
+        "libs/python/typing-extensions/4.12.2-python-3.11": {
+            "kind": "venv", "depends_on": ["apps/python/3.11"], "requirements": ["typing-extensions==4.12.2"]},
+    }, "test")
+    full = "libs/python/typing-extensions/4.12.2-python-3.11"
+    d = venv.get(full)
+    assert d.kind == "venv"
+    assert verify_imports(full, d) == ["typing_extensions"]  # type: ignore[arg-type]
