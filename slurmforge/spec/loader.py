@@ -6,6 +6,7 @@ Every problem is collected and raised together as a SpecError; nothing here prin
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,32 +15,97 @@ from pydantic import BaseModel, ValidationError
 
 from slurmforge.errors import Problem, SpecError
 from slurmforge.spec.checks import run_checks
-from slurmforge.spec.models import API_VERSION, Cluster
+from slurmforge.spec.models import (
+    ABS_PATH_RE,
+    AMI_RE,
+    API_VERSION,
+    CLUSTER_NAME_RE,
+    FEATURE_RE,
+    NAME_RE,
+    POSIX_NAME_RE,
+    REGION_RE,
+    SLURM_NAME_RE,
+    AwsTarget,
+    Cluster,
+    LocalTarget,
+    StaticTarget,
+)
+
+TARGETS: dict[str, type[BaseModel]] = {"aws": AwsTarget, "local": LocalTarget, "static": StaticTarget}
 
 # Keys people write (from Slurm, ParallelCluster or older slurmforge) -> the spec's name.
+# A hint is only given where the new name is a key of the same section.
 RENAMED = {
     "instance_type": "instance_types",
+    "instance": "instance_types",
+    "instances": "instance_types",
     "min": "min_nodes",
     "max": "max_nodes",
     "min_count": "min_nodes",
     "max_count": "max_nodes",
+    "MaxNodes": "max_nodes",
     "MaxTime": "max_time",
     "DefaultTime": "default_time",
     "AllowGroups": "allow_groups",
+    "AllowAccounts": "allow_accounts",
     "Default": "default",
     "State": "state",
     "PriorityTier": "priority_tier",
+    "PreemptMode": "preempt_mode",
+    "OverSubscribe": "oversubscribe",
+    "QOS": "qos",
+    "PartitionName": "name",
+    "Nodes": "pools",
     "nodes": "pools",
     "queues": "partitions",
     "idle_time": "idle_seconds",
+    "idle_timeout": "idle_seconds",
     "scaledown_idletime": "idle_seconds",
+    "SuspendTime": "idle_seconds",
+    "ResumeTimeout": "resume_timeout",
     "memory": "memory_mb",
     "real_memory": "memory_mb",
+    "RealMemory": "memory_mb",
     "apiVersion": "api_version",
     "version": "api_version",
     "cluster_name": "name",
+    "ClusterName": "name",
     "spot": "market",
+    "capacity_type": "market",
     "gpu_count": "gpus",
+    "gpus_per_node": "gpus",
+    "feature": "features",
+    "Features": "features",
+    "Weight": "weight",
+    "availability_zones": "zones",
+    "type": "kind",
+}
+
+# Fixes for required keys, by path (list indices as []); others get "add <key>:".
+MISSING = {
+    "api_version": f"add 'api_version: {API_VERSION}' as the first line",
+    "name": "add name: (lowercase letters and digits, e.g. ml)",
+    "target": "add target: with kind: aws, local or static",
+    "pools": "add pools: with at least one pool",
+    "partitions": "add partitions: with at least one partition",
+    "storage": "add storage: with nas: (kind efs, nfs or bind)",
+    "storage.nas": "add nas: with kind efs, nfs or bind",
+    "pools[].max_nodes": "add max_nodes: (the most nodes this pool may have)",
+    "partitions[].pools": "add pools: (the pools whose nodes the partition holds)",
+    "target.region": "add region: (e.g. us-east-1)",
+    "target.controller": "add controller: with name and address",
+}
+
+# Field patterns -> (message, fix).
+PATTERNS = {
+    NAME_RE: ("not an allowed name", "lowercase letters, digits and '-', starting with a letter, at most 32"),
+    SLURM_NAME_RE: ("not an allowed name", "letters, digits, '_' and '-', starting with a letter"),
+    FEATURE_RE: ("not an allowed feature", "letters, digits, '_', '.' and '-' (no spaces or commas)"),
+    POSIX_NAME_RE: ("not a POSIX user/group name", "lowercase letters, digits, '_' and '-', at most 32"),
+    ABS_PATH_RE: ("not an absolute path", "start with '/', no spaces, ',' or ':'"),
+    CLUSTER_NAME_RE: ("not an allowed cluster name", "lowercase letters and digits, a letter first, at most 20"),
+    REGION_RE: ("not an AWS region", "use a region such as eu-west-1"),
+    AMI_RE: ("not an AMI id", "use an id such as ami-0123456789abcdef0"),
 }
 
 
@@ -51,30 +117,65 @@ def load_spec(path: str | Path) -> Cluster:
     except FileNotFoundError:
         problem = Problem("", f"no such file: {source}", "pass the path to your cluster.yaml")
         raise SpecError([problem], source) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+    except IsADirectoryError:
+        raise SpecError([Problem("", f"{source} is a directory", "pass the path to your cluster.yaml")],
+                        source) from None
+    except UnicodeDecodeError:
+        raise SpecError([Problem("", f"{source} is not a text file", "pass your cluster.yaml (YAML text)")],
+                        source) from None
+    except OSError as exc:
         raise SpecError([Problem("", f"cannot read {source}: {exc.__class__.__name__}", "pass a readable YAML file")],
                         source) from None
     return parse_spec(text, source)
 
 
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    def __init__(self, key: object, mark: yaml.Mark) -> None:
+        super().__init__(None, None, f"duplicate key '{key}'", mark)
+        self.key = key
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys silently; a spec must not lose a section."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise _DuplicateKey(key, key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def parse_spec(text: str, source: str = "<string>") -> Cluster:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+    except _DuplicateKey as exc:
+        at = exc.problem_mark
+        where = f"line {at.line + 1}, column {at.column + 1}" if at else "somewhere"
+        found = Problem("", f"duplicate key '{exc.key}' at {where} (YAML would keep only the last one)",
+                        "merge the two into one key")
+        raise SpecError([found], source) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        found = Problem("", f"YAML syntax error at {where}: {problem}", "fix the YAML syntax")
+        found = Problem("", f"YAML syntax error{where}: {problem}", "fix the YAML syntax")
         raise SpecError([found], source) from None
+    if data is None:
+        raise SpecError([Problem("", "the file is empty", f"start with 'api_version: {API_VERSION}'")], source)
     if not isinstance(data, dict):
-        raise SpecError([Problem("", "the file is not a YAML mapping", f"start with 'api_version: {API_VERSION}'")],
-                        source)
+        kind = {list: "a list", str: "plain text", bool: "a boolean"}.get(type(data), "a number")
+        raise SpecError([Problem("", f"the file is {kind}, not a YAML mapping",
+                                 f"write key: value lines, starting with 'api_version: {API_VERSION}'")], source)
     return validate_data(data, source)
 
 
 def validate_data(data: dict[str, Any], source: str = "<data>") -> Cluster:
     version = data.get("api_version")
     if version is not None and version != API_VERSION:
+        # another version is another schema: its other errors would only mislead
         raise SpecError([Problem("api_version", "unsupported api_version", f"use {API_VERSION}", version)], source)
     try:
         spec = Cluster.model_validate(data)
@@ -97,7 +198,7 @@ def _path(loc: tuple[int | str, ...]) -> str:
             continue  # pydantic's validator wrappers
         if skip_next_tag:  # the discriminator tag of a tagged union (target.aws.region)
             skip_next_tag = False
-            if part in ("aws", "local", "static"):
+            if part in TARGETS:
                 continue
         out += f".{part}" if out else part
         skip_next_tag = part == "target"
@@ -109,107 +210,92 @@ def _problem(err: Any) -> Problem:
     path = _path(loc)
     kind = err["type"]
     value = err.get("input")
+    ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":
-        key = str(loc[-1])
-        parent = _model_at(loc[:-1])
-        if key in RENAMED:
-            fix = f"rename it to '{RENAMED[key]}'"
-        else:
-            options = sorted(parent.model_fields) if parent else []
-            close = difflib.get_close_matches(key, options, n=1)
-            fix = f"did you mean '{close[0]}'?" if close else (
-                f"allowed keys: {', '.join(options)}" if options else "remove it")
-        return Problem(path, "unknown key", fix, show_value=False)
+        return Problem(path, "unknown key", _unknown_key_fix(str(loc[-1]), _model_at(loc[:-1])), show_value=False)
     if kind == "missing":
-        return Problem(path, "required key is missing", "add it", show_value=False)
-    if kind == "union_tag_invalid" or kind == "union_tag_not_found":
-        return Problem(path + ".kind" if not path.endswith("kind") else path, "unknown target kind",
-                       "use kind: aws, local or static", value if kind == "union_tag_invalid" else None)
+        fix = MISSING.get(re.sub(r"\[\d+\]", "[]", path), f"add {loc[-1]}:")
+        return Problem(path, "required key is missing", fix, show_value=False)
+    if kind == "union_tag_not_found":
+        return Problem(f"{path}.kind", "required key is missing", "add kind: aws, local or static", show_value=False)
+    if kind == "union_tag_invalid":
+        return Problem(f"{path}.kind", "unknown target kind", "use kind: aws, local or static", ctx.get("tag"))
     if kind == "string_pattern_mismatch":
-        pattern = err.get("ctx", {}).get("pattern", "")
-        return Problem(path, "not an allowed name", _pattern_fix(pattern), value)
-    message = err["msg"]
-    if message.startswith("Value error, "):
-        message = message[len("Value error, "):]
-    return Problem(path, message[0].lower() + message[1:], _fix_for(kind, err), value if _small(value) else None)
+        pattern = ctx.get("pattern", "")
+        message, fix = PATTERNS.get(pattern, ("does not match the allowed form", f"match {pattern}"))
+        return Problem(path, message, fix, value)
+    value = value if _small(value) else None
+    if kind in ("model_type", "model_attributes_type", "dict_type"):  # not pydantic's "instance of Pool"
+        return Problem(path, "should be a mapping", "write key: value lines under it (or remove it)", value)
+    if "fix" in ctx:  # our own field errors (models.field_error)
+        return Problem(path, err["msg"], ctx["fix"], value)
+    message = err["msg"].removeprefix("Value error, ")
+    return Problem(path, message[0].lower() + message[1:], _fix_for(kind, ctx), value)
+
+
+def _unknown_key_fix(key: str, parent: type[BaseModel] | None) -> str:
+    options = sorted(parent.model_fields) if parent else []
+    if key in RENAMED and (parent is None or RENAMED[key] in options):
+        return f"rename it to '{RENAMED[key]}'"
+    close = difflib.get_close_matches(key, options, n=1)
+    if close:
+        return f"did you mean '{close[0]}'?"
+    return f"allowed keys: {', '.join(options)}" if options else "remove it"
 
 
 def _small(value: object) -> bool:
     return isinstance(value, str | int | float | bool) and len(str(value)) <= 80
 
 
-def _pattern_fix(pattern: str) -> str:
-    fixes = {
-        "^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$": "lowercase letters, digits and '-', starting with a letter",
-        "^[A-Za-z][A-Za-z0-9_-]{0,62}$": "letters, digits, '_' and '-', starting with a letter",
-        "^[A-Za-z0-9_.-]{1,64}$": "letters, digits, '_', '.' and '-' (no spaces or commas)",
-        "^[a-z_][a-z0-9_-]{0,31}$": "a POSIX name: lowercase letters, digits, '_' and '-'",
-        "^/[^\\s,:]*$": "an absolute path without spaces, ',' or ':'",
-        "^[a-z][a-z0-9]{0,19}$": "lowercase letters and digits, starting with a letter, at most 20",
-        "^[a-z]{2}(-gov)?-[a-z]+-\\d$": "an AWS region such as eu-west-1",
-        "^ami-[0-9a-f]{8,17}$": "an AMI id such as ami-0123456789abcdef0",
-    }
-    return fixes.get(pattern, f"match {pattern}")
-
-
-def _fix_for(kind: str, err: Any) -> str:
-    ctx = err.get("ctx", {})
-    if kind in ("int_parsing", "int_type"):
+def _fix_for(kind: str, ctx: dict[str, Any]) -> str:
+    if kind in ("int_parsing", "int_type", "int_from_float"):
         return "use a whole number"
     if kind in ("bool_parsing", "bool_type"):
         return "use true or false"
-    if kind in ("string_type",):
+    if kind == "string_type":
         return "use a string (quote it)"
-    if kind in ("list_type",):
-        return "use a list: [a, b]"
-    if kind in ("model_type", "dict_type", "model_attributes_type"):
-        return "use a mapping (key: value lines)"
+    if kind in ("list_type", "tuple_type"):
+        return "use a YAML list (one '- item' per line, or a flow list)"
     if kind in ("literal_error", "enum"):
         return f"use {ctx.get('expected', 'an allowed value')}"
-    if kind == "greater_than_equal":
-        return f"use a value >= {ctx.get('ge')}"
-    if kind == "less_than_equal":
-        return f"use a value <= {ctx.get('le')}"
+    if kind in ("greater_than_equal", "greater_than"):
+        return f"use a value >= {ctx.get('ge', ctx.get('gt'))}"
+    if kind in ("less_than_equal", "less_than"):
+        return f"use a value <= {ctx.get('le', ctx.get('lt'))}"
     if kind == "too_short":
         return "add at least one entry"
-    if kind == "value_error":
-        return ""
-    return ""
+    return "see docs/spec.md for this key"
 
 
 def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
     """The model class at a location, to suggest the keys it allows."""
     model: Any = Cluster
+    in_dict = False  # the next part is a key of a mapping field (target.nodes.<pool>)
     for part in loc:
-        if isinstance(part, int):
-            continue
-        if part in ("aws", "local", "static") and model is None:
+        if isinstance(part, int) or in_dict:
+            in_dict = False
             continue
         fields = getattr(model, "model_fields", None)
-        if not fields or part not in fields:
-            from slurmforge.spec.models import AwsTarget, LocalTarget, StaticTarget
-
-            tagged = {"aws": AwsTarget, "local": LocalTarget, "static": StaticTarget}
-            if part in tagged:
-                model = tagged[part]
-                continue
+        if fields and part in fields:
+            annotation = fields[part].annotation
+            in_dict = getattr(annotation, "__origin__", None) is dict
+            model = _inner_model(annotation)
+        elif part in TARGETS:  # the tag pydantic puts in the path of target.<kind>
+            model = TARGETS[part]
+        else:
             return None
-        model = _inner_model(fields[part].annotation)
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
 def _inner_model(annotation: Any) -> Any:
     """list[Pool] -> Pool, Ceph | None -> Ceph, Target union -> None (resolved by tag)."""
-    args = getattr(annotation, "__args__", None)
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
-    if args:
-        models = [a for a in (_inner_model(x) for x in args) if a is not None]
-        return models[0] if len(models) == 1 else None
-    origin = getattr(annotation, "__origin__", None)
-    if origin is not None:
-        return _inner_model(getattr(annotation, "__args__", (None,))[0])
     meta = getattr(annotation, "__metadata__", None)
     if meta is not None:
         return _inner_model(annotation.__origin__)
+    args = getattr(annotation, "__args__", None)
+    if args:
+        models = [a for a in (_inner_model(x) for x in args) if a is not None]
+        return models[0] if len(models) == 1 else None
     return None

@@ -1,5 +1,5 @@
 """The cluster spec: the one user input. Shape and per-field rules live here;
-rules that relate several fields live in `checks.py`.
+rules that relate several fields live in `checks/`.
 
 Every model forbids unknown keys and is frozen: a spec is read once and then only
 passed along.
@@ -8,10 +8,12 @@ passed along.
 from __future__ import annotations
 
 import ipaddress
+import re
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from slurmforge.spec.slurmtime import parse_slurm_time
 
@@ -22,29 +24,83 @@ NAME_RE = r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$"
 SLURM_NAME_RE = r"^[A-Za-z][A-Za-z0-9_-]{0,62}$"
 FEATURE_RE = r"^[A-Za-z0-9_.-]{1,64}$"
 POSIX_NAME_RE = r"^[a-z_][a-z0-9_-]{0,31}$"
+ABS_PATH_RE = r"^/[^\s,:]*$"
+CLUSTER_NAME_RE = r"^[a-z][a-z0-9]{0,19}$"
+REGION_RE = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
+AMI_RE = r"^ami-[0-9a-f]{8,17}$"
 
 PoolName = Annotated[str, Field(pattern=NAME_RE)]
 SlurmName = Annotated[str, Field(pattern=SLURM_NAME_RE)]
 Feature = Annotated[str, Field(pattern=FEATURE_RE)]
 PosixName = Annotated[str, Field(pattern=POSIX_NAME_RE)]
-AbsPath = Annotated[str, Field(pattern=r"^/[^\s,:]*$")]
+AbsPath = Annotated[str, Field(pattern=ABS_PATH_RE)]
 
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
-def _check_time(value: str | None) -> str | None:
-    if value is not None:
-        parse_slurm_time(value)
+def field_error(kind: str, message: str, fix: str) -> PydanticCustomError:
+    """A field-level error that carries its fix (the loader shows it after 'fix:')."""
+    return PydanticCustomError(kind, message.replace("{", "(").replace("}", ")"), {"fix": fix})
+
+
+TIME_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED"
+_UNITS = {"h": "hours", "m": "minutes", "s": "seconds"}
+
+
+def _check_time(value: object) -> object:
+    """A Slurm time string. Runs before str validation: YAML reads an unquoted 1:30:00 as
+    the base-60 number 5400, which Slurm would then take as 5400 minutes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        raise field_error("slurm_time_number", "a number, not a Slurm time string (YAML reads unquoted 1:30:00 "
+                          "as 5400)", 'quote the time, e.g. "01:30:00", or "90" for 90 minutes')
+    if isinstance(value, str):
+        try:
+            parse_slurm_time(value)
+        except ValueError as exc:
+            detail = re.search(r"(\w) field (\d+) is out of range", str(exc))
+            why = f": {_UNITS[detail[1]]} {detail[2]} out of range" if detail else ""
+            raise field_error("slurm_time", f"not a Slurm time{why}", f"use {TIME_FORMS}") from None
     return value
 
 
 def _check_cidr(value: str) -> str:
-    net = ipaddress.ip_network(value, strict=True)
-    if net.version != 4:
-        raise ValueError("only IPv4 CIDRs are supported")
+    try:
+        address = ipaddress.ip_interface(value)
+    except ValueError:
+        raise field_error("cidr", "not a CIDR range", "write address/prefix, e.g. 10.0.0.0/16") from None
+    if address.version != 4:
+        raise field_error("cidr", "IPv6 is not supported", "use an IPv4 range, e.g. 10.0.0.0/16")
+    if "/" not in value:
+        raise field_error("cidr", "no prefix length", f"write it as a range, e.g. {address.network}")
+    if address.ip != address.network.network_address:
+        raise field_error("cidr", "host bits are set", f"use the network address {address.network}")
     return value
+
+
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
+
+
+def _check_address(value: str) -> str:
+    """An IP address, or a DNS name (dotted digits must be an IP address: 10.0.0.300 is not)."""
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if re.fullmatch(r"[\d.]+", value) or not _HOSTNAME.match(value):
+        raise field_error("address", "not an IP address or host name", "use e.g. 192.168.1.10 or nas.example.org")
+    return value
+
+
+SlurmTime = Annotated[str, BeforeValidator(_check_time)]
+"""A Slurm time string (MaxTime, DefaultTime, ...); see slurmtime.py."""
+Cidr = Annotated[str, AfterValidator(_check_cidr)]
+"""An IPv4 network in CIDR notation, without host bits."""
+Address = Annotated[str, AfterValidator(_check_address)]
+"""An IP address or a DNS name."""
 
 
 # --------------------------------------------------------------------------- target
@@ -52,7 +108,7 @@ def _check_cidr(value: str) -> str:
 
 class AwsTarget(Model):
     kind: Literal["aws"]
-    region: Annotated[str, Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")]
+    region: Annotated[str, Field(pattern=REGION_RE)]
     key_name: str | None = None
     """EC2 key pair for the login node (optional: SSM Session Manager works without)."""
     tags: dict[str, str] = {}
@@ -60,18 +116,16 @@ class AwsTarget(Model):
 
 class LocalTarget(Model):
     kind: Literal["local"]
-    subnet: str = "10.89.0.0/24"
+    subnet: Cidr = "10.89.0.0/24"
     """The podman network the node containers live on (must not collide with the host's)."""
     shared_dir: AbsPath | None = None
     """Host directory bind-mounted on every node as the NAS. Default:
     /var/lib/slurmforge/<cluster>/nas."""
 
-    _v_subnet = field_validator("subnet")(_check_cidr)
-
 
 class StaticHost(Model):
     name: SlurmName
-    address: str
+    address: Address
 
 
 class StaticTarget(Model):
@@ -161,8 +215,8 @@ class Partition(Model):
     name: SlurmName
     pools: Annotated[list[PoolName], Field(min_length=1)]
     default: bool = False
-    max_time: str | None = None
-    default_time: str | None = None
+    max_time: SlurmTime | None = None
+    default_time: SlurmTime | None = None
     state: PartitionState = PartitionState.UP
     allow_groups: list[PosixName] = []
     allow_accounts: list[SlurmName] = []
@@ -171,8 +225,6 @@ class Partition(Model):
     oversubscribe: Literal["NO", "YES", "FORCE", "EXCLUSIVE"] | None = None
     qos: SlurmName | None = None
     max_nodes: Annotated[int | None, Field(ge=1)] = None
-
-    _v_times = field_validator("max_time", "default_time")(_check_time)
 
 
 # --------------------------------------------------------------------------- scheduling
@@ -185,29 +237,23 @@ class Priority(Model):
     weight_job_size: Annotated[int, Field(ge=0)] = 0
     weight_partition: Annotated[int, Field(ge=0)] = 1000
     weight_qos: Annotated[int, Field(ge=0)] = 2000
-    decay_half_life: str = "7-00:00:00"
-    max_age: str = "7-00:00:00"
-
-    _v_times = field_validator("decay_half_life", "max_age")(_check_time)
+    decay_half_life: SlurmTime = "7-00:00:00"
+    max_age: SlurmTime = "7-00:00:00"
 
 
 class Preemption(Model):
     type: Literal["none", "partition_prio", "qos"] = "none"
     mode: Literal["OFF", "CANCEL", "REQUEUE", "SUSPEND,GANG"] = "REQUEUE"
-    exempt_time: str | None = None
-
-    _v_times = field_validator("exempt_time")(_check_time)
+    exempt_time: SlurmTime | None = None
 
 
 class Qos(Model):
     name: SlurmName
     priority: Annotated[int, Field(ge=0)] = 0
     preempt: list[SlurmName] = []
-    max_wall: str | None = None
+    max_wall: SlurmTime | None = None
     max_gpus_per_user: Annotated[int | None, Field(ge=0)] = None
     description: str = ""
-
-    _v_times = field_validator("max_wall")(_check_time)
 
 
 class Scheduling(Model):
@@ -236,7 +282,7 @@ class NasMounts(Model):
 
 class Nas(Model):
     kind: Literal["efs", "nfs", "bind"]
-    server: str | None = None
+    server: Address | None = None
     """NFS server name or address (kind nfs)."""
     export: AbsPath | None = None
     """Exported path on the server (kind nfs)."""
@@ -274,7 +320,7 @@ class Storage(Model):
 
 class Database(Model):
     kind: Literal["local", "external"] = "local"
-    host: str | None = None
+    host: Address | None = None
     port: Annotated[int, Field(ge=1, le=65535)] = 3306
     name: SlurmName = "slurm_acct_db"
     user: PosixName = "slurm"
@@ -321,34 +367,23 @@ class Mail(Model):
 
 
 class Subnet(Model):
-    cidr: str
+    cidr: Cidr
     zone: str
-
-    _v_cidr = field_validator("cidr")(_check_cidr)
 
 
 class Network(Model):
-    vpc_cidr: str = "10.0.0.0/16"
+    vpc_cidr: Cidr = "10.0.0.0/16"
     public_subnets: list[Subnet] = []
     private_subnets: list[Subnet] = []
-    admin_cidrs: list[str] = []
+    admin_cidrs: list[Cidr] = []
     """Who may reach the login node over SSH."""
     allow_ssh_from_anywhere: bool = False
     """Must be set to accept 0.0.0.0/0 in admin_cidrs."""
 
-    _v_cidr = field_validator("vpc_cidr")(_check_cidr)
-
-    @field_validator("admin_cidrs")
-    @classmethod
-    def _admin_cidrs(cls, values: list[str]) -> list[str]:
-        for v in values:
-            _check_cidr(v)
-        return values
-
 
 class Images(Model):
     base: Literal["debian-12"] = "debian-12"
-    ami: Annotated[str | None, Field(pattern=r"^ami-[0-9a-f]{8,17}$")] = None
+    ami: Annotated[str | None, Field(pattern=AMI_RE)] = None
     """Pin an already baked golden image instead of building one."""
 
 
@@ -373,7 +408,7 @@ class Modules(Model):
 
 class Cluster(Model):
     api_version: Literal["slurmforge/v1"]
-    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9]{0,19}$")]
+    name: Annotated[str, Field(pattern=CLUSTER_NAME_RE)]
     """Cluster name (Slurm ClusterName, resource names, tags): lowercase, <= 20 chars."""
     target: Target
     network: Network = Network()

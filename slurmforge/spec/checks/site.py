@@ -1,0 +1,239 @@
+"""Where the cluster runs: the AWS network, head nodes, static machines, the local host."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+
+from slurmforge.catalog import lookup
+from slurmforge.errors import Problem
+from slurmforge.nodes import node_names, pool_hostlist
+from slurmforge.spec.checks.registry import check, dupes, is_aws
+from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, StaticTarget
+
+# AWS accepts VPC and subnet netmasks from /16 to /28, and keeps 5 addresses of every subnet.
+AWS_PREFIXES = range(16, 29)
+AWS_RESERVED_PER_SUBNET = 5
+# podman's own default network; a local cluster network must not overlap it.
+PODMAN_DEFAULT = ipaddress.ip_network("10.88.0.0/16")
+LOCAL_MAX_NODES = 32
+
+
+def _subnets(spec: Cluster) -> list[tuple[str, ipaddress.IPv4Network]]:
+    return [(f"network.{kind}[{i}].cidr", ipaddress.IPv4Network(s.cidr))
+            for kind in ("public_subnets", "private_subnets") for i, s in enumerate(getattr(spec.network, kind))]
+
+
+@check
+def subnets_inside_vpc(spec: Cluster) -> Iterator[Problem]:
+    """Subnets lie inside the VPC CIDR."""
+    vpc = ipaddress.IPv4Network(spec.network.vpc_cidr)
+    for path, net in _subnets(spec):
+        if not net.subnet_of(vpc):
+            yield Problem(path, f"outside vpc_cidr {vpc}", "pick a range inside the VPC", str(net))
+
+
+@check
+def subnets_do_not_overlap(spec: Cluster) -> Iterator[Problem]:
+    """No two subnets overlap."""
+    subnets = _subnets(spec)
+    for a, (pa, na) in enumerate(subnets):
+        for pb, nb in subnets[a + 1:]:
+            if na.overlaps(nb):
+                yield Problem(pa, f"overlaps {pb} ({nb})", "use disjoint ranges", str(na))
+
+
+@check
+def aws_cidr_sizes(spec: Cluster) -> Iterator[Problem]:
+    """On AWS the VPC and every subnet are /16 to /28 (AWS refuses other sizes)."""
+    if not is_aws(spec):
+        return
+    for path, net in [("network.vpc_cidr", ipaddress.IPv4Network(spec.network.vpc_cidr)), *_subnets(spec)]:
+        if net.prefixlen not in AWS_PREFIXES:
+            yield Problem(path, f"/{net.prefixlen}; AWS accepts /16 to /28", "use a size from /16 to /28", str(net))
+
+
+@check
+def private_subnets_fit_nodes(spec: Cluster) -> Iterator[Problem]:
+    """On AWS the private subnets have an address for every node the pools may start."""
+    if not is_aws(spec) or not spec.network.private_subnets:
+        return
+    usable = sum(ipaddress.IPv4Network(s.cidr).num_addresses - AWS_RESERVED_PER_SUBNET
+                 for s in spec.network.private_subnets)
+    nodes = sum(p.max_nodes for p in spec.pools)
+    if usable < nodes:
+        yield Problem("network.private_subnets", f"{usable} usable addresses for up to {nodes} nodes",
+                      "use larger private subnets (a /20 holds 4,091 nodes) or lower max_nodes", show_value=False)
+
+
+@check
+def private_subnets_distinct_zones(spec: Cluster) -> Iterator[Problem]:
+    """Private subnets sit in distinct zones, and on AWS there are at least two."""
+    zones = [s.zone for s in spec.network.private_subnets]
+    for i, s in enumerate(spec.network.private_subnets):
+        if s.zone in dupes(zones):
+            yield Problem(f"network.private_subnets[{i}].zone", "duplicate zone",
+                          "one private subnet per zone", s.zone)
+    if is_aws(spec) and len(set(zones)) < 2:
+        yield Problem("network.private_subnets", f"{len(set(zones))} zone(s); AWS needs private subnets in >= 2",
+                      "add a private subnet in a second zone", show_value=False)
+
+
+@check
+def aws_needs_public_subnet(spec: Cluster) -> Iterator[Problem]:
+    """On AWS a public subnet carries the login node and the NAT gateway."""
+    if is_aws(spec) and not spec.network.public_subnets:
+        yield Problem("network.public_subnets", "none defined",
+                      "add one, e.g. {cidr: 10.0.0.0/24, zone: us-east-1a}", show_value=False)
+
+
+@check
+def subnet_zones_in_region(spec: Cluster) -> Iterator[Problem]:
+    """Subnet zones belong to the target region."""
+    if not isinstance(spec.target, AwsTarget):
+        return
+    region = spec.target.region
+    for kind in ("public_subnets", "private_subnets"):
+        for i, s in enumerate(getattr(spec.network, kind)):
+            if not s.zone.startswith(region) or len(s.zone) != len(region) + 1:
+                yield Problem(f"network.{kind}[{i}].zone", f"not a zone of {region}", f"use {region}a", s.zone)
+
+
+@check
+def admin_cidrs_not_world(spec: Cluster) -> Iterator[Problem]:
+    """0.0.0.0/0 in admin_cidrs needs allow_ssh_from_anywhere: true."""
+    for i, c in enumerate(spec.network.admin_cidrs):
+        if ipaddress.ip_network(c).prefixlen == 0 and not spec.network.allow_ssh_from_anywhere:
+            yield Problem(f"network.admin_cidrs[{i}]", "opens SSH to the whole internet",
+                          "list your office/VPN ranges, or set network.allow_ssh_from_anywhere: true", c)
+
+
+@check
+def aws_needs_admin_cidrs(spec: Cluster) -> Iterator[Problem]:
+    """On AWS somebody must be able to reach the login node."""
+    if is_aws(spec) and not spec.network.admin_cidrs:
+        yield Problem("network.admin_cidrs", "empty: nobody could reach the login node over SSH",
+                      "add your office/VPN CIDR (e.g. 203.0.113.0/24)", show_value=False)
+
+
+@check
+def head_instance_types_known(spec: Cluster) -> Iterator[Problem]:
+    """Head node instance types are in the catalog and not burstable for the controller."""
+    if not is_aws(spec):
+        return
+    for role in ("controller", "login"):
+        t = getattr(spec.head, role).instance_type
+        if lookup(t) is None:
+            yield Problem(f"head.{role}.instance_type", "unknown instance type", "use e.g. m6i.xlarge", t)
+    if spec.head.controller.instance_type.startswith(("t2.", "t3.")):
+        yield Problem("head.controller.instance_type", "burstable types throttle slurmctld under load",
+                      "use m6i.large or bigger", spec.head.controller.instance_type)
+
+
+@check
+def login_node_exists(spec: Cluster) -> Iterator[Problem]:
+    """There is a login node: users need somewhere to run sbatch and srun."""
+    if isinstance(spec.target, StaticTarget):
+        if not spec.target.login:
+            yield Problem("target.login", "no login host: users would have nowhere to submit jobs",
+                          "add a login host (a small VM is enough)", show_value=False)
+    elif spec.head.login_count == 0:
+        yield Problem("head.login_count", "no login node: users would have nowhere to submit jobs",
+                      "use login_count: 1 or more", 0)
+
+
+@check
+def static_target_hosts(spec: Cluster) -> Iterator[Problem]:
+    """A static target lists, for every pool, exactly max_nodes machines; hosts only for
+    known pools; every name and address once."""
+    target = spec.target
+    if not isinstance(target, StaticTarget):
+        return
+    pools = {p.name: p for p in spec.pools}
+    hosts = [target.controller, *target.login]
+    for pool_name, members in target.nodes.items():
+        if pool_name not in pools:
+            yield Problem(f"target.nodes.{pool_name}", "unknown pool", f"use one of: {', '.join(sorted(pools))}",
+                          pool_name)
+            continue
+        if len(members) != pools[pool_name].max_nodes:
+            yield Problem(f"target.nodes.{pool_name}", f"{len(members)} host(s) for max_nodes "
+                          f"{pools[pool_name].max_nodes}", "list one machine per node, or change max_nodes",
+                          show_value=False)
+        hosts += members
+    for i, p in enumerate(spec.pools):
+        if p.name not in target.nodes:
+            yield Problem(f"pools[{i}].name", "no machines listed under target.nodes",
+                          f"add target.nodes.{p.name} with its {p.max_nodes} machine(s)", p.name)
+    for name in sorted(dupes([h.name for h in hosts])):
+        yield Problem("target", "host named twice", "give each machine one role", name)
+    for address in sorted(dupes([h.address for h in hosts])):
+        yield Problem("target", "address used twice", "give each machine its own address", address)
+
+
+@check
+def static_pools_fixed_size(spec: Cluster) -> Iterator[Problem]:
+    """On a static target min_nodes = max_nodes: machines you own are not powered up on demand."""
+    if not isinstance(spec.target, StaticTarget):
+        return
+    for i, p in enumerate(spec.pools):
+        if p.min_nodes != p.max_nodes:
+            yield Problem(f"pools[{i}].min_nodes", f"{p.min_nodes} but max_nodes {p.max_nodes}: a static target "
+                          "cannot start nodes on demand", "set min_nodes equal to max_nodes", show_value=False)
+
+
+@check
+def static_host_names_match_nodes(spec: Cluster) -> Iterator[Problem]:
+    """On a static target each machine is named as Slurm names its node (`<node_prefix>-<index>`)."""
+    if not isinstance(spec.target, StaticTarget):
+        return
+    for p in spec.pools:
+        expected = set(node_names(spec, p))
+        for j, host in enumerate(spec.target.nodes.get(p.name, [])):
+            if host.name not in expected:
+                yield Problem(f"target.nodes.{p.name}[{j}].name", f"Slurm names this pool's nodes "
+                              f"{pool_hostlist(spec, p)}", "rename the machine, or set the pool's node_prefix",
+                              host.name)
+
+
+@check
+def local_target_size(spec: Cluster) -> Iterator[Problem]:
+    """The local target runs every node as a container on this machine: keep it small."""
+    if not isinstance(spec.target, LocalTarget):
+        return
+    total = sum(p.max_nodes for p in spec.pools)
+    if total > LOCAL_MAX_NODES:
+        yield Problem("pools", f"{total} nodes on one machine", f"keep local clusters at {LOCAL_MAX_NODES} nodes "
+                      "or fewer", show_value=False)
+    net = ipaddress.ip_network(spec.target.subnet)
+    if net.num_addresses < total + 8:
+        yield Problem("target.subnet", "too small for every node", "use a /24", spec.target.subnet)
+
+
+@check
+def local_subnet_usable(spec: Cluster) -> Iterator[Problem]:
+    """The local network is a private range and does not overlap podman's default 10.88.0.0/16."""
+    if not isinstance(spec.target, LocalTarget):
+        return
+    net = ipaddress.IPv4Network(spec.target.subnet)
+    if not net.is_private:
+        yield Problem("target.subnet", "not a private range: containers would shadow real internet addresses",
+                      "use a private range such as 10.89.0.0/24", spec.target.subnet)
+    elif net.overlaps(PODMAN_DEFAULT):
+        yield Problem("target.subnet", f"overlaps podman's default network {PODMAN_DEFAULT}",
+                      "use e.g. 10.89.0.0/24", spec.target.subnet)
+
+
+@check
+def mail_domain(spec: Cluster) -> Iterator[Problem]:
+    """mail.domain is a DNS domain, without '@'."""
+    d = spec.mail.domain
+    if d is not None and ("@" in d or "." not in d or " " in d):
+        yield Problem("mail.domain", "not a DNS domain", "use e.g. example.org (no '@')", d)
+
+
+@check
+def images_ami_only_on_aws(spec: Cluster) -> Iterator[Problem]:
+    """images.ami only applies to target aws."""
+    if spec.images.ami and not is_aws(spec):
+        yield Problem("images.ami", "only applies to target aws", "remove it", spec.images.ami)
