@@ -1,0 +1,389 @@
+"""The AWS provider against moto (in-process), with botocore event hooks that record every
+call and inject what EC2 does on a bad day: InsufficientInstanceCapacity, partial fleets,
+RequestLimitExceeded, spot interruption warnings on the SQS queue."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+import moto.settings
+import pytest
+from moto import mock_aws
+from test_service_daemon import FakeSlurm
+from test_service_world import POWERED_DOWN, POWERING_UP, SPEC, Clock, node, spec
+
+from slurmforge.errors import ProvisionError, SpecError
+from slurmforge.providers.aws import AwsProvider, TokenBucket, parse_interruption
+from slurmforge.providers.base import (
+    TAG_CLUSTER,
+    TAG_JOB,
+    TAG_LINK,
+    TAG_NODE,
+    TAG_POOL,
+    TAG_TOKEN,
+    TAG_USER,
+    THROTTLED,
+    InstanceState,
+    LaunchRequest,
+)
+from slurmforge.service.daemon import Daemon, DaemonConfig
+from slurmforge.service.slurm import Job
+from slurmforge.service.state import Store
+from slurmforge.service.topology import topology
+from slurmforge.spec import Cluster, load_spec
+
+pytestmark = pytest.mark.unit
+
+REGION = "us-east-1"
+INTERRUPTION = {
+    "version": "0", "id": "1e5527d7-bb36-4607-3370-4164db56a40e",
+    "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2", "account": "123456789012",
+    "time": "2027-01-15T08:00:00Z", "region": REGION,
+    "resources": ["arn:aws:ec2:us-east-1a:instance/i-0b662ef9931388ba0"],
+    "detail": {"instance-id": "i-0b662ef9931388ba0", "instance-action": "terminate"},
+}
+
+NOTICE_AT = datetime(2027, 1, 15, 8, 0, tzinfo=UTC).timestamp()
+
+
+class Response:
+    """What a before-call hook returns to answer instead of EC2."""
+
+    def __init__(self, status_code: int) -> None:
+        self.status_code, self.headers, self.content = status_code, {}, b""
+
+
+def error(code: str) -> tuple[Response, dict[str, Any]]:
+    return Response(400 if code != "RequestLimitExceeded" else 503), {
+        "Error": {"Code": code, "Message": f"injected {code}"}, "ResponseMetadata": {"HTTPStatusCode": 400}}
+
+
+@dataclass
+class Ec2:
+    """moto's EC2 plus the recorded calls and the injections, for one test (its own
+    cluster name, so its instances are its own)."""
+
+    client: Any
+    sqs: Any
+    templates: dict[str, str]
+    subnets: dict[str, str]
+    cluster: Cluster
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    fail_next: list[str] = field(default_factory=list)
+    """error codes the next CreateFleet calls answer with, one per call"""
+    partial: int | None = None
+    """launch only this many instances per CreateFleet, reporting InsufficientInstanceCapacity"""
+
+    def fleets(self) -> list[dict[str, Any]]:
+        return [params for op, params in self.calls if op == "CreateFleet"]
+
+
+@pytest.fixture(scope="module")
+def moto_ec2() -> Iterator[tuple[Any, Any, dict[str, str], dict[str, str]]]:
+    """One moto for the module: starting it and making clients costs ~1 s a time."""
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION,
+           "MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION": "true"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    validation = moto.settings.EC2_ENABLE_INSTANCE_TYPE_VALIDATION
+    moto.settings.EC2_ENABLE_INSTANCE_TYPE_VALIDATION = True
+    with mock_aws():
+        client = boto3.client("ec2", region_name=REGION)
+        vpc = client.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+        subnets = {zone: client.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=zone)["Subnet"]["SubnetId"]
+                   for zone, cidr in (("us-east-1a", "10.0.16.0/20"), ("us-east-1b", "10.0.32.0/20"))}
+        data = {"ImageId": "ami-12c6146b", "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1}}
+        templates = {pool: client.create_launch_template(LaunchTemplateName=f"t-{pool}", LaunchTemplateData=data)[
+            "LaunchTemplate"]["LaunchTemplateId"] for pool in ("spot", "od", "cpu")}
+        yield client, boto3.client("sqs", region_name=REGION), templates, subnets
+    moto.settings.EC2_ENABLE_INSTANCE_TYPE_VALIDATION = validation
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture
+def ec2(moto_ec2: tuple[Any, Any, dict[str, str], dict[str, str]], request: pytest.FixtureRequest) -> Iterator[Ec2]:
+    client, sqs, templates, subnets = moto_ec2
+    name = "c" + hashlib.sha256(request.node.name.encode()).hexdigest()[:8]
+    state = Ec2(client, sqs, templates, subnets, spec().model_copy(update={"name": name}))
+    registered = hooks(state)
+    yield state
+    for event, handler_id in registered:
+        client.meta.events.unregister(event, unique_id=handler_id)
+
+
+def hooks(state: Ec2) -> list[tuple[str, str]]:
+    events = state.client.meta.events
+
+    def record(params: dict[str, Any], model: Any, **_: Any) -> None:
+        state.calls.append((model.name, json.loads(json.dumps(params))))
+
+    def inject(model: Any, **_: Any) -> tuple[Response, dict[str, Any]] | None:
+        if model.name == "CreateFleet" and state.fail_next:
+            return error(state.fail_next.pop(0))
+        return None
+
+    def shrink(params: dict[str, Any], model: Any, **_: Any) -> dict[str, Any] | None:
+        if model.name == "CreateFleet" and state.partial is not None:
+            spec = dict(params["TargetCapacitySpecification"], TotalTargetCapacity=state.partial)
+            spec = {k: (state.partial if k.endswith("TargetCapacity") else v) for k, v in spec.items()}
+            return {**params, "TargetCapacitySpecification": spec}
+        return None
+
+    def partial_errors(parsed: dict[str, Any], model: Any, **_: Any) -> None:
+        if model.name == "CreateFleet" and state.partial is not None:
+            parsed["Errors"] = [{"ErrorCode": "InsufficientInstanceCapacity", "Lifecycle": "spot",
+                                 "ErrorMessage": "There is no Spot capacity available that matches your request."}]
+
+    registered = [("provide-client-params.ec2.*", record), ("provide-client-params.ec2.CreateFleet", shrink),
+                  ("before-call.ec2.*", inject), ("after-call.ec2.CreateFleet", partial_errors)]
+    for n, (event, handler) in enumerate(registered):
+        events.register_first(event, handler, unique_id=f"test-{id(state)}-{n}")
+    return [(event, f"test-{id(state)}-{n}") for n, (event, _) in enumerate(registered)]
+
+
+class Sleeps:
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+
+def provider(ec2: Ec2, **kw: Any) -> AwsProvider:
+    queue_url = kw.pop("queue_url", None)
+    return AwsProvider(ec2.cluster, ec2.client, ec2.templates, ec2.subnets, sqs=ec2.sqs, queue_url=queue_url,
+                       sleep=kw.pop("sleep", Sleeps()), **kw)
+
+
+def request(nodes: list[str], pool: str = "spot", link: str | None = None, token: str = "sf-abc") -> LaunchRequest:
+    return LaunchRequest(pool=pool, nodes=tuple(nodes), token=token, jobs=(7,), link=link,
+                         node_jobs=dict.fromkeys(nodes, 7), job_users={7: "alice"})
+
+
+def tags_of(ec2: Ec2, iid: str) -> dict[str, str]:
+    found = ec2.client.describe_tags(Filters=[{"Name": "resource-id", "Values": [iid]}])["Tags"]
+    return {t["Key"]: t["Value"] for t in found}
+
+
+# --------------------------------------------------------------------------- launching
+
+
+def test_fleet_request_is_what_ec2_should_get(ec2: Ec2) -> None:
+    aws = provider(ec2)
+    result = aws.start(request(["t-spot-01", "t-spot-02", "t-spot-03"]))
+    aws.flush_tags()
+    assert sorted(result.launched) == ["t-spot-01", "t-spot-02", "t-spot-03"] and result.failed == {}
+    (fleet,) = ec2.fleets()
+    a, b = ec2.subnets["us-east-1a"], ec2.subnets["us-east-1b"]
+    assert fleet == {
+        "Type": "instant",
+        "ClientToken": "sf-abc-0",
+        "LaunchTemplateConfigs": [{
+            "LaunchTemplateSpecification": {"LaunchTemplateId": ec2.templates["spot"], "Version": "$Latest"},
+            "Overrides": [{"InstanceType": "g5.12xlarge", "SubnetId": a, "Priority": 0.0},
+                          {"InstanceType": "g5.12xlarge", "SubnetId": b, "Priority": 0.0}]}],
+        "TargetCapacitySpecification": {"TotalTargetCapacity": 3, "DefaultTargetCapacityType": "spot",
+                                        "SpotTargetCapacity": 3},
+        "SpotOptions": {"AllocationStrategy": "capacity-optimized-prioritized"},
+        "TagSpecifications": [{"ResourceType": "instance", "Tags": [
+            {"Key": TAG_CLUSTER, "Value": ec2.cluster.name}, {"Key": TAG_POOL, "Value": "spot"},
+            {"Key": TAG_LINK, "Value": "spot"}, {"Key": TAG_TOKEN, "Value": "sf-abc"}, {"Key": TAG_JOB, "Value": "7"},
+            {"Key": TAG_USER, "Value": "alice"}]}],
+    }
+    for name, inst in result.launched.items():
+        assert tags_of(ec2, inst.id) == {"Name": name, TAG_NODE: name, TAG_CLUSTER: ec2.cluster.name, TAG_POOL: "spot",
+                                         TAG_LINK: "spot", TAG_TOKEN: "sf-abc", TAG_JOB: "7", TAG_USER: "alice"}
+    tagged = [p for op, p in ec2.calls if op == "CreateTags"]
+    assert sorted(p["Resources"][0] for p in tagged) == sorted(i.id for i in result.launched.values())
+    listed = {i.node: i for i in aws.list_instances()}
+    assert set(listed) == {"t-spot-01", "t-spot-02", "t-spot-03"}
+    assert all(i.pool == "spot" and i.address and i.state is InstanceState.RUNNING for i in listed.values())
+
+
+def test_on_demand_fallback_link_uses_that_pools_template_and_flexible_types(ec2: Ec2) -> None:
+    aws = provider(ec2)
+    aws.start(request(["t-spot-01"], link="od"))
+    aws.start(request(["t-cpu-01"], pool="cpu", token="sf-cpu"))
+    od, cpu = ec2.fleets()
+    assert od["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateId"] == ec2.templates["od"]
+    assert od["OnDemandOptions"] == {"AllocationStrategy": "prioritized"}
+    assert od["TargetCapacitySpecification"]["DefaultTargetCapacityType"] == "on-demand"
+    assert {"Key": TAG_POOL, "Value": "spot"} in od["TagSpecifications"][0]["Tags"]
+    assert {"Key": TAG_LINK, "Value": "od"} in od["TagSpecifications"][0]["Tags"]
+    assert [(o["InstanceType"], o["Priority"]) for o in cpu["LaunchTemplateConfigs"][0]["Overrides"]] == [
+        ("t3.medium", 0.0), ("t3.medium", 0.0), ("t2.medium", 1.0), ("t2.medium", 1.0)]
+
+
+def test_batches_of_at_most_max_batch_each_with_its_own_token(ec2: Ec2) -> None:
+    nodes = [f"t-cpu-{i:02d}" for i in range(1, 13)]
+    result = provider(ec2, max_batch=5).start(request(nodes, pool="cpu"))
+    fleets = ec2.fleets()
+    assert [f["TargetCapacitySpecification"]["TotalTargetCapacity"] for f in fleets] == [5, 5, 2]
+    assert sorted(f["ClientToken"] for f in fleets) == ["sf-abc-0", "sf-abc-1", "sf-abc-2"]
+    assert len(result.launched) == 12 and len({i.id for i in result.launched.values()}) == 12
+
+
+def test_insufficient_capacity_fails_every_node_of_the_batch(ec2: Ec2) -> None:
+    ec2.fail_next = ["InsufficientInstanceCapacity"]
+    aws = provider(ec2)
+    result = aws.start(request(["t-spot-01", "t-spot-02"]))
+    assert result.launched == {} and result.failed == {"t-spot-01": "InsufficientInstanceCapacity",
+                                                       "t-spot-02": "InsufficientInstanceCapacity"}
+    assert aws.list_instances() == [] and len(ec2.fleets()) == 1
+    assert aws.run_bucket.available() == pytest.approx(1000, abs=1)  # nothing launched, nothing spent
+
+
+def test_partial_fleet_is_handled_per_node(ec2: Ec2) -> None:
+    ec2.partial = 2
+    result = provider(ec2).start(request([f"t-spot-0{i}" for i in range(1, 6)]))
+    assert sorted(result.launched) == ["t-spot-01", "t-spot-02"]
+    assert result.failed == dict.fromkeys(["t-spot-03", "t-spot-04", "t-spot-05"], "InsufficientInstanceCapacity")
+
+
+def test_throttling_backs_off_and_retries_with_the_same_token(ec2: Ec2) -> None:
+    ec2.fail_next = ["RequestLimitExceeded", "RequestLimitExceeded"]
+    sleeps = Sleeps()
+    aws = provider(ec2, sleep=sleeps)
+    result = aws.start(request(["t-spot-01"]))
+    assert len(result.launched) == 1
+    assert [f["ClientToken"] for f in ec2.fleets()] == ["sf-abc-0"] * 3
+    assert len(sleeps.slept) == 2 and 0.5 <= sleeps.slept[0] <= 0.75 and 1.0 <= sleeps.slept[1] <= 1.5
+
+
+def test_throttling_past_the_budget_leaves_the_nodes_for_later(ec2: Ec2) -> None:
+    ec2.fail_next = ["RequestLimitExceeded"] * 20
+    clock = [0.0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    aws = provider(ec2, sleep=sleep, clock=lambda: clock[0], throttle_budget=8.0)
+    result = aws.start(request(["t-spot-01", "t-spot-02"]))
+    assert result.failed == dict.fromkeys(["t-spot-01", "t-spot-02"], THROTTLED) and result.launched == {}
+    assert 3 <= len(ec2.fleets()) <= 5 and clock[0] <= 8.0
+
+
+def test_client_side_bucket_holds_back_what_ec2_would_refuse(ec2: Ec2) -> None:
+    now = [0.0]
+    bucket = TokenBucket(10, 2.0, clock=lambda: now[0])
+    aws = provider(ec2, max_batch=5, run_bucket=bucket, max_parallel=1)
+    result = aws.start(request([f"t-cpu-{i:02d}" for i in range(1, 13)], pool="cpu"))
+    assert len(result.launched) == 10 and list(result.failed.values()) == [THROTTLED, THROTTLED]
+    assert len(ec2.fleets()) == 2  # the third batch was never sent
+    now[0] += 1.0  # 2 tokens back: enough for the 2 held-back nodes
+    again = aws.start(request(sorted(result.failed), pool="cpu", token="sf-def"))
+    assert len(again.launched) == 2 and len(ec2.fleets()) == 3
+
+
+def test_template_without_imdsv2_is_refused(ec2: Ec2) -> None:
+    bad = ec2.client.create_launch_template(LaunchTemplateName=f"{ec2.cluster.name}-bad",
+                                            LaunchTemplateData={"ImageId": "ami-12c6146b"})
+    aws = AwsProvider(ec2.cluster, ec2.client, ec2.templates | {"spot": bad["LaunchTemplate"]["LaunchTemplateId"]},
+                      ec2.subnets)
+    with pytest.raises(ProvisionError, match="HttpTokens=required"):
+        aws.start(request(["t-spot-01"]))
+    assert ec2.fleets() == []
+
+
+def test_missing_templates_and_subnets_are_reported_together(ec2: Ec2) -> None:
+    with pytest.raises(SpecError) as err:
+        AwsProvider(spec(), ec2.client, {"spot": "lt-1"}, {"us-east-1a": "subnet-1"})
+    lines = [p.line() for p in err.value.problems]
+    assert any("no launch template for pool od" in line for line in lines)
+    assert any("no launch template for pool cpu" in line for line in lines)
+    assert any("no subnet for zone" in line and "us-east-1b" in line for line in lines)
+
+
+def test_terminate_and_stop(ec2: Ec2) -> None:
+    aws = provider(ec2)
+    launched = aws.start(request(["t-spot-01", "t-spot-02"])).launched
+    aws.flush_tags()
+    aws.terminate([launched["t-spot-01"]])
+    aws.stop(["t-spot-02"])
+    states = {i.node: i.state for i in aws.list_instances()}
+    assert states == {"t-spot-01": InstanceState.TERMINATED, "t-spot-02": InstanceState.TERMINATED}
+    terminated = [p["InstanceIds"] for op, p in ec2.calls if op == "TerminateInstances"]
+    assert terminated == [[launched["t-spot-01"].id], [launched["t-spot-02"].id]]
+
+
+# --------------------------------------------------------------------------- spot interruptions
+
+
+def test_spot_interruption_warnings_from_sqs(ec2: Ec2) -> None:
+    queue_url = ec2.sqs.create_queue(QueueName=f"{ec2.cluster.name}-interruptions")["QueueUrl"]
+    rebalance = dict(INTERRUPTION, **{"detail-type": "EC2 Instance Rebalance Recommendation"})
+    for body in (INTERRUPTION, rebalance, "not json"):
+        ec2.sqs.send_message(QueueUrl=queue_url, MessageBody=body if isinstance(body, str) else json.dumps(body))
+    aws = provider(ec2, queue_url=queue_url)
+    (notice,) = aws.interruptions()
+    assert notice.instance == "i-0b662ef9931388ba0" and notice.noticed_at == NOTICE_AT and notice.receipt
+    aws.acknowledge([notice])
+    left = ec2.sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages",
+                                                                           "ApproximateNumberOfMessagesNotVisible"])
+    assert left["Attributes"] == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
+
+
+def test_interruption_time_is_the_events() -> None:
+    notice = parse_interruption(json.dumps(INTERRUPTION), "r-1", now=5.0)
+    assert notice is not None and notice.receipt == "r-1" and notice.noticed_at == NOTICE_AT
+    assert parse_interruption("[]", "r", 5.0) is None
+
+
+def test_no_queue_no_notices(ec2: Ec2) -> None:
+    assert provider(ec2).interruptions() == []
+
+
+def test_from_options_builds_clients_without_io(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    aws = AwsProvider.from_options(spec(), {"launch_templates": {"spot": "lt-1", "od": "lt-2", "cpu": "lt-3"},
+                                            "subnets": {"us-east-1a": "subnet-a", "us-east-1b": "subnet-b"}})
+    assert aws.ec2.meta.region_name == "us-east-1" and aws.sqs is None
+    assert aws.ec2.meta.config.retries["total_max_attempts"] == 1  # retries are the provider's own
+
+
+# --------------------------------------------------------------------------- with the daemon
+
+
+def test_daemon_launches_through_ec2_and_handles_a_notice(ec2: Ec2, tmp_path: Path) -> None:
+    """The whole path on moto: a node powering up gets an instance, a later spot warning
+    on the queue drains its node and signals its job."""
+    spec_file = tmp_path / "cluster.yaml"
+    spec_file.write_text(SPEC.replace("name: t\n", f"name: {ec2.cluster.name}\n"))
+    queue_url = ec2.sqs.create_queue(QueueName=f"{ec2.cluster.name}-q")["QueueUrl"]
+    prefix = ec2.cluster.name
+    states = {f"{prefix}-od-01": ("idle", "CLOUD"), f"{prefix}-spot-01": POWERING_UP}
+    nodes = [node(n, states.get(n, POWERED_DOWN)) for n in topology(ec2.cluster).nodes]
+    slurm = FakeSlurm(nodes, [Job(31, "CONFIGURING", f"{prefix}-spot-01", "carol")])
+    clock = Clock(time.time())
+    aws = provider(ec2, queue_url=queue_url)
+    od = aws.start(request([f"{prefix}-od-01"], pool="od", token="sf-static")).launched[f"{prefix}-od-01"]
+    config = DaemonConfig(spec_path=spec_file, spool=tmp_path, heartbeat=tmp_path / "beat")
+    daemon = Daemon(config, slurm, aws, Store(tmp_path / "state.db"), load_spec, clock)
+    daemon.loop_once()
+    aws.flush_tags()
+    spot = next(i for i in aws.list_instances() if i.node == f"{prefix}-spot-01")
+    assert spot.pool == "spot" and spot.tags[TAG_LINK] == "spot" and spot.id != od.id
+    assert daemon.store.bindings()[f"{prefix}-spot-01"].instance == spot.id
+    slurm.state[f"{prefix}-spot-01"] = node(f"{prefix}-spot-01", ("allocated", "CLOUD"))
+    slurm.job_list = [Job(31, "RUNNING", f"{prefix}-spot-01", "carol")]
+    warning = dict(INTERRUPTION, detail={"instance-id": spot.id, "instance-action": "terminate"})
+    ec2.sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(warning))
+    clock.advance(10)
+    daemon.loop_once()
+    assert slurm.called("drain") == [((f"{prefix}-spot-01",), "slurmforge: spot interruption notice")]
+    assert slurm.called("signal") == [((31,), "USR1")]
+    assert len([op for op, _ in ec2.calls if op == "CreateFleet"]) == 2  # od-01 by hand, spot-01 by the daemon

@@ -1,0 +1,164 @@
+"""The pool page, /metrics and the `slurmforge pools` table, from one snapshot."""
+
+from __future__ import annotations
+
+import re
+import urllib.error
+import urllib.request
+from html.parser import HTMLParser
+
+import jinja2
+import pytest
+from rich.console import Console
+from test_service_world import (
+    ALLOCATED,
+    DOWN_POWERED_DOWN,
+    DRAINED,
+    IDLE,
+    NOW,
+    POWERED_DOWN,
+    POWERING_UP,
+    node,
+    topo,
+)
+
+from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot, display_state
+from slurmforge.service.state import Cooldown, Event
+from slurmforge.service.web import environment, metrics_text, pools_table, render_page, serve
+
+pytestmark = pytest.mark.unit
+
+
+def snapshot() -> ClusterSnapshot:
+    nodes = [
+        node("t-spot-01", ALLOCATED, gres="gpu:4", gres_used="gpu:4"),
+        node("t-spot-02", ALLOCATED, gres="gpu:4", gres_used="gpu:1(IDX:0)"),
+        node("t-spot-03", POWERING_UP, gres="gpu:4"),
+        node("t-spot-04", POWERED_DOWN, gres="gpu:4"),
+        node("t-od-01", IDLE, gres="gpu:4"),
+        node("t-od-02", DRAINED, reason="health: xid 79", gres="gpu:4"),
+        node("t-od-03", DOWN_POWERED_DOWN, gres="gpu:4"),
+        node("t-od-04", POWERED_DOWN, gres="gpu:4"),
+        node("t-cpu-01", IDLE), node("t-cpu-02", POWERED_DOWN), node("t-cpu-03", POWERED_DOWN),
+    ]
+    cooldowns = {"spot": Cooldown("spot", NOW + 90, 2, "InsufficientInstanceCapacity", NOW - 30),
+                 "cpu": Cooldown("cpu", NOW - 1, 1, "expired", NOW - 61)}
+    events = [Event(NOW - 30, "launch-failed", "spot", "spot", 3, "InsufficientInstanceCapacity"),
+              Event(NOW - 29, "launch", "spot", "od", 3, "token sf-1"),
+              Event(NOW - 7200, "launch", "spot", "spot", 50, "too old for the window"),
+              Event(NOW - 5, "power-down", "cpu", "", 1, "<script>alert(1)</script>")]
+    counters = [("slurmforge_launched_nodes_total", {"pool": "spot", "link": "od"}, 3.0)]
+    return build_snapshot(topo(), nodes, cooldowns, events, NOW, loop_seconds=0.042, counters=counters)
+
+
+def test_snapshot_counts_by_pool() -> None:
+    pools = {p.name: p for p in snapshot().pools}
+    spot, od, cpu = pools["spot"], pools["od"], pools["cpu"]
+    assert spot.nodes == {"allocated": 2, "powering_up": 1, "powered_down": 1}
+    assert (spot.gpus_used, spot.gpus_free, spot.gpus_off) == (5, 3, 8)
+    assert (spot.launches, spot.failures) == (3, 3)
+    assert [c.link for c in spot.cooling] == ["spot"] and cpu.cooling == ()
+    assert od.nodes == {"idle": 1, "drained": 1, "down": 1, "powered_down": 1} and od.gpus_free == 4
+    assert cpu.total == 3 and cpu.gpus_used == 0
+
+
+def test_display_state_order() -> None:
+    assert display_state(node("n", DOWN_POWERED_DOWN)) == "down"
+    assert display_state(node("n", ("mixed", "CLOUD", "DRAIN"))) == "draining"
+    assert display_state(node("n", ("future",))) == "other"
+
+
+def test_json_round_trip() -> None:
+    snap = snapshot()
+    assert ClusterSnapshot.from_json(snap.to_json()) == snap
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    pattern = rf"^{name}{{{re.escape(want)}}} (\S+)$" if labels else rf"^{name} (\S+)$"
+    (value,) = re.findall(pattern, text, re.M)
+    return float(value)
+
+
+def test_metrics_text() -> None:
+    text = metrics_text(snapshot())
+    assert metric(text, "slurmforge_pool_nodes", pool="spot", state="allocated") == 2
+    assert metric(text, "slurmforge_pool_nodes", pool="od", state="mixed") == 0
+    assert metric(text, "slurmforge_pool_gpus", pool="spot", state="used") == 5
+    assert metric(text, "slurmforge_pool_gpus", pool="spot", state="free") == 3
+    assert metric(text, "slurmforge_pool_recent_launches", pool="spot") == 3
+    assert metric(text, "slurmforge_pool_recent_launch_failures", pool="spot") == 3
+    assert metric(text, "slurmforge_link_cooldown_seconds", link="spot") == 90
+    assert metric(text, "slurmforge_links_cooling") == 1
+    assert metric(text, "slurmforge_loop_duration_seconds") == 0.042
+    assert metric(text, "slurmforge_launched_nodes_total", link="od", pool="spot") == 3
+    assert "# TYPE slurmforge_launch_failures_total counter" in text
+    for line in text.splitlines():  # every sample line is name{labels} number
+        assert line.startswith("#") or re.fullmatch(r"[a-z_]+(\{[^}]*\})? -?[0-9.e+-]+", line), line
+
+
+class Cells(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool: str | None = None
+        self.attrs: dict[str, str] = {}
+        self.found: dict[tuple[str, str], str] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        self.pool = a.get("data-pool", self.pool)
+        self.attrs = a
+
+    def handle_data(self, data: str) -> None:
+        if self.pool and "data-state" in self.attrs and data.strip():
+            self.found[(self.pool, self.attrs["data-state"])] = data.strip()
+            self.attrs = {}
+
+
+def test_page_shows_every_pool_and_escapes() -> None:
+    html = render_page(snapshot())
+    cells = Cells()
+    cells.feed(html)
+    assert cells.found[("spot", "allocated")] == "2" and cells.found[("spot", "powering up")] == "1"
+    assert cells.found[("od", "drained")] == "1" and cells.found[("cpu", "powered down")] == "2"
+    assert 'data-gpus-used="5" data-gpus-free="3"' in html
+    assert 'class="cooling" data-link="spot">link spot cooling down for 90 s' in html
+    assert "falls back to od" in html
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html
+
+
+def test_template_is_strict() -> None:
+    with pytest.raises(jinja2.UndefinedError):
+        environment().get_template("pools.html.j2").render(cluster="t")
+
+
+def test_pools_table() -> None:
+    console = Console(width=200, record=True)
+    console.print(pools_table(snapshot()))
+    text = console.export_text()
+    row = next(line for line in text.splitlines() if " spot " in line and "gpu" in line)
+    assert re.search(r"spot\s+│\s+gpu\s+│\s+spot\s+│\s+4\s+│\s+0\s+│\s+2\s+│\s+1\s+│\s+1\s+│\s+0\s+│\s+5\s+│\s+3\s+│"
+                     r"\s+3\s+│\s+3\s+│\s+spot \(90 s\)", row), row
+
+
+def test_server_routes() -> None:
+    snap: list[ClusterSnapshot | None] = [None]
+    server = serve(lambda: snap[0], "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(urllib.error.HTTPError) as early:
+            urllib.request.urlopen(f"{base}/metrics", timeout=5)
+        assert early.value.code == 503
+        snap[0] = snapshot()
+        for path, kind, needle in (("/", "text/html", "Cluster t"),
+                                   ("/metrics", "text/plain", "slurmforge_pool_nodes{"),
+                                   ("/pools.json", "application/json", '"cluster": "t"'),
+                                   ("/healthz", "text/plain", "ok")):
+            with urllib.request.urlopen(base + path, timeout=5) as response:
+                assert response.status == 200 and response.headers["Content-Type"].startswith(kind)
+                assert needle in response.read().decode()
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"{base}/nope", timeout=5)
+        assert missing.value.code == 404
+    finally:
+        server.shutdown()
