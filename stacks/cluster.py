@@ -1,0 +1,205 @@
+"""Wire the components for one spec and name the stack outputs.
+
+`build_cluster` is what `__main__` runs and what the tests run under Pulumi's mocks:
+it takes the validated spec (never config or environment) and returns the outputs to
+export, keyed as slurmforge.aws_inventory expects them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+from slurmforge import aws_inventory as out
+from slurmforge.errors import Problem, SpecError
+from slurmforge.nodes import pool_hostlist
+from slurmforge.render import controller_name, login_names
+from slurmforge.spec.models import AwsTarget, Cluster
+from stacks.ceph import CephStorage, CephStorageArgs
+from stacks.cluster_secrets import Secrets, SecretsArgs
+from stacks.common import CLUSTER_TAG, SSH_USER
+from stacks.database import Database, DatabaseArgs
+from stacks.head import HeadNodes, HeadNodesArgs
+from stacks.iam import Iam, IamArgs, NodeKind, SchedulerAccess, SchedulerAccessArgs
+from stacks.image import Image, ImageArgs
+from stacks.nas import NasStorage, NasStorageArgs
+from stacks.network import Network, NetworkArgs
+from stacks.pool import JoinSettings, NodePool, PoolArgs
+from stacks.spot_events import SpotEvents, SpotEventsArgs
+
+
+def aws_target(spec: Cluster) -> AwsTarget:
+    if not isinstance(spec.target, AwsTarget):
+        raise SpecError([Problem("target.kind", "the Pulumi program builds AWS clusters only",
+                                 "use target kind: aws (local and static targets need no stack)",
+                                 spec.target.kind)])
+    return spec.target
+
+
+def controller_names(spec: Cluster) -> list[str]:
+    """The controller, then the backup controller (in another zone) when asked for."""
+    main = controller_name(spec)
+    return [main, f"{main}-backup"] if spec.head.backup_controller else [main]
+
+
+def nas_paths(spec: Cluster) -> dict[str, str]:
+    """Directory on the NAS for each shared mount: its name (/home, /software,
+    /slurm_state), as the storage_client role mounts them."""
+    return {key: f"/{key}" for key in spec.storage.nas.mounts.model_dump()}
+
+
+def pool_mounts(spec: Cluster) -> list[tuple[str, str]]:
+    """What pool nodes mount at boot: home and the software/module tree (Slurm state is
+    the controllers' only)."""
+    mounts = spec.storage.nas.mounts
+    return [("home", mounts.home), ("software", mounts.software)]
+
+
+@dataclass(frozen=True)
+class Foundation:
+    """What every other component builds on."""
+
+    net: Network
+    secrets: Secrets
+    iam: Iam
+    image: Image
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Every component of one cluster (what the outputs are read from)."""
+
+    base: Foundation
+    head: HeadNodes
+    spot: SpotEvents
+    pools: dict[str, NodePool]
+    nas: NasStorage | None
+    database: Database | None
+    ceph: CephStorage | None
+
+
+def build_cluster(spec: Cluster, ansible_root: Path) -> dict[str, Any]:
+    """Every resource of the cluster; returns the stack outputs."""
+    target = aws_target(spec)
+    provider = aws.Provider(f"{spec.name}-aws", region=target.region, default_tags=aws.ProviderDefaultTagsArgs(
+        tags={**target.tags, CLUSTER_TAG: spec.name}))
+    opts = pulumi.ResourceOptions(providers=[provider])
+    base = _foundation(spec, target, ansible_root, opts)
+    nas = _nas(spec, base, opts)
+    head = _head_nodes(spec, target, base, opts)
+    database = _database(spec, base, opts)
+    ceph = _ceph(spec, target, base, opts)
+    spot = SpotEvents(spec.name, SpotEventsArgs(spec.name), opts)
+    pools = _pools(spec, target, base, _join(spec, target, base, head, nas), opts)
+    SchedulerAccess(spec.name, SchedulerAccessArgs(
+        cluster=spec.name, region=target.region, controller_role_name=base.iam.role_names[NodeKind.CONTROLLER],
+        compute_role_arn=base.iam.role_arns[NodeKind.COMPUTE],
+        launch_template_arns=[p.launch_template_arn for p in pools.values()], queue_arn=spot.queue_arn,
+        parameter_arns=[p.parameter_arn for p in pools.values()]), opts)
+    return stack_outputs(spec, target, Parts(base, head, spot, pools, nas, database, ceph))
+
+
+def _foundation(spec: Cluster, target: AwsTarget, ansible_root: Path, opts: pulumi.ResourceOptions) -> Foundation:
+    name = spec.name
+    net = Network(name, NetworkArgs(name, spec.network), opts)
+    secrets = Secrets(name, SecretsArgs(name), opts)
+    iam = Iam(name, IamArgs(name, target.region, secrets.munge_key_arn, secrets.db_password_arn), opts)
+    first_private = next(iter(net.private_subnet_ids.values()))
+    image = Image(name, ImageArgs(name, target.region, spec.images.ami, net.vpc_id, first_private, ansible_root),
+                  opts)
+    return Foundation(net, secrets, iam, image)
+
+
+def _nas(spec: Cluster, base: Foundation, opts: pulumi.ResourceOptions) -> NasStorage | None:
+    if spec.storage.nas.kind != "efs":
+        return None
+    net = base.net
+    return NasStorage(spec.name, NasStorageArgs(spec.name, spec.storage.nas, net.vpc_id,
+                                                list(net.private_subnet_ids.values()), net.cluster_sg_id), opts)
+
+
+def _head_nodes(spec: Cluster, target: AwsTarget, base: Foundation, opts: pulumi.ResourceOptions) -> HeadNodes:
+    net, iam = base.net, base.iam
+    return HeadNodes(spec.name, HeadNodesArgs(
+        cluster=spec.name, controller=spec.head.controller, login=spec.head.login,
+        controller_names=controller_names(spec), login_names=login_names(spec), ami_id=base.image.ami_id,
+        private_subnet_ids=list(net.private_subnet_ids.values()), public_subnet_ids=net.public_subnet_ids,
+        controller_sg_ids=[net.cluster_sg_id, net.controller_sg_id], login_sg_ids=[net.cluster_sg_id, net.login_sg_id],
+        controller_profile=iam.profile_names[NodeKind.CONTROLLER], login_profile=iam.profile_names[NodeKind.LOGIN],
+        key_name=target.key_name), opts)
+
+
+def _database(spec: Cluster, base: Foundation, opts: pulumi.ResourceOptions) -> Database | None:
+    """RDS only for an external database; a local one is MariaDB on the controller."""
+    db = spec.accounting.database
+    if not spec.accounting.enabled or db.kind != "external":
+        return None
+    net = base.net
+    return Database(spec.name, DatabaseArgs(spec.name, db, net.vpc_id, list(net.private_subnet_ids.values()),
+                                            net.controller_sg_id, base.secrets.db_password), opts)
+
+
+def _ceph(spec: Cluster, target: AwsTarget, base: Foundation, opts: pulumi.ResourceOptions) -> CephStorage | None:
+    if spec.storage.ceph is None:
+        return None
+    net = base.net
+    return CephStorage(f"{spec.name}-ceph", CephStorageArgs(
+        spec.name, spec.storage.ceph, base.image.ami_id, net.private_subnet_ids, [net.cluster_sg_id],
+        base.iam.profile_names[NodeKind.CEPH], target.key_name), opts)
+
+
+def _join(spec: Cluster, target: AwsTarget, base: Foundation, head: HeadNodes,
+          nas: NasStorage | None) -> pulumi.Output[JoinSettings]:
+    return pulumi.Output.all(pulumi.Output.all(*head.controller_ips), base.secrets.munge_key_arn,
+                             nas.dns_name if nas else None).apply(
+        lambda v: JoinSettings(region=target.region, munge_key_arn=v[1],
+                               controllers=list(zip(controller_names(spec), v[0], strict=True)),
+                               nas_source=_nas_source(spec, v[2]), nas_mounts=pool_mounts(spec)))
+
+
+def _pools(spec: Cluster, target: AwsTarget, base: Foundation, join: pulumi.Output[JoinSettings],
+           opts: pulumi.ResourceOptions) -> dict[str, NodePool]:
+    subnets = base.net.private_subnet_ids
+    return {pool.name: NodePool(f"{spec.name}-{pool.name}", PoolArgs(
+        cluster=spec.name, pool=pool, node_prefix=spec.node_prefix(pool), hostlist=pool_hostlist(spec, pool),
+        ami_id=base.image.ami_id, subnet_ids={z: subnets[z] for z in pool.zones or subnets},
+        security_group_ids=[base.net.cluster_sg_id], instance_profile_arn=base.iam.profile_arns[NodeKind.COMPUTE],
+        join=join), opts) for pool in spec.pools}
+
+
+def stack_outputs(spec: Cluster, target: AwsTarget, parts: Parts) -> dict[str, Any]:
+    """The outputs slurmforge.aws_inventory reads; secret values only as secret outputs."""
+    nas, db, pools, secrets = parts.nas, spec.accounting.database, parts.pools, parts.base.secrets
+    return {
+        out.OUT_CLUSTER: spec.name,
+        out.OUT_REGION: target.region,
+        out.OUT_CONTROLLER: controller_name(spec),
+        out.OUT_SSH_USER: SSH_USER,
+        out.OUT_HOSTS: parts.head.hosts,
+        out.OUT_CEPH_HOSTS: parts.ceph.hosts if parts.ceph else [],
+        out.OUT_LAUNCH_TEMPLATES: {n: p.launch_template_id for n, p in pools.items()},
+        out.OUT_POOL_PARAMETERS: {n: p.parameter_name for n, p in pools.items()},
+        out.OUT_SPOT_QUEUE_URL: parts.spot.queue_url,
+        out.OUT_SUBNETS: dict(parts.base.net.private_subnet_ids),
+        out.OUT_SECRET_ARNS: {"munge_key": secrets.munge_key_arn, "db_password": secrets.db_password_arn},
+        out.OUT_EFS: {"id": nas.file_system_id, "dns_name": nas.dns_name, "paths": nas_paths(spec)} if nas else None,
+        out.OUT_DATABASE: {"kind": db.kind, "host": db.host,
+                           "endpoint": parts.database.endpoint if parts.database else None},
+        out.OUT_AMI: parts.base.image.ami_id,
+        out.OUT_IMAGE_PIPELINE: parts.base.image.pipeline_arn,
+        out.OUT_MUNGE_KEY: secrets.munge_key,
+        out.OUT_DB_PASSWORD: secrets.db_password,
+    }
+
+
+def _nas_source(spec: Cluster, efs_dns: str | None) -> str | None:
+    nas = spec.storage.nas
+    if nas.kind == "efs":
+        return f"{efs_dns}:" if efs_dns else None
+    if nas.kind == "nfs" and nas.server and nas.export:
+        return f"{nas.server}:{nas.export.rstrip('/')}"
+    return None

@@ -1,0 +1,104 @@
+"""What every component shares: tag keys, the secure instance defaults, ARN helpers.
+
+The secure defaults live here once so that a new instance or launch template cannot
+forget them: IMDSv2 only with a hop limit of 1 (a container on a node cannot reach
+the instance's credentials) and encrypted EBS.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+from slurmforge.providers.base import TAG_CLUSTER, TAG_NODE, TAG_POOL
+
+# Tag keys: the ones the scheduler service sets on pool nodes come from the provider
+# interface (its IAM policy only lets it touch instances tagged with this cluster).
+CLUSTER_TAG = TAG_CLUSTER
+POOL_TAG = TAG_POOL
+NODE_TAG = TAG_NODE
+ROLE_TAG = "slurmforge:role"
+"""What a stack-made resource is for (controller, login, ceph, network, ...)."""
+
+# Debian's cloud images log in as `admin`; the root device is /dev/xvda.
+SSH_USER = "admin"
+ROOT_DEVICE = "/dev/xvda"
+VOLUME_TYPE = "gp3"
+
+# Everyone may reach nothing: the only world-open ingress is SSH to the login node,
+# and only when the spec says allow_ssh_from_anywhere.
+WORLD = "0.0.0.0/0"
+
+
+def partition(region: str) -> str:
+    """The ARN partition of a region (aws, aws-cn, aws-us-gov)."""
+    if region.startswith("cn-"):
+        return "aws-cn"
+    if region.startswith("us-gov-"):
+        return "aws-us-gov"
+    return "aws"
+
+
+def instance_metadata() -> aws.ec2.InstanceMetadataOptionsArgs:
+    """IMDSv2 only, hop limit 1; tags readable from IMDS (nodes read their name there)."""
+    return aws.ec2.InstanceMetadataOptionsArgs(
+        http_endpoint="enabled",
+        http_tokens="required",
+        http_put_response_hop_limit=1,
+        instance_metadata_tags="enabled",
+    )
+
+
+def launch_template_metadata() -> aws.ec2.LaunchTemplateMetadataOptionsArgs:
+    """The same defaults as `instance_metadata`, for launch templates."""
+    return aws.ec2.LaunchTemplateMetadataOptionsArgs(
+        http_endpoint="enabled",
+        http_tokens="required",
+        http_put_response_hop_limit=1,
+        instance_metadata_tags="enabled",
+    )
+
+
+def root_volume(size_gb: int) -> aws.ec2.InstanceRootBlockDeviceArgs:
+    """An encrypted gp3 root volume (the account's default EBS key)."""
+    return aws.ec2.InstanceRootBlockDeviceArgs(
+        encrypted=True, volume_size=size_gb, volume_type=VOLUME_TYPE, delete_on_termination=True
+    )
+
+
+def all_egress_rules() -> list[aws.ec2.SecurityGroupEgressArgs]:
+    """Outbound to anywhere (package mirrors and AWS APIs through the NAT gateway);
+    egress is not ingress: nothing outside can open a connection through it."""
+    return [aws.ec2.SecurityGroupEgressArgs(protocol="-1", from_port=0, to_port=0, cidr_blocks=[WORLD],
+                                            description="outbound through the NAT gateway / IGW")]
+
+
+def cloud_config_hostname(hostname: str) -> str:
+    """User data for head and storage hosts: only the hostname; Ansible does the rest."""
+    return f"#cloud-config\nhostname: {hostname}\nfqdn: {hostname}\npreserve_hostname: false\n"
+
+
+def tags(cluster: str, role: str, name: str | None = None, **extra: str) -> dict[str, str]:
+    out = {CLUSTER_TAG: cluster, ROLE_TAG: role, **extra}
+    if name is not None:
+        out["Name"] = name
+    return out
+
+
+def policy_json(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=1, sort_keys=False)
+
+
+def assume_role_policy(service: str) -> str:
+    return policy_json({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
+    })
+
+
+def child(parent: pulumi.Resource, **kwargs: Any) -> pulumi.ResourceOptions:
+    """Options for a component's child: parent=self, plus anything else given."""
+    return pulumi.ResourceOptions(parent=parent, **kwargs)

@@ -1,0 +1,61 @@
+"""The pure functions the components are made of: rules, scripts, documents."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from slurmforge.spec.models import Ceph
+from stacks.ceph import ceph_placements, osd_device
+from stacks.common import partition
+from stacks.database import dns_name
+from stacks.iam import SchedulerScope, scheduler_policy
+from stacks.image import IMAGE_PLAYBOOK, component_document, first_ami
+from stacks.network import ssh_cidrs
+from stacks.pool import JoinSettings, join_script
+
+pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
+
+
+def test_the_world_is_dropped_from_ssh_cidrs_without_the_flag() -> None:
+    assert ssh_cidrs(["0.0.0.0/0", "10.1.0.0/16"], allow_anywhere=False) == ["10.1.0.0/16"]
+    assert ssh_cidrs(["0.0.0.0/0"], allow_anywhere=True) == ["0.0.0.0/0"]
+
+
+def test_join_script_without_nas_and_with_nfs() -> None:
+    bare = join_script(JoinSettings("us-east-1", "arn:munge", [("c-controller", "10.0.0.5")]))
+    assert "fstab" not in bare and "--conf-server c-controller -N $node" in bare
+    nfs = join_script(JoinSettings("us-east-1", "arn:munge", [("c-controller", "10.0.0.5")],
+                                   nas_source="nas.lab:/export/cluster", nas_mounts=[("software", "/opt/sw")]))
+    assert "'nas.lab:/export/cluster/software /opt/sw nfs4 " in nfs
+    assert nfs.index("mount -a") < nfs.index("systemctl enable --now slurmd")
+
+
+def test_scheduler_policy_uses_the_regions_partition() -> None:
+    scope = SchedulerScope("c", "us-gov-west-1", "111122223333", ["arn:lt"], "arn:role", "arn:q", ["arn:p"])
+    launch = scheduler_policy(scope)["Statement"][0]
+    assert launch["Resource"][0] == "arn:aws-us-gov:ec2:us-gov-west-1:111122223333:*"
+    assert (partition("cn-north-1"), partition("eu-west-1")) == ("aws-cn", "aws")
+
+
+def test_database_dns_name() -> None:
+    assert dns_name("acct.lab.internal") == ("lab.internal", "acct.lab.internal")
+    assert dns_name("10.0.0.9") is None and dns_name("acct") is None
+
+
+def test_ceph_hosts_round_robin_over_zones() -> None:
+    placed = ceph_placements("c", Ceph(hosts=4, osds_per_host=3), ["z-a", "z-b"])
+    assert [(p.name, p.zone) for p in placed] == [("c-ceph-1", "z-a"), ("c-ceph-2", "z-b"), ("c-ceph-3", "z-a"),
+                                                  ("c-ceph-4", "z-b")]
+    assert placed[0].devices == ["/dev/xvdba", "/dev/xvdbb", "/dev/xvdbc"] and osd_device(23) == "/dev/xvdbx"
+
+
+def test_component_document_names_the_archive_version() -> None:
+    doc = yaml.safe_load(component_document("s3://b/k.zip", "etag-1"))
+    assert "etag-1" in doc["description"] and IMAGE_PLAYBOOK in doc["description"]
+    assert component_document("s3://b/k.zip", "etag-1") != component_document("s3://b/k.zip", "etag-2")
+
+
+def test_first_ami_refuses_an_image_without_ami() -> None:
+    with pytest.raises(ValueError, match="no AMI"):
+        first_ami([])
