@@ -30,7 +30,8 @@ SSM_CORE = "arn:{partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
 
 LAUNCH_ACTIONS = ["ec2:RunInstances", "ec2:CreateFleet"]
 INSTANCE_ACTIONS = ["ec2:TerminateInstances", "ec2:StopInstances", "ec2:StartInstances",
-                    "ec2:RebootInstances", "ec2:CreateTags", "ec2:DeleteTags"]
+                    "ec2:RebootInstances", "ec2:CreateTags", "ec2:DeleteTags",
+                    "ec2:GetConsoleOutput"]  # the boot log of a node that failed to join
 DESCRIBE_ACTIONS = ["ec2:DescribeInstances", "ec2:DescribeInstanceStatus", "ec2:DescribeInstanceTypes",
                     "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeSubnets",
                     "ec2:DescribeAvailabilityZones", "ec2:DescribeSpotPriceHistory"]

@@ -36,6 +36,10 @@ from stacks.common import (
 
 # The spec has no root volume size for pools yet; at least the image's size.
 POOL_ROOT_GB = 100
+# Spot pools' templates carry the spot market options (RunInstances honours them). The
+# scheduler service launches with EC2 Fleet `instant`, which also asks for spot in its
+# own request; should EC2 Fleet refuse templates with market options, set this False.
+SPOT_OPTIONS_IN_TEMPLATE = True
 # how long a new instance waits for its node-name tag before giving up (Slurm's
 # ResumeTimeout then marks the node down and the service retries elsewhere)
 NODE_TAG_WAIT = 300
@@ -137,7 +141,7 @@ def pool_tags(cluster: str, pool: str) -> dict[str, str]:
 def spot_options(pool: Pool) -> aws.ec2.LaunchTemplateInstanceMarketOptionsArgs | None:
     """Spot pools: one-time requests, terminated on interruption (the service relaunches
     or falls back; no max price, so never more than on-demand)."""
-    if pool.market is not Market.SPOT:
+    if pool.market is not Market.SPOT or not SPOT_OPTIONS_IN_TEMPLATE:
         return None
     return aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(
         market_type="spot",

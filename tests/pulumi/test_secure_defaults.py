@@ -200,6 +200,8 @@ def test_scheduler_terminates_only_instances_tagged_with_the_cluster(any_stack: 
     assert [s["Sid"] for s in touching] == ["ManageClusterInstances"]
     assert touching[0]["Condition"] == {"StringEquals": {f"ec2:ResourceTag/{TAG_CLUSTER}": any_stack.spec.name}}
     assert statements["KeepTheClusterTag"]["Effect"] == "Deny"
+    # what the AWS provider calls on a node's instance (slurmforge/providers/aws.py)
+    assert {"ec2:TerminateInstances", "ec2:CreateTags", "ec2:GetConsoleOutput"} <= set(touching[0]["Action"])
 
 
 def test_scheduler_policy_has_nothing_broader(any_stack: StackRun) -> None:
