@@ -221,16 +221,9 @@ class AwsProvider(Provider):
         return LaunchResult(launched=launched, failed=failed)
 
     def _launch_batch(self, request: LaunchRequest, pool: Pool, nodes: list[str], client_token: str) -> LaunchResult:
-        if not self._pay(len(nodes)):
-            return LaunchResult({}, dict.fromkeys(nodes, THROTTLED))
-        try:
-            response = self._call("create_fleet", bucket=self.run_bucket, log_nodes=len(nodes),
-                                  **self.fleet_params(request, pool, nodes, client_token))
-        except self._client_error() as exc:
-            self.run_bucket.give_back(len(nodes))
-            code = str(exc.response.get("Error", {}).get("Code", "Unknown"))  # type: ignore[attr-defined]
-            log.warning("CreateFleet %s for %d node(s) on %s: %s", client_token, len(nodes), pool.name, code)
-            return LaunchResult({}, dict.fromkeys(nodes, THROTTLED if code in THROTTLE_CODES else code))
+        response = self._create_fleet(self.fleet_params(request, pool, nodes, client_token), len(nodes))
+        if isinstance(response, str):
+            return LaunchResult({}, dict.fromkeys(nodes, response))
         got = self._fleet_instances(response)
         self.run_bucket.give_back(len(nodes) - len(got))
         errors = [str(e.get("ErrorCode") or "") for e in response.get("Errors") or []]
@@ -239,6 +232,31 @@ class AwsProvider(Provider):
         launched = {node: self._instance(request, node, fi) for node, fi in zip(nodes, got, strict=False)}
         self._queue_node_tags(request, launched)
         return LaunchResult(launched, dict.fromkeys(nodes[len(got):], code))
+
+    def _create_fleet(self, params: dict[str, Any], count: int) -> dict[str, Any] | str:
+        """The fleet's response, or the error code for every node of the batch.
+
+        EC2 answers RequestLimitExceeded both when the request rate is exceeded (gone
+        after a short pause) and when the RunInstances bucket is dry (gone only at 2
+        instances/s): one short back-off and retry, then the model is emptied and the
+        batch deferred to a later loop, so a dry bucket costs two calls, not a storm."""
+        for attempt in range(2):
+            if not self._pay(count):
+                return THROTTLED
+            try:
+                return cast(dict[str, Any], self._call("create_fleet", retry=False, log_nodes=count, **params))
+            except self._client_error() as exc:
+                code = str(exc.response.get("Error", {}).get("Code", "Unknown"))  # type: ignore[attr-defined]
+                if code not in THROTTLE_CODES:
+                    self.run_bucket.give_back(count)
+                    log.warning("CreateFleet %s for %d node(s): %s", params["ClientToken"], count, code)
+                    return code
+                if attempt == 0:
+                    self.run_bucket.give_back(count)
+                    self.sleep(0.5 + random.uniform(0, 0.5))
+        self.run_bucket.empty()
+        log.info("CreateFleet %s throttled twice: %d node(s) wait for the bucket", params["ClientToken"], count)
+        return THROTTLED
 
     def _pay(self, count: int) -> bool:
         """Take `count` tokens from the run-instances model, waiting a little if that is
@@ -363,7 +381,8 @@ class AwsProvider(Provider):
 
         return cast(type[Exception], ClientError)
 
-    def _call(self, operation: str, bucket: TokenBucket | None = None, log_nodes: int = 0, **params: Any) -> Any:
+    def _call(self, operation: str, bucket: TokenBucket | None = None, log_nodes: int = 0, retry: bool = True,
+              **params: Any) -> Any:
         """Call EC2, backing off exponentially (with jitter) on throttling, for at most
         `throttle_budget` seconds; then the error goes up."""
         delay, deadline = 0.5, self.clock() + self.throttle_budget
@@ -374,7 +393,7 @@ class AwsProvider(Provider):
                 return getattr(self.ec2, operation)(**params)
             except self._client_error() as exc:
                 code = exc.response.get("Error", {}).get("Code")  # type: ignore[attr-defined]
-                if code not in THROTTLE_CODES or self.clock() + delay > deadline:
+                if not retry or code not in THROTTLE_CODES or self.clock() + delay > deadline:
                     raise
                 if bucket is not None:
                     bucket.empty()

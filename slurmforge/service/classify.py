@@ -171,10 +171,13 @@ class Context:
         bound = {b.instance: b.node for b in self.state.bindings.values()}
         self.owner = {i.id: i.node or bound.get(i.id) for i in world.instances}
         self.live_by_node: dict[str, list[Instance]] = {}
+        self.last_dead: dict[str, Instance] = {}
         for inst in sorted(world.instances, key=lambda i: (i.launched_at or 0.0, i.id)):
             node = self.owner[inst.id]
             if node is not None and inst.state in LIVE:
                 self.live_by_node.setdefault(node, []).append(inst)
+            elif node is not None:
+                self.last_dead[node] = inst
         self.retrying = [r for r in self.state.pending_launches
                          if self.now - r.created_at <= self.tun.launch_retry_window]
         self.retrying_nodes = {n for r in self.retrying for n in r.nodes}
@@ -194,10 +197,7 @@ class Context:
     def machine(self, node: str) -> Instance | None:
         """instance(), or else the newest stopped/terminated machine tagged for the node."""
         found = self.instance(node)
-        if found is None:
-            dead = [i for i in self.world.instances if self.owner[i.id] == node]
-            found = max(dead, key=lambda i: i.launched_at or 0.0) if dead else None
-        return found
+        return found if found is not None else self.last_dead.get(node)
 
     def available_link(self, pool: str) -> str | None:
         for link in self.topology.chain(pool):
@@ -294,8 +294,10 @@ class Context:
         return actions
 
     def _clear_marks(self, name: str, status: NodeStatus) -> list[Action]:
+        if name not in self.state.marks:
+            return []
         keep = {NodeStatus.MISSING: MISSING, NodeStatus.NOT_RESPONDING: UNRESPONSIVE}.get(status)
-        return [ClearMark(name, kind) for kind in self.state.marks.get(name, {}) if kind != keep]
+        return [ClearMark(name, kind) for kind in self.state.marks[name] if kind != keep]
 
     def _died_booting(self, name: str, inst: Instance) -> list[Action]:
         """The machine went away before the node registered (spot taken back at once,

@@ -76,6 +76,7 @@ class _Run:
             a.PowerDown: self.power_down, a.Drain: self.drain, a.Terminate: self.terminate,
             a.Requeue: self.requeue, a.Signal: self.signal, a.Launch: self.launch,
             a.PowerUp: lambda xs: self._slurm(self.ex.slurm.power_up, [n for x in xs for n in x.nodes]),
+            a.SetAddress: self.set_addresses,
         }
         by_type: dict[type, list[Any]] = {}
         for action in batch:
@@ -106,8 +107,6 @@ class _Run:
             st.set_interruption_stage(x.instance, x.stage)
         elif isinstance(x, a.MarkCooldown):
             self.cooldown(x)
-        elif isinstance(x, a.SetAddress):
-            self._call(self.ex.slurm.set_address, x.node, x.address, x.hostname)
 
     # ------------------------------------------------------------------ Slurm
 
@@ -120,6 +119,14 @@ class _Run:
     def drain(self, items: list[a.Drain]) -> None:
         for reason, nodes in _by_reason(items).items():
             self._slurm(functools.partial(_drain, self.ex.slurm, reason=reason), nodes)
+
+    def set_addresses(self, items: list[a.SetAddress]) -> None:
+        """One scontrol call for many nodes; per node if that fails."""
+        try:
+            self.ex.slurm.set_addresses({x.node: x.address for x in items})
+        except SlurmCommandError:
+            for x in items:
+                self._call(self.ex.slurm.set_address, x.node, x.address, x.hostname)
 
     def requeue(self, items: list[a.Requeue]) -> None:
         jobs = sorted({j for x in items for j in x.jobs})

@@ -11,13 +11,15 @@ slurmctld:
   once ResumeProgram exits: `{"jobs": [{"job_id": 1, "nodes": "n-[01-02]"}],
   "all_nodes": "n-[01-03]"}` (later releases add more keys per job).
 - `state=power_down_force` requeues the node's jobs, runs SuspendProgram, keeps the reason,
-  clears DRAIN and DOWN, and leaves the node POWERING_DOWN for SuspendTimeout.
+  clears DRAIN and DOWN, and leaves the node POWERING_DOWN for SuspendTimeout (a node that
+  was DOWN shows `down` + POWER_DOWN first, until the power-save thread picks it up).
 - After ResumeTimeout a node is `down` + POWERED_DOWN + NOT_RESPONDING, reason
   "ResumeTimeout reached", and its jobs are requeued.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import subprocess
@@ -35,6 +37,7 @@ Runner = Callable[[Sequence[str]], subprocess.CompletedProcess[str]]
 MAX_HOSTLIST_CHARS = 8192
 """A compressed hostlist argument longer than this is split over several calls."""
 MAX_JOBS_PER_CALL = 200
+MAX_ADDRESSES_PER_CALL = 256
 
 
 def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
@@ -67,7 +70,10 @@ class NodeState:
         return "POWERING_UP" in self.flags
 
     def is_powering_down(self) -> bool:
-        return "POWERING_DOWN" in self.flags
+        """On its way to power save: POWER_DOWN is the queued request (22.05 shows a
+        DOWN node that was told `power_down_force` as `down` + POWER_DOWN until the
+        power-save thread takes it), POWERING_DOWN the SuspendTimeout that follows."""
+        return "POWERING_DOWN" in self.flags or "POWER_DOWN" in self.flags
 
     def is_powered_down(self) -> bool:
         """In power save (idle~ in sinfo), not on its way back up."""
@@ -105,6 +111,7 @@ class NodeState:
         return gres_count(self.gres_used)
 
 
+@functools.lru_cache(maxsize=4096)
 def gres_count(gres: str) -> int:
     """GPUs in a gres string: `gpu:4`, `gpu:v100:2(S:0-1)`, `gpu:0,mps:100` -> 4, 2, 0."""
     total = 0
@@ -145,9 +152,15 @@ def node_from_json(item: Mapping[str, Any]) -> NodeState:
 
 def _state_and_flags(state: Any, flags: Any) -> tuple[str, frozenset[str]]:
     if isinstance(state, list):  # 23.02+: ["IDLE", "CLOUD", "POWERED_DOWN"]
-        names = [str(s).upper() for s in state]
-        return (names[0].lower() if names else "unknown"), frozenset(names[1:]) | frozenset(flags or ())
-    return str(state or "unknown").lower(), frozenset(str(f).upper() for f in flags or ())
+        state = [str(s) for s in state]
+        state, flags = (state[0] if state else "unknown"), [*state[1:], *(flags or ())]
+    return str(state or "unknown").lower(), _flag_set(tuple(flags or ()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _flag_set(flags: tuple[str, ...]) -> frozenset[str]:
+    """Thousands of nodes share a handful of flag combinations: build each set once."""
+    return frozenset(str(f).upper() for f in flags)
 
 
 def _number(value: Any) -> float:
@@ -266,6 +279,16 @@ class SlurmClient:
     def set_address(self, node: str, address: str, hostname: str | None = None) -> None:
         fields = [f"nodeaddr={address}"] + ([f"nodehostname={hostname}"] if hostname else [])
         self.run("scontrol", "update", f"nodename={node}", *fields)
+
+    def set_addresses(self, addresses: Mapping[str, str]) -> None:
+        """Many nodes at once: `nodename=n-[01-03] nodeaddr=ip1,ip2,ip3` (the addresses in
+        the order the hostlist expands, as scontrol pairs them)."""
+        names = list(addresses)
+        for start in range(0, len(names), MAX_ADDRESSES_PER_CALL):
+            hostlist = compress(names[start:start + MAX_ADDRESSES_PER_CALL])
+            ordered = expand(hostlist)
+            self.run("scontrol", "update", f"nodename={hostlist}",
+                     "nodeaddr=" + ",".join(addresses[n] for n in ordered))
 
     def requeue(self, jobs: Sequence[int]) -> None:
         for chunk in _chunks(list(jobs), MAX_JOBS_PER_CALL):

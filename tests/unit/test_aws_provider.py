@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import boto3
 import moto.settings
 import pytest
 from moto import mock_aws
+from moto.core.botocore_stubber import BotocoreStubber
 from test_service_daemon import FakeSlurm
 from test_service_world import POWERED_DOWN, POWERING_UP, SPEC, Clock, node, spec
 
@@ -96,6 +98,13 @@ def moto_ec2() -> Iterator[tuple[Any, Any, dict[str, str], dict[str, str]]]:
     os.environ.update(env)
     validation = moto.settings.EC2_ENABLE_INSTANCE_TYPE_VALIDATION
     moto.settings.EC2_ENABLE_INSTANCE_TYPE_VALIDATION = True
+    original, lock = BotocoreStubber.__call__, threading.Lock()
+
+    def serialised(self: BotocoreStubber, event_name: str, request: Any, **kwargs: Any) -> Any:
+        with lock:  # moto is not thread-safe; the provider's batch and tag threads call it at once
+            return original(self, event_name, request, **kwargs)
+
+    BotocoreStubber.__call__ = serialised  # type: ignore[method-assign]
     with mock_aws():
         client = boto3.client("ec2", region_name=REGION)
         vpc = client.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
@@ -106,6 +115,7 @@ def moto_ec2() -> Iterator[tuple[Any, Any, dict[str, str], dict[str, str]]]:
             "LaunchTemplate"]["LaunchTemplateId"] for pool in ("spot", "od", "cpu")}
         yield client, boto3.client("sqs", region_name=REGION), templates, subnets
     moto.settings.EC2_ENABLE_INSTANCE_TYPE_VALIDATION = validation
+    BotocoreStubber.__call__ = original  # type: ignore[method-assign]
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
@@ -253,27 +263,47 @@ def test_partial_fleet_is_handled_per_node(ec2: Ec2) -> None:
     assert result.failed == dict.fromkeys(["t-spot-03", "t-spot-04", "t-spot-05"], "InsufficientInstanceCapacity")
 
 
-def test_throttling_backs_off_and_retries_with_the_same_token(ec2: Ec2) -> None:
-    ec2.fail_next = ["RequestLimitExceeded", "RequestLimitExceeded"]
+def test_throttled_once_backs_off_and_retries_with_the_same_token(ec2: Ec2) -> None:
+    ec2.fail_next = ["RequestLimitExceeded"]
     sleeps = Sleeps()
     aws = provider(ec2, sleep=sleeps)
     result = aws.start(request(["t-spot-01"]))
     assert len(result.launched) == 1
-    assert [f["ClientToken"] for f in ec2.fleets()] == ["sf-abc-0"] * 3
-    assert len(sleeps.slept) == 2 and 0.5 <= sleeps.slept[0] <= 0.75 and 1.0 <= sleeps.slept[1] <= 1.5
+    assert [f["ClientToken"] for f in ec2.fleets()] == ["sf-abc-0"] * 2
+    assert len(sleeps.slept) == 1 and 0.5 <= sleeps.slept[0] <= 1.0
 
 
-def test_throttling_past_the_budget_leaves_the_nodes_for_later(ec2: Ec2) -> None:
+def test_throttled_twice_defers_the_batch_and_empties_the_model(ec2: Ec2) -> None:
+    """A dry RunInstances bucket refills at 2/s: hammering it is pointless."""
     ec2.fail_next = ["RequestLimitExceeded"] * 20
-    clock = [0.0]
-
-    def sleep(seconds: float) -> None:
-        clock[0] += seconds
-
-    aws = provider(ec2, sleep=sleep, clock=lambda: clock[0], throttle_budget=8.0)
+    now = [0.0]
+    aws = provider(ec2, run_bucket=TokenBucket(1000, 2.0, clock=lambda: now[0]))
     result = aws.start(request(["t-spot-01", "t-spot-02"]))
     assert result.failed == dict.fromkeys(["t-spot-01", "t-spot-02"], THROTTLED) and result.launched == {}
-    assert 3 <= len(ec2.fleets()) <= 5 and clock[0] <= 8.0
+    assert len(ec2.fleets()) == 2 and aws.run_bucket.available() == 0
+    again = aws.start(request(["t-spot-01", "t-spot-02"], token="sf-later"))
+    assert again.failed == dict.fromkeys(["t-spot-01", "t-spot-02"], THROTTLED) and len(ec2.fleets()) == 2
+
+
+def test_describe_throttling_backs_off_within_a_budget(ec2: Ec2) -> None:
+    calls = [0]
+
+    def throttle_describe(model: Any, **_: Any) -> tuple[Response, dict[str, Any]] | None:
+        if model.name == "DescribeLaunchTemplateVersions" and calls[0] < 3:
+            calls[0] += 1
+            return error("RequestLimitExceeded")
+        return None
+
+    ec2.client.meta.events.register_first("before-call.ec2.DescribeLaunchTemplateVersions", throttle_describe,
+                                          unique_id="throttle-describe")
+    sleeps = Sleeps()
+    try:
+        provider(ec2, sleep=sleeps).start(request(["t-spot-01"]))
+    finally:
+        ec2.client.meta.events.unregister("before-call.ec2.DescribeLaunchTemplateVersions",
+                                          unique_id="throttle-describe")
+    assert calls[0] == 3 and len(sleeps.slept) == 3
+    assert all(d <= s <= 1.5 * d for s, d in zip(sleeps.slept, (0.5, 1.0, 2.0), strict=True)), sleeps.slept
 
 
 def test_client_side_bucket_holds_back_what_ec2_would_refuse(ec2: Ec2) -> None:

@@ -85,6 +85,9 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
     "resume-timeout-down-is-reset-not-left-down": (
         WorldBuilder([node(S1, DOWN_POWERED_DOWN, reason="ResumeTimeout reached")]),
         [PowerDown((S1,), "slurmforge: reset after 'ResumeTimeout reached'")]),
+    "reset-requested-waits-for-the-power-save-thread": (
+        WorldBuilder([node(S1, ("down", "CLOUD", "NOT_RESPONDING", "POWER_DOWN"),
+                           reason="slurmforge: reset after 'ResumeTimeout reached'")]), []),
     "admin-down-powered-down-left-alone": (
         WorldBuilder([node(S1, DOWN_POWERED_DOWN, reason="rack 4 maintenance")]), []),
     "own-drain-powered-down-is-reset": (

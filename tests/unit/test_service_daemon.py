@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -72,6 +72,10 @@ class FakeSlurm(SlurmClient):
     def set_address(self, node: str, address: str, hostname: str | None = None) -> None:
         self.calls.append(("set_address", (node, address)))
         self.state[node] = replace(self.state[node], address=address)
+
+    def set_addresses(self, addresses: Mapping[str, str]) -> None:
+        for name, address in addresses.items():
+            self.set_address(name, address)
 
     def requeue(self, jobs: Sequence[int]) -> None:
         self.calls.append(("requeue", (tuple(jobs),)))
@@ -197,6 +201,12 @@ def test_resume_handoff_launches_tags_and_publishes(env: dict[str, Path], monkey
     clock.advance(10)
     daemon.loop_once()
     assert len(cloud.requests) == 1 and slurm.called("set_address") == []
+    # EC2 fills in the private addresses: Slurm learns them in one call
+    for n, iid in ((S1, daemon.store.bindings()[S1].instance), (S2, daemon.store.bindings()[S2].instance)):
+        cloud.instances[iid] = replace(cloud.instances[iid], address=f"10.0.16.{n[-1]}")
+    clock.advance(10)
+    daemon.loop_once()
+    assert sorted(slurm.called("set_address")) == [(S1, "10.0.16.1"), (S2, "10.0.16.2")]
 
 
 def test_capacity_failure_falls_back_within_the_same_loop(env: dict[str, Path]) -> None:

@@ -32,6 +32,9 @@ SINFO = {"meta": META, "errors": [], "nodes": [
     {"name": "probe-gpu-02", "state": "down", "state_flags": ["CLOUD", "POWERED_DOWN", "NOT_RESPONDING"],
      "address": "probe-gpu-02", "hostname": "probe-gpu-02", "reason": "ResumeTimeout reached",
      "reason_changed_at": 1795322372, "gres": "gpu:2", "gres_used": "gpu:1", "partitions": ["p"]},
+    {"name": "probe-gpu-03", "state": "down", "state_flags": ["CLOUD", "NOT_RESPONDING", "POWER_DOWN"],
+     "address": "probe-gpu-03", "hostname": "probe-gpu-03", "reason": "slurmforge: reset after 'ResumeTimeout reached'",
+     "reason_changed_at": 1795324752, "gres": "gpu:2", "gres_used": "gpu:0", "partitions": ["p"]},
     {"name": "probe-gpu-04", "state": "idle", "state_flags": ["CLOUD", "POWERED_DOWN"], "address": "probe-gpu-04",
      "hostname": "probe-gpu-04", "reason": "", "reason_changed_at": 0, "gres": "gpu:2", "gres_used": "gpu:0",
      "partitions": ["p"]},
@@ -50,7 +53,8 @@ RESUME_FILE = ('{"jobs":[{"job_id":1,"nodes":"probe-gpu-[01-02]"},{"job_id":2,"n
 
 def test_sinfo_json_22_05() -> None:
     nodes = {n.name: n for n in parse_nodes(json.dumps(SINFO))}
-    up, timed_out, off, drained = (nodes[f"probe-gpu-0{i}"] for i in (1, 2, 4, 5))
+    up, timed_out, reset, off, drained = (nodes[f"probe-gpu-0{i}"] for i in (1, 2, 3, 4, 5))
+    assert reset.is_powering_down() and not reset.is_powered()  # down + POWER_DOWN: told power_down_force
     assert up.is_powering_up() and up.is_powered() and not up.is_not_responding() and up.is_cloud()
     assert timed_out.is_down() and timed_out.is_powered_down() and timed_out.reason == "ResumeTimeout reached"
     assert timed_out.reason_changed_at == 1795322372
@@ -101,7 +105,7 @@ class FakeRunner:
 def test_commands_are_argument_lists() -> None:
     runner = FakeRunner({"sinfo": json.dumps(SINFO), "squeue": json.dumps(SQUEUE)})
     slurm = SlurmClient(runner, bin_dir="/usr/bin")
-    assert len(slurm.nodes()) == 4 and len(slurm.jobs()) == 3
+    assert len(slurm.nodes()) == 5 and len(slurm.jobs()) == 3
     slurm.power_down(["c-gpu-03", "c-gpu-01", "c-gpu-02"], "slurmforge: no capacity on spot, od")
     slurm.power_up(["c-gpu-01"])
     slurm.drain(["c-gpu-01"], "slurmforge: spot interruption notice")
@@ -120,6 +124,13 @@ def test_commands_are_argument_lists() -> None:
         ["/usr/bin/scontrol", "requeue", "12,13"],
         ["/usr/bin/scancel", "--signal=USR1", "12"],
     ]
+
+
+def test_addresses_of_many_nodes_in_one_call_in_hostlist_order() -> None:
+    runner = FakeRunner()
+    SlurmClient(runner).set_addresses({"n-10": "10.0.0.10", "n-02": "10.0.0.2", "n-09": "10.0.0.9", "m-1": "10.1.0.1"})
+    assert runner.calls == [["scontrol", "update", "nodename=m-1,n-[02,09-10]",
+                             "nodeaddr=10.1.0.1,10.0.0.2,10.0.0.9,10.0.0.10"]]
 
 
 def test_failed_command_raises_typed_error() -> None:
