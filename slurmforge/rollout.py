@@ -48,6 +48,9 @@ EventSink = Callable[[Progress], None]
 
 
 def _failure_message(res: dict[str, Any]) -> str:
+    for item in res.get("results") or []:  # a loop: the first failed item says why
+        if isinstance(item, dict) and item.get("failed"):
+            return f"item {item.get('item', '?')!s:.60}: {_failure_message(item)}"
     for key in ("msg", "stderr", "stdout", "module_stderr"):
         value = res.get(key)
         if value:

@@ -12,7 +12,7 @@ from slurmforge.errors import HostError, ProvisionError
 from slurmforge.inventory import SECRETS_ROOT, read_inventory
 from slurmforge.local.host import require_root
 from slurmforge.local.podman import Podman
-from slurmforge.local.up import INVENTORIES
+from slurmforge.local.up import INVENTORIES, slurm_states
 from slurmforge.providers.base import Host, HostRole
 from slurmforge.providers.local import LABEL, LocalProvider
 from slurmforge.render import controller_name
@@ -38,16 +38,6 @@ def find_cluster(name: str | None) -> tuple[Cluster, list[Host]]:
     if name not in found:
         raise ProvisionError(f"no local cluster '{name}' (known: {', '.join(found) or 'none'})")
     return read_inventory(found[name])
-
-
-def slurm_states(podman: Podman, spec: Cluster) -> dict[str, str]:
-    """node -> Slurm state, asked on the controller (sinfo -N, one line per node)."""
-    res = podman.exec(controller_name(spec), ["sinfo", "-N", "-h", "-o", "%N %T"], check=False, timeout=20)
-    states = {}
-    for line in res.stdout.splitlines():
-        node, _, state = line.partition(" ")
-        states[node] = state
-    return states
 
 
 def status_table(name: str | None) -> Table:

@@ -20,6 +20,7 @@ from slurmforge.local.image import ensure_images
 from slurmforge.local.podman import Podman
 from slurmforge.providers.base import Host, HostRole, InstanceState
 from slurmforge.providers.local import LocalProvider
+from slurmforge.render import controller_name
 from slurmforge.rollout import Progress, RolloutResult, run_playbook
 from slurmforge.secrets import ensure_secrets
 from slurmforge.spec import Cluster, load_spec
@@ -77,7 +78,7 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
     with ui.phase("roll out (Ansible)"):
         report.rollout = run_playbook("site.yml", str(report.inventory), log, ui.event)
     with ui.phase("power down dynamic nodes"):
-        _rest(podman, provider, hosts, resting)
+        _rest(podman, provider, spec, hosts)
     if validate is not None:
         with ui.phase("validate the live cluster (testinfra)"):
             validate(report.inventory)
@@ -108,11 +109,24 @@ def _hold(podman: Podman, nodes: set[str]) -> None:
             podman.run(["cp", "/dev/null", f"{name}:{HOLD_FILE}"], check=False)
 
 
-def _rest(podman: Podman, provider: LocalProvider, hosts: list[Host], resting: set[str]) -> None:
-    names = [h.name for h in hosts if h.name in resting]
+def _rest(podman: Podman, provider: LocalProvider, spec: Cluster, hosts: list[Host]) -> None:
+    """Stop every dynamic node Slurm considers powered down (state ends in '~'): the
+    ones `up` booted for the rollout; nodes running jobs stay up."""
+    states = slurm_states(podman, spec)
+    names = [h.name for h in hosts if h.dynamic and states.get(h.name, "~").endswith("~")]
     for name in names:
         podman.exec(name, ["rm", "-f", HOLD_FILE], check=False)
     provider.stop(names)
+
+
+def slurm_states(podman: Podman, spec: Cluster) -> dict[str, str]:
+    """node -> Slurm state (sinfo -N: 'idle', 'idle~' when powered down, ...)."""
+    res = podman.exec(controller_name(spec), ["sinfo", "-N", "-h", "-o", "%N %T"], check=False, timeout=20)
+    states = {}
+    for line in res.stdout.splitlines():
+        node, _, state = line.partition(" ")
+        states[node] = state
+    return states
 
 
 def sample_job(podman: Podman, login: str, user: str, home: str) -> str:

@@ -1,0 +1,70 @@
+"""The real local cluster, brought up once per test session by the same code path as
+`slurmforge up --local` (the node image is cached between runs by content hash)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from slurmforge.local.up import UpReport, up
+from slurmforge.rollout import Progress
+from slurmforge.spec import Cluster, load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "examples" / "local.yaml"
+
+
+class QuietPhases:
+    """The `up` phase sink, printing one line per phase (pytest -s shows them)."""
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        print(f"[up] {name}", flush=True)
+        yield
+
+    def event(self, progress: Progress) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        print(text)
+
+
+@dataclass
+class Cluster_:
+    spec: Cluster
+    report: UpReport
+
+    def run(self, node: str, command: str, user: str | None = None, timeout: int = 120,
+            tty: bool = False) -> subprocess.CompletedProcess[str]:
+        argv = ["podman", "exec", *(["-t"] if tty else []), *(["-u", user] if user else [])]
+        if user:
+            argv += ["-w", f"/home/{user}"]
+        argv += [node, "timeout", str(timeout), "bash", "-lc", command]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 20)
+
+    def login(self, command: str, user: str = "alice", **kw: object) -> subprocess.CompletedProcess[str]:
+        return self.run(self.report.login, command, user=user, **kw)  # type: ignore[arg-type]
+
+
+def _usable() -> str | None:
+    if os.geteuid() != 0:
+        return "the local cluster needs root"
+    if shutil.which("podman") is None:
+        return "podman is not installed (make setup)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Cluster_:
+    reason = _usable()
+    if reason:
+        pytest.skip(reason)
+    report = up(SPEC, QuietPhases(), run_sample_job=False)
+    return Cluster_(load_spec(SPEC), report)
