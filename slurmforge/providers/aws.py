@@ -154,15 +154,20 @@ class AwsProvider(Provider):
 
     @classmethod
     def from_options(cls, spec: Cluster, options: Mapping[str, Any]) -> AwsProvider:
+        """`options` is the stack's outputs (`pulumi stack output --json`), or the subset
+        the service needs: launch_templates (pool -> id), private_subnets (zone -> id),
+        spot_queue_url."""
         import boto3  # type: ignore[import-untyped]
         from botocore.config import Config  # type: ignore[import-untyped]
+
+        from slurmforge.aws_inventory import OUT_LAUNCH_TEMPLATES, OUT_SPOT_QUEUE_URL, OUT_SUBNETS
 
         assert isinstance(spec.target, AwsTarget)
         session = boto3.session.Session(region_name=spec.target.region)
         # retries are ours (token-bucket aware), not botocore's
         ec2 = session.client("ec2", config=Config(retries={"total_max_attempts": 1, "mode": "standard"}))
-        queue_url = options.get("interruption_queue_url")
-        return cls(spec, ec2, options.get("launch_templates", {}), options.get("subnets", {}),
+        queue_url = options.get(OUT_SPOT_QUEUE_URL)
+        return cls(spec, ec2, options.get(OUT_LAUNCH_TEMPLATES, {}), options.get(OUT_SUBNETS, {}),
                    sqs=session.client("sqs") if queue_url else None, queue_url=queue_url)
 
     # ------------------------------------------------------------------ interface

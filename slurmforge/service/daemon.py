@@ -173,6 +173,7 @@ class Daemon:
 
     def publish(self, world: World, seconds: float) -> None:
         now = self.clock()
+        self.store.prune(now)
         self.snapshot = build_snapshot(world.topology, world.nodes, self.store.cooldowns(),
                                        self.store.events(since=now - 3600), now, seconds,
                                        counters=self.store.counters())

@@ -3,9 +3,10 @@
     slurmforge-service --spec /etc/slurmforge/cluster.yaml \\
         --provider-config /etc/slurmforge/provider.json --listen 0.0.0.0:9110
 
-The provider config is JSON the rollout writes from the stack outputs, e.g. for AWS
-`{"launch_templates": {"gpu": "lt-0abc..."}, "subnets": {"us-east-1a": "subnet-..."},
-"interruption_queue_url": "https://sqs..."}`. Clients are built here, never at import.
+The provider config is JSON the rollout writes: for AWS the stack's outputs
+(`pulumi stack output --json`; the provider reads launch_templates, private_subnets and
+spot_queue_url), for other targets what their `service_provider` asks for. Clients are
+built here, never at import.
 """
 
 from __future__ import annotations

@@ -293,6 +293,13 @@ class Store:
             found.setdefault(node, {})[kind] = since
         return found
 
+    def prune(self, now: float, keep: float = 86400.0) -> None:
+        """Forget finished launches, closed requests and handled notices older than `keep`."""
+        with self._tx() as db:
+            db.execute("DELETE FROM launches WHERE status != 'pending' AND created_at < ?", (now - keep,))
+            db.execute("DELETE FROM requests WHERE closed = 1 AND at < ?", (now - keep,))
+            db.execute("DELETE FROM interruptions WHERE stage = 'done' AND noticed_at < ?", (now - keep,))
+
     # ------------------------------------------------------------------ events, counters
 
     def add_event(self, event: Event) -> None:

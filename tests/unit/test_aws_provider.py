@@ -379,9 +379,12 @@ def test_no_queue_no_notices(ec2: Ec2) -> None:
 def test_from_options_builds_clients_without_io(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    aws = AwsProvider.from_options(spec(), {"launch_templates": {"spot": "lt-1", "od": "lt-2", "cpu": "lt-3"},
-                                            "subnets": {"us-east-1a": "subnet-a", "us-east-1b": "subnet-b"}})
-    assert aws.ec2.meta.region_name == "us-east-1" and aws.sqs is None
+    outputs = {"cluster": "t", "launch_templates": {"spot": "lt-1", "od": "lt-2", "cpu": "lt-3"},
+               "private_subnets": {"us-east-1a": "subnet-a", "us-east-1b": "subnet-b"},
+               "spot_queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/t-spot"}
+    aws = AwsProvider.from_options(spec(), outputs)  # the stack's outputs as they are
+    assert aws.ec2.meta.region_name == "us-east-1" and aws.queue_url == outputs["spot_queue_url"]
+    assert aws.templates["od"] == "lt-2" and aws.subnets["us-east-1b"] == "subnet-b"
     assert aws.ec2.meta.config.retries["total_max_attempts"] == 1  # retries are the provider's own
 
 

@@ -331,3 +331,31 @@ def test_loop_survives_a_failing_slurm(env: dict[str, Path]) -> None:
     daemon = make(env, slurm, FakeCloud(clock), clock)
     report = daemon.loop_once()
     assert "slurmctld down" in report.error and env["beat"].exists()
+
+
+def test_service_entry_point_runs_one_loop(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`slurmforge-service --once`: builds its clients, runs a loop through real
+    subprocesses (stand-in sinfo/squeue), writes the heartbeat and its state."""
+    from slurmforge.service import main as service_main
+
+    bin_dir = env["spool"].parent / "bin"
+    bin_dir.mkdir()
+    for name, body in (("sinfo", '{"nodes": []}'), ("squeue", '{"jobs": []}')):
+        script = bin_dir / name
+        script.write_text(f"#!/bin/sh\necho '{body}'\n")
+        script.chmod(0o755)
+    clock = Clock()
+    monkeypatch.setattr(service_main, "build_provider", lambda spec, options: FakeCloud(clock))
+    state_dir = env["spool"].parent / "state"
+    code = service_main.main(["--spec", str(env["spec"]), "--state-dir", str(state_dir), "--spool",
+                              str(env["spool"]), "--slurm-bin", str(bin_dir), "--listen", "", "--once"])
+    assert code == 0 and (state_dir / "heartbeat").exists() and (state_dir / "state.db").exists()
+
+
+def test_unknown_target_has_no_service_provider() -> None:
+    from slurmforge.errors import ProvisionError
+    from slurmforge.service.main import build_provider
+
+    lab = load_spec(Path(__file__).parents[2] / "examples" / "lab.yaml")
+    with pytest.raises(ProvisionError, match="static"):
+        build_provider(lab, {})

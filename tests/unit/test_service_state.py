@@ -110,3 +110,18 @@ def test_begin_launch_twice_keeps_the_first(tmp_path: Path) -> None:
     assert [(r.token, r.created_at) for r in store.pending_launches()] == [("sf-1", NOW)]
     store.abandon_launch("sf-1")
     assert store.pending_launches() == [] and store.launch("sf-1").status == "abandoned"  # type: ignore[union-attr]
+
+
+def test_prune_forgets_only_what_is_finished_and_old(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    store.begin_launch(LaunchRecord("sf-old-done", "spot", "spot", ("a",), (), NOW - 90_000))
+    store.finish_launch("sf-old-done", [])
+    store.begin_launch(LaunchRecord("sf-old-pending", "spot", "spot", ("b",), (), NOW - 90_000))
+    store.begin_launch(LaunchRecord("sf-new-done", "spot", "spot", ("c",), (), NOW - 10))
+    store.finish_launch("sf-new-done", [])
+    store.add_interruption(InterruptionRecord("i-1", None, None, NOW - 90_000, "done"))
+    store.add_interruption(InterruptionRecord("i-2", None, None, NOW - 90_000, "signalled"))
+    store.prune(NOW)
+    assert store.launch("sf-old-done") is None
+    assert store.launch("sf-old-pending") is not None and store.launch("sf-new-done") is not None
+    assert [i.instance for i in store.interruptions(include_done=True)] == ["i-2"]
