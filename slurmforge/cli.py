@@ -10,6 +10,7 @@ from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from slurmforge.errors import RolloutError, SlurmforgeError, SpecError
 from slurmforge.render import CONFIG_FILES, render, render_all
@@ -37,17 +38,18 @@ def report_errors(fn: Callable[[], T]) -> T:
         return fn()
     except SpecError as exc:
         for problem in exc.problems:
-            err.print(f"[red]error[/red] {exc.source}: {problem.line()}", markup=True)
+            err.print(f"[red]error[/red] {escape(f'{exc.source}: {problem.line()}')}")
         err.print(f"{len(exc.problems)} problem(s) in {exc.source or 'the spec'}")
         raise typer.Exit(exc.exit_code) from None
     except RolloutError as exc:
-        err.print(f"[red]error[/red] {exc.phase}: task [bold]{exc.task}[/bold] failed on [bold]{exc.host}[/bold]")
-        err.print(f"  {exc.message}")
+        err.print(f"[red]error[/red] {exc.phase}: task [bold]{escape(exc.task)}[/bold] failed on "
+                  f"[bold]{escape(exc.host)}[/bold]")
+        err.print(f"  {escape(exc.message)}")
         if exc.log:
             err.print(f"  full log: {exc.log}")
         raise typer.Exit(exc.exit_code) from None
     except SlurmforgeError as exc:
-        err.print(f"[red]error[/red] {exc}")
+        err.print(f"[red]error[/red] {escape(str(exc))}")
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
         err.print("interrupted; what was created stays: `slurmforge down --local` removes it")

@@ -23,6 +23,9 @@ class NodeHardware:
     gpus: int = 0
     gpu_model: str | None = None
     gpu_kind: str | None = None
+    uniform_layout: bool = True
+    """False for a flexible pool whose types differ in sockets/cores/threads (t2 vs t3):
+    its node line then names only CPUs, which every member satisfies."""
 
     @property
     def cpus(self) -> int:
@@ -74,6 +77,7 @@ def pool_hardware(pool: Pool) -> NodeHardware | None:
         gpus=accel if pool.gpus is None else pool.gpus,
         gpu_model=first.accelerator_model,
         gpu_kind=first.accelerator_kind,
+        uniform_layout=len({(t.sockets, t.cores_per_socket, t.threads_per_core) for t in known}) == 1,
     )
 
 

@@ -107,12 +107,15 @@ class NodeLine:
 
     def fields(self) -> dict[str, Any]:
         hw = self.hardware
+        layout = hw.uniform_layout
         return {
             "NodeName": self.hostlist,
+            # a flexible pool of differently laid out types: CPUs only (any layout fits)
+            "CPUs": None if layout else hw.cpus,
             "RealMemory": hw.memory_mb,
-            "Sockets": hw.sockets,
-            "CoresPerSocket": hw.cores_per_socket,
-            "ThreadsPerCore": hw.threads_per_core,
+            "Sockets": hw.sockets if layout else None,
+            "CoresPerSocket": hw.cores_per_socket if layout else None,
+            "ThreadsPerCore": hw.threads_per_core if layout else None,
             "Feature": f'"{",".join(self.features)}"' if self.features else None,
             "Gres": f"{hw.gres_name}:{hw.gpus}" if hw.gpus else None,
             "Weight": self.weight,
@@ -235,7 +238,7 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
             "ResumeRate": 0,
             "SuspendRate": 0,
             "SuspendExcNodes": static_nodes or None,
-            # cloud nodes are hidden from sinfo/scontrol unless asked for
+            # show powered-down CLOUD nodes in sinfo/scontrol (hidden without it, even for root)
             "PrivateData": "cloud",
             # nodes come and go: no fan-out tree, no cached addresses
             "TreeWidth": 65533,

@@ -189,8 +189,6 @@ def test_validate_prints_each_problem_on_one_line_and_exits_2(path: Path) -> Non
     assert lines[-1] == f"{len(found)} problem(s) in {path}"
 
 
-@pytest.mark.xfail(strict=True, reason="cli.py prints problem lines as rich markup: '[/red]' in a value raises "
-                   "MarkupError (needs rich.markup.escape); remove this marker once fixed")
 def test_validate_prints_values_that_look_like_markup(tmp_path: Path) -> None:
     spec = tmp_path / "markup.yaml"
     spec.write_text("api_version: slurmforge/v1\nname: t\ntarget: {kind: local}\npools:\n"
