@@ -6,14 +6,17 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
-APT_PACKAGES := podman runc debootstrap uidmap iptables slurmctld slurm-client munge \
-                chromium python3-venv
+# podman & co: the local cluster; slurmctld/munge: tests/slurm runs the real daemon on
+# the rendered config; lmod: module tests against real Lmod; chromium: the pool page test
+APT_PACKAGES := python3 python3-venv git openssh-client podman runc debootstrap uidmap iptables \
+                slurmctld slurm-client munge lmod chromium
 SPEC ?= examples/local.yaml
 
 .PHONY: help setup apt venv up down test unit lint typecheck bench
 
 help:
 	@echo "make up    - bring up the local cluster ($(SPEC)) and run a sample job"
+	@echo "make down  - remove the local cluster (the image cache stays)"
 	@echo "make test  - lint, type-check and run every test (unit, slurm, pulumi, integration)"
 	@echo "make unit  - the fast tests only"
 	@echo "make bench - the benchmarks in bench/"
@@ -36,8 +39,10 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-*; touch $@
 
 up: setup
-	$(VENV)/bin/slurmforge validate $(SPEC)
-	$(VENV)/bin/slurmforge render $(SPEC) --out build/$(notdir $(basename $(SPEC)))
+	$(VENV)/bin/slurmforge up --local $(SPEC)
+
+down: venv
+	$(VENV)/bin/slurmforge down --local
 
 lint: venv
 	$(VENV)/bin/ruff check slurmforge tests stacks bench
@@ -48,8 +53,11 @@ typecheck: venv
 unit: venv
 	$(VENV)/bin/pytest -m "unit or pulumi" -q
 
+# fast tests first, the real local cluster last (it builds or reuses the node image)
 test: setup lint typecheck
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -m "not integration"
+	$(VENV)/bin/pytest -q -m integration tests/integration
 
 bench: venv
 	$(PY) bench/render_bench.py
+	$(PY) bench/local_bench.py

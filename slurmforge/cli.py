@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from slurmforge.errors import RolloutError, SlurmforgeError, SpecError
+from slurmforge.modules.cli import modules_app
 from slurmforge.render import CONFIG_FILES, render, render_all
 from slurmforge.spec import Cluster, load_spec
 
@@ -23,6 +24,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+app.add_typer(modules_app, name="modules")
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -181,6 +183,53 @@ def ssh(
     from slurmforge.local.manage import shell
 
     report_errors(lambda: shell(cluster, node, user))
+
+
+@app.command()
+def inventory(
+    spec: SpecArg = DEFAULT_SPEC,
+    from_stack_outputs: Annotated[
+        Path, typer.Option("--from-stack-outputs", help="`pulumi stack output --json --show-secrets` saved here.")
+    ] = Path("outputs.json"),
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Default: inventories/<cluster>.")] = None,
+    fetch_secrets: Annotated[bool, typer.Option(help="Copy munge key and DB password from Secrets Manager.")] = True,
+) -> None:
+    """Write the inventory of an AWS stack (same format as the local provider's)."""
+    from slurmforge.aws_inventory import fetch_stack_secrets, inventory_from_stack_outputs, read_stack_outputs
+    from slurmforge.rollout import REPO
+
+    cluster = load(spec)
+    target = out_dir or REPO / "inventories" / cluster.name
+    outputs = report_errors(lambda: read_stack_outputs(from_stack_outputs))
+    written = report_errors(lambda: inventory_from_stack_outputs(outputs, spec, target))
+    if fetch_secrets:
+        import boto3  # type: ignore[import-untyped]
+
+        region = str(outputs.get("region", getattr(cluster.target, "region", "")))
+        report_errors(lambda: fetch_stack_secrets(outputs, boto3.client("secretsmanager", region_name=region)))
+    out.print(f"wrote inventory {written}")
+
+
+@app.command()
+def rollout(
+    inventory_dir: Annotated[Path, typer.Option("--inventory", help="A slurmforge inventory directory.")],
+) -> None:
+    """Roll the cluster out (playbooks/site.yml) on any inventory, with progress."""
+    from slurmforge.rollout import run_playbook
+    from slurmforge.ui import PhaseDisplay
+
+    if not (inventory_dir / "hosts.yml").exists():
+        err.print(f"[red]error[/red] {escape(str(inventory_dir))} is not a slurmforge inventory (no hosts.yml)")
+        raise typer.Exit(2)
+    display = PhaseDisplay(out)
+    log = Path("/var/log/slurmforge") / f"{inventory_dir.name}-rollout.log"
+
+    def run() -> None:
+        with display.phase("roll out (Ansible)"):
+            result = run_playbook("site.yml", str(inventory_dir.resolve()), log, display.event)
+        out.print(f"rollout changed {result.total_changed} thing(s) in {result.seconds:.0f} s; log {log}")
+
+    report_errors(run)
 
 
 def main() -> None:

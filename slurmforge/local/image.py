@@ -26,8 +26,7 @@ from slurmforge.local.podman import Podman
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
-BASE_NAME = "localhost/slurmforge-base"
-NODE_NAME = "localhost/slurmforge-node"
+NAMESPACE = "slurmforge"  # image names: localhost/<namespace>-base, -node (bench uses its own)
 BASE_PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "ca-certificates",
                  "iproute2", "procps", "sudo", "less", "util-linux")
 MASKED_UNITS = ("systemd-udevd.service", "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
@@ -43,16 +42,17 @@ def _digest(parts: list[bytes]) -> str:
     return h.hexdigest()[:12]
 
 
-def base_tag() -> str:
-    return f"{BASE_NAME}:{_digest([' '.join(BASE_PACKAGES).encode(), ' '.join(MASKED_UNITS).encode()])}"
+def base_tag(namespace: str = NAMESPACE) -> str:
+    digest = _digest([" ".join(BASE_PACKAGES).encode(), " ".join(MASKED_UNITS).encode()])
+    return f"localhost/{namespace}-base:{digest}"
 
 
-def node_tag(base: str) -> str:
+def node_tag(base: str, namespace: str = NAMESPACE) -> str:
     """Hash of the base tag, the image playbook and every role's install tasks."""
     files = [IMAGE_PLAYBOOK, *sorted((REPO / "roles").glob("*/tasks/install.yml")),
              *sorted((REPO / "roles").glob("*/defaults/main.yml"))]
     parts = [base.encode()] + [f.relative_to(REPO).as_posix().encode() + f.read_bytes() for f in files]
-    return f"{NODE_NAME}:{_digest(parts)}"
+    return f"localhost/{namespace}-node:{_digest(parts)}"
 
 
 def build_base(podman: Podman, tag: str) -> None:
@@ -100,13 +100,13 @@ def build_node(podman: Podman, base: str, tag: str, run_playbook: Callable[[str]
         podman.remove_container(builder)
 
 
-def ensure_images(podman: Podman, run_playbook: Callable[[str], None]) -> str:
+def ensure_images(podman: Podman, run_playbook: Callable[[str], None], namespace: str = NAMESPACE) -> str:
     """The node image's tag, building base and node images only when missing."""
-    base = base_tag()
+    base = base_tag(namespace)
     if not podman.image_exists(base):
         log.info("building base image %s (debootstrap)", base)
         build_base(podman, base)
-    node = node_tag(base)
+    node = node_tag(base, namespace)
     if not podman.image_exists(node):
         log.info("building node image %s (image playbook)", node)
         build_node(podman, base, node, run_playbook)

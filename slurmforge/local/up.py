@@ -16,7 +16,7 @@ from typing import Protocol
 
 from slurmforge.inventory import write_inventory
 from slurmforge.local.host import prepare_host
-from slurmforge.local.image import ensure_images
+from slurmforge.local.image import NAMESPACE, ensure_images
 from slurmforge.local.podman import Podman
 from slurmforge.providers.base import Host, HostRole, InstanceState
 from slurmforge.providers.local import LocalProvider
@@ -58,7 +58,7 @@ def inventory_dir(spec: Cluster) -> Path:
 
 
 def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
-       validate: Callable[[Path], None] | None = None) -> UpReport:
+       validate: Callable[[Path], None] | None = None, image_namespace: str = NAMESPACE) -> UpReport:
     spec = load_spec(spec_path)  # SpecError here: nothing was created
     log = log_path(spec.name, "up")
     report = UpReport(spec.name, inventory_dir(spec), log)
@@ -66,7 +66,7 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
         prepare_host()
     podman = Podman()
     with ui.phase("node image (built once, cached by content hash)"):
-        image = ensure_images(podman, lambda builder: _bake(builder, log, ui))
+        image = ensure_images(podman, lambda builder: _bake(builder, log, ui), image_namespace)
     provider = LocalProvider(spec, image, podman)
     resting = _powered_down_nodes(provider)
     ensure_secrets(spec.name)

@@ -1,0 +1,130 @@
+"""Local cluster bring-up, measured: cold (debootstrap + image build included), warm
+(image cached) and an idempotent re-run, each up to the first job done.
+
+Runs on a cluster of its own (`bench`, subnet 10.89.10.0/24) with images of its own
+(namespace slurmforge-bench-<run>), so it never touches a cluster or an image cache
+someone is using. Everything it creates is removed at the end.
+
+    .venv/bin/python bench/local_bench.py [--skip-cold]
+
+Goals (issue 3): warm bring-up -> first job done <= 180 s on 2 cores; an idempotent
+re-run's rollout <= 1/3 of the first rollout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from slurmforge.inventory import SECRETS_ROOT  # noqa: E402
+from slurmforge.local.podman import Podman  # noqa: E402
+from slurmforge.local.up import INVENTORIES, UpReport, up  # noqa: E402
+from slurmforge.providers.local import LocalProvider  # noqa: E402
+from slurmforge.rollout import Progress  # noqa: E402
+from slurmforge.spec import load_spec  # noqa: E402
+
+WARM_GOAL_S = 180.0
+
+
+class Timings:
+    def __init__(self) -> None:
+        self.phases: list[tuple[str, float]] = []
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        yield
+        self.phases.append((name, time.monotonic() - started))
+
+    def event(self, progress: Progress) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        pass
+
+
+def bench_spec(directory: Path) -> Path:
+    data = yaml.safe_load((ROOT / "examples" / "local.yaml").read_text())
+    data["name"] = "bench"
+    data["target"]["subnet"] = "10.89.10.0/24"
+    path = directory / "bench.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run(spec: Path, namespace: str, label: str) -> tuple[float, UpReport, Timings]:
+    timings = Timings()
+    started = time.monotonic()
+    report = up(spec, timings, run_sample_job=True, image_namespace=namespace)
+    total = time.monotonic() - started
+    assert report.job_output, f"{label}: the sample job printed nothing"
+    print(f"\n{label}: {total:.1f} s to the first job done")
+    for name, seconds in timings.phases:
+        print(f"  {seconds:7.1f} s  {name}")
+    return total, report, timings
+
+
+def remove_cluster(spec: Path) -> None:
+    LocalProvider(load_spec(spec), image="", podman=Podman()).delete()
+
+
+def cleanup(spec: Path, namespace: str) -> None:
+    remove_cluster(spec)
+    podman = Podman()
+    for kind in ("node", "base"):
+        for line in podman.run(["images", "--format", "{{.Repository}}:{{.Tag}}"]).splitlines():
+            if line.startswith(f"localhost/{namespace}-{kind}:"):
+                podman.run(["rmi", "-f", line], check=False)
+    shutil.rmtree(SECRETS_ROOT / "bench", ignore_errors=True)
+    shutil.rmtree(INVENTORIES / "bench", ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-cold", action="store_true", help="reuse the shared image cache (no image build)")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("the local cluster needs root", file=sys.stderr)
+        return 2
+    namespace = "slurmforge" if args.skip_cold else f"slurmforge-bench-{uuid.uuid4().hex[:6]}"
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = bench_spec(Path(tmp))
+        try:
+            cold = None
+            if not args.skip_cold:
+                cold, _, _ = run(spec, namespace, "cold (image build included)")
+                remove_cluster(spec)
+            warm, report, _ = run(spec, namespace, "warm (image cached)")
+            first_rollout = report.rollout.seconds if report.rollout else 0.0
+            _, report2, _ = run(spec, namespace, "idempotent re-run")
+            rerun_rollout = report2.rollout.seconds if report2.rollout else 0.0
+            changed = report2.rollout.total_changed if report2.rollout else -1
+        finally:
+            cleanup(spec, namespace if not args.skip_cold else "no-such-namespace")
+    print("\nsummary (2 cores):")
+    if cold is not None:
+        print(f"  cold bring-up -> first job done : {cold:6.1f} s")
+    print(f"  warm bring-up -> first job done : {warm:6.1f} s   (goal <= {WARM_GOAL_S:.0f} s)")
+    print(f"  first rollout                   : {first_rollout:6.1f} s")
+    print(f"  idempotent re-run rollout       : {rerun_rollout:6.1f} s   "
+          f"({rerun_rollout / first_rollout:.2f} of the first; goal <= 0.33), changed={changed}")
+    ok = warm <= WARM_GOAL_S and rerun_rollout <= first_rollout / 3 and changed == 0
+    print("  goals met" if ok else "  goals NOT met")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
