@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import jinja2
 
 from slurmforge.nodes import NodeHardware, node_sets, pool_hardware, pool_hostlist
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Partition, StaticTarget
+from slurmforge.templating import make_environment
 
 CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "slurmdbd.conf")
 
@@ -29,28 +29,9 @@ SUSPEND_PROGRAM = f"{SERVICE_BIN}/slurmforge-suspend"
 RESUME_FAIL_PROGRAM = f"{SERVICE_BIN}/slurmforge-resume-fail"
 
 
-def templates_dir() -> Path:
-    """templates/ at the repo root (editable install) or inside the wheel."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "templates", here / "_templates"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError("slurmforge templates directory not found")
-
-
 @cache
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
-    env.filters["slurm_kv"] = slurm_kv
-    env.filters["slurm_value"] = slurm_value
-    return env
+    return make_environment(slurm_kv=slurm_kv, slurm_value=slurm_value)
 
 
 def slurm_value(value: Any) -> str:

@@ -23,7 +23,7 @@ from slurmforge.modules.definition import (
     python_suffix,
     python_version,
 )
-from slurmforge.render import templates_dir
+from slurmforge.templating import make_environment
 
 TEMPLATE = "modulefile.lua.j2"
 
@@ -55,17 +55,7 @@ def lua_long(text: str) -> str:
 
 @cache
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
-    env.filters["lua"] = lua
-    env.filters["lua_long"] = lua_long
-    return env
+    return make_environment(lua=lua, lua_long=lua_long)
 
 
 def _paths(entries: dict[str, list[str]]) -> list[dict[str, Any]]:

@@ -21,8 +21,8 @@ from typing import Any
 import jinja2
 from rich.table import Table
 
-from slurmforge.render import templates_dir
 from slurmforge.service.snapshot import NODE_STATES, ClusterSnapshot, PoolSnapshot
+from slurmforge.templating import templates_dir
 
 log = logging.getLogger(__name__)
 

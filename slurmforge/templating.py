@@ -1,0 +1,33 @@
+"""The Jinja environment every template of the project is rendered with: the
+templates/ directory (repo root, or inside the wheel), StrictUndefined, no autoescape."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+
+def templates_dir() -> Path:
+    """templates/ at the repo root (editable install) or inside the wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "templates", here / "_templates"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("slurmforge templates directory not found")
+
+
+def make_environment(**filters: Callable[..., Any]) -> jinja2.Environment:
+    """A strict environment with the given filters (callers cache it)."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters.update(filters)
+    return env
