@@ -10,6 +10,7 @@ venv names its own location.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from slurmforge.errors import ModuleError
 from slurmforge.modules.definition import (
@@ -33,15 +34,16 @@ FREEZE_CODE = ("import importlib.metadata as m; "
 
 
 def build_install(ex: Executor, mn: ModuleName, d: AnyDefinition, install: str, final: str,
-                  python_prefix: str | None) -> None:
+                  python_prefix: str | None, pip_env: Mapping[str, str] | None = None) -> None:
     """Files of `mn` into `install` (which must not exist), checked, with paths that name
-    `final`. `python_prefix` is the published prefix of a venv's Python module."""
+    `final`. `python_prefix` is the published prefix of a venv's Python module; `pip_env`
+    is added to pip's environment (PIP_CERT, PIP_INDEX_URL, ...)."""
     if isinstance(d, PythonModule):
         build_python(ex, mn, d, install, final)
     elif isinstance(d, VenvModule):
         if python_prefix is None:
             raise ModuleError(f"{mn}: no published Python module to build the venv with")
-        build_venv(ex, mn, d, install, final, python_prefix)
+        build_venv(ex, mn, d, install, final, python_prefix, pip_env)
     elif isinstance(d, TreeModule):
         build_tree(ex, mn, d, install)
     elif isinstance(d, MetaModule):
@@ -67,12 +69,12 @@ def build_python(ex: Executor, mn: ModuleName, d: PythonModule, install: str, fi
 
 
 def build_venv(ex: Executor, mn: ModuleName, d: VenvModule, install: str, final: str,
-               python_prefix: str) -> None:
+               python_prefix: str, pip_env: Mapping[str, str] | None = None) -> None:
     python = f"{install}/bin/python"
     check(ex, [f"{python_prefix}/bin/python", "-m", "venv", install], f"{mn}: creating the venv")
     ex.write_file(f"{install}/requirements.txt", "\n".join(d.requirements) + "\n")
     check(ex, [python, "-I", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-               "-r", f"{install}/requirements.txt"], f"{mn}: pip install")
+               "-r", f"{install}/requirements.txt"], f"{mn}: pip install", env=pip_env)
     imports = verify_imports(mn.full, d)
     if imports:
         check(ex, [python, "-I", "-c", "import " + ", ".join(imports)], f"{mn}: import {', '.join(imports)}")

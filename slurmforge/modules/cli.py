@@ -1,8 +1,10 @@
 """`slurmforge modules ...`: plan, publish, list, default, rollback, deprecate.
 
-A Typer app of its own, mounted into the main CLI later (with --inventory to reach a
-cluster node); for now it works on a local tree (`--tree PATH`) through LocalExecutor.
-People-facing messages live here; errors become one line and an exit code.
+Mounted into the main CLI as `slurmforge modules`. Every command works on a cluster
+(`--inventory DIR`: the tree is the cluster spec's `modules.root`, reached on its build
+node through podman exec or ssh, with the spider cache the lmod role configures) or on
+a local tree (`--tree PATH`, through LocalExecutor). People-facing messages live here;
+errors become one line and an exit code.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import getpass
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -19,8 +22,9 @@ from rich.markup import escape
 
 from slurmforge.errors import ModuleError, SlurmforgeError, SpecError
 from slurmforge.modules.catalog import Catalog, load_catalog
-from slurmforge.modules.executor import LocalExecutor
-from slurmforge.modules.lmod import DEBIAN_LIBEXEC, Lmod
+from slurmforge.modules.executor import Executor, LocalExecutor, make_dirs
+from slurmforge.modules.lmod import DEBIAN_LIBEXEC, Lmod, cluster_cache_dir
+from slurmforge.modules.node import open_inventory
 from slurmforge.modules.plan import Action, Step
 from slurmforge.modules.publisher import Actor, ModuleTree
 from slurmforge.modules.tree import Tree
@@ -35,7 +39,11 @@ modules_app = typer.Typer(
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-TreeOpt = Annotated[Path, typer.Option("--tree", help="The module tree root (local path for now).")]
+TreeOpt = Annotated[Path | None, typer.Option("--tree", help="A module tree root on this machine.")]
+InvOpt = Annotated[Path | None, typer.Option(
+    "--inventory", help="A cluster's inventory: its spec's modules.root, changed on its login node.")]
+NodeOpt = Annotated[str | None, typer.Option("--node", help="Build on this node of the inventory instead.")]
+LOCAL_ROOT = Path("/opt/software/modules")
 DefsOpt = Annotated[Path, typer.Option("--modules", help="The module definitions directory.")]
 LibexecOpt = Annotated[str, typer.Option("--lmod-libexec", help="Lmod's libexec directory on the node.")]
 CacheOpt = Annotated[str | None, typer.Option("--lmod-cache", help="Lmod spider cache dir to refresh.")]
@@ -67,8 +75,46 @@ def who() -> str:
     return os.environ.get("SUDO_USER") or os.environ.get("USER") or getpass.getuser()
 
 
-def open_tree(tree: Path, libexec: str = DEBIAN_LIBEXEC, cache: str | None = None) -> ModuleTree:
-    return ModuleTree(LocalExecutor(), Tree(str(tree.resolve())), Actor(who()), Lmod(libexec, cache))
+@dataclass(frozen=True)
+class Where:
+    """The tree a command changes: a local path or a cluster's inventory."""
+
+    tree: Path | None = None
+    inventory: Path | None = None
+    node: str | None = None
+    libexec: str = DEBIAN_LIBEXEC
+    cache: str | None = None
+    pip_cert: Path | None = None
+
+    def open(self) -> ModuleTree:
+        if self.tree is not None and self.inventory is not None:
+            raise ModuleError("pass --tree or --inventory, not both")
+        ex: Executor
+        cache: str | None
+        if self.inventory is not None:
+            spec, ex = open_inventory(self.inventory, self.node)
+            root, cache = spec.modules.root, self.cache or cluster_cache_dir(spec.modules.root)
+        else:
+            if self.node is not None:
+                raise ModuleError("--node needs --inventory")
+            ex, root, cache = LocalExecutor(), str((self.tree or LOCAL_ROOT).resolve()), self.cache
+        tree = Tree(root)
+        return ModuleTree(ex, tree, Actor(who()), Lmod(self.libexec, cache), pip_env=self._pip_env(ex, tree))
+
+    def _pip_env(self, ex: Executor, tree: Tree) -> dict[str, str]:
+        """The CA bundle pip trusts, copied onto the build node (a public certificate,
+        kept in the tree's state directory)."""
+        if self.pip_cert is None:
+            return {}
+        try:
+            text = self.pip_cert.read_text()
+        except OSError as exc:
+            raise ModuleError(f"--pip-cert {self.pip_cert}: {exc.strerror}") from None
+        target = f"{tree.state_dir}/pip-ca.pem"
+        if ex.read_file(target) != text:
+            make_dirs(ex, tree.state_dir)
+            ex.write_file(target, text)
+        return {"PIP_CERT": target}
 
 
 def show(step: Step, width: int = 0) -> None:
@@ -84,13 +130,15 @@ def _targets(catalog: Catalog, names: list[str] | None) -> list[str]:
 @modules_app.command()
 def plan(
     names: Annotated[list[str] | None, typer.Argument(help="NAME/VERSION ... (default: every definition)")] = None,
-    tree: TreeOpt = Path("/opt/software/modules"),
+    tree: TreeOpt = None,
+    inventory: InvOpt = None,
+    node: NodeOpt = None,
     modules: DefsOpt = Path("modules"),
 ) -> None:
     """Check the definitions and show what `publish` would build or change."""
     def run() -> list[Step]:
         catalog = load_catalog(modules)
-        return open_tree(tree).plan(catalog, _targets(catalog, names))
+        return Where(tree, inventory, node).open().plan(catalog, _targets(catalog, names))
     steps = report(run)
     width = max((len(s.module) for s in steps), default=0)
     for step in steps:
@@ -105,10 +153,15 @@ def plan(
 def publish(
     names: Annotated[list[str] | None, typer.Argument(help="NAME/VERSION ... to publish (with dependencies)")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Publish every definition.")] = False,
-    tree: TreeOpt = Path("/opt/software/modules"),
+    tree: TreeOpt = None,
+    inventory: InvOpt = None,
+    node: NodeOpt = None,
     modules: DefsOpt = Path("modules"),
     lmod_libexec: LibexecOpt = DEBIAN_LIBEXEC,
     lmod_cache: CacheOpt = None,
+    pip_cert: Annotated[Path | None, typer.Option(
+        "--pip-cert", help="A CA bundle (on this machine) for pip on the build node: behind a TLS-intercepting "
+                           "proxy, pass the bundle this machine trusts.")] = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Build, check and publish versions atomically; the same definition twice is a no-op."""
@@ -118,7 +171,7 @@ def publish(
 
     def run() -> list[Step]:
         catalog = load_catalog(modules)
-        target = open_tree(tree, lmod_libexec, lmod_cache)
+        target = Where(tree, inventory, node, lmod_libexec, lmod_cache, pip_cert).open()
         return target.publish(catalog, _targets(catalog, names), on_step=show)
     steps = report(run, verbose)
     built = sum(s.action is Action.BUILD for s in steps)
@@ -126,9 +179,9 @@ def publish(
 
 
 @modules_app.command("list")
-def list_cmd(tree: TreeOpt = Path("/opt/software/modules")) -> None:
+def list_cmd(tree: TreeOpt = None, inventory: InvOpt = None, node: NodeOpt = None) -> None:
     """Every published version, with its default/deprecated flags and who published it."""
-    entries = report(lambda: open_tree(tree).entries())
+    entries = report(lambda: Where(tree, inventory, node).open().entries())
     width = max((len(e.name) + len(e.version) + 1 for e in entries), default=0)
     for e in entries:
         flags = ", ".join(f for f, on in (("default", e.default), ("deprecated", e.deprecated)) if on)
@@ -140,37 +193,43 @@ def list_cmd(tree: TreeOpt = Path("/opt/software/modules")) -> None:
 @modules_app.command()
 def default(
     module: Annotated[str, typer.Argument(help="NAME/VERSION")],
-    tree: TreeOpt = Path("/opt/software/modules"),
+    tree: TreeOpt = None,
+    inventory: InvOpt = None,
+    node: NodeOpt = None,
     lmod_libexec: LibexecOpt = DEBIAN_LIBEXEC,
     lmod_cache: CacheOpt = None,
 ) -> None:
     """Make a published version what `module load NAME` picks."""
-    show(report(lambda: open_tree(tree, lmod_libexec, lmod_cache).set_default(_full(module))))
+    show(report(lambda: Where(tree, inventory, node, lmod_libexec, lmod_cache).open().set_default(_full(module))))
 
 
 @modules_app.command()
 def rollback(
     name: Annotated[str, typer.Argument(help="NAME, e.g. apps/python")],
-    tree: TreeOpt = Path("/opt/software/modules"),
+    tree: TreeOpt = None,
+    inventory: InvOpt = None,
+    node: NodeOpt = None,
     lmod_libexec: LibexecOpt = DEBIAN_LIBEXEC,
     lmod_cache: CacheOpt = None,
 ) -> None:
     """Give NAME back the default it had before the last change."""
-    show(report(lambda: open_tree(tree, lmod_libexec, lmod_cache).rollback(name.strip("/"))))
+    show(report(lambda: Where(tree, inventory, node, lmod_libexec, lmod_cache).open().rollback(name.strip("/"))))
 
 
 @modules_app.command()
 def deprecate(
     module: Annotated[str, typer.Argument(help="NAME/VERSION")],
-    tree: TreeOpt = Path("/opt/software/modules"),
+    tree: TreeOpt = None,
+    inventory: InvOpt = None,
+    node: NodeOpt = None,
     lmod_libexec: LibexecOpt = DEBIAN_LIBEXEC,
     lmod_cache: CacheOpt = None,
 ) -> None:
     """Hide a version from `module avail`; it still loads, with a message."""
-    show(report(lambda: open_tree(tree, lmod_libexec, lmod_cache).deprecate(_full(module))))
+    show(report(lambda: Where(tree, inventory, node, lmod_libexec, lmod_cache).open().deprecate(_full(module))))
 
 
 def _full(module: str) -> str:
     if "/" not in module.strip("/"):
-        raise typer.BadParameter(f"{module!r}: use NAME/VERSION, e.g. apps/python/3.11")
+        raise ModuleError(f"{module!r}: use NAME/VERSION, e.g. apps/python/3.11")
     return module.strip("/")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -55,8 +55,10 @@ class ModuleTree:
     """One published tree, changed through one node."""
 
     def __init__(self, ex: Executor, tree: Tree, actor: Actor, lmod: Lmod | None = None,
-                 token: Callable[[], str] = lambda: secrets.token_hex(4)) -> None:
+                 token: Callable[[], str] = lambda: secrets.token_hex(4),
+                 pip_env: Mapping[str, str] | None = None) -> None:
         self.ex, self.tree, self.actor, self.lmod, self.token = ex, tree, actor, lmod, token
+        self.pip_env = dict(pip_env or {})
 
     # ------------------------------------------------------------------ reading
 
@@ -157,7 +159,8 @@ class ModuleTree:
         try:
             prefix = self.tree.prefix(mn) if has_prefix(d) else None
             if prefix is not None:
-                build_install(self.ex, mn, d, f"{stage}/install", prefix, self._python_prefix(d))
+                build_install(self.ex, mn, d, f"{stage}/install", prefix, self._python_prefix(d),
+                              self.pip_env)
             staged_mf = f"{stage}/modulefiles/{mn.name}/{mn.version}.lua"
             make_dirs(self.ex, posixpath.dirname(staged_mf))
             self.ex.write_file(staged_mf, render_modulefile(mn, d, prefix, deprecated=d.deprecated))

@@ -1,0 +1,129 @@
+"""An Executor on one node of a cluster, read from its inventory.
+
+Local nodes (the inventory sets `slurmforge_container`) are reached through
+`podman exec -i`; every other node through ssh with the inventory's connection vars
+(ansible_host, ansible_user, ansible_port, ansible_ssh_private_key_file,
+ansible_ssh_common_args). Work runs as root (`sudo -n` when the ssh user is not root)
+under `umask 022`, inside `timeout` on the node: a `podman exec` whose client dies
+keeps running otherwise.
+
+Which node: the first login node. It mounts the shared tree like every node, runs the
+same image as the compute nodes (so a venv built there runs on them), is always up
+(compute nodes of a dynamic pool may be powered down), and a pip build there takes no
+CPU away from jobs. Without a login node, the first static compute node.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmforge.errors import ModuleError
+from slurmforge.inventory import read_inventory
+from slurmforge.modules.executor import DEFAULT_TIMEOUT, Completed
+from slurmforge.providers.base import Host, HostRole
+from slurmforge.spec import Cluster
+
+log = logging.getLogger(__name__)
+
+# `sh -c SCRIPT sh ARGS...`: the script is a constant, the arguments stay arguments.
+UMASK_EXEC = 'umask 022; exec "$@"'
+READ_SCRIPT = '[ -e "$1" ] || exit 3; exec cat -- "$1"'
+WRITE_SCRIPT = 'cat > "$1" && chmod 0644 -- "$1"'
+MISSING = 3
+GRACE = 30.0  # the client waits this much longer than the node-side `timeout`
+
+
+@dataclass
+class NodeExecutor:  # not frozen: Executor.name is a plain attribute
+    """Runs argument lists on one node as root, files world-readable."""
+
+    name: str
+    prefix: tuple[str, ...]
+    """How to reach the node: `podman exec -i NAME` or `ssh ... user@host`."""
+    remote_shell: bool = False
+    """ssh joins its arguments into one string for the remote shell: quote them."""
+    sudo: bool = False
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
+            timeout: float = DEFAULT_TIMEOUT) -> Completed:
+        return self._exec(argv, env, timeout, None)
+
+    def read_file(self, path: str) -> str | None:
+        done = self._exec(["sh", "-c", READ_SCRIPT, "sh", path], None, 120, None)
+        if done.rc == MISSING:
+            return None
+        if not done.ok:
+            raise ModuleError(f"reading {path} failed on {self.name}: {done.reason()}")
+        return done.stdout
+
+    def write_file(self, path: str, text: str) -> None:
+        done = self._exec(["sh", "-c", WRITE_SCRIPT, "sh", path], None, 120, text)
+        if not done.ok:
+            raise ModuleError(f"writing {path} failed on {self.name}: {done.reason()}")
+
+    def command(self, argv: Sequence[str], env: Mapping[str, str] | None, timeout: float) -> list[str]:
+        """The full local argument list that runs argv on the node."""
+        inner = ["timeout", str(int(timeout)), *(["sudo", "-n"] if self.sudo else []),
+                 "env", *(f"{k}={v}" for k, v in (env or {}).items()),
+                 "sh", "-c", UMASK_EXEC, "sh", *argv]
+        return [*self.prefix, *([shlex.join(inner)] if self.remote_shell else inner)]
+
+    def _exec(self, argv: Sequence[str], env: Mapping[str, str] | None, timeout: float,
+              stdin: str | None) -> Completed:
+        full = self.command(argv, env, timeout)
+        log.debug("run on %s: %s", self.name, argv)
+        try:
+            proc = subprocess.run(full, input=stdin if stdin is not None else "", capture_output=True,
+                                  text=True, timeout=timeout + GRACE, check=False)
+        except subprocess.TimeoutExpired:
+            return Completed(tuple(argv), 124, "", f"timed out after {timeout:.0f} s")
+        except OSError as exc:
+            return Completed(tuple(argv), 127, "", f"{full[0]}: {exc.strerror}")
+        if proc.returncode == 255 and self.remote_shell:  # ssh's own failure, not the command's
+            raise ModuleError(f"cannot reach {self.name} over ssh: {proc.stderr.strip()[-300:]}")
+        return Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+
+
+def executor_for(host: Host) -> NodeExecutor:
+    """podman exec for a local node, ssh with the inventory's connection vars otherwise."""
+    conn = host.connection
+    container = conn.get("slurmforge_container")
+    if container:
+        return NodeExecutor(host.name, ("podman", "exec", "-i", container))
+    user = conn.get("ansible_user", "root")
+    ssh = ["ssh", "-o", "BatchMode=yes", *shlex.split(conn.get("ansible_ssh_common_args", ""))]
+    if "ansible_port" in conn:
+        ssh += ["-p", conn["ansible_port"]]
+    if "ansible_ssh_private_key_file" in conn:
+        ssh += ["-i", conn["ansible_ssh_private_key_file"]]
+    ssh += [f"{user}@{conn.get('ansible_host', host.address)}", "--"]
+    return NodeExecutor(host.name, tuple(ssh), remote_shell=True, sudo=user != "root")
+
+
+def build_host(hosts: list[Host], name: str | None = None) -> Host:
+    """The node that builds: `name` if given, else the first login node, else the first
+    static compute node."""
+    if name is not None:
+        for host in hosts:
+            if host.name == name:
+                return host
+        raise ModuleError(f"no node {name!r} in the inventory; nodes: {', '.join(h.name for h in hosts)}")
+    logins = [h for h in hosts if h.role is HostRole.LOGIN]
+    computes = [h for h in hosts if h.role is HostRole.COMPUTE and not h.dynamic]
+    if not logins and not computes:
+        raise ModuleError("the inventory has no login node and no static compute node to build on")
+    return (logins or computes)[0]
+
+
+def open_inventory(inventory: Path, node: str | None = None) -> tuple[Cluster, NodeExecutor]:
+    """The cluster spec (its modules.root is the tree) and an executor on its build node."""
+    if not (inventory / "hosts.yml").is_file():
+        raise ModuleError(f"{inventory}: not an inventory (no hosts.yml); "
+                          "fix: pass inventories/<cluster> written by `slurmforge up`")
+    spec, hosts = read_inventory(inventory)
+    return spec, executor_for(build_host(hosts, node))
