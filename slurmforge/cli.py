@@ -14,7 +14,6 @@ from rich.markup import escape
 
 from slurmforge.errors import RolloutError, SlurmforgeError, SpecError
 from slurmforge.modules.cli import modules_app
-from slurmforge.modules.cli import modules_app
 from slurmforge.render import CONFIG_FILES, render, render_all
 from slurmforge.spec import Cluster, load_spec
 
