@@ -119,6 +119,19 @@ def test_module_command_works_everywhere(live: LiveCluster) -> None:
     assert len(set(outputs.values())) == 1, "module avail differs between nodes"
 
 
+def test_module_spider_cache_is_shared_and_current(live: LiveCluster) -> None:
+    """Nodes answer `module avail` from the one spider cache on the shared tree
+    (roles/lmod); `slurmforge modules` refreshes it after every change, so it lists
+    exactly what a walk of the tree finds."""
+    cache = f"{live.spec.modules.root}/.cache"
+    for host in live.up_hosts:
+        node = live.connect(host)
+        assert cache in node.file("/etc/lmod/lmodrc.lua").content_string, f"{host.name}: no shared spider cache"
+        cached = node.run("bash -lc 'module -t avail 2>&1'")
+        walked = node.run("bash -lc 'module -t --ignore_cache avail 2>&1'")
+        assert cached.stdout == walked.stdout, f"{host.name}: stale spider cache (fix: slurmforge modules publish)"
+
+
 @pytest.mark.parametrize("command", ["sacct -a -X -n --starttime now-1days", "sacctmgr -n show cluster"])
 def test_accounting_answers(live: LiveCluster, command: str) -> None:
     if not live.spec.accounting.enabled:
