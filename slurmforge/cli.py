@@ -172,6 +172,16 @@ def status(local: LocalFlag = False, cluster: ClusterOpt = None) -> None:
 
 
 @app.command()
+def pools(local: LocalFlag = False, cluster: ClusterOpt = None) -> None:
+    """Every pool as the scheduler service sees it: nodes by state, GPUs, launches, cooldowns."""
+    _need_local(local, "pools")
+    from slurmforge.local.manage import pools_snapshot
+    from slurmforge.service.web import pools_table
+
+    out.print(pools_table(report_errors(lambda: pools_snapshot(cluster))))
+
+
+@app.command()
 def ssh(
     node: Annotated[str, typer.Argument(help="login, controller, or a node name.")] = "login",
     local: LocalFlag = False,

@@ -27,6 +27,7 @@ SERVICE_BIN = "/opt/slurmforge/venv/bin"
 RESUME_PROGRAM = f"{SERVICE_BIN}/slurmforge-resume"
 SUSPEND_PROGRAM = f"{SERVICE_BIN}/slurmforge-suspend"
 RESUME_FAIL_PROGRAM = f"{SERVICE_BIN}/slurmforge-resume-fail"
+LOCAL_SUSPEND_TIMEOUT = 20
 
 
 @cache
@@ -214,7 +215,9 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
             "SuspendProgram": SUSPEND_PROGRAM,
             "ResumeFailProgram": RESUME_FAIL_PROGRAM,
             "ResumeTimeout": sched.resume_timeout,
-            "SuspendTimeout": 120,
+            # a node is resumable only SuspendTimeout after its power-down; a container
+            # stops within 10 s (podman stop -t 10), an EC2 instance takes minutes
+            "SuspendTimeout": LOCAL_SUSPEND_TIMEOUT if isinstance(spec.target, LocalTarget) else 120,
             "SuspendTime": min(p.idle_seconds for p in spec.pools),
             "ResumeRate": 0,
             "SuspendRate": 0,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from rich.table import Table
@@ -16,6 +18,7 @@ from slurmforge.local.up import INVENTORIES, slurm_states
 from slurmforge.providers.base import Host, HostRole
 from slurmforge.providers.local import LABEL, LocalProvider
 from slurmforge.render import controller_name
+from slurmforge.service.snapshot import ClusterSnapshot
 from slurmforge.spec import Cluster
 
 
@@ -88,3 +91,25 @@ def down(name: str | None, purge: bool) -> str:
         Podman().run(["image", "prune", "-a", "-f", "--filter", "label!=keep"], check=False)
         what += ", its NAS data, secrets, inventory and the cached images"
     return what
+
+
+def pools_snapshot(name: str | None, port: int | None = None, timeout: float = 10) -> ClusterSnapshot:
+    """The scheduler service's /pools.json, fetched from the controller's address."""
+    from slurmforge.service.main import DEFAULT_PORT
+
+    _, hosts = find_cluster(name)
+    controller = next(h for h in hosts if h.role is HostRole.CONTROLLER)
+    url = f"http://{controller.address}:{port or DEFAULT_PORT}/pools.json"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as res:
+            text = res.read().decode()
+    except urllib.error.HTTPError as exc:
+        raise ProvisionError(f"the scheduler service on {controller.name} answered HTTP {exc.code} at {url}: "
+                             f"{exc.read().decode(errors='replace').strip()[:200]}") from None
+    except (OSError, ValueError) as exc:
+        raise ProvisionError(f"cannot reach the scheduler service at {url} ({exc}); is {controller.name} "
+                             f"running? `systemctl status slurmforge-service` there tells more") from None
+    try:
+        return ClusterSnapshot.from_json(text)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ProvisionError(f"{url} did not return a pool snapshot: {exc}") from None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from slurmforge.inventory import write_inventory
+from slurmforge.local.api import ensure_api_service
 from slurmforge.local.host import prepare_host
 from slurmforge.local.image import NAMESPACE, ensure_images
 from slurmforge.local.podman import Podman
@@ -28,6 +29,7 @@ from slurmforge.spec import Cluster, load_spec
 REPO = Path(__file__).resolve().parents[2]
 INVENTORIES = REPO / "inventories"
 HOLD_FILE = "/etc/slurmforge/hold"
+SERVICE_UNIT = "slurmforge-service"
 SAMPLE_JOB = "#!/bin/bash\n#SBATCH -N 2\nsrun hostname | sort\n"
 
 
@@ -64,6 +66,7 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
     report = UpReport(spec.name, inventory_dir(spec), log)
     with ui.phase("prepare this machine (packages, podman settings)"):
         prepare_host()
+        ensure_api_service()  # the scheduler service in the controller starts nodes through it
     podman = Podman()
     with ui.phase("node image (built once, cached by content hash)"):
         image = ensure_images(podman, lambda builder: _bake(builder, log, ui), image_namespace)
@@ -71,14 +74,18 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
     resting = _powered_down_nodes(provider)
     ensure_secrets(spec.name)
     with ui.phase("start nodes (podman, systemd)"):
+        _pause_service(podman, spec)
         _hold(podman, resting)
         hosts = provider.provision()
     with ui.phase("inventory"):
         write_inventory(spec, spec_path, hosts, report.inventory)
     with ui.phase("roll out (Ansible)"):
-        report.rollout = run_playbook("site.yml", str(report.inventory), log, ui.event)
+        report.rollout = run_playbook("site.yml", str(report.inventory), log, ui.event,
+                                      extravars={"scheduler_service_paused": True})
     with ui.phase("power down dynamic nodes"):
         _rest(podman, provider, spec, hosts)
+    with ui.phase("scheduler service"):
+        podman.exec(controller_name(spec), ["systemctl", "start", SERVICE_UNIT], timeout=60)
     if validate is not None:
         with ui.phase("validate the live cluster (testinfra)"):
             validate(report.inventory)
@@ -102,6 +109,14 @@ def _powered_down_nodes(provider: LocalProvider) -> set[str]:
             (h.name not in existing or existing[h.name].state is not InstanceState.RUNNING)}
 
 
+def _pause_service(podman: Podman, spec: Cluster) -> None:
+    """The scheduler service stops machines Slurm sees as powered down: it pauses while
+    `up` boots those nodes for the rollout, and starts again once they rest."""
+    info = podman.container(controller_name(spec))
+    if info is not None and info.is_running:
+        podman.exec(controller_name(spec), ["systemctl", "stop", SERVICE_UNIT], check=False, timeout=60)
+
+
 def _hold(podman: Podman, nodes: set[str]) -> None:
     """Existing powered-down nodes boot for the rollout with slurmd held (no registration)."""
     for name in sorted(nodes):
@@ -110,13 +125,24 @@ def _hold(podman: Podman, nodes: set[str]) -> None:
 
 
 def _rest(podman: Podman, provider: LocalProvider, spec: Cluster, hosts: list[Host]) -> None:
-    """Stop every dynamic node Slurm considers powered down (state ends in '~'): the
-    ones `up` booted for the rollout; nodes running jobs stay up."""
+    """Power down every dynamic node without jobs: the ones `up` booted for the rollout
+    (Slurm sees them powered down, state ends in '~') and new ones whose slurmd
+    registered (idle, powered up). Nodes running jobs stay up."""
     states = slurm_states(podman, spec)
-    names = [h.name for h in hosts if h.dynamic and states.get(h.name, "~").endswith("~")]
+    names = [h.name for h in hosts if h.dynamic and _is_restable(states.get(h.name, "~"))]
+    up_nodes = [n for n in names if not states.get(n, "~").endswith("~")]
+    if up_nodes:
+        podman.exec(controller_name(spec), ["scontrol", "update", f"nodename={','.join(up_nodes)}",
+                                            "state=power_down_force", "reason=slurmforge up: rest"],
+                    check=False, timeout=30)
     for name in names:
         podman.exec(name, ["rm", "-f", HOLD_FILE], check=False)
     provider.stop(names)
+
+
+def _is_restable(state: str) -> bool:
+    """Powered down already, or up without jobs (sinfo %T: idle, idle~, idle*, down*...)."""
+    return state.endswith("~") or state.rstrip("*") in ("idle", "down")
 
 
 def slurm_states(podman: Podman, spec: Cluster) -> dict[str, str]:

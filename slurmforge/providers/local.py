@@ -12,20 +12,25 @@ an existing network) instead of assuming a clean host.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from slurmforge.errors import ProvisionError
 from slurmforge.inventory import SECRETS_ROOT
+from slurmforge.local.api import API_SOCKET, API_SOCKET_DIR, PodmanApi
 from slurmforge.local.podman import ContainerInfo, Podman
 from slurmforge.nodes import node_sets
 from slurmforge.providers.base import (
+    TAG_LINK,
+    CapacityError,
     Host,
     HostRole,
     Instance,
@@ -46,6 +51,8 @@ LABEL = "slurmforge.cluster"
 # sees a powered-up node as freshly booted (containers otherwise report the host's).
 INIT = "exec unshare --time --boottime -$(cut -d. -f1 /proc/uptime) /sbin/init"
 FIRST_HOST_OFFSET = 10
+API_LABEL = "slurmforge.podman-api"
+FAIL_POOLS_FILE = "/var/lib/slurmforge/service/fail-pools"
 
 
 @dataclass(frozen=True)
@@ -155,7 +162,8 @@ class LocalProvider(Provider):
 
     def _ensure_container(self, host: Host, hosts: list[Host], info: ContainerInfo | None) -> None:
         if info is not None:
-            stale = info.image != self.image or info.labels.get("slurmforge.address") != host.address
+            stale = (info.image != self.image or info.labels.get("slurmforge.address") != host.address
+                     or (host.role is HostRole.CONTROLLER and API_LABEL not in info.labels))
             dead = info.state == "running" and not _alive(info.pid)
             if stale or dead:
                 log.info("recreating %s (%s)", host.name, "stale" if stale else "dead process")
@@ -178,6 +186,9 @@ class LocalProvider(Provider):
             args += ["--add-host", f"{other.name}:{other.address}"]
         for source, target in self.nas_binds():
             args += ["-v", f"{source}:{target}"]
+        if host.role is HostRole.CONTROLLER:
+            # the scheduler service starts and stops pool containers through the host's API
+            args += ["--label", f"{API_LABEL}={API_SOCKET}", "-v", f"{API_SOCKET_DIR}:{API_SOCKET_DIR}"]
         # the rollout's public key: sshd lets Ansible in as root, as on a real server
         args += ["-v", f"{self.root / 'secrets' / SSH_KEY}.pub:/root/.ssh/authorized_keys:ro"]
         return [*args, self.image, "sh", "-c", INIT]
@@ -236,6 +247,92 @@ class LocalProvider(Provider):
     def logs(self, node: str, lines: int = 200) -> str:
         res = self.podman.exec(node, ["journalctl", "--no-pager", "-n", str(lines)], check=False)
         return res.stdout or self.podman.run(["logs", "--tail", str(lines), node], check=False)
+
+
+class PoolMachines(Provider):
+    """The scheduler service's view from inside the controller: pool containers started
+    and stopped through the host's podman API. Told to, it fails every launch on some
+    links (pools) with InsufficientInstanceCapacity: the local stand-in for a region
+    without capacity. The list is re-read on every launch: one pool name a line in
+    `fail_pools_file`, or the `fail_pools` option."""
+
+    name = "local"
+
+    def __init__(self, spec: Cluster, api: PodmanApi, fail_pools: Sequence[str] = (),
+                 fail_pools_file: Path | None = None) -> None:
+        self.spec, self.api = spec, api
+        self.fail_pools, self.fail_pools_file = frozenset(fail_pools), fail_pools_file
+
+    def failing_pools(self) -> frozenset[str]:
+        names = set(self.fail_pools)
+        if self.fail_pools_file is not None:
+            with contextlib.suppress(OSError):  # no file: nothing fails
+                names |= set(self.fail_pools_file.read_text().split())
+        return frozenset(names)
+
+    def provision(self) -> list[Host]:
+        raise ProvisionError("the service does not provision; run `slurmforge up --local` on the host")
+
+    def delete(self) -> None:
+        raise ProvisionError("the service does not delete; run `slurmforge down --local` on the host")
+
+    def list_instances(self) -> list[Instance]:
+        """Pool containers only (controller and login are not the service's business)."""
+        out = []
+        for c in self.api.containers(f"{LABEL}={self.spec.name}"):
+            pool = c.labels.get("slurmforge.pool")
+            if pool is None:
+                continue
+            state = InstanceState.RUNNING if c.is_running else InstanceState.STOPPED
+            out.append(Instance(id=c.name, node=c.name, pool=pool, state=state,
+                                address=c.labels.get("slurmforge.address"), tags=dict(c.labels)))
+        return out
+
+    def start(self, request: LaunchRequest) -> LaunchResult:
+        if request.capacity_pool in self.failing_pools():
+            log.info("launch on %s refused: told to fail it", request.capacity_pool)
+            return LaunchResult({}, {n: CapacityError.INSUFFICIENT_INSTANCE_CAPACITY.value for n in request.nodes})
+        known = {c.name: c for c in self.api.containers(f"{LABEL}={self.spec.name}")}
+        launched: dict[str, Instance] = {}
+        failed: dict[str, str] = {}
+        for node in request.nodes:
+            info = known.get(node)
+            if info is None:
+                failed[node] = "NoSuchNode"
+                continue
+            try:
+                self.api.start(node)  # idempotent: a running container stays as it is
+            except ProvisionError as exc:
+                log.warning("start %s failed: %s", node, exc)
+                failed[node] = "NodeStartFailed"
+                continue
+            launched[node] = Instance(node, node, request.pool, InstanceState.RUNNING,
+                                      info.labels.get("slurmforge.address"), time.time(),
+                                      tags={**info.labels, TAG_LINK: request.capacity_pool})
+        return LaunchResult(launched, failed)
+
+    def stop(self, nodes: Sequence[str]) -> None:
+        for node in nodes:
+            try:
+                self.api.stop(node)
+            except ProvisionError as exc:
+                log.warning("stop %s failed: %s", node, exc)
+
+    def logs(self, node: str, lines: int = 200) -> str:
+        return self.api.logs(node, lines)
+
+
+def service_provider(spec: Cluster, options: Mapping[str, Any]) -> Provider:
+    """The scheduler service's provider: options `socket` (the API socket), `fail_pools`
+    (list) and `fail_pools_file`."""
+    if not isinstance(spec.target, LocalTarget):
+        raise ProvisionError(f"the local provider needs target kind local, not {spec.target.kind}")
+    fail_file = options.get("fail_pools_file", FAIL_POOLS_FILE)
+    fail_pools = options.get("fail_pools") or []
+    if not isinstance(fail_pools, list) or not all(isinstance(p, str) for p in fail_pools):
+        raise ProvisionError("provider option fail_pools must be a list of pool names")
+    return PoolMachines(spec, PodmanApi(str(options.get("socket", API_SOCKET))), fail_pools,
+                        Path(fail_file) if fail_file else None)
 
 
 def _alive(pid: int) -> bool:

@@ -1,0 +1,144 @@
+"""Cold start on the running local cluster (`slurmforge up --local examples/local.yaml`):
+
+1. resume hand-off: the installed `slurmforge-resume` run in the controller as slurmctld
+   runs it (user slurm, a SLURM_RESUME_FILE), from start to return;
+2. powered-down node -> job running: sbatch to a powered-down node until the job is
+   RUNNING (past CONFIGURING), once per powered-down node (up to --runs);
+3. capacity failover: with the first link told to fail, from the failed launch to the
+   launch on the fallback link (the service's events) and sbatch -> RUNNING.
+
+    .venv/bin/python bench/coldstart_bench.py [--cluster dev] [--runs 3]
+
+Nodes stay up after a run until the pool's idle time passes; a node that is not powered
+down is skipped (the bench waits up to --wait seconds for one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Any
+
+from slurmforge.errors import SlurmforgeError
+from slurmforge.local.manage import find_cluster
+from slurmforge.providers.base import HostRole
+from slurmforge.render import RESUME_PROGRAM, controller_name
+from slurmforge.service.main import DEFAULT_PORT
+
+FAIL_POOLS = "/var/lib/slurmforge/service/fail-pools"
+HANDOFF_SCRIPT = (
+    "d=$(mktemp -d) && chown slurm $d && echo '{\"jobs\":[{\"job_id\":1,\"nodes\":\"%s\"}],\"all_nodes\":\"%s\"}'"
+    " > $d/resume.json && for i in $(seq %d); do s=$(date +%%s.%%N); "
+    "runuser -u slurm -- env SLURMFORGE_SPOOL=$d SLURM_RESUME_FILE=$d/resume.json %s %s; "
+    "e=$(date +%%s.%%N); echo $s $e; done; rm -rf $d"
+)
+
+
+class Bench:
+    def __init__(self, cluster: str | None) -> None:
+        self.spec, hosts = find_cluster(cluster)
+        self.ctl = controller_name(self.spec)
+        self.login = next(h.name for h in hosts if h.role is HostRole.LOGIN)
+        address = next(h.address for h in hosts if h.role is HostRole.CONTROLLER)
+        self.url = f"http://{address}:{DEFAULT_PORT}/pools.json"
+        self.user = self.spec.users[0].name
+        self.dynamic = {h.name: h.pool for h in hosts if h.dynamic}
+
+    def sh(self, node: str, command: str, user: str | None = None, timeout: int = 60) -> str:
+        argv = ["podman", "exec", *(["-u", user, "-w", f"/home/{user}"] if user else []), node,
+                "timeout", str(timeout), "bash", "-c", command]
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 15)
+        if res.returncode != 0:
+            raise SystemExit(f"{command[:60]} on {node}: {(res.stderr or res.stdout).strip()}")
+        return res.stdout
+
+    def state(self, node: str) -> str:
+        return self.sh(self.ctl, f"sinfo -h -N -n {node} -o %T").strip()
+
+    def job_state(self, job: str) -> str:
+        return self.sh(self.ctl, f"squeue -h -j {job} -o %T; sacct -n -X -P -j {job} -o State | head -1").strip()
+
+    def events(self) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(self.url, timeout=10) as res:
+            return list(json.loads(res.read())["events"])
+
+    def handoff(self, runs: int) -> list[float]:
+        node = next(iter(self.dynamic))
+        out = self.sh(self.ctl, HANDOFF_SCRIPT % (node, node, runs, RESUME_PROGRAM, node))
+        return [float(e) - float(s) for s, e in (line.split() for line in out.splitlines() if line.strip())]
+
+    def powered_down(self, pools: set[str], wait: float) -> str | None:
+        deadline = time.monotonic() + wait
+        while True:
+            for node, pool in sorted(self.dynamic.items()):
+                if pool in pools and self.state(node).endswith("~"):
+                    return node
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(2)
+
+    def cold_start(self, node: str) -> float:
+        """sbatch -> RUNNING, polled in the controller every 50 ms."""
+        started = time.monotonic()
+        job = self.sh(self.login, f"sbatch --parsable -w {node} -o /dev/null --wrap 'sleep 1'",
+                      user=self.user).strip().split(";")[0]
+        self.sh(self.ctl, f"until squeue -h -j {job} -o %T | grep -qx RUNNING || "
+                          f"sacct -n -X -P -j {job} -o State | grep -q COMPLETED; do sleep 0.05; done",
+                timeout=120)
+        return time.monotonic() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cluster")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--wait", type=float, default=240, help="seconds to wait for a powered-down node")
+    args = parser.parse_args(argv)
+    try:
+        bench = Bench(args.cluster)
+    except SlurmforgeError as exc:
+        print(f"coldstart_bench: {exc}", file=sys.stderr)
+        return 2
+    hand = bench.handoff(20)
+    print(f"resume hand-off (slurmforge-resume as user slurm, 20 runs): median {statistics.median(hand):.3f} s, "
+          f"max {max(hand):.3f} s")
+
+    fallback_pools = {p.name for p in bench.spec.pools if p.fallback}
+    node = bench.powered_down(fallback_pools, args.wait)
+    if node is None:
+        print("capacity failover: no powered-down node in a pool with a fallback; skipped")
+    else:
+        pool = bench.dynamic[node]
+        bench.sh(bench.ctl, f"echo {pool} > {FAIL_POOLS}")
+        try:
+            since = time.time()
+            seconds = bench.cold_start(node)
+        finally:
+            bench.sh(bench.ctl, f"rm -f {FAIL_POOLS}")
+        recent = [e for e in bench.events() if e["at"] >= since - 1]
+        failed = next((e["at"] for e in recent if e["kind"] == "launch-failed"), None)
+        launched = next((e for e in recent if e["kind"] == "launch" and e["link"] != pool), None)
+        gap = f"{launched['at'] - failed:.2f} s" if failed and launched else "?"
+        print(f"capacity failover on {node}: launch failed on {pool} -> launched on "
+              f"{launched['link'] if launched else '?'} after {gap}; sbatch -> RUNNING {seconds:.1f} s")
+
+    times = []
+    for run in range(args.runs):
+        node = bench.powered_down(set(bench.dynamic.values()), args.wait)
+        if node is None:
+            print(f"run {run + 1}: no powered-down node within {args.wait:.0f} s; stopping")
+            break
+        times.append(bench.cold_start(node))
+        print(f"run {run + 1}: {node} powered down -> job RUNNING in {times[-1]:.1f} s")
+    if times:
+        print(f"cold start over {len(times)} run(s): median {statistics.median(times):.1f} s, max {max(times):.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

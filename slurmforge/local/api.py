@@ -1,0 +1,133 @@
+"""A small client of podman's REST API over its unix socket (standard library only).
+
+The scheduler service runs inside the controller container and starts or stops the
+powered-down node containers through the host's API socket, bind-mounted into the
+controller (`podman system service`, started by `slurmforge up --local`). Plain
+http.client over AF_UNIX is enough for the four calls it makes, so the service's venv
+needs no podman package.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from slurmforge.errors import ProvisionError
+from slurmforge.local.podman import ContainerInfo
+
+log = logging.getLogger(__name__)
+
+API = "/v4.0.0/libpod"
+API_SOCKET_DIR = "/run/podman"
+"""The host's API socket lives here; the controller sees the same directory (a directory,
+not the socket file: a restarted API service makes a new socket)."""
+API_SOCKET = f"{API_SOCKET_DIR}/podman.sock"
+SERVICE_GID = 9110
+"""The scheduler service's group in the controller (roles/scheduler_service/defaults:
+scheduler_service_gid); it owns the socket, so the service needs no root."""
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self.socket_path)
+        self.sock = sock
+
+
+class PodmanApi:
+    def __init__(self, socket_path: str, timeout: float = 60) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, query: dict[str, str] | None = None) -> tuple[int, bytes]:
+        url = API + path + (f"?{urlencode(query)}" if query else "")
+        conn = _UnixConnection(self.socket_path, self.timeout)
+        try:
+            conn.request(method, url)
+            res = conn.getresponse()
+            return res.status, res.read()
+        except OSError as exc:
+            raise ProvisionError(f"podman API at {self.socket_path}: {exc}") from None
+        finally:
+            conn.close()
+
+    def ping(self) -> bool:
+        try:
+            status, _ = self.request("GET", "/_ping")
+        except ProvisionError:
+            return False
+        return status == 200
+
+    def containers(self, label: str) -> list[ContainerInfo]:
+        status, body = self.request("GET", "/containers/json",
+                                    {"all": "true", "filters": json.dumps({"label": [label]})})
+        if status != 200:
+            raise ProvisionError(f"podman API: listing containers gave HTTP {status}: {_message(body)}")
+        return [_info(row) for row in json.loads(body or b"[]")]
+
+    def start(self, name: str) -> None:
+        """Start a stopped container; one that already runs is fine (304)."""
+        status, body = self.request("POST", f"/containers/{quote(name)}/start")
+        if status not in (204, 304):
+            raise ProvisionError(f"podman API: start {name} gave HTTP {status}: {_message(body)}")
+
+    def stop(self, name: str, timeout: int = 10) -> None:
+        status, body = self.request("POST", f"/containers/{quote(name)}/stop", {"timeout": str(timeout)})
+        if status not in (204, 304, 404):
+            raise ProvisionError(f"podman API: stop {name} gave HTTP {status}: {_message(body)}")
+
+    def logs(self, name: str, lines: int) -> str:
+        status, body = self.request("GET", f"/containers/{quote(name)}/logs",
+                                    {"stdout": "true", "stderr": "true", "tail": str(lines)})
+        return body.decode(errors="replace") if status == 200 else ""
+
+
+def _info(row: dict[str, Any]) -> ContainerInfo:
+    names = row.get("Names") or [""]
+    return ContainerInfo(names[0], str(row.get("State", "")).lower(), int(row.get("Pid") or 0),
+                         row.get("Labels") or {}, row.get("Image", ""))
+
+
+def _message(body: bytes) -> str:
+    try:
+        return str(json.loads(body).get("message", ""))[:200]
+    except (ValueError, AttributeError):
+        return body[:200].decode(errors="replace")
+
+
+def ensure_api_service(socket_path: str = API_SOCKET, gid: int = SERVICE_GID, binary: str = "podman",
+                       timeout: float = 20) -> None:
+    """Start `podman system service` on the host unless it answers already (a killed
+    session leaves a dead socket file behind: it is replaced). Idempotent."""
+    api = PodmanApi(socket_path, timeout=5)
+    if not api.ping():
+        path = Path(socket_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        log.info("starting podman's API service on %s", socket_path)
+        try:
+            subprocess.Popen([binary, "system", "service", "--time=0", f"unix://{socket_path}"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        except FileNotFoundError:
+            raise ProvisionError("podman is not installed (apt-get install podman)") from None
+        deadline = time.monotonic() + timeout
+        while not api.ping():
+            if time.monotonic() > deadline:
+                raise ProvisionError(f"podman's API service did not answer on {socket_path} within {timeout:.0f} s")
+            time.sleep(0.2)
+    os.chown(socket_path, 0, gid)
+    os.chmod(socket_path, 0o660)
