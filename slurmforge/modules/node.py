@@ -35,6 +35,7 @@ UMASK_EXEC = 'umask 022; exec "$@"'
 READ_SCRIPT = '[ -e "$1" ] || exit 3; exec cat -- "$1"'
 WRITE_SCRIPT = 'cat > "$1" && chmod 0644 -- "$1"'
 MISSING = 3
+PODMAN_FAILED = 125  # podman's own error (no such container, not running), not the command's
 GRACE = 30.0  # the client waits this much longer than the node-side `timeout`
 
 
@@ -86,6 +87,9 @@ class NodeExecutor:  # not frozen: Executor.name is a plain attribute
             return Completed(tuple(argv), 127, "", f"{full[0]}: {exc.strerror}")
         if proc.returncode == 255 and self.remote_shell:  # ssh's own failure, not the command's
             raise ModuleError(f"cannot reach {self.name} over ssh: {proc.stderr.strip()[-300:]}")
+        if proc.returncode == PODMAN_FAILED and self.prefix[:2] == ("podman", "exec"):
+            raise ModuleError(f"cannot reach {self.name} through podman: {proc.stderr.strip()[-300:]}; "
+                              "fix: `slurmforge up --local` (is the cluster up?)")
         return Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
 
 

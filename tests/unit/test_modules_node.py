@@ -89,3 +89,14 @@ def test_cli_inventory_errors_are_one_line(tmp_path: Path) -> None:
     assert both.exit_code == ModuleError.exit_code and "not both" in both.output
     bad = runner.invoke(modules_app, ["default", "apps", "--tree", str(tmp_path)])
     assert bad.exit_code == ModuleError.exit_code and bad.output.count("\n") == 1
+
+
+def test_a_missing_container_is_one_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "podman"
+    fake.write_text("#!/bin/sh\necho 'Error: no container with name or ID \"gone\" found: no such container' >&2\n"
+                    "exit 125\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    ex = executor_for(host("gone", HostRole.LOGIN, slurmforge_container="gone"))
+    with pytest.raises(ModuleError, match=r'cannot reach gone through podman: Error: no container .*is the cluster up'):
+        ex.read_file("/etc/hostname")
