@@ -7,6 +7,7 @@ A spec that fails validation never starts a container.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -29,6 +30,8 @@ from slurmforge.spec import Cluster, load_spec
 REPO = Path(__file__).resolve().parents[2]
 INVENTORIES = REPO / "inventories"
 HOLD_FILE = "/etc/slurmforge/hold"
+DIGEST_FILE = "/etc/slurmforge/rollout.digest"
+"""Written on a node after a successful rollout: the digest of what was rolled out."""
 SERVICE_UNIT = "slurmforge-service"
 SAMPLE_JOB = "#!/bin/bash\n#SBATCH -N 2\nsrun hostname | sort\n"
 
@@ -60,7 +63,8 @@ def inventory_dir(spec: Cluster) -> Path:
 
 
 def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
-       validate: Callable[[Path], None] | None = None, image_namespace: str = NAMESPACE) -> UpReport:
+       validate: Callable[[Path], None] | None = None, image_namespace: str = NAMESPACE,
+       full_rollout: bool = False) -> UpReport:
     spec = load_spec(spec_path)  # SpecError here: nothing was created
     log = log_path(spec.name, "up")
     report = UpReport(spec.name, inventory_dir(spec), log)
@@ -80,8 +84,7 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
     with ui.phase("inventory"):
         write_inventory(spec, spec_path, hosts, report.inventory)
     with ui.phase("roll out (Ansible)"):
-        report.rollout = run_playbook("site.yml", str(report.inventory), log, ui.event,
-                                      extravars={"scheduler_service_paused": True})
+        report.rollout = _roll_out(podman, hosts, report.inventory, log, ui, full_rollout)
     with ui.phase("power down dynamic nodes"):
         _rest(podman, provider, spec, hosts)
     with ui.phase("scheduler service"):
@@ -95,6 +98,46 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
             home = f"{spec.storage.nas.mounts.home.rstrip('/')}/{spec.users[0].name}"
             report.job_output = sample_job(podman, report.login, spec.users[0].name, home)
     return report
+
+
+def rollout_digest(inventory: Path) -> str:
+    """What a rollout is made of: the generated inventory (hosts, spec-derived vars,
+    rendered configs, the spec), the roles, the playbooks, and the package and templates
+    the scheduler service's wheel is built from (not the built wheel itself)."""
+    digest = hashlib.sha256()
+    roots = (inventory, REPO / "roles", REPO / "playbooks", REPO / "slurmforge", REPO / "templates")
+    files = [p for root in roots for p in sorted(root.rglob("*"))
+             if p.is_file() and "wheel" not in p.relative_to(root).parts and p.suffix != ".pyc"]
+    for path in files:
+        digest.update(str(path.relative_to(REPO if path.is_relative_to(REPO) else inventory)).encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _roll_out(podman: Podman, hosts: list[Host], inventory: Path, log: Path, ui: Phases,
+              full: bool) -> RolloutResult:
+    """Run site.yml on the nodes whose last successful rollout differs from this one
+    (new or recreated nodes, or everything when the spec, roles or configs changed).
+    `full` runs it everywhere: the way to repair drift by hand, and what proves the
+    roles idempotent (changed=0)."""
+    digest = rollout_digest(inventory)
+    stale = [h.name for h in hosts if full or _read(podman, h.name, DIGEST_FILE) != digest]
+    if not stale:
+        ui.note("every node already has this exact rollout: nothing to do (--full-rollout runs Ansible anyway)")
+        return RolloutResult(ok=True, skipped_hosts=len(hosts))
+    limit = None if len(stale) == len(hosts) else ",".join(stale)
+    result = run_playbook("site.yml", str(inventory), log, ui.event, limit=limit,
+                          extravars={"scheduler_service_paused": True})
+    result.skipped_hosts = len(hosts) - len(stale)
+    record = f"mkdir -p {DIGEST_FILE.rsplit('/', 1)[0]} && printf %s {digest} > {DIGEST_FILE}"
+    for name in stale:
+        podman.exec(name, ["sh", "-c", record])
+    return result
+
+
+def _read(podman: Podman, node: str, path: str) -> str:
+    res = podman.exec(node, ["cat", path], check=False, timeout=30)
+    return res.stdout.strip() if res.returncode == 0 else ""
 
 
 def _bake(builder: str, log: Path, ui: Phases) -> None:
@@ -135,14 +178,18 @@ def _rest(podman: Podman, provider: LocalProvider, spec: Cluster, hosts: list[Ho
         podman.exec(controller_name(spec), ["scontrol", "update", f"nodename={','.join(up_nodes)}",
                                             "state=power_down_force", "reason=slurmforge up: rest"],
                     check=False, timeout=30)
-    for name in names:
-        podman.exec(name, ["rm", "-f", HOLD_FILE], check=False)
+    # every dynamic node loses its hold, whatever its state: a held node the service
+    # starts later would never register
+    running = {i.node for i in provider.list_instances() if i.state is InstanceState.RUNNING}
+    for host in hosts:
+        if host.dynamic and host.name in running:
+            podman.exec(host.name, ["rm", "-f", HOLD_FILE], check=False)
     provider.stop(names)
 
 
 def _is_restable(state: str) -> bool:
-    """Powered down already, or up without jobs (sinfo %T: idle, idle~, idle*, down*...)."""
-    return state.endswith("~") or state.rstrip("*") in ("idle", "down")
+    """Powered down or on its way, or up without jobs (sinfo %T: idle~, idle%, idle, down*...)."""
+    return state.endswith(("~", "%")) or state.rstrip("*") in ("idle", "down")
 
 
 def slurm_states(podman: Podman, spec: Cluster) -> dict[str, str]:

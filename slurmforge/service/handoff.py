@@ -23,7 +23,8 @@ from pathlib import Path
 
 SPOOL_DIR = Path("/var/spool/slurmforge/handoff")
 """Written by SlurmUser (slurmctld runs the programs), read and emptied by the service.
-The role creates it owned by the service user, group slurm, mode 2770."""
+The role creates it owned by slurm, group of the service user, mode 2770 (slurmctld's
+umask makes the files 0640: the setgid group is how the service reads them)."""
 SPOOL_ENV = "SLURMFORGE_SPOOL"
 
 
