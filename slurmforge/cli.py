@@ -130,6 +130,8 @@ def up(
     local: LocalFlag = False,
     no_job: Annotated[bool, typer.Option("--no-job", help="Skip the sample job.")] = False,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip the testinfra validation.")] = False,
+    full_rollout: Annotated[bool, typer.Option(
+        "--full-rollout", help="Run Ansible on every node, even those whose last rollout was this one.")] = False,
 ) -> None:
     """Bring up (or converge) a cluster: image, nodes, rollout, validation, a sample job."""
     _need_local(local, "up")
@@ -139,7 +141,8 @@ def up(
 
     display = PhaseDisplay(out)
     report = report_errors(lambda: local_up(spec, display, run_sample_job=not no_job,
-                                            validate=None if no_validate else validate_inventory))
+                                            validate=None if no_validate else validate_inventory,
+                                            full_rollout=full_rollout))
     changed = report.rollout.total_changed if report.rollout else 0
     out.print(f"\ncluster [bold]{report.cluster}[/bold] is up - rollout changed {changed} thing(s); "
               f"inventory {report.inventory}; log {report.log}")

@@ -38,6 +38,8 @@ class RolloutResult:
     """(host, task, message)"""
     seconds: float = 0.0
     log: Path | None = None
+    skipped_hosts: int = 0
+    """Hosts left out because their last rollout was this exact one."""
 
     @property
     def total_changed(self) -> int:

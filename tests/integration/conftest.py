@@ -49,6 +49,11 @@ class Cluster_:
         argv += [node, "timeout", str(timeout), "bash", "-lc", command]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 20)
 
+    def report_hosts(self) -> list[str]:
+        from slurmforge.inventory import read_inventory
+
+        return [h.name for h in read_inventory(self.report.inventory)[1]]
+
     def login(self, command: str, user: str = "alice", **kw: object) -> subprocess.CompletedProcess[str]:
         return self.run(self.report.login, command, user=user, **kw)  # type: ignore[arg-type]
 

@@ -117,9 +117,22 @@ def test_two_node_ddp_style_launch(cluster: Cluster_) -> None:
 
 
 def test_second_up_changes_nothing(cluster: Cluster_) -> None:
+    """A full Ansible run over the converged cluster: the roles are idempotent."""
+    from slurmforge.local.up import up
+    from tests.integration.conftest import SPEC, QuietPhases
+
+    again = up(SPEC, QuietPhases(), run_sample_job=False, full_rollout=True)
+    assert again.rollout is not None
+    assert again.rollout.skipped_hosts == 0
+    assert again.rollout.total_changed == 0, again.rollout.changed
+
+
+def test_up_without_changes_skips_every_node(cluster: Cluster_) -> None:
+    """Nothing changed since the last rollout: no node needs Ansible at all."""
     from slurmforge.local.up import up
     from tests.integration.conftest import SPEC, QuietPhases
 
     again = up(SPEC, QuietPhases(), run_sample_job=False)
     assert again.rollout is not None
-    assert again.rollout.total_changed == 0, again.rollout.changed
+    assert again.rollout.skipped_hosts == len(cluster.report_hosts()), again.rollout
+    assert again.rollout.total_changed == 0
