@@ -8,6 +8,9 @@ A spec that fails validation never starts a container.
 from __future__ import annotations
 
 import hashlib
+import io
+import subprocess
+import tarfile
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -21,7 +24,7 @@ from slurmforge.local.host import prepare_host
 from slurmforge.local.image import NAMESPACE, ensure_images
 from slurmforge.local.podman import Podman
 from slurmforge.providers.base import Host, HostRole, InstanceState
-from slurmforge.providers.local import LocalProvider
+from slurmforge.providers.local import LABEL, LocalProvider
 from slurmforge.render import controller_name
 from slurmforge.rollout import Progress, RolloutResult, run_playbook
 from slurmforge.secrets import ensure_secrets
@@ -75,16 +78,23 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
     with ui.phase("node image (built once, cached by content hash)"):
         image = ensure_images(podman, lambda builder: _bake(builder, log, ui), image_namespace)
     provider = LocalProvider(spec, image, podman)
-    resting = _powered_down_nodes(provider)
     ensure_secrets(spec.name)
+    with ui.phase("inventory"):
+        write_inventory(spec, spec_path, provider.hosts(), report.inventory)
+        digest = rollout_digest(report.inventory)
     with ui.phase("start nodes (podman, systemd)"):
         _pause_service(podman, spec)
-        _hold(podman, resting)
-        hosts = provider.provision()
-    with ui.phase("inventory"):
-        write_inventory(spec, spec_path, hosts, report.inventory)
+        _settle(podman, spec)
+        resting = _powered_down_nodes(provider)
+        # a powered-down node that already has this rollout stays down (like an instance
+        # that does not exist yet on AWS): only stale ones boot to be rolled out
+        current = frozenset(n for n in resting if _read_stopped(podman, n, DIGEST_FILE) == digest)
+        _hold(podman, resting - current)
+        hosts = provider.provision(keep_stopped=current)
     with ui.phase("roll out (Ansible)"):
-        report.rollout = _roll_out(podman, hosts, report.inventory, log, ui, full_rollout)
+        up_hosts = [h for h in hosts if h.name not in current]
+        report.rollout = _roll_out(podman, up_hosts, report.inventory, log, ui, full_rollout, digest)
+        report.rollout.skipped_hosts += len(current)
     with ui.phase("power down dynamic nodes"):
         _rest(podman, provider, spec, hosts)
     with ui.phase("scheduler service"):
@@ -115,17 +125,16 @@ def rollout_digest(inventory: Path) -> str:
 
 
 def _roll_out(podman: Podman, hosts: list[Host], inventory: Path, log: Path, ui: Phases,
-              full: bool) -> RolloutResult:
+              full: bool, digest: str) -> RolloutResult:
     """Run site.yml on the nodes whose last successful rollout differs from this one
     (new or recreated nodes, or everything when the spec, roles or configs changed).
     `full` runs it everywhere: the way to repair drift by hand, and what proves the
     roles idempotent (changed=0)."""
-    digest = rollout_digest(inventory)
     stale = [h.name for h in hosts if full or _read(podman, h.name, DIGEST_FILE) != digest]
     if not stale:
         ui.note("every node already has this exact rollout: nothing to do (--full-rollout runs Ansible anyway)")
         return RolloutResult(ok=True, skipped_hosts=len(hosts))
-    limit = None if len(stale) == len(hosts) else ",".join(stale)
+    limit = ",".join(stale)  # never the powered-down nodes left out by the caller
     result = run_playbook("site.yml", str(inventory), log, ui.event, limit=limit,
                           extravars={"scheduler_service_paused": True})
     result.skipped_hosts = len(hosts) - len(stale)
@@ -133,6 +142,16 @@ def _roll_out(podman: Podman, hosts: list[Host], inventory: Path, log: Path, ui:
     for name in stale:
         podman.exec(name, ["sh", "-c", record])
     return result
+
+
+def _read_stopped(podman: Podman, node: str, path: str) -> str:
+    """A file of a container that is not running (`podman cp` streams a tar archive)."""
+    res = subprocess.run(["podman", "cp", f"{node}:{path}", "-"], capture_output=True, timeout=60)
+    if res.returncode != 0:
+        return ""
+    with tarfile.open(fileobj=io.BytesIO(res.stdout)) as tar:
+        member = tar.extractfile(tar.getmembers()[0]) if tar.getmembers() else None
+        return member.read().decode().strip() if member else ""
 
 
 def _read(podman: Podman, node: str, path: str) -> str:
@@ -158,6 +177,19 @@ def _pause_service(podman: Podman, spec: Cluster) -> None:
     info = podman.container(controller_name(spec))
     if info is not None and info.is_running:
         podman.exec(controller_name(spec), ["systemctl", "stop", SERVICE_UNIT], check=False, timeout=60)
+
+
+def _settle(podman: Podman, spec: Cluster, timeout: float = 45) -> None:
+    """Wait until no node is changing state: a start or stop the paused service asked the
+    podman API for still completes after the service is gone (seen: a node powering down
+    while `up` rolled it out)."""
+    deadline, previous = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        states = {c.name: c.state for c in podman.containers(f"{LABEL}={spec.name}")}
+        if states == previous and "stopping" not in states.values():
+            return
+        previous = states
+        time.sleep(2)
 
 
 def _hold(podman: Podman, nodes: set[str]) -> None:

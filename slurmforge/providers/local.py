@@ -128,7 +128,9 @@ class LocalProvider(Provider):
 
     # ------------------------------------------------------------------ provision
 
-    def provision(self) -> list[Host]:
+    def provision(self, keep_stopped: frozenset[str] = frozenset()) -> list[Host]:
+        """Create or converge every host; `keep_stopped` names powered-down nodes that exist,
+        are current and stay powered down (they are not booted)."""
         hosts = self.hosts()
         self._ensure_network()
         self._ensure_nas()
@@ -139,8 +141,15 @@ class LocalProvider(Provider):
                 log.info("removing %s: no longer in the spec", name)
                 self.podman.remove_container(name)
         for host in hosts:
-            self._ensure_container(host, hosts, existing.get(host.name))
-        self.wait_booted([h.name for h in hosts])
+            self._ensure_container(host, hosts, existing.get(host.name), host.name not in keep_stopped)
+        booted = [h for h in hosts if h.name not in keep_stopped]
+        self.wait_booted([h.name for h in booted])
+        # a stop someone else asked for may land after our start: start those once more
+        stopped = [h.name for h in booted if not ((c := self.podman.container(h.name)) and c.is_running)]
+        if stopped:
+            log.info("started again after a late stop: %s", ", ".join(stopped))
+            self.podman.run(["start", *stopped])
+            self.wait_booted(stopped)
         return hosts
 
     def _ensure_network(self) -> None:
@@ -160,9 +169,11 @@ class LocalProvider(Provider):
             source.mkdir(parents=True, exist_ok=True)
         os.chmod(self.nas_dir, 0o755)
 
-    def _ensure_container(self, host: Host, hosts: list[Host], info: ContainerInfo | None) -> None:
+    def _ensure_container(self, host: Host, hosts: list[Host], info: ContainerInfo | None,
+                          start: bool = True) -> None:
         if info is not None:
             stale = (info.image != self.image or info.labels.get("slurmforge.address") != host.address
+                     or info.labels.get("slurmforge.mac") != mac_address(host.address)
                      or (host.role is HostRole.CONTROLLER and API_LABEL not in info.labels))
             dead = info.state == "running" and not _alive(info.pid)
             if stale or dead:
@@ -171,12 +182,15 @@ class LocalProvider(Provider):
                 info = None
         if info is None:
             self.podman.run(self._run_args(host, hosts))
-        elif not info.is_running:
+        elif not info.is_running and start:
             self.podman.run(["start", host.name])
 
     def _run_args(self, host: Host, hosts: list[Host]) -> list[str]:
         args = ["run", "-d", "--name", host.name, "--hostname", host.name,
                 "--network", self.network, "--ip", host.address,
+                # a fixed MAC per address: a node powered down and up again keeps it, so no
+                # neighbour cache (the host's, the controller's) points at a dead one
+                "--mac-address", mac_address(host.address), "--label", f"slurmforge.mac={mac_address(host.address)}",
                 "--systemd=always", "--cgroupns=host", "--privileged",
                 "--label", f"{LABEL}={self.spec.name}", "--label", f"slurmforge.role={host.role.value}",
                 "--label", f"slurmforge.address={host.address}"]
@@ -333,6 +347,11 @@ def service_provider(spec: Cluster, options: Mapping[str, Any]) -> Provider:
         raise ProvisionError("provider option fail_pools must be a list of pool names")
     return PoolMachines(spec, PodmanApi(str(options.get("socket", API_SOCKET))), fail_pools,
                         Path(fail_file) if fail_file else None)
+
+
+def mac_address(address: str) -> str:
+    """A locally administered unicast MAC derived from the IPv4 address."""
+    return "02:42:" + ":".join(f"{int(octet):02x}" for octet in address.split("."))
 
 
 def _alive(pid: int) -> bool:
