@@ -12,12 +12,16 @@ exactly when nothing that built it changed.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import re
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+import yaml
 
 from slurmforge.errors import ProvisionError
 from slurmforge.local.host import debian_mirror
@@ -47,11 +51,28 @@ def base_tag(namespace: str = NAMESPACE) -> str:
     return f"localhost/{namespace}-base:{digest}"
 
 
-def node_tag(base: str, namespace: str = NAMESPACE) -> str:
-    """Hash of the base tag, the image playbook and every role's install tasks."""
-    files = [IMAGE_PLAYBOOK, *sorted((REPO / "roles").glob("*/tasks/install.yml")),
-             *sorted((REPO / "roles").glob("*/defaults/main.yml"))]
-    parts = [base.encode()] + [f.relative_to(REPO).as_posix().encode() + f.read_bytes() for f in files]
+_JINJA_NAME = re.compile(r"{{\s*([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def node_tag(base: str, namespace: str = NAMESPACE, repo: Path = REPO) -> str:
+    """Hash of the base tag, the image playbook, every role's install tasks and the role
+    defaults those tasks use (directly or through another default). Other defaults are
+    configuration applied at rollout: changing them must not rebuild the image."""
+    installs = sorted((repo / "roles").glob("*/tasks/install.yml"))
+    files = [repo / "playbooks" / "image.yml", *installs]
+    parts = [base.encode()] + [f.relative_to(repo).as_posix().encode() + f.read_bytes() for f in files]
+    defaults: dict[str, object] = {}
+    for path in sorted((repo / "roles").glob("*/defaults/main.yml")):
+        defaults.update(yaml.safe_load(path.read_text()) or {})
+    used = {name for f in installs for name in _JINJA_NAME.findall(f.read_text())}
+    pending = set(used)
+    while pending:  # a used default may name another
+        value = json.dumps(defaults.get(pending.pop()), sort_keys=True)
+        found = set(_JINJA_NAME.findall(value)) - used
+        used |= found
+        pending |= found
+    parts += [f"{name}={json.dumps(defaults[name], sort_keys=True)}".encode()
+              for name in sorted(used) if name in defaults]
     return f"localhost/{namespace}-node:{_digest(parts)}"
 
 
@@ -89,7 +110,7 @@ def _prepare_rootfs(rootfs: Path) -> None:
 
 def build_node(podman: Podman, base: str, tag: str, run_playbook: Callable[[str], None]) -> None:
     """Run the image playbook in a builder container, then commit it as the node image."""
-    builder = "slurmforge-image-builder"
+    builder = f"slurmforge-image-builder-{tag.rsplit(':', 1)[-1]}"  # two builds never share one
     podman.remove_container(builder)
     podman.run(["run", "-d", "--name", builder, "--hostname", builder, base, "sleep", "infinity"])
     try:

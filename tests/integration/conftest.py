@@ -18,7 +18,9 @@ from slurmforge.rollout import Progress
 from slurmforge.spec import Cluster, load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEC = ROOT / "examples" / "local.yaml"
+# SLURMFORGE_TEST_SPEC: another local spec (its own name and subnet) so a second cluster can
+# be tested on the same machine while the default one is in use
+SPEC = Path(os.environ.get("SLURMFORGE_TEST_SPEC") or ROOT / "examples" / "local.yaml")
 
 
 class QuietPhases:

@@ -30,12 +30,7 @@ from slurmforge.render import controller_name
 from slurmforge.service.main import DEFAULT_PORT
 from tests.integration.conftest import Cluster_
 
-# Known regression (issue 5 stays open): these passed on the dev cluster mid-session, but
-# after the nodes were recreated with fixed MAC addresses and slurmctld restarted for power
-# saving, powered-up nodes stayed POWERING_UP ('idle#') with no launch logged by the
-# service. Not understood yet; marked non-strict so the rest of the suite is judged.
-pytestmark = [pytest.mark.integration,
-              pytest.mark.xfail(strict=False, reason="issue 5 regression: nodes stay POWERING_UP, see note")]
+pytestmark = pytest.mark.integration
 
 SPOOL = "/var/spool/slurmforge/handoff"
 STATE_DB = "/var/lib/slurmforge/service/state.db"

@@ -58,7 +58,7 @@ def test_srun_across_two_nodes(cluster: Cluster_) -> None:
 def test_interactive_srun_pty(cluster: Cluster_) -> None:
     res = cluster.login("srun --pty bash -c 'tty >/dev/null && echo interactive-on-$(hostname)'", tty=True)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert re.search(r"interactive-on-dev-cpu-\d+", res.stdout), res.stdout
+    assert re.search(r"interactive-on-dev-cpu-[\w-]+", res.stdout), res.stdout
 
 
 GPU_PROBE = (
