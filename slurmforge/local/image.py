@@ -11,6 +11,7 @@ exactly when nothing that built it changed.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -121,14 +122,24 @@ def build_node(podman: Podman, base: str, tag: str, run_playbook: Callable[[str]
         podman.remove_container(builder)
 
 
-def ensure_images(podman: Podman, run_playbook: Callable[[str], None], namespace: str = NAMESPACE) -> str:
-    """The node image's tag, building base and node images only when missing."""
+IMAGE_LOCK = Path("/run/lock/slurmforge-image.lock")
+
+
+def ensure_images(podman: Podman, run_playbook: Callable[[str], None], namespace: str = NAMESPACE,
+                  lock: Path = IMAGE_LOCK) -> str:
+    """The node image's tag, building base and node images only when missing. One build at a
+    time on this machine: a second `up` waits for the first and then reuses its image."""
     base = base_tag(namespace)
-    if not podman.image_exists(base):
-        log.info("building base image %s (debootstrap)", base)
-        build_base(podman, base)
     node = node_tag(base, namespace)
-    if not podman.image_exists(node):
-        log.info("building node image %s (image playbook)", node)
-        build_node(podman, base, node, run_playbook)
+    if podman.image_exists(base) and podman.image_exists(node):
+        return node
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not podman.image_exists(base):
+            log.info("building base image %s (debootstrap)", base)
+            build_base(podman, base)
+        if not podman.image_exists(node):
+            log.info("building node image %s (image playbook)", node)
+            build_node(podman, base, node, run_playbook)
     return node

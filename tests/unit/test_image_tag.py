@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from slurmforge.local.image import REPO, node_tag
+from slurmforge.local.image import REPO, base_tag, ensure_images, node_tag
 
 
 @pytest.fixture()
@@ -56,3 +58,39 @@ def test_configuration_defaults_do_not_rebuild(repo: Path) -> None:
 
 def test_a_base_image_change_changes_the_tag(repo: Path) -> None:
     assert node_tag("localhost/slurmforge-base:y", repo=repo) != tag(repo)
+
+
+class FakePodman:
+    """Just enough of slurmforge.local.podman.Podman to count builds."""
+
+    def __init__(self, images: set[str]) -> None:
+        self.images = images
+        self.commits: list[str] = []
+
+    def image_exists(self, tag: str) -> bool:
+        return tag in self.images
+
+    def remove_container(self, name: str) -> None:
+        pass
+
+    def run(self, argv: list[str], **_: object) -> None:
+        if argv[0] == "commit":
+            time.sleep(0.2)  # a build takes a while; the other `up` arrives meanwhile
+            self.commits.append(argv[-1])
+            self.images.add(argv[-1])
+
+
+def test_two_ups_at_once_build_the_image_once(tmp_path: Path) -> None:
+    podman = FakePodman({base_tag()})
+    tags: list[str] = []
+
+    def up() -> None:
+        tags.append(ensure_images(podman, lambda builder: None, lock=tmp_path / "image.lock"))  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=up) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(podman.commits) == 1
+    assert tags == [podman.commits[0]] * 2
