@@ -27,6 +27,8 @@ SERVICE_BIN = "/opt/slurmforge/venv/bin"
 RESUME_PROGRAM = f"{SERVICE_BIN}/slurmforge-resume"
 SUSPEND_PROGRAM = f"{SERVICE_BIN}/slurmforge-suspend"
 RESUME_FAIL_PROGRAM = f"{SERVICE_BIN}/slurmforge-resume-fail"
+# installed by the slurm_controller role (roles/slurm_controller/files/slurmforge-nodes-ready)
+NODES_READY_PROGRAM = "/usr/local/sbin/slurmforge-nodes-ready"
 LOCAL_SUSPEND_TIMEOUT = 20
 
 
@@ -214,6 +216,9 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
             "ResumeProgram": RESUME_PROGRAM,
             "SuspendProgram": SUSPEND_PROGRAM,
             "ResumeFailProgram": RESUME_FAIL_PROGRAM,
+            # a job on powered-up nodes starts when its nodes register, not on Slurm
+            # 22.05's next 30 s periodic check (see the program's header)
+            "PrologSlurmctld": NODES_READY_PROGRAM,
             "ResumeTimeout": sched.resume_timeout,
             # a node is resumable only SuspendTimeout after its power-down; a container
             # stops within 10 s (podman stop -t 10), an EC2 instance takes minutes

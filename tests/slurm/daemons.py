@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+NODES_READY_SOURCE = Path(__file__).resolve().parents[2] / "roles/slurm_controller/files/slurmforge-nodes-ready"
 STOP_TIMEOUT = 10.0
 START_TIMEOUT = 20.0
 COMMAND_TIMEOUT = 15.0
@@ -114,6 +115,8 @@ def adapt_for_tmp(rendered: str, run: RunDir, slurmctld_port: int, slurmd_port: 
         "ResumeProgram": str(run.power_stub),
         "SuspendProgram": str(run.power_stub),
         "ResumeFailProgram": str(run.power_stub),
+        # the real program, from the role that installs it
+        "PrologSlurmctld": str(NODES_READY_SOURCE),
     }
     # no slurmdbd runs here: slurmctld refuses AccountingStorageTRES/Enforce without it
     drop_prefix = "AccountingStorage"
