@@ -4,15 +4,14 @@ raises typed errors that `main` turns into one line and an exit code."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from slurmforge.errors import RolloutError, SlurmforgeError, SpecError
+from slurmforge.console import err, report_errors
 from slurmforge.modules.cli import modules_app
 from slurmforge.render import CONFIG_FILES, render, render_all
 from slurmforge.spec import Cluster, load_spec
@@ -26,36 +25,10 @@ app = typer.Typer(
 )
 app.add_typer(modules_app, name="modules")
 out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 SpecArg = Annotated[Path, typer.Argument(help="The cluster spec.", show_default=True)]
 DEFAULT_SPEC = Path("cluster.yaml")
 
-T = TypeVar("T")
-
-
-def report_errors(fn: Callable[[], T]) -> T:
-    """Run fn; a SlurmforgeError becomes its one-line message(s) and exit code."""
-    try:
-        return fn()
-    except SpecError as exc:
-        for problem in exc.problems:
-            err.print(f"[red]error[/red] {escape(f'{exc.source}: {problem.line()}')}")
-        err.print(f"{len(exc.problems)} problem(s) in {exc.source or 'the spec'}")
-        raise typer.Exit(exc.exit_code) from None
-    except RolloutError as exc:
-        err.print(f"[red]error[/red] {exc.phase}: task [bold]{escape(exc.task)}[/bold] failed on "
-                  f"[bold]{escape(exc.host)}[/bold]")
-        err.print(f"  {escape(exc.message)}")
-        if exc.log:
-            err.print(f"  full log: {exc.log}")
-        raise typer.Exit(exc.exit_code) from None
-    except SlurmforgeError as exc:
-        err.print(f"[red]error[/red] {escape(str(exc))}")
-        raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        err.print("interrupted; what was created stays: `slurmforge down --local` removes it")
-        raise typer.Exit(130) from None
 
 
 def load(spec: Path) -> Cluster:
@@ -142,7 +115,8 @@ def up(
     display = PhaseDisplay(out)
     report = report_errors(lambda: local_up(spec, display, run_sample_job=not no_job,
                                             validate=None if no_validate else validate_inventory,
-                                            full_rollout=full_rollout))
+                                            full_rollout=full_rollout),
+                           interrupted="interrupted; what was created stays: `slurmforge down --local` removes it")
     changed = report.rollout.total_changed if report.rollout else 0
     out.print(f"\ncluster [bold]{report.cluster}[/bold] is up - rollout changed {changed} thing(s); "
               f"inventory {report.inventory}; log {report.log}")

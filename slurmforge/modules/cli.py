@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import getpass
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from slurmforge.errors import ModuleError, SlurmforgeError, SpecError
+from slurmforge.console import err, report_errors
+from slurmforge.errors import ModuleError
 from slurmforge.modules.catalog import Catalog, load_catalog
 from slurmforge.modules.executor import Executor, LocalExecutor, make_dirs
 from slurmforge.modules.lmod import DEBIAN_LIBEXEC, Lmod, cluster_cache_dir
@@ -37,7 +37,6 @@ modules_app = typer.Typer(
     add_completion=False,
 )
 out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 TreeOpt = Annotated[Path | None, typer.Option("--tree", help="A module tree root on this machine.")]
 InvOpt = Annotated[Path | None, typer.Option(
@@ -51,23 +50,6 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the fail
 COLORS = {Action.BUILD: "green", Action.UNCHANGED: "dim", Action.DEPRECATE: "yellow",
           Action.DEFAULT: "cyan", Action.REFUSED: "red"}
 
-T = TypeVar("T")
-
-
-def report(fn: Callable[[], T], verbose: bool = False) -> T:
-    """Run fn; a SlurmforgeError becomes its one-line message(s) and exit code."""
-    try:
-        return fn()
-    except SpecError as exc:
-        for problem in exc.problems:
-            err.print(f"[red]error[/red] {escape(exc.source)}: {escape(problem.line())}")
-        err.print(f"{len(exc.problems)} problem(s) in {exc.source or 'the definitions'}")
-        raise typer.Exit(exc.exit_code) from None
-    except SlurmforgeError as exc:
-        err.print(f"[red]error[/red] {escape(str(exc))}")
-        if verbose and isinstance(exc, ModuleError) and exc.detail:
-            err.print(escape(exc.detail.rstrip()))
-        raise typer.Exit(exc.exit_code) from None
 
 
 def who() -> str:
@@ -139,7 +121,7 @@ def plan(
     def run() -> list[Step]:
         catalog = load_catalog(modules)
         return Where(tree, inventory, node).open().plan(catalog, _targets(catalog, names))
-    steps = report(run)
+    steps = report_errors(run)
     width = max((len(s.module) for s in steps), default=0)
     for step in steps:
         show(step, width)
@@ -173,7 +155,7 @@ def publish(
         catalog = load_catalog(modules)
         target = Where(tree, inventory, node, lmod_libexec, lmod_cache, pip_cert).open()
         return target.publish(catalog, _targets(catalog, names), on_step=show)
-    steps = report(run, verbose)
+    steps = report_errors(run, verbose)
     built = sum(s.action is Action.BUILD for s in steps)
     out.print(f"{built} published, {sum(s.action is Action.UNCHANGED for s in steps)} unchanged")
 
@@ -181,7 +163,7 @@ def publish(
 @modules_app.command("list")
 def list_cmd(tree: TreeOpt = None, inventory: InvOpt = None, node: NodeOpt = None) -> None:
     """Every published version, with its default/deprecated flags and who published it."""
-    entries = report(lambda: Where(tree, inventory, node).open().entries())
+    entries = report_errors(lambda: Where(tree, inventory, node).open().entries())
     width = max((len(e.name) + len(e.version) + 1 for e in entries), default=0)
     for e in entries:
         flags = ", ".join(f for f, on in (("default", e.default), ("deprecated", e.deprecated)) if on)
@@ -200,7 +182,8 @@ def default(
     lmod_cache: CacheOpt = None,
 ) -> None:
     """Make a published version what `module load NAME` picks."""
-    show(report(lambda: Where(tree, inventory, node, lmod_libexec, lmod_cache).open().set_default(_full(module))))
+    where = Where(tree, inventory, node, lmod_libexec, lmod_cache)
+    show(report_errors(lambda: where.open().set_default(_full(module))))
 
 
 @modules_app.command()
@@ -213,7 +196,7 @@ def rollback(
     lmod_cache: CacheOpt = None,
 ) -> None:
     """Give NAME back the default it had before the last change."""
-    show(report(lambda: Where(tree, inventory, node, lmod_libexec, lmod_cache).open().rollback(name.strip("/"))))
+    show(report_errors(lambda: Where(tree, inventory, node, lmod_libexec, lmod_cache).open().rollback(name.strip("/"))))
 
 
 @modules_app.command()
@@ -226,7 +209,7 @@ def deprecate(
     lmod_cache: CacheOpt = None,
 ) -> None:
     """Hide a version from `module avail`; it still loads, with a message."""
-    show(report(lambda: Where(tree, inventory, node, lmod_libexec, lmod_cache).open().deprecate(_full(module))))
+    show(report_errors(lambda: Where(tree, inventory, node, lmod_libexec, lmod_cache).open().deprecate(_full(module))))
 
 
 def _full(module: str) -> str:
