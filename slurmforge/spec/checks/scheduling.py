@@ -92,3 +92,18 @@ def fairshare_needs_accounting(spec: Cluster) -> Iterator[Problem]:
     if not spec.accounting.enabled and prio.type == "multifactor" and prio.weight_fairshare:
         yield Problem("scheduling.priority.weight_fairshare", "fair share needs accounting",
                       "enable accounting or set weight_fairshare: 0", prio.weight_fairshare)
+
+
+@check
+def elastic_pools_need_accounting(spec: Cluster) -> Iterator[Problem]:
+    """The scheduler service powers nodes up and down (scontrol update): Slurm 22.05 allows
+    that to root, SlurmUser and AdminLevel=Administrator only, and admin levels live in
+    the accounting database."""
+    if spec.accounting.enabled:
+        return
+    for i, pool in enumerate(spec.pools):
+        if pool.max_nodes > pool.min_nodes:
+            yield Problem(f"pools[{i}].max_nodes",
+                          f"pool {pool.name} is elastic (max_nodes > min_nodes), but accounting is off: the "
+                          "scheduler service needs Slurm's Administrator level to power nodes up and down",
+                          "set accounting.enabled: true, or max_nodes equal to min_nodes", pool.max_nodes)
