@@ -72,3 +72,18 @@ def test_the_role_installs_it_where_slurm_conf_names_it() -> None:
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     assert defaults["slurm_controller_nodes_ready_program"] == NODES_READY_PROGRAM
     assert os.access(PROGRAM, os.X_OK)
+
+
+def test_backs_off_while_a_boot_takes_long(tmp_path: Path) -> None:
+    """0.25 s x4, 0.5 s x4, 1 s x4, then 2 s: a minute-long EC2 boot costs ~0.5 calls/s."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sleep").write_text(f'#!/bin/sh\necho "$1" >> {tmp_path}/pauses\n')  # records, returns at once
+    (bin_dir / "sinfo").write_text(f"#!/bin/sh\n[ $(wc -l < {tmp_path}/pauses 2>/dev/null || echo 0) -ge 40 ] "
+                                   "&& echo allocated || echo 'allocated#'\n")
+    for tool in ("sleep", "sinfo"):
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "n1"}
+    assert subprocess.run(["/bin/sh", str(PROGRAM)], env=env, timeout=10).returncode == 0
+    pauses = (tmp_path / "pauses").read_text().split()
+    assert pauses == ["0.25"] * 4 + ["0.5"] * 4 + ["1"] * 4 + ["2"] * 28
