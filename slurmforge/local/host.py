@@ -24,6 +24,12 @@ PODMAN_SETTINGS = (
     ("containers", "default_ulimits", '["nofile=20000:20000", "nproc=32768:32768"]'),
 )
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
+# every node runs systemd, which takes several inotify instances: the kernel default of
+# 128 per user is gone at ~25 containers (a second cluster, the bench) and the next
+# container's systemd never finishes booting
+SYSCTLS = {"fs.inotify.max_user_instances": 1024, "fs.inotify.max_user_watches": 524288}
+SYSCTL_CONF = Path("/etc/sysctl.d/60-slurmforge.conf")
+PROC_SYS = Path("/proc/sys")
 
 
 def require_root() -> None:
@@ -105,11 +111,32 @@ def debian_mirror() -> str:
     return DEFAULT_MIRROR
 
 
+def raise_kernel_limits(proc_sys: Path = PROC_SYS, conf: Path = SYSCTL_CONF) -> list[str]:
+    """Raise (never lower) the SYSCTLS now and at boot; returns what was raised."""
+    raised = []
+    for key, want in SYSCTLS.items():
+        path = proc_sys / key.replace(".", "/")
+        try:
+            if int(path.read_text().split()[0]) < want:
+                path.write_text(f"{want}\n")
+                raised.append(f"{key}={want}")
+        except (OSError, ValueError) as exc:
+            raise HostError(f"cannot raise {key} to {want} ({exc}); as root: sysctl -w {key}={want}") from None
+    text = "# written by slurmforge: many systemd containers on one host\n" + "".join(
+        f"{key} = {value}\n" for key, value in SYSCTLS.items())
+    if not conf.exists() or conf.read_text() != text:
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text(text)
+    return raised
+
+
 def prepare_host() -> None:
     """Everything `up --local` needs from the machine, installed or fixed idempotently."""
     require_root()
     install_packages(missing_packages())
     if configure_podman():
         log.info("wrote podman settings to %s", CONTAINERS_CONF)
+    for setting in raise_kernel_limits():
+        log.info("raised %s", setting)
     if shutil.which("podman") is None:
         raise HostError("podman is not on PATH after installing it")
