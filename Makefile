@@ -36,7 +36,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip >/dev/null
-	$(PY) -m pip install -q -e '.[deploy,aws,dev]'
+	$(PY) -m pip install -q -e '.[deploy,aws,dev,report]'
 	@rm -f $(VENV)/.installed-*; touch $@
 
 up: setup

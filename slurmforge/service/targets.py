@@ -32,14 +32,13 @@ def is_scrapable(node: NodeState) -> bool:
 def dynamic_targets(topology: Topology, nodes: Iterable[NodeState], port: int = EXPORTER_PORT) -> list[dict[str, Any]]:
     """One file_sd group per dynamic node to scrape now (by address; `instance` is the
     node name, as for static hosts), sorted by node name."""
-    groups = []
-    for node in sorted(nodes, key=lambda n: n.name):
+    chosen = []
+    for node in nodes:
         info = topology.nodes.get(node.name)
-        if info is None or info.static or not is_scrapable(node):
-            continue
-        groups.append({"targets": [f"{node.address or node.name}:{port}"],
-                       "labels": {"instance": node.name, "pool": info.pool, "role": "compute"}})
-    return groups
+        if info is not None and not info.static and is_scrapable(node):
+            chosen.append((node.name, node.address or node.name, info.pool))
+    return [{"targets": [f"{address}:{port}"], "labels": {"instance": name, "pool": pool, "role": "compute"}}
+            for name, address, pool in sorted(chosen)]
 
 
 def write_targets(path: Path, groups: list[dict[str, Any]]) -> bool:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
+import time
+from typing import Any
 
 import pytest
 
+from slurmforge.monitoring import NODE_EXPORTER_PORT, PROMETHEUS_PORT, alert_rules, controller_address
 from slurmforge.nodes import node_names, pool_hardware
 from slurmforge.providers.base import HostRole
 from tests.infra.conftest import LiveCluster, digest
@@ -147,3 +151,61 @@ def test_every_node_has_the_identical_package_set(live: LiveCluster) -> None:
     sets = {h.name: digest(live.connect(h).check_output("dpkg-query -W -f='${Package} ${Version}\\n'"))
             for h in live.up_hosts}
     assert len(set(sets.values())) == 1, f"package sets differ: {sets}"
+
+
+# --------------------------------------------------------------------------- monitoring
+
+
+def prometheus_get(live: LiveCluster, path: str) -> dict[str, Any]:
+    """Prometheus' API, asked from the controller (it listens on the cluster address only)."""
+    address = controller_address(live.hosts)
+    res = live.controller().run(f"curl -sf --max-time 10 http://{address}:{PROMETHEUS_PORT}{path}")
+    assert res.rc == 0, f"Prometheus on {address}:{PROMETHEUS_PORT} does not answer {path}: rc {res.rc}"
+    return dict(json.loads(res.stdout))
+
+
+def powered_nodes(live: LiveCluster) -> set[str]:
+    """Nodes Slurm has powered now (not powered down, not on the way down)."""
+    out = live.controller().check_output("sinfo -h -N -o '%N %T'")
+    return {name for name, state in (line.split() for line in out.splitlines())
+            if not state.endswith(("~", "%")) and "POWER" not in state.upper()}
+
+
+def test_every_prometheus_target_that_should_be_up_is_up(live: LiveCluster) -> None:
+    """Static hosts (node exporter), the scheduler service and Prometheus itself: up.
+    Dynamic nodes are targets only while Slurm has them powered (the service's file_sd)."""
+    want = {("node", h.name) for h in live.up_hosts} | {("slurmforge", f"{live.spec.name}-service"),
+                                                         ("prometheus", f"{live.spec.name}-prometheus")}
+    deadline = time.monotonic() + 90  # a Prometheus restarted by the rollout scrapes within one interval
+    while True:
+        targets = prometheus_get(live, "/api/v1/targets?state=active")["data"]["activeTargets"]
+        health = {(t["labels"]["job"], t["labels"]["instance"]): t["health"] for t in targets}
+        not_up = {k: health.get(k, "missing") for k in want if health.get(k) != "up"}
+        if not not_up or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    assert not not_up, f"targets not up: {not_up}"
+    static = {h.name for h in live.up_hosts}
+    listed_dynamic = {inst for (job, inst) in health if job == "node" and inst not in static}
+    stray = listed_dynamic - powered_nodes(live) - {h.name for h in live.hosts if h.role is not HostRole.COMPUTE}
+    assert not stray, f"powered-down nodes listed as scrape targets: {sorted(stray)}"
+
+
+def test_alert_rules_loaded(live: LiveCluster) -> None:
+    groups = prometheus_get(live, "/api/v1/rules?type=alert")["data"]["groups"]
+    loaded = {r["name"] for g in groups if g["name"] == "slurmforge" for r in g["rules"]}
+    wanted = {r["alert"] for r in alert_rules(live.spec)["groups"][0]["rules"]}
+    assert loaded == wanted, f"missing {wanted - loaded}, unexpected {loaded - wanted}"
+    unhealthy = [r["name"] for g in groups for r in g["rules"] if r.get("health") == "err"]
+    assert not unhealthy, f"rules failing to evaluate: {unhealthy}"
+
+
+def test_exporters_listen_on_the_cluster_address_only(live: LiveCluster) -> None:
+    wrong = []
+    for host in live.up_hosts:
+        node = live.connect(host)
+        if not node.socket(f"tcp://{host.address}:{NODE_EXPORTER_PORT}").is_listening:
+            wrong.append(f"{host.name}: node exporter not on {host.address}")
+        if node.socket(f"tcp://0.0.0.0:{NODE_EXPORTER_PORT}").is_listening:
+            wrong.append(f"{host.name}: node exporter on every interface")
+    assert not wrong, "; ".join(wrong)
