@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 import time
 import urllib.error
@@ -157,17 +158,19 @@ def draw(plot: Plot, series: Sequence[Series], start: float, end: float, path: P
     import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
 
+    gap = 2 * step_for(end - start)
     fig, ax = plt.subplots(figsize=(9, 2.8), dpi=100)
     try:
         ordered = sorted(series, key=lambda s: s.labels.get(plot.label, ""))
+        names = [s.labels.get(plot.label, "?") for s in ordered]
         if plot.stacked and ordered:
             times = sorted({t for s in ordered for t in s.times})
-            layers = [[dict(zip(s.times, s.values, strict=True)).get(t, 0.0) for t in times] for s in ordered]
-            ax.stackplot([_day(t) for t in times], layers,
-                         labels=[s.labels.get(plot.label, "?") for s in ordered], alpha=0.85)
-        for s in [] if plot.stacked else ordered:
-            ax.plot([_day(t) for t in s.times], [v * plot.scale for v in s.values],
-                    label=s.labels.get(plot.label, "?"), linewidth=1.6)
+            by_time = [dict(zip(s.times, s.values, strict=True)) for s in ordered]
+            x, rows = _broken(times, [[d.get(t, 0.0) for d in by_time] for t in times], gap)
+            ax.stackplot(x, *zip(*rows, strict=True), labels=names, alpha=0.85)
+        for s, name in [] if plot.stacked else zip(ordered, names, strict=True):
+            x, rows = _broken(s.times, [[v * plot.scale] for v in s.values], gap)
+            ax.plot(x, [r[0] for r in rows], label=name, linewidth=1.6)
         if not ordered:
             ax.text(0.5, 0.5, "no data in this period", ha="center", va="center", transform=ax.transAxes,
                     color="#888")
@@ -175,7 +178,9 @@ def draw(plot: Plot, series: Sequence[Series], start: float, end: float, path: P
         ax.set_ylim(bottom=0)
         ax.set_title(plot.title, loc="left", fontsize=11)
         ax.set_ylabel(plot.ylabel)
-        ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M", tz=UTC))  # type: ignore[no-untyped-call]
+        ax.xaxis.set_major_locator(mdates.AutoDateLocator(minticks=3, maxticks=8, tz=UTC))  # type: ignore[no-untyped-call]
+        ax.xaxis.set_major_formatter(mdates.DateFormatter(  # type: ignore[no-untyped-call]
+            "%H:%M" if end - start <= 86400 else "%m-%d %H:%M", tz=UTC))
         ax.grid(alpha=0.3)
         if ordered:
             ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
@@ -183,6 +188,20 @@ def draw(plot: Plot, series: Sequence[Series], start: float, end: float, path: P
         fig.savefig(path)
     finally:
         plt.close(fig)
+
+
+def _broken(times: Sequence[float], rows: Sequence[list[float]], gap: float) -> tuple[list[float], list[list[float]]]:
+    """Plot coordinates with a NaN row wherever samples are further apart than `gap`:
+    a time without data is drawn as a gap, not as a line across it."""
+    x: list[float] = []
+    out: list[list[float]] = []
+    for i, (t, row) in enumerate(zip(times, rows, strict=True)):
+        if i and t - times[i - 1] > gap:
+            x.append(_day(t - gap / 2))
+            out.append([math.nan] * len(row))
+        x.append(_day(t))
+        out.append(row)
+    return x, out
 
 
 def _day(timestamp: float) -> float:
