@@ -152,10 +152,10 @@ def node_from_json(item: Mapping[str, Any]) -> NodeState:
         gres=str(item.get("gres") or ""),
         gres_used=str(item.get("gres_used") or ""),
         partitions=tuple(str(p) for p in item.get("partitions") or ()),
-        cpus=int(_number(item.get("cpus"))),
-        alloc_cpus=int(_number(item.get("alloc_cpus"))),
-        memory_mb=int(_number(item.get("real_memory"))),
-        alloc_memory_mb=int(_number(item.get("alloc_memory"))),
+        cpus=_count(item.get("cpus")),
+        alloc_cpus=_count(item.get("alloc_cpus")),
+        memory_mb=_count(item.get("real_memory")),
+        alloc_memory_mb=_count(item.get("alloc_memory")),
     )
 
 
@@ -176,6 +176,11 @@ def _number(value: Any) -> float:
     if isinstance(value, dict):  # 23.02+: {"set": true, "number": 17}
         value = value.get("number")
     return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _count(value: Any) -> int:
+    """A count as 22.05 writes it (an int) fast; 23.02's {"set", "number"} through _number."""
+    return value if type(value) is int else int(_number(value))
 
 
 def parse_nodes(text: str) -> list[NodeState]:
