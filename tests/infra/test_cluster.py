@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from slurmforge.monitoring import NODE_EXPORTER_PORT, PROMETHEUS_PORT, alert_rules, controller_address
+from slurmforge.monitoring import (
+    NODE_EXPORTER_PORT,
+    PROMETHEUS_PORT,
+    TARGETS_DIR,
+    alert_rules,
+    controller_address,
+)
 from slurmforge.nodes import node_names, pool_hardware
 from slurmforge.providers.base import HostRole
 from tests.infra.conftest import LiveCluster, digest
@@ -189,6 +195,14 @@ def test_every_prometheus_target_that_should_be_up_is_up(live: LiveCluster) -> N
     listed_dynamic = {inst for (job, inst) in health if job == "node" and inst not in static}
     stray = listed_dynamic - powered_nodes(live) - {h.name for h in live.hosts if h.role is not HostRole.COMPUTE}
     assert not stray, f"powered-down nodes listed as scrape targets: {sorted(stray)}"
+
+
+def test_prometheus_reads_the_dynamic_targets(live: LiveCluster) -> None:
+    """The service's file_sd is readable by Prometheus' user (else dynamic nodes are never
+    scraped, silently: Prometheus only logs it)."""
+    res = live.controller().run(f"runuser -u prometheus -- cat {TARGETS_DIR}/nodes.json")
+    assert res.rc == 0, f"prometheus cannot read {TARGETS_DIR}/nodes.json: {res.stderr.strip()}"
+    assert isinstance(json.loads(res.stdout), list)
 
 
 def test_alert_rules_loaded(live: LiveCluster) -> None:

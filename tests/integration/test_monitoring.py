@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from slurmforge.inventory import read_inventory
-from slurmforge.monitoring import PROMETHEUS_PORT, SERVICE_PORT, controller_address
+from slurmforge.monitoring import PROMETHEUS_PORT, SERVICE_PORT, controller_address, shared_mounts
 from slurmforge.nodes import node_names
 from slurmforge.render import controller_name
 from tests.integration.conftest import Cluster_
@@ -70,6 +70,39 @@ def test_prometheus_scrapes_every_static_target(cluster: Cluster_) -> None:
                     if line.split()[1].endswith("~")}
     listed = {t["labels"]["instance"] for t in api(cluster, "targets", state="active")["activeTargets"]}
     assert powered_down and not powered_down & listed, f"powered-down nodes scraped: {powered_down & listed}"
+
+
+def dynamic_cpu_node(cluster: Cluster_) -> str:
+    pool = next(p for p in cluster.spec.pools if p.kind.value == "cpu" and p.max_nodes > p.min_nodes)
+    return node_names(cluster.spec, pool)[pool.min_nodes]
+
+
+def target_health(cluster: Cluster_, instance: str) -> str:
+    targets = api(cluster, "targets", state="active")["activeTargets"]
+    return next((t["health"] for t in targets if t["labels"]["instance"] == instance), "absent")
+
+
+def test_dynamic_node_scraped_only_while_powered(cluster: Cluster_) -> None:
+    """Slurm powers a dynamic node up for a job: the service lists it, Prometheus scrapes
+    it; once Slurm powers it down again it is no target at all (never a down target)."""
+    node = dynamic_cpu_node(cluster)
+    res = cluster.login(f"sbatch --parsable -A research -w {node} -o mon-%j.out --wrap 'sleep 20'")
+    assert res.returncode == 0, res.stderr
+    wait_until(lambda: target_health(cluster, node) == "up", 150, f"{node}'s node exporter scraped")
+    idle = cluster.spec.pool(next(p.name for p in cluster.spec.pools if node in node_names(cluster.spec, p)))
+    wait_until(lambda: target_health(cluster, node) == "absent", idle.idle_seconds + 180,
+               f"{node} dropped from the targets after powering down")
+
+
+def test_shared_storage_alert_sees_every_shared_mount(cluster: Cluster_) -> None:
+    """SharedStorageNearlyFull's selector matches real node exporter series on every
+    shared mount point (a typo in a path would leave the alert silent forever)."""
+    mounts = shared_mounts(cluster.spec)
+    selector = "|".join(mounts)
+    query = f'count by (mountpoint) (node_filesystem_size_bytes{{mountpoint=~"{selector}"}})'
+    found = wait_until(lambda: {r["metric"]["mountpoint"] for r in api(cluster, "query", query=query)["result"]}
+                       >= set(mounts), 60, f"filesystem series for {mounts}")
+    assert found
 
 
 def test_running_job_in_service_metrics_and_prometheus(cluster: Cluster_) -> None:
