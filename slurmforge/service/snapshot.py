@@ -7,6 +7,7 @@ CLI can read it from the service (`GET /pools.json`).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -21,7 +22,15 @@ NODE_STATES = ("idle", "mixed", "allocated", "powering_up", "powered_down", "pow
 
 
 def display_state(node: NodeState) -> str:
-    """The one state a node is counted under (the order of the checks matters)."""
+    """The one state a node is counted under. Depends on the base state and the flags
+    only, and thousands of nodes share a handful of those: decided once per combination."""
+    return _display_state(node.state, node.flags)
+
+
+@functools.lru_cache(maxsize=1024)
+def _display_state(state: str, flags: frozenset[str]) -> str:
+    node = NodeState(name="", state=state, flags=flags)
+    # the order of the checks matters
     if node.is_powering_up():
         return "powering_up"
     if node.is_powering_down():

@@ -8,6 +8,7 @@ the snapshot as plain rows `(metric, labels, value)` that /metrics prints.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -68,9 +69,8 @@ def usage_rows(topology: Topology, nodes: Iterable[NodeState], jobs: Iterable[Jo
         info = topology.nodes.get(node.name)
         if info is None:
             continue
-        state = display_state(node)
-        _tally(pools[info.pool], node, state)
-        if state in UNAVAILABLE:
+        _tally(pools[info.pool], node)
+        if (state := display_state(node)) in UNAVAILABLE:
             rows.append(("slurmforge_node_unavailable", {"node": node.name, "pool": info.pool, "state": state}, 1))
     rows += _job_rows(topology, pools, jobs, now)
     for name, pool in pools.items():
@@ -86,10 +86,18 @@ def usage_rows(topology: Topology, nodes: Iterable[NodeState], jobs: Iterable[Jo
     return tuple(rows)
 
 
-def _tally(pool: _Pool, node: NodeState, state: str) -> None:
-    pool.powered += node.is_powered()
+@functools.lru_cache(maxsize=1024)
+def _kind(state: str, flags: frozenset[str]) -> tuple[str, bool]:
+    """(where a node's unallocated CPUs count, is it powered), once per state + flags."""
+    shown = display_state(NodeState(name="", state=state, flags=flags))
+    rest = "idle" if shown in USABLE else "off" if shown in OFF else "unavailable"
+    return rest, NodeState(name="", state=state, flags=flags).is_powered()
+
+
+def _tally(pool: _Pool, node: NodeState) -> None:
+    rest, powered = _kind(node.state, node.flags)
+    pool.powered += powered
     alloc_cpus, alloc_mem = min(node.alloc_cpus, node.cpus), min(node.alloc_memory_mb, node.memory_mb)
-    rest = "idle" if state in USABLE else "off" if state in OFF else "unavailable"
     pool.cpus["allocated"] += alloc_cpus
     pool.cpus[rest] += node.cpus - alloc_cpus
     pool.memory["allocated"] += alloc_mem
