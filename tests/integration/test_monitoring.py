@@ -157,3 +157,35 @@ def test_drained_node_alert_fires_then_clears(cluster: Cluster_) -> None:
     finally:
         root(cluster, f"scontrol update nodename={node} state=resume")
     wait_until(lambda: not alert_states(cluster, node), 90, f"SlurmNodeDrained for {node} to clear")
+
+
+def alerts_named(cluster: Cluster_, name: str) -> dict[str, str]:
+    """pool/node -> state of the alerts with this name."""
+    return {a["labels"].get("pool", a["labels"].get("node", "")): a["state"] for a in api(cluster, "alerts")["alerts"]
+            if a["labels"].get("alertname") == name}
+
+
+def test_job_waiting_on_a_full_pool_fires(cluster: Cluster_) -> None:
+    """A GPU job waits behind another on the GPU pool, which is at max_nodes: once it has
+    waited `pending_minutes`, SlurmJobsWaitingAtMaxSize fires for that pool."""
+    minutes = cluster.spec.monitoring.alerts.pending_minutes
+    if minutes > 2:
+        pytest.skip(f"pending_minutes is {minutes} in this spec; the local example sets 1")
+    part = next(p for p in cluster.spec.partitions if cluster.spec.pool(p.pools[0]).kind.value == "gpu")
+    pool = cluster.spec.pool(part.pools[0])
+    assert pool.hardware is not None and pool.hardware.gpus is not None
+    gpus = pool.hardware.gpus.count * pool.max_nodes
+    jobs = []
+    try:
+        for seconds in (300, 30):
+            res = cluster.login(f"sbatch --parsable -A research -p {part.name} --gres=gpu:{gpus} "
+                                f"-o mon-%j.out --wrap 'sleep {seconds}'")
+            assert res.returncode == 0, res.stderr
+            jobs.append(res.stdout.strip().split(";")[0])
+        wait_until(lambda: alerts_named(cluster, "SlurmJobsWaitingAtMaxSize").get(pool.name) == "firing",
+                   minutes * 60 + 90, f"SlurmJobsWaitingAtMaxSize for pool {pool.name}")
+        assert float(api(cluster, "query", query=f'slurmforge_pool_oldest_pending_seconds{{pool="{pool.name}"}}')
+                     ["result"][0]["value"][1]) > minutes * 60
+    finally:
+        root(cluster, f"scancel {' '.join(jobs)}" if jobs else "true")
+    wait_until(lambda: pool.name not in alerts_named(cluster, "SlurmJobsWaitingAtMaxSize"), 90, "the alert to clear")
