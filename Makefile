@@ -7,9 +7,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 # podman & co: the local cluster; slurmctld/munge: tests/slurm runs the real daemon on
-# the rendered config; lmod: module tests against real Lmod; chromium: the pool page test
+# the rendered config; lmod: module tests against real Lmod; chromium: the pool page test;
+# prometheus: promtool checks the rendered Prometheus config and unit-tests the alert rules
 APT_PACKAGES := python3 python3-venv git openssh-client podman runc debootstrap uidmap iptables \
-                slurmctld slurm-client munge lmod chromium
+                slurmctld slurm-client munge lmod chromium prometheus
 SPEC ?= examples/local.yaml
 
 .PHONY: help setup apt venv up down test unit lint typecheck bench
@@ -35,7 +36,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip >/dev/null
-	$(PY) -m pip install -q -e '.[deploy,aws,dev]'
+	$(PY) -m pip install -q -e '.[deploy,aws,dev,report]'
 	@rm -f $(VENV)/.installed-*; touch $@
 
 up: setup

@@ -219,6 +219,33 @@ def rollout(
     report_errors(run)
 
 
+@app.command()
+def report(
+    inventory_dir: Annotated[Path, typer.Option("--inventory", help="A slurmforge inventory directory.")],
+    since: Annotated[str, typer.Option(help="How far back: 30m, 24h, 7d.")] = "24h",
+    out_dir: Annotated[Path, typer.Option("--out", help="Where report.html and the PNGs go.")] = Path("report"),
+    prometheus: Annotated[str | None, typer.Option(
+        help="Prometheus' URL (default: the controller's, port 9090; on AWS through an SSH tunnel).")] = None,
+) -> None:
+    """A one-page utilization report (HTML + PNG plots) from Prometheus' data."""
+    from slurmforge.inventory import read_inventory
+    from slurmforge.monitoring import PROMETHEUS_PORT, controller_address
+    from slurmforge.report import Prometheus, make_report, parse_duration
+
+    if not (inventory_dir / "hosts.yml").exists():
+        err.print(f"[red]error[/red] {escape(str(inventory_dir))} is not a slurmforge inventory (no hosts.yml)")
+        raise typer.Exit(2)
+
+    def run() -> None:
+        seconds = parse_duration(since)
+        spec, hosts = read_inventory(inventory_dir)
+        url = prometheus or f"http://{controller_address(hosts)}:{PROMETHEUS_PORT}"
+        done = make_report(Prometheus(url), spec.name, seconds, out_dir)
+        out.print(f"wrote {done.html_path} ({len(done.images)} plots, last {since}, from {url})")
+
+    report_errors(run)
+
+
 def main() -> None:
     app()
 

@@ -4,6 +4,7 @@ inventories/<cluster>/
   hosts.yml                      groups computed once from the spec + provisioned hosts
   group_vars/all/slurmforge.yml  spec-derived variables the roles read (no secrets)
   rendered/*.conf                the renderer's output, shipped verbatim by the roles
+  rendered/monitoring/*.yml      Prometheus config and alert rules (slurmforge.monitoring)
   cluster.yaml                   the spec it was made from
 
 The local provider and `inventory --from-stack-outputs` both write it, so rollout and
@@ -17,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from slurmforge.monitoring import has_real_gpus, render_monitoring
 from slurmforge.nodes import pool_hardware
 from slurmforge.providers.base import Host, HostRole
 from slurmforge.render import controller_name, render_all
@@ -25,6 +27,8 @@ from slurmforge.spec import Cluster, load_spec
 HOSTS_FILE = "hosts.yml"
 VARS_FILE = Path("group_vars/all/slurmforge.yml")
 RENDERED = "rendered"
+MONITORING = "monitoring"
+"""rendered/monitoring/: prometheus.yml and alerts.yml (slurmforge.monitoring)"""
 SPEC_COPY = "cluster.yaml"
 
 # Where per-cluster secrets live on the machine that runs the rollout: outside the
@@ -47,7 +51,8 @@ def host_vars(spec: Cluster, host: Host) -> dict[str, Any]:
     if host.pool is not None:
         hw = pool_hardware(spec.pool(host.pool))
         hv |= {"slurmforge_pool": host.pool, "slurmforge_dynamic": host.dynamic,
-               "slurmforge_gpus": hw.gpus if hw else 0, "slurmforge_gpu_kind": hw.gpu_kind if hw else None}
+               "slurmforge_gpus": hw.gpus if hw else 0, "slurmforge_gpu_kind": hw.gpu_kind if hw else None,
+               "slurmforge_dcgm_exporter": has_real_gpus(spec, spec.pool(host.pool))}
     return hv
 
 
@@ -94,6 +99,8 @@ def cluster_vars(spec: Cluster, inventory_dir: Path) -> dict[str, Any]:
         "slurmforge_scratch": spec.storage.scratch.path if spec.storage.scratch else None,
         "slurmforge_modules_root": spec.modules.root,
         "slurmforge_mail": spec.mail.model_dump(),
+        "slurmforge_monitoring": {"retention_days": spec.monitoring.retention_days,
+                                  "retention_gb": spec.monitoring.retention_gb},
     }
 
 
@@ -110,7 +117,9 @@ def write_inventory(spec: Cluster, spec_path: Path, hosts: list[Host], inventory
     inventory_dir.mkdir(parents=True, exist_ok=True)
     _dump(inventory_dir / HOSTS_FILE, hosts_document(spec, hosts))
     _dump(inventory_dir / VARS_FILE, cluster_vars(spec, inventory_dir))
-    for name, text in render_all(spec, source=spec_path.name).items():
+    rendered = render_all(spec, source=spec_path.name) | {
+        f"{MONITORING}/{name}": text for name, text in render_monitoring(spec, hosts, spec_path.name).items()}
+    for name, text in rendered.items():
         target = inventory_dir / RENDERED / name
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists() or target.read_text() != text:

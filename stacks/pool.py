@@ -105,6 +105,9 @@ def join_script(j: JoinSettings) -> str:
         "# configless: slurmd fetches slurm.conf from the controller",
         f'echo "SLURMD_OPTIONS=\\"--conf-server {conf_servers} -N $node\\"" > /etc/default/slurmd',
         "systemctl enable --now slurmd",
+        "# metrics: the image carries the node exporter disabled; the scheduler service lists",
+        "# this node as a Prometheus target while Slurm has it powered (port 9100, cluster SG only)",
+        "systemctl enable --now prometheus-node-exporter",
     ]
     return "\n".join(lines) + "\n"
 

@@ -22,10 +22,12 @@ from slurmforge.service import handoff
 from slurmforge.service.actions import Action
 from slurmforge.service.classify import Context, Tunables, World, classify, plan_launches
 from slurmforge.service.executor import ActReport, Executor
-from slurmforge.service.slurm import SlurmClient, jobs_by_node
+from slurmforge.service.slurm import Job, SlurmClient, jobs_by_node
 from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot
 from slurmforge.service.state import Event, InterruptionRecord, Store
+from slurmforge.service.targets import EXPORTER_PORT, dynamic_targets, write_targets
 from slurmforge.service.topology import Topology, topology
+from slurmforge.service.usage import usage_rows
 from slurmforge.spec.models import Cluster
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,9 @@ class DaemonConfig:
     heartbeat: Path = Path("/var/lib/slurmforge/service/heartbeat")
     interval: float = LOOP_INTERVAL
     tunables: Tunables = field(default_factory=Tunables)
+    targets_file: Path | None = None
+    """Prometheus file_sd of the dynamic nodes' exporters, rewritten every loop (None: off)."""
+    exporter_port: int = EXPORTER_PORT
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class Daemon:
         self.snapshot: ClusterSnapshot | None = None
         self.last: LoopReport | None = None
         self._job_users: dict[int, str] = {}
+        self._jobs: list[Job] = []
 
     # ------------------------------------------------------------------ the loop
 
@@ -146,7 +152,8 @@ class Daemon:
         nodes = self.slurm.nodes()
         instances = self.provider.list_instances()
         state = self.store.snapshot()
-        jobs = self.slurm.jobs() if state.interruptions or state.requests else []
+        # every loop: the usage metrics (queue, allocation per account) need the jobs too
+        jobs = self._jobs = self.slurm.jobs()
         self._job_users = {j.id: j.user for j in jobs}
         return World(nodes=nodes, instances=instances, state=state, topology=topo, now=self.clock(),
                      jobs=jobs_by_node(jobs), tunables=self.config.tunables)
@@ -174,9 +181,15 @@ class Daemon:
     def publish(self, world: World, seconds: float) -> None:
         now = self.clock()
         self.store.prune(now)
-        self.snapshot = build_snapshot(world.topology, world.nodes, self.store.cooldowns(),
-                                       self.store.events(since=now - 3600), now, seconds,
-                                       counters=self.store.counters())
+        cooldowns = self.store.cooldowns()
+        topo = world.topology
+        cooling = {name: sum(1 for link in pool.chain if (c := cooldowns.get(link)) and c.active(now))
+                   for name, pool in topo.pools.items()}
+        self.snapshot = build_snapshot(topo, world.nodes, cooldowns, self.store.events(since=now - 3600), now,
+                                       seconds, counters=self.store.counters(),
+                                       gauges=usage_rows(topo, world.nodes, self._jobs, now, cooling))
+        if self.config.targets_file is not None:
+            write_targets(self.config.targets_file, dynamic_targets(topo, world.nodes, self.config.exporter_port))
 
     def beat(self) -> None:
         path = self.config.heartbeat

@@ -63,6 +63,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--listen", default=f"127.0.0.1:{DEFAULT_PORT}", help="host:port of /metrics and the "
                         "pool page; empty to disable")
     parser.add_argument("--interval", type=float, default=LOOP_INTERVAL)
+    parser.add_argument("--targets-file", type=Path, help="write the dynamic nodes' node exporter targets here "
+                        "(Prometheus file_sd), every loop")
     parser.add_argument("--slurm-bin", default="", help="directory of sinfo/scontrol (default: PATH)")
     parser.add_argument("--once", action="store_true", help="run one loop and exit")
     parser.add_argument("--verbose", "-v", action="store_true")
@@ -83,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"slurmforge-service: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 1)
     config = DaemonConfig(spec_path=args.spec, spool=args.spool, heartbeat=args.state_dir / "heartbeat",
-                          interval=args.interval)
+                          interval=args.interval, targets_file=args.targets_file)
     daemon = Daemon(config, SlurmClient(bin_dir=args.slurm_bin), provider, Store(args.state_dir / "state.db"),
                     load_spec)
     server = None

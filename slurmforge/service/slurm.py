@@ -62,6 +62,11 @@ class NodeState:
     gres: str = ""
     gres_used: str = ""
     partitions: tuple[str, ...] = ()
+    cpus: int = 0
+    alloc_cpus: int = 0
+    memory_mb: int = 0
+    """RealMemory"""
+    alloc_memory_mb: int = 0
 
     def is_cloud(self) -> bool:
         return "CLOUD" in self.flags
@@ -147,6 +152,10 @@ def node_from_json(item: Mapping[str, Any]) -> NodeState:
         gres=str(item.get("gres") or ""),
         gres_used=str(item.get("gres_used") or ""),
         partitions=tuple(str(p) for p in item.get("partitions") or ()),
+        cpus=_count(item.get("cpus")),
+        alloc_cpus=_count(item.get("alloc_cpus")),
+        memory_mb=_count(item.get("real_memory")),
+        alloc_memory_mb=_count(item.get("alloc_memory")),
     )
 
 
@@ -167,6 +176,11 @@ def _number(value: Any) -> float:
     if isinstance(value, dict):  # 23.02+: {"set": true, "number": 17}
         value = value.get("number")
     return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _count(value: Any) -> int:
+    """A count as 22.05 writes it (an int) fast; 23.02's {"set", "number"} through _number."""
+    return value if type(value) is int else int(_number(value))
 
 
 def parse_nodes(text: str) -> list[NodeState]:
@@ -190,9 +204,24 @@ class Job:
     nodes: str
     """Hostlist expression of the allocated nodes ("" while pending)."""
     user: str = ""
+    partition: str = ""
+    """Comma-separated when the job was submitted to several partitions (pending)."""
+    account: str = ""
+    reason: str = ""
+    """state_reason: Resources, Priority, Dependency, ..."""
+    eligible_at: float = 0.0
+    """When the job could first start (eligible_time, else submit_time)."""
+    tres: str = ""
+    """tres_alloc_str once allocated, else tres_req_str: `cpu=2,mem=100M,node=1,gres/gpu=1`."""
 
     def node_names(self) -> list[str]:
         return expand(self.nodes) if self.nodes else []
+
+    def is_pending(self) -> bool:
+        return self.state == "PENDING"
+
+    def is_running(self) -> bool:
+        return self.state in ("RUNNING", "CONFIGURING")
 
 
 def parse_jobs(text: str) -> list[Job]:
@@ -201,9 +230,48 @@ def parse_jobs(text: str) -> list[Job]:
         state = item.get("job_state")
         if isinstance(state, list):
             state = state[0] if state else "UNKNOWN"
+        eligible = _number(item.get("eligible_time")) or _number(item.get("submit_time"))
         jobs.append(Job(int(item["job_id"]), str(state).upper(), str(item.get("nodes") or ""),
-                        str(item.get("user_name") or "")))
+                        str(item.get("user_name") or ""), partition=str(item.get("partition") or ""),
+                        account=str(item.get("account") or ""), reason=str(item.get("state_reason") or ""),
+                        eligible_at=eligible,
+                        tres=str(item.get("tres_alloc_str") or item.get("tres_req_str") or "")))
     return jobs
+
+
+@dataclass(frozen=True, slots=True)
+class Tres:
+    cpus: int = 0
+    memory_mb: int = 0
+    gpus: int = 0
+
+
+_MEMORY_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_tres(text: str) -> Tres:
+    """`cpu=4,mem=16G,node=1,billing=4,gres/gpu=2` -> Tres(4, 16384, 2). Typed GPU
+    entries (`gres/gpu:a10g=2`) repeat the untyped total and are not added to it."""
+    fields = dict(item.split("=", 1) for item in text.split(",") if "=" in item)
+    mem = fields.get("mem", "0")
+    unit = mem[-1:].upper() if mem[-1:].isalpha() else "M"
+    number = mem[:-1] if mem[-1:].isalpha() else mem
+    return Tres(cpus=_int(fields.get("cpu")),
+                memory_mb=int(float(number or 0) * _MEMORY_UNITS.get(unit, 1)) if _is_number(number) else 0,
+                gpus=_int(fields.get("gres/gpu")))
+
+
+def _int(text: str | None) -> int:
+    return int(text) if text and text.isdigit() else 0
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def jobs_by_node(jobs: Iterable[Job]) -> dict[str, tuple[int, ...]]:

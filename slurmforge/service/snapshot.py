@@ -7,6 +7,7 @@ CLI can read it from the service (`GET /pools.json`).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -21,7 +22,15 @@ NODE_STATES = ("idle", "mixed", "allocated", "powering_up", "powered_down", "pow
 
 
 def display_state(node: NodeState) -> str:
-    """The one state a node is counted under (the order of the checks matters)."""
+    """The one state a node is counted under. Depends on the base state and the flags
+    only, and thousands of nodes share a handful of those: decided once per combination."""
+    return _display_state(node.state, node.flags)
+
+
+@functools.lru_cache(maxsize=1024)
+def _display_state(state: str, flags: frozenset[str]) -> str:
+    node = NodeState(name="", state=state, flags=flags)
+    # the order of the checks matters
     if node.is_powering_up():
         return "powering_up"
     if node.is_powering_down():
@@ -76,6 +85,8 @@ class ClusterSnapshot:
     pools: tuple[PoolSnapshot, ...]
     events: tuple[Event, ...] = ()
     counters: tuple[tuple[str, dict[str, str], float], ...] = field(default=())
+    gauges: tuple[tuple[str, dict[str, str], float], ...] = field(default=())
+    """Slurm usage (slurmforge.service.usage): allocation, jobs, waiting, unavailable nodes."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -91,12 +102,14 @@ class ClusterSnapshot:
             cluster=data["cluster"], taken_at=data["taken_at"], loop_seconds=data["loop_seconds"],
             window_seconds=data["window_seconds"], pools=pools,
             events=tuple(Event(**e) for e in data["events"]),
-            counters=tuple((c[0], dict(c[1]), float(c[2])) for c in data["counters"]))
+            counters=tuple((c[0], dict(c[1]), float(c[2])) for c in data["counters"]),
+            gauges=tuple((g[0], dict(g[1]), float(g[2])) for g in data.get("gauges", ())))
 
 
 def build_snapshot(topology: Topology, nodes: Iterable[NodeState], cooldowns: Mapping[str, Cooldown],
                    events: Sequence[Event], now: float, loop_seconds: float = 0.0, window: float = 3600.0,
-                   counters: Sequence[tuple[str, dict[str, str], float]] = ()) -> ClusterSnapshot:
+                   counters: Sequence[tuple[str, dict[str, str], float]] = (),
+                   gauges: Sequence[tuple[str, dict[str, str], float]] = ()) -> ClusterSnapshot:
     tallies: dict[str, dict[str, Any]] = {
         name: {"nodes": dict.fromkeys(NODE_STATES, 0), "used": 0, "free": 0, "off": 0} for name in topology.pools}
     for node in nodes:
@@ -117,7 +130,7 @@ def build_snapshot(topology: Topology, nodes: Iterable[NodeState], cooldowns: Ma
                           for link in pool.chain if (c := cooldowns.get(link)) and c.active(now)),
         ))
     return ClusterSnapshot(topology.cluster, now, loop_seconds, window, tuple(pools), tuple(recent[:50]),
-                           tuple(counters))
+                           tuple(counters), tuple(gauges))
 
 
 def _tally(tally: dict[str, Any], node: NodeState, pool_gpus: int) -> None:

@@ -9,7 +9,7 @@ each followed by its own fallbacks (depth first, each pool once).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from slurmforge.nodes import node_sets, pool_hardware
 from slurmforge.spec.models import Cluster
@@ -39,6 +39,8 @@ class Topology:
     nodes: Mapping[str, NodeInfo]
     pools: Mapping[str, PoolInfo]
     resume_timeout: float
+    partitions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """partition -> its pools"""
 
     def chain(self, pool: str) -> tuple[str, ...]:
         return self.pools[pool].chain
@@ -76,4 +78,5 @@ def topology(spec: Cluster) -> Topology:
             info = NodeInfo(pool.name, not nodeset.dynamic)
             for name in nodeset.names():
                 nodes[name] = info
-    return Topology(spec.name, nodes, pools, float(spec.scheduling.resume_timeout))
+    partitions = {p.name: tuple(p.pools) for p in spec.partitions}
+    return Topology(spec.name, nodes, pools, float(spec.scheduling.resume_timeout), partitions)

@@ -22,6 +22,7 @@ import jinja2
 from rich.table import Table
 
 from slurmforge.service.snapshot import NODE_STATES, ClusterSnapshot, PoolSnapshot
+from slurmforge.service.usage import HELP as USAGE_HELP
 from slurmforge.templating import templates_dir
 
 log = logging.getLogger(__name__)
@@ -57,12 +58,20 @@ def metrics_text(snap: ClusterSnapshot) -> str:
     lines += _gauge("slurmforge_links_cooling", "Links cooling down after failures.", [({}, len(cooling))])
     lines += _gauge("slurmforge_loop_duration_seconds", "Duration of the last loop.", [({}, snap.loop_seconds)])
     lines += _gauge("slurmforge_snapshot_timestamp_seconds", "When the last loop published.", [({}, snap.taken_at)])
-    names = sorted({name for name, _, _ in snap.counters} | set(COUNTER_HELP))
-    for name in names:
-        rows = [(labels, value) for n, labels, value in snap.counters if n == name]
-        lines += [f"# HELP {name} {COUNTER_HELP.get(name, name)}", f"# TYPE {name} counter"]
-        lines += [f"{name}{_labels(labels)} {_number(value)}" for labels, value in rows]
+    lines += _rows_text(snap.gauges, "gauge", USAGE_HELP)
+    lines += _rows_text(sorted(snap.counters, key=lambda c: c[0]), "counter", COUNTER_HELP, always=COUNTER_HELP)
     return "\n".join(lines) + "\n"
+
+
+def _rows_text(rows: Any, kind: str, help_texts: dict[str, str], always: Any = ()) -> list[str]:
+    """Rows (name, labels, value) grouped by name, in first-seen order, each with HELP and TYPE."""
+    grouped: dict[str, list[str]] = {name: [] for name in always}
+    for name, labels, value in rows:
+        grouped.setdefault(name, []).append(f"{name}{_labels(labels)} {_number(value)}")
+    lines: list[str] = []
+    for name, samples in sorted(grouped.items()) if always else grouped.items():
+        lines += [f"# HELP {name} {help_texts.get(name, name)}", f"# TYPE {name} {kind}", *samples]
+    return lines
 
 
 def _gauge(name: str, help_text: str, rows: Any) -> list[str]:

@@ -403,6 +403,33 @@ class Modules(Model):
     root: AbsPath = "/opt/software/modules"
 
 
+# --------------------------------------------------------------------------- monitoring
+
+PROM_DURATION_RE = r"^[0-9]+[smhd]$"
+PromDuration = Annotated[str, Field(pattern=PROM_DURATION_RE)]
+
+
+class Alerts(Model):
+    """Thresholds of the alert rules Prometheus evaluates on the controller."""
+
+    node_down_for: PromDuration = "5m"
+    node_drained_for: PromDuration = "10m"
+    target_down_for: PromDuration = "5m"
+    pending_minutes: Annotated[int, Field(ge=1, le=7 * 24 * 60)] = 30
+    """A job waiting this long on a pool already at max_nodes."""
+    links_cooling_for: PromDuration = "2m"
+    storage_full_percent: Annotated[int, Field(ge=50, le=99)] = 90
+    storage_full_for: PromDuration = "5m"
+
+
+class Monitoring(Model):
+    retention_days: Annotated[int, Field(ge=1, le=3650)] = 15
+    retention_gb: Annotated[int, Field(ge=1, le=10_000)] = 4
+    """Prometheus deletes the oldest blocks beyond this size (a small controller's disk)."""
+    scrape_interval: PromDuration = "15s"
+    alerts: Alerts = Alerts()
+
+
 # --------------------------------------------------------------------------- the cluster
 
 
@@ -423,6 +450,7 @@ class Cluster(Model):
     users: list[User] = []
     mail: Mail = Mail()
     modules: Modules = Modules()
+    monitoring: Monitoring = Monitoring()
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:

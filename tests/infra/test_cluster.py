@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import re
+import time
+from typing import Any
 
 import pytest
 
+from slurmforge.monitoring import (
+    NODE_EXPORTER_PORT,
+    PROMETHEUS_PORT,
+    TARGETS_DIR,
+    alert_rules,
+    controller_address,
+)
 from slurmforge.nodes import node_names, pool_hardware
 from slurmforge.providers.base import HostRole
 from tests.infra.conftest import LiveCluster, digest
@@ -147,3 +157,82 @@ def test_every_node_has_the_identical_package_set(live: LiveCluster) -> None:
     sets = {h.name: digest(live.connect(h).check_output("dpkg-query -W -f='${Package} ${Version}\\n'"))
             for h in live.up_hosts}
     assert len(set(sets.values())) == 1, f"package sets differ: {sets}"
+
+
+# --------------------------------------------------------------------------- monitoring
+
+
+def prometheus_get(live: LiveCluster, path: str) -> dict[str, Any]:
+    """Prometheus' API, asked from the controller (it listens on the cluster address only)."""
+    address = controller_address(live.hosts)
+    res = live.controller().run(f"curl -sf --max-time 10 http://{address}:{PROMETHEUS_PORT}{path}")
+    assert res.rc == 0, f"Prometheus on {address}:{PROMETHEUS_PORT} does not answer {path}: rc {res.rc}"
+    return dict(json.loads(res.stdout))
+
+
+def powered_nodes(live: LiveCluster) -> set[str]:
+    """Nodes Slurm has powered now (not powered down, not on the way down)."""
+    out = live.controller().check_output("sinfo -h -N -o '%N %T'")
+    return {name for name, state in (line.split() for line in out.splitlines())
+            if not state.endswith(("~", "%")) and "POWER" not in state.upper()}
+
+
+def test_every_prometheus_target_that_should_be_up_is_up(live: LiveCluster) -> None:
+    """Static hosts (node exporter), the scheduler service and Prometheus itself: up.
+    Dynamic nodes are targets only while Slurm has them powered (the service's file_sd)."""
+    want = {("node", h.name) for h in live.up_hosts} | {("slurmforge", f"{live.spec.name}-service"),
+                                                         ("prometheus", f"{live.spec.name}-prometheus")}
+    deadline = time.monotonic() + 90  # a Prometheus restarted by the rollout scrapes within one interval
+    while True:
+        targets = prometheus_get(live, "/api/v1/targets?state=active")["data"]["activeTargets"]
+        health = {(t["labels"]["job"], t["labels"]["instance"]): t["health"] for t in targets}
+        not_up = {k: health.get(k, "missing") for k in want if health.get(k) != "up"}
+        if not not_up or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    assert not not_up, f"targets not up: {not_up}"
+    stray = stray_targets(live, persist=20)
+    assert not stray, f"powered-down nodes listed as scrape targets: {sorted(stray)}"
+
+
+def stray_targets(live: LiveCluster, persist: float) -> set[str]:
+    """Dynamic nodes Prometheus scrapes although Slurm has them powered down, for longer
+    than `persist` seconds (a node powering down leaves the file within a loop)."""
+    stray: set[str] | None = None
+    deadline = time.monotonic() + persist
+    while stray is None or (stray and time.monotonic() < deadline):
+        targets = prometheus_get(live, "/api/v1/targets?state=active")["data"]["activeTargets"]
+        listed = {t["labels"]["instance"] for t in targets if t["labels"]["job"] == "node"}
+        now = listed - {h.name for h in live.hosts if not h.dynamic} - powered_nodes(live)
+        stray = now if stray is None else stray & now
+        if stray:
+            time.sleep(5)
+    return stray
+
+
+def test_prometheus_reads_the_dynamic_targets(live: LiveCluster) -> None:
+    """The service's file_sd is readable by Prometheus' user (else dynamic nodes are never
+    scraped, silently: Prometheus only logs it)."""
+    res = live.controller().run(f"runuser -u prometheus -- cat {TARGETS_DIR}/nodes.json")
+    assert res.rc == 0, f"prometheus cannot read {TARGETS_DIR}/nodes.json: {res.stderr.strip()}"
+    assert isinstance(json.loads(res.stdout), list)
+
+
+def test_alert_rules_loaded(live: LiveCluster) -> None:
+    groups = prometheus_get(live, "/api/v1/rules?type=alert")["data"]["groups"]
+    loaded = {r["name"] for g in groups if g["name"] == "slurmforge" for r in g["rules"]}
+    wanted = {r["alert"] for r in alert_rules(live.spec)["groups"][0]["rules"]}
+    assert loaded == wanted, f"missing {wanted - loaded}, unexpected {loaded - wanted}"
+    unhealthy = [r["name"] for g in groups for r in g["rules"] if r.get("health") == "err"]
+    assert not unhealthy, f"rules failing to evaluate: {unhealthy}"
+
+
+def test_exporters_listen_on_the_cluster_address_only(live: LiveCluster) -> None:
+    wrong = []
+    for host in live.up_hosts:
+        node = live.connect(host)
+        if not node.socket(f"tcp://{host.address}:{NODE_EXPORTER_PORT}").is_listening:
+            wrong.append(f"{host.name}: node exporter not on {host.address}")
+        if node.socket(f"tcp://0.0.0.0:{NODE_EXPORTER_PORT}").is_listening:
+            wrong.append(f"{host.name}: node exporter on every interface")
+    assert not wrong, "; ".join(wrong)

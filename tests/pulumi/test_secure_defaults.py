@@ -63,6 +63,19 @@ def test_cluster_traffic_stays_inside_the_cluster_group(any_stack: StackRun) -> 
         "self": True}]
 
 
+def test_monitoring_ports_only_from_cluster_members(any_stack: StackRun) -> None:
+    """Prometheus (9090), node exporter (9100), the service's /metrics (9110) and DCGM
+    (9400): any rule that lets them in admits only members of the cluster group, no CIDR."""
+    from slurmforge.monitoring import DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT, PROMETHEUS_PORT, SERVICE_PORT
+
+    ports = (PROMETHEUS_PORT, NODE_EXPORTER_PORT, SERVICE_PORT, DCGM_EXPORTER_PORT)
+    admitting = [(name, r) for name, r in ingress_rules(any_stack)
+                 if r["protocol"] in ("-1", "tcp")
+                 and any(r["protocol"] == "-1" or r["fromPort"] <= p <= r["toPort"] for p in ports)]
+    assert [name for name, _ in admitting] == [f"{any_stack.spec.name}-cluster"]
+    assert all(r.get("self") is True and not r.get("cidrBlocks") for _, r in admitting)
+
+
 def test_nfs_only_from_the_cluster_group(any_stack: StackRun) -> None:
     efs = any_stack.one(SG, f"{any_stack.spec.name}-efs")
     assert [(r["fromPort"], r["securityGroups"]) for r in efs.inputs["ingress"]] == [

@@ -4,6 +4,7 @@ power down + requeue, crash mid-launch, orphans, spot notices, spec reloads."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -359,3 +360,26 @@ def test_unknown_target_has_no_service_provider() -> None:
     lab = load_spec(Path(__file__).parents[2] / "examples" / "lab.yaml")
     with pytest.raises(ProvisionError, match="static"):
         build_provider(lab, {})
+
+
+def test_each_loop_publishes_usage_and_the_scrape_targets(env: dict[str, Path]) -> None:
+    """One loop: the jobs are read (usage gauges in the snapshot) and the file_sd of the
+    dynamic nodes Slurm has powered is written; it follows Slurm's state loop by loop."""
+    clock = Clock()
+    slurm = FakeSlurm(all_nodes(t_spot_01=("allocated", "CLOUD"), t_od_01=("idle", "CLOUD")),
+                      [Job(7, "RUNNING", "t-spot-01", "alice", partition="gpu", account="vision",
+                           tres="cpu=4,mem=1G,node=1,gres/gpu=2"),
+                       Job(8, "PENDING", "", "bob", partition="gpu", reason="Resources", eligible_at=NOW - 300)])
+    targets = env["spool"].parent / "targets" / "nodes.json"
+    config = DaemonConfig(spec_path=env["spec"], spool=env["spool"], heartbeat=env["beat"], interval=0.01,
+                          targets_file=targets)
+    daemon = Daemon(config, slurm, FakeCloud(clock), Store(env["db"]), load_spec, clock)
+    assert daemon.loop_once().error == ""
+    gauges = {(n, tuple(sorted(lab.items()))): v for n, lab, v in daemon.snapshot.gauges}  # type: ignore[union-attr]
+    assert gauges[("slurmforge_account_gpus", (("account", "vision"), ("pool", "spot")))] == 2
+    assert gauges[("slurmforge_partition_oldest_pending_seconds", (("partition", "gpu"),))] == 300
+    assert [g["labels"]["instance"] for g in json.loads(targets.read_text())] == ["t-spot-01"]
+    slurm._set("t-spot-01", "idle", "POWERED_DOWN")
+    clock.advance(10)
+    daemon.loop_once()
+    assert json.loads(targets.read_text()) == []

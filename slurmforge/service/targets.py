@@ -1,0 +1,58 @@
+"""Prometheus file_sd targets for the node exporters of dynamic (elastic) nodes.
+
+Static hosts (controller, login, static pool nodes) are in prometheus.yml itself, from the
+inventory. A dynamic node is only a scrape target while Slurm has it powered and
+registered: a powered-down node is not a down target (no alert, no failed validation).
+The service rewrites the file every loop from the `sinfo --json` it already read;
+Prometheus picks a changed file up by itself (inotify), without a reload.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from slurmforge.service.slurm import NodeState
+from slurmforge.service.topology import Topology
+
+log = logging.getLogger(__name__)
+
+EXPORTER_PORT = 9100
+
+
+def is_scrapable(node: NodeState) -> bool:
+    """Powered, past its boot (registered with slurmctld), not on its way down."""
+    return node.is_powered() and not node.is_powering_up() and not node.is_down()
+
+
+def dynamic_targets(topology: Topology, nodes: Iterable[NodeState], port: int = EXPORTER_PORT) -> list[dict[str, Any]]:
+    """One file_sd group per dynamic node to scrape now (by address; `instance` is the
+    node name, as for static hosts), sorted by node name."""
+    chosen = []
+    for node in nodes:
+        info = topology.nodes.get(node.name)
+        if info is not None and not info.static and is_scrapable(node):
+            chosen.append((node.name, node.address or node.name, info.pool))
+    return [{"targets": [f"{address}:{port}"], "labels": {"instance": name, "pool": pool, "role": "compute"}}
+            for name, address, pool in sorted(chosen)]
+
+
+def write_targets(path: Path, groups: list[dict[str, Any]]) -> bool:
+    """Atomically replace the file when its content changes; True when written."""
+    text = json.dumps(groups, indent=1, sort_keys=True) + "\n"
+    try:
+        if path.exists() and path.read_text() == text:
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.chmod(tmp, 0o644)
+        tmp.replace(path)
+    except OSError as exc:
+        log.warning("scrape targets %s: %s", path, exc)
+        return False
+    return True

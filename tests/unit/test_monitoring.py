@@ -1,0 +1,120 @@
+"""Prometheus config and alert rules from the spec, checked by the real promtool: the config
+loads (`promtool check config`), the rules load, and every alert fires on the series that
+should make it fire and stays quiet otherwise (`promtool test rules`,
+tests/unit/monitoring/alerts_test.yml)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from test_service_world import SPEC as AWS_SPEC
+from test_service_world import spec as aws_spec
+
+from slurmforge.inventory import hosts_document
+from slurmforge.monitoring import RULES_PATH, TARGETS_DIR, alert_rules, render_monitoring, shared_mounts
+from slurmforge.nodes import node_sets
+from slurmforge.providers.base import Host, HostRole
+from slurmforge.render import controller_name, login_names
+from slurmforge.spec import Cluster, load_spec, parse_spec
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+RULE_TESTS = Path(__file__).parent / "monitoring" / "alerts_test.yml"
+
+
+def hosts_of(spec: Cluster) -> list[Host]:
+    hosts = [Host(controller_name(spec), "10.1.0.2", HostRole.CONTROLLER)]
+    hosts += [Host(name, f"10.1.0.{3 + i}", HostRole.LOGIN) for i, name in enumerate(login_names(spec))]
+    for pool in spec.pools:
+        for nodeset in node_sets(spec, pool):
+            hosts += [Host(name, f"10.1.1.{len(hosts)}", HostRole.COMPUTE, pool.name, nodeset.dynamic)
+                      for name in nodeset.names()]
+    return hosts
+
+
+def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    assert shutil.which("promtool"), "promtool is missing: `make setup` installs Debian's prometheus package"
+    return subprocess.run(["promtool", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def local_spec() -> Cluster:
+    return load_spec(ROOT / "examples" / "local.yaml")
+
+
+def test_alert_rules_fire_and_stay_quiet_as_tested(tmp_path: Path) -> None:
+    (tmp_path / "alerts.yml").write_text(render_monitoring(aws_spec(), hosts_of(aws_spec()))["alerts.yml"])
+    shutil.copy(RULE_TESTS, tmp_path / "alerts_test.yml")
+    checked = promtool("check", "rules", "alerts.yml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tested = promtool("test", "rules", "alerts_test.yml", cwd=tmp_path)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_a_broken_rule_fails_the_rule_tests(tmp_path: Path) -> None:
+    """The rule tests can fail: a threshold off by one minute is caught."""
+    broken = render_monitoring(aws_spec(), hosts_of(aws_spec()))["alerts.yml"].replace("for: 5m", "for: 4m")
+    (tmp_path / "alerts.yml").write_text(broken)
+    shutil.copy(RULE_TESTS, tmp_path / "alerts_test.yml")
+    assert promtool("test", "rules", "alerts_test.yml", cwd=tmp_path).returncode != 0
+
+
+@pytest.mark.parametrize("which", ["local", "aws"])
+def test_prometheus_config_passes_promtool(tmp_path: Path, which: str) -> None:
+    spec = local_spec() if which == "local" else aws_spec()
+    files = render_monitoring(spec, hosts_of(spec))
+    (tmp_path / "alerts.yml").write_text(files["alerts.yml"])
+    # the one difference from the installed file: the rules' path on this machine
+    (tmp_path / "prometheus.yml").write_text(files["prometheus.yml"].replace(RULES_PATH, str(tmp_path / "alerts.yml")))
+    checked = promtool("check", "config", "prometheus.yml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 7 rules found" in checked.stdout
+
+
+def scrape_jobs(spec: Cluster) -> dict[str, dict[str, object]]:
+    config = yaml.safe_load(render_monitoring(spec, hosts_of(spec))["prometheus.yml"])
+    return {job["job_name"]: job for job in config["scrape_configs"]}
+
+
+def test_static_hosts_listed_dynamic_nodes_from_the_service() -> None:
+    spec = local_spec()
+    node = scrape_jobs(spec)["node"]
+    instances = {g["labels"]["instance"] for g in node["static_configs"]}  # type: ignore[index, attr-defined]
+    static = {h.name for h in hosts_of(spec) if not h.dynamic}
+    assert instances == static and f"{spec.name}-controller" in instances
+    assert not instances & {h.name for h in hosts_of(spec) if h.dynamic}
+    assert node["file_sd_configs"] == [{"files": [f"{TARGETS_DIR}/nodes.json"]}]
+
+
+def test_dcgm_only_where_gpus_are_real() -> None:
+    """The local target's GPUs are fake device files: no DCGM exporter, no dcgm job."""
+    local = local_spec()
+    assert "dcgm" not in scrape_jobs(local)
+    doc = hosts_document(local, hosts_of(local))
+    compute = doc["all"]["children"]["slurm_cluster"]["children"]["slurm_compute"]["hosts"]
+    gpu_hosts = [hv for hv in compute.values() if hv["slurmforge_gpus"] > 0]
+    assert gpu_hosts and not any(hv["slurmforge_dcgm_exporter"] for hv in gpu_hosts)
+
+    aws = aws_spec()
+    dcgm = scrape_jobs(aws)["dcgm"]
+    assert dcgm["relabel_configs"][0] == {"source_labels": ["pool"], "regex": "spot|od", "action": "keep"}  # type: ignore[index]
+    assert [g["targets"] for g in dcgm["static_configs"]] == [["10.1.1.6:9400"]]  # type: ignore[attr-defined]
+    compute = hosts_document(aws, hosts_of(aws))["all"]["children"]["slurm_cluster"]["children"]["slurm_compute"]
+    flags = {name: hv["slurmforge_dcgm_exporter"] for name, hv in compute["hosts"].items()}
+    assert flags["t-od-01"] and not flags["t-cpu-01"]
+
+
+def test_thresholds_and_shared_mounts_come_from_the_spec() -> None:
+    text = AWS_SPEC.replace("storage: {nas: {kind: efs}}", "storage: {nas: {kind: efs}, ceph: {mount: /data}}")
+    spec = parse_spec(text + "monitoring:\n  alerts: {node_drained_for: 30s, pending_minutes: 5, "
+                      "storage_full_percent: 80}\n", "t")
+    assert shared_mounts(spec) == ["/home", "/opt/software", "/var/spool/slurm-shared", "/data"]
+    rules = {r["alert"]: r for r in alert_rules(spec)["groups"][0]["rules"]}
+    assert rules["SlurmNodeDrained"]["for"] == "30s"
+    assert "> 300 and" in rules["SlurmJobsWaitingAtMaxSize"]["expr"]
+    storage = rules["SharedStorageNearlyFull"]["expr"]
+    assert storage.endswith("> 80") and "/data" in storage
