@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from slurmforge.ceph import CEPH_CONF, ceph_hosts, ceph_vars, mds_hosts, monitors, render_ceph_conf
+from slurmforge.errors import ProvisionError
 from slurmforge.nodes import pool_hardware
 from slurmforge.providers.base import Host, HostRole
 from slurmforge.render import controller_name, render_all
@@ -130,6 +131,10 @@ def write_inventory(spec: Cluster, spec_path: Path, hosts: list[Host], inventory
     _dump(inventory_dir / VARS_FILE, cluster_vars(spec, inventory_dir, hosts))
     rendered = render_all(spec, source=spec_path.name)
     if spec.storage.ceph is not None:
+        if not ceph_hosts(hosts):
+            raise ProvisionError(f"storage.ceph: no Ceph hosts among the {spec.target.kind} target's machines "
+                                 "(slurmforge deploys Ceph on the aws and local targets); fix: remove storage.ceph "
+                                 "or use one of those targets")
         from slurmforge.secrets import ceph_fsid, ensure_ceph_secrets  # secrets imports this module
 
         directory = secrets or secrets_dir(spec.name)
