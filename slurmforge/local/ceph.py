@@ -48,6 +48,11 @@ class CephState:
                 and self.pgs_clean == self.pgs and self.mds_active > 0)
 
     @property
+    def is_degraded(self) -> bool:
+        """Ceph noticed a lost OSD: it is down and some placement groups are not clean."""
+        return self.osds_up < self.osds and self.pgs_clean < self.pgs
+
+    @property
     def is_serving(self) -> bool:
         """Clients can read and write: every placement group active (maybe degraded)."""
         return self.pgs > 0 and self.pgs_active == self.pgs and self.mds_active > 0
@@ -68,7 +73,7 @@ class CephProbe:
         return CephState.from_status(json.loads(self.ceph("status", "-f", "json")))
 
     def wait(self, predicate: str, timeout: float = 300, interval: float = 1.0) -> tuple[CephState, float]:
-        """Poll until the state's `predicate` property (is_clean, is_serving) holds;
+        """Poll until the state's `predicate` property (is_clean, is_degraded, is_serving) holds;
         the state and the seconds it took."""
         started = time.monotonic()
         while True:

@@ -100,8 +100,10 @@ def test_stopping_an_osd_while_a_job_writes_loses_nothing(ceph: tuple[Cluster_, 
     probe.osd_service(victim, "stop")
     fault_at = time.time()
     try:
+        state, noticed = probe.wait("is_degraded", timeout=120)
         state, seconds = probe.wait("is_serving", timeout=120)
-        print(f"osd.{victim} stopped after record {len(before) - 1}; I/O active again after {seconds:.1f} s: {state}")
+        print(f"osd.{victim} stopped after record {len(before) - 1}; degraded after {noticed:.1f} s, every PG "
+              f"active after {noticed + seconds:.1f} s: {state}")
         assert state.osds_up == state.osds - 1
 
         deadline = time.monotonic() + 300
