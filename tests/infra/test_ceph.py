@@ -55,10 +55,12 @@ def test_cephfs_is_mounted_and_shared_on_every_node(ceph: LiveCluster) -> None:
     try:
         for host in hosts:
             node = ceph.connect(host)
-            fstype = node.check_output(f"findmnt -n -o FSTYPE {mount}")
-            assert fstype in ("fuse.ceph-fuse", "ceph"), f"{host.name}: {mount} is {fstype or 'not mounted'}"
             assert node.file(probe).content_string.strip() == "ceph", f"{host.name} can't see {probe}"
-            assert "fuse.ceph" in node.file("/etc/fstab").content_string or fstype == "ceph", \
+            # an automount: autofs, and the file system once accessed
+            fstypes = node.check_output(f"findmnt -n -o FSTYPE {mount}").split()
+            assert {"fuse.ceph-fuse", "ceph"} & set(fstypes), f"{host.name}: {mount} is {fstypes or 'not mounted'}"
+            fstab = [line.split() for line in node.file("/etc/fstab").content_string.splitlines()]
+            assert any(len(f) > 2 and f[1] == mount and f[2] in ("fuse.ceph", "ceph") for f in fstab), \
                 f"{host.name}: {mount} is not in /etc/fstab (lost at the next boot)"
     finally:
         writer.run(f"rm -f {probe}")

@@ -132,3 +132,24 @@ def test_stopping_an_osd_while_a_job_writes_loses_nothing(ceph: tuple[Cluster_, 
     digest = hashlib.sha256("\n".join(after).encode()).hexdigest()[:12]
     print(f"{len(after)} records intact (sha256 {digest}), {len(before)} of them written before the fault")
     cluster.login(f"rm -f {path}")
+
+
+def test_ceph_comes_back_by_itself_after_its_host_restarts(ceph: tuple[Cluster_, CephProbe, list[str]]) -> None:
+    """A power cycle of the Ceph host, no rollout: the daemons start at boot from their
+    persisted data, a node that kept its mount reads on, and a node whose mount went
+    away mounts again at first access (the fstab automount)."""
+    cluster, probe, (first, second) = ceph
+    path = f"{data_dir(cluster)}/restart-{time.time_ns()}.bin"
+    res = cluster.login(f"srun -A research -w {first} bash -c 'head -c 4M /dev/urandom > {path} && sha256sum {path}'")
+    assert res.returncode == 0, res.stderr
+    written = res.stdout.split()[0]
+    podman = Podman()
+    started = time.monotonic()
+    podman.run(["stop", "-t", "30", probe.host])
+    assert cluster.run(second, f"umount {cluster.spec.storage.ceph.mount}").returncode == 0  # type: ignore[union-attr]
+    podman.run(["start", probe.host])
+    state, _ = probe.wait("is_clean", timeout=300)
+    print(f"{probe.host} restarted: Ceph active+clean {time.monotonic() - started:.1f} s after the stop ({state})")
+    assert sha256_on(cluster, first, path) == written
+    assert cluster.run(second, f"sha256sum {path}", user="alice").stdout.split()[0] == written
+    cluster.login(f"rm -f {path}")
