@@ -76,6 +76,10 @@ def test_slurm_nodes_hold_only_the_file_system_key(ceph: LiveCluster) -> None:
         assert not node.file("/etc/ceph/ceph.client.admin.keyring").exists, f"{host.name} holds client.admin"
         keyring = node.file(f"/etc/ceph/ceph.client.{client_name(spec)}.keyring")
         assert keyring.exists and keyring.mode == 0o600 and keyring.user == "root", host.name
+    # the key's caps cover the file system, not the cluster
+    node = ceph.connect(ceph.up_hosts[0])
+    res = node.run(f"timeout 30 ceph --id {client_name(spec)} osd pool create slurmforge-validate-probe")
+    assert res.rc != 0 and "EACCES" in res.stderr, f"client.{client_name(spec)} may create pools: {res.stderr}"
 
 
 def test_ceph_daemons_start_at_boot(ceph: LiveCluster) -> None:
