@@ -10,8 +10,9 @@ Besides `write_inventory`'s files this writes, in the same directory:
   group_vars/all/aws.yml   what the roles need from the stack (no secret values: the
                            munge key and database password stay in Secrets Manager;
                            their ARNs are here)
-  ceph.yml                 the Ceph hosts as group `ceph` (Ansible reads every file of an
-                           inventory directory); the Host roles have no storage role yet
+  ceph.yml                 the Ceph hosts' OSD volume ids (group `ceph`; Ansible reads every
+                           file of an inventory directory and merges it with hosts.yml,
+                           where the Ceph hosts are listed with their daemon groups)
 
 `fetch_stack_secrets` copies the munge key and database password the stack generated
 from Secrets Manager into the rollout machine's secrets directory (where the munge and
@@ -124,6 +125,8 @@ def hosts_from_outputs(outputs: dict[str, Any]) -> list[Host]:
         role = HostRole(h["role"])
         public = h.get("public_ip") if role is HostRole.LOGIN else None
         hosts.append(Host(h["name"], str(h["private_ip"]), role, connection=_connection(outputs, public)))
+    for h in outputs.get(OUT_CEPH_HOSTS) or []:
+        hosts.append(Host(h["name"], str(h["private_ip"]), HostRole.CEPH, connection=_connection(outputs, None)))
     return hosts
 
 
@@ -178,12 +181,14 @@ def _write(path: Path, data: Any) -> None:
         path.write_text(text)
 
 
-def inventory_from_stack_outputs(outputs: dict[str, Any], spec_path: str | Path, out_dir: str | Path) -> Path:
-    """Write (or converge) the inventory for the stack whose outputs are given."""
+def inventory_from_stack_outputs(outputs: dict[str, Any], spec_path: str | Path, out_dir: str | Path,
+                                 secrets: Path | None = None) -> Path:
+    """Write (or converge) the inventory for the stack whose outputs are given (`secrets`:
+    where the Ceph fsid and keys are made once, default the cluster's secrets directory)."""
     spec_path, out_dir = Path(spec_path), Path(out_dir)
     spec = load_spec(spec_path)
     _check(outputs, spec.name)
-    write_inventory(spec, spec_path, hosts_from_outputs(outputs), out_dir)
+    write_inventory(spec, spec_path, hosts_from_outputs(outputs), out_dir, secrets)
     _write(out_dir / AWS_VARS_FILE, aws_vars(outputs))
     if outputs.get(OUT_CEPH_HOSTS):
         _write(out_dir / CEPH_FILE, ceph_document(outputs))

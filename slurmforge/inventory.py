@@ -5,6 +5,7 @@ inventories/<cluster>/
   group_vars/all/slurmforge.yml  spec-derived variables the roles read (no secrets)
   rendered/*.conf                the renderer's output, shipped verbatim by the roles
   rendered/monitoring/*.yml      Prometheus config and alert rules (slurmforge.monitoring)
+                                 (ceph.conf too when the spec has Ceph)
   cluster.yaml                   the spec it was made from
 
 The local provider and `inventory --from-stack-outputs` both write it, so rollout and
@@ -18,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from slurmforge.ceph import CEPH_CONF, ceph_hosts, ceph_vars, mds_hosts, monitors, render_ceph_conf
+from slurmforge.errors import ProvisionError
 from slurmforge.monitoring import has_real_gpus, render_monitoring
 from slurmforge.nodes import pool_hardware
 from slurmforge.providers.base import Host, HostRole
@@ -75,10 +78,23 @@ def hosts_document(spec: Cluster, hosts: list[Host]) -> dict[str, Any]:
     }
     if spec.accounting.enabled:  # slurmdbd runs on the controller; MariaDB too when local
         children["slurm_dbd"] = {"hosts": controller}
-    return {"all": {"children": {"slurm_cluster": {"children": children}}}}
+    top: dict[str, Any] = {"slurm_cluster": {"children": children}}
+    if by_role[HostRole.CEPH]:
+        top["ceph"] = ceph_groups(hosts, by_role[HostRole.CEPH])
+    return {"all": {"children": top}}
 
 
-def cluster_vars(spec: Cluster, inventory_dir: Path) -> dict[str, Any]:
+def ceph_groups(hosts: list[Host], storage_vars: dict[str, Any]) -> dict[str, Any]:
+    """Ceph hosts are not Slurm nodes: their own group, with one child per daemon kind
+    (managers run where the monitors do)."""
+    mons = {h.name: None for h in monitors(hosts)}
+    return {"hosts": storage_vars, "children": {
+        "ceph_mon": {"hosts": mons}, "ceph_mgr": {"hosts": dict(mons)},
+        "ceph_mds": {"hosts": {h.name: None for h in mds_hosts(hosts)}},
+        "ceph_osd": {"hosts": {h.name: None for h in ceph_hosts(hosts)}}}}
+
+
+def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host]) -> dict[str, Any]:
     """Everything the roles need from the spec, as plain data (no secrets)."""
     nas = spec.storage.nas
     return {
@@ -95,7 +111,7 @@ def cluster_vars(spec: Cluster, inventory_dir: Path) -> dict[str, Any]:
         "slurmforge_qos": [q.model_dump() for q in spec.scheduling.qos],
         "slurmforge_nas": {"kind": nas.kind, "server": nas.server, "export": nas.export,
                            "mounts": nas.mounts.model_dump()},
-        "slurmforge_ceph": spec.storage.ceph.model_dump() if spec.storage.ceph else None,
+        "slurmforge_ceph": ceph_vars(spec, hosts),
         "slurmforge_scratch": spec.storage.scratch.path if spec.storage.scratch else None,
         "slurmforge_modules_root": spec.modules.root,
         "slurmforge_mail": spec.mail.model_dump(),
@@ -112,13 +128,26 @@ def _dump(path: Path, data: Any) -> None:
         path.write_text(text)
 
 
-def write_inventory(spec: Cluster, spec_path: Path, hosts: list[Host], inventory_dir: Path) -> Path:
-    """Write (or converge) the inventory directory; unchanged files are not touched."""
+def write_inventory(spec: Cluster, spec_path: Path, hosts: list[Host], inventory_dir: Path,
+                    secrets: Path | None = None) -> Path:
+    """Write (or converge) the inventory directory; unchanged files are not touched.
+    `secrets`: the cluster's secrets directory (default secrets_dir), where the Ceph fsid
+    is made once when the spec has Ceph."""
     inventory_dir.mkdir(parents=True, exist_ok=True)
     _dump(inventory_dir / HOSTS_FILE, hosts_document(spec, hosts))
-    _dump(inventory_dir / VARS_FILE, cluster_vars(spec, inventory_dir))
+    _dump(inventory_dir / VARS_FILE, cluster_vars(spec, inventory_dir, hosts))
     rendered = render_all(spec, source=spec_path.name) | {
         f"{MONITORING}/{name}": text for name, text in render_monitoring(spec, hosts, spec_path.name).items()}
+    if spec.storage.ceph is not None:
+        if not ceph_hosts(hosts):
+            raise ProvisionError(f"storage.ceph: no Ceph hosts among the {spec.target.kind} target's machines "
+                                 "(slurmforge deploys Ceph on the aws and local targets); fix: remove storage.ceph "
+                                 "or use one of those targets")
+        from slurmforge.secrets import ceph_fsid, ensure_ceph_secrets  # secrets imports this module
+
+        directory = secrets or secrets_dir(spec.name)
+        ensure_ceph_secrets(directory)
+        rendered[CEPH_CONF] = render_ceph_conf(spec, hosts, ceph_fsid(directory), source=spec_path.name)
     for name, text in rendered.items():
         target = inventory_dir / RENDERED / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -137,8 +166,9 @@ def read_inventory(inventory_dir: Path) -> tuple[Cluster, list[Host]]:
     doc = yaml.safe_load((inventory_dir / HOSTS_FILE).read_text())
     groups = doc["all"]["children"]["slurm_cluster"]["children"]
     hosts = []
+    groups = {**groups, "ceph": doc["all"]["children"].get("ceph") or {}}
     for group, role in (("slurm_controller", HostRole.CONTROLLER), ("slurm_login", HostRole.LOGIN),
-                        ("slurm_compute", HostRole.COMPUTE)):
+                        ("slurm_compute", HostRole.COMPUTE), ("ceph", HostRole.CEPH)):
         for name, hv in (groups[group].get("hosts") or {}).items():
             address = hv["slurmforge_address"]
             connection = {k: str(v) for k, v in hv.items() if k.startswith(("ansible_", "slurmforge_container"))

@@ -40,6 +40,8 @@ class RolloutResult:
     log: Path | None = None
     skipped_hosts: int = 0
     """Hosts left out because their last rollout was this exact one."""
+    plays: dict[str, float] = field(default_factory=dict)
+    """Seconds per play, by play name (e.g. the Ceph bring-up within the rollout)."""
 
     @property
     def total_changed(self) -> int:
@@ -72,9 +74,16 @@ def run_playbook(playbook: str, inventory: str | dict[str, Any], log_path: Path,
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with open(log_path, "a") as logfile, tempfile.TemporaryDirectory(prefix="slurmforge-runner-") as private:
+        play_started = [started]
+
         def handle(event: dict[str, Any]) -> bool:
             if event.get("stdout"):
                 logfile.write(event["stdout"] + "\n")
+            if event.get("event") in ("playbook_on_play_start", "playbook_on_stats"):
+                now = time.monotonic()
+                if progress.play:  # the play that ends here
+                    result.plays[progress.play] = result.plays.get(progress.play, 0.0) + now - play_started[0]
+                play_started[0] = now
             _apply(event, progress, result)
             if on_event is not None:
                 on_event(progress)

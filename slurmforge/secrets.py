@@ -4,9 +4,13 @@ Secrets Manager; the stack generates them.)"""
 
 from __future__ import annotations
 
+import base64
 import os
 import secrets
+import struct
 import subprocess
+import time
+import uuid
 from pathlib import Path
 
 from slurmforge.inventory import secrets_dir
@@ -14,6 +18,13 @@ from slurmforge.inventory import secrets_dir
 MUNGE_KEY = "munge.key"
 DB_PASSWORD = "slurmdbd.password"
 SSH_KEY = "id_ed25519"
+CEPH_FSID = "ceph.fsid"
+CEPH_MON_KEY = "ceph.mon.key"
+CEPH_ADMIN_KEY = "ceph.client.admin.key"
+CEPH_CLIENT_KEY = "ceph.client.fs.key"
+"""The mon. key, client.admin (Ceph hosts only) and the CephFS client key every Slurm
+node mounts with; OSD, mgr and MDS keys are made on their hosts by the roles."""
+CEPH_SECRETS = (CEPH_FSID, CEPH_MON_KEY, CEPH_ADMIN_KEY, CEPH_CLIENT_KEY)
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -22,8 +33,35 @@ def _write_private(path: Path, data: bytes) -> None:
         handle.write(data)
 
 
-def ensure_secrets(cluster: str, root: Path | None = None) -> Path:
-    """Create the munge key (1024 random bytes) and the DB password if missing."""
+def cephx_key(now: float | None = None) -> str:
+    """A Ceph secret as `ceph-authtool --gen-print-key` makes it: base64 of a
+    CryptoKey header (type 1 = AES, created sec and nsec, length 16) and 16 random bytes."""
+    stamp = time.time() if now is None else now
+    sec, nsec = int(stamp), int((stamp % 1) * 1e9)
+    return base64.b64encode(struct.pack("<hiih", 1, sec, nsec, 16) + secrets.token_bytes(16)).decode()
+
+
+def ensure_ceph_secrets(directory: Path) -> None:
+    """The cluster's fsid and Ceph keys, made once: re-made keys would lock every daemon
+    and client out of the existing monitor."""
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    if not (directory / CEPH_FSID).exists():
+        _write_private(directory / CEPH_FSID, str(uuid.uuid4()).encode())
+    for name in (CEPH_MON_KEY, CEPH_ADMIN_KEY, CEPH_CLIENT_KEY):
+        if not (directory / name).exists():
+            _write_private(directory / name, cephx_key().encode())
+    for name in CEPH_SECRETS:
+        os.chmod(directory / name, 0o600)
+
+
+def ceph_fsid(directory: Path) -> str:
+    return (directory / CEPH_FSID).read_text().strip()
+
+
+def ensure_secrets(cluster: str, root: Path | None = None, ceph: bool = False) -> Path:
+    """Create the munge key (1024 random bytes) and the DB password if missing, and the
+    Ceph fsid and keys when the cluster has Ceph."""
     directory = root or secrets_dir(cluster)
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
@@ -37,4 +75,6 @@ def ensure_secrets(cluster: str, root: Path | None = None) -> Path:
                         "-f", str(directory / SSH_KEY)], check=True, capture_output=True)
     for name in (MUNGE_KEY, DB_PASSWORD, SSH_KEY):
         os.chmod(directory / name, 0o600)
+    if ceph:
+        ensure_ceph_secrets(directory)
     return directory

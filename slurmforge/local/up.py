@@ -36,6 +36,8 @@ HOLD_FILE = "/etc/slurmforge/hold"
 DIGEST_FILE = "/etc/slurmforge/rollout.digest"
 """Written on a node after a successful rollout: the digest of what was rolled out."""
 SERVICE_UNIT = "slurmforge-service"
+CEPH_PLAY = "Ceph"
+"""playbooks/site.yml's Ceph play starts with this."""
 SAMPLE_JOB = "#!/bin/bash\n#SBATCH -N 2\nsrun hostname | sort\n"
 
 
@@ -95,6 +97,9 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
         up_hosts = [h for h in hosts if h.name not in current]
         report.rollout = _roll_out(podman, up_hosts, report.inventory, log, ui, full_rollout, digest)
         report.rollout.skipped_hosts += len(current)
+        ceph_play = next((sec for play, sec in report.rollout.plays.items() if play.startswith(CEPH_PLAY)), None)
+        if ceph_play is not None:
+            ui.note(f"Ceph play of the rollout: {ceph_play:.1f} s")
     with ui.phase("power down dynamic nodes"):
         _rest(podman, provider, spec, hosts)
     with ui.phase("scheduler service"):

@@ -28,6 +28,8 @@ class HostRole(StrEnum):
     CONTROLLER = "controller"
     LOGIN = "login"
     COMPUTE = "compute"
+    CEPH = "ceph"
+    """A Ceph storage host (mon, mgr, OSDs, MDS): not a Slurm node."""
 
 
 @dataclass(frozen=True)

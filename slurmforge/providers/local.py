@@ -1,7 +1,10 @@
 """The local provider: every host of the cluster is a podman container with systemd,
 started from the one node image, on a podman network with fixed addresses.
 
-Shared storage is a host directory bind-mounted on every node (the local NAS).
+Shared storage is a host directory bind-mounted on every node (the local NAS). Ceph
+hosts (storage.ceph.hosts) are containers too, started first; each keeps /var/lib/ceph
+(monitor store, BlueStore files) in a host directory next to the cluster's secrets, so
+a recreated container (new image) finds its Ceph data again.
 Dynamic pool nodes are created like every other node and stopped after the rollout:
 a stopped container is the local analogue of a powered-down EC2 instance.
 
@@ -86,10 +89,20 @@ class LocalProvider(Provider):
         return [(self.nas_dir / "home", mounts.home), (self.nas_dir / "software", mounts.software),
                 (self.nas_dir / "slurm_state", mounts.slurm_state)]
 
+    def ceph_data(self, name: str) -> Path:
+        """A Ceph host's /var/lib/ceph on this machine."""
+        return self.root / "ceph" / name
+
+    def ceph_names(self) -> list[str]:
+        ceph = self.spec.storage.ceph
+        return [f"{self.spec.name}-ceph-{i:02d}" for i in range(1, ceph.hosts + 1)] if ceph else []
+
     def hosts(self) -> list[Host]:
-        """Every host the spec asks for, addresses stable across runs."""
-        wanted: list[tuple[str, HostRole, str | None, bool]] = [(controller_name(self.spec), HostRole.CONTROLLER,
-                                                                  None, False)]
+        """Every host the spec asks for, addresses stable across runs; Ceph hosts first
+        (they start first, so CephFS clients find their monitors at boot)."""
+        wanted: list[tuple[str, HostRole, str | None, bool]] = [(n, HostRole.CEPH, None, False)
+                                                                 for n in self.ceph_names()]
+        wanted += [(controller_name(self.spec), HostRole.CONTROLLER, None, False)]
         wanted += [(name, HostRole.LOGIN, None, False) for name in login_names(self.spec)]
         for pool in self.spec.pools:
             for nodeset in node_sets(self.spec, pool):
@@ -168,6 +181,8 @@ class LocalProvider(Provider):
         for source, _ in self.nas_binds():
             source.mkdir(parents=True, exist_ok=True)
         os.chmod(self.nas_dir, 0o755)
+        for name in self.ceph_names():
+            self.ceph_data(name).mkdir(parents=True, exist_ok=True)
 
     def _ensure_container(self, host: Host, hosts: list[Host], info: ContainerInfo | None,
                           start: bool = True) -> None:
@@ -198,8 +213,11 @@ class LocalProvider(Provider):
             args += ["--label", f"slurmforge.pool={host.pool}", "--label", f"slurmforge.dynamic={host.dynamic}"]
         for other in hosts:
             args += ["--add-host", f"{other.name}:{other.address}"]
-        for source, target in self.nas_binds():
-            args += ["-v", f"{source}:{target}"]
+        if host.role is HostRole.CEPH:
+            args += ["-v", f"{self.ceph_data(host.name)}:/var/lib/ceph"]
+        else:
+            for source, target in self.nas_binds():
+                args += ["-v", f"{source}:{target}"]
         if host.role is HostRole.CONTROLLER:
             # the scheduler service starts and stops pool containers through the host's API
             args += ["--label", f"{API_LABEL}={API_SOCKET}", "-v", f"{API_SOCKET_DIR}:{API_SOCKET_DIR}"]

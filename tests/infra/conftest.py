@@ -34,8 +34,13 @@ class LiveCluster:
 
     @property
     def up_hosts(self) -> list[Host]:
-        """Hosts that are running now (dynamic pool nodes rest powered down)."""
-        return [h for h in self.hosts if not h.dynamic]
+        """Slurm hosts that are running now (dynamic pool nodes rest powered down);
+        Ceph hosts are not Slurm nodes (see ceph_hosts)."""
+        return [h for h in self.hosts if not h.dynamic and h.role is not HostRole.CEPH]
+
+    @property
+    def ceph_hosts(self) -> list[Host]:
+        return [h for h in self.hosts if h.role is HostRole.CEPH]
 
     def by_role(self, role: HostRole) -> list[Host]:
         return [h for h in self.up_hosts if h.role is role]

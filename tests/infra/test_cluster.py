@@ -180,8 +180,9 @@ def powered_nodes(live: LiveCluster) -> set[str]:
 def test_every_prometheus_target_that_should_be_up_is_up(live: LiveCluster) -> None:
     """Static hosts (node exporter), the scheduler service and Prometheus itself: up.
     Dynamic nodes are targets only while Slurm has them powered (the service's file_sd)."""
-    want = {("node", h.name) for h in live.up_hosts} | {("slurmforge", f"{live.spec.name}-service"),
-                                                         ("prometheus", f"{live.spec.name}-prometheus")}
+    exporters = [*live.up_hosts, *live.ceph_hosts]
+    want = {("node", h.name) for h in exporters} | {("slurmforge", f"{live.spec.name}-service"),
+                                                    ("prometheus", f"{live.spec.name}-prometheus")}
     deadline = time.monotonic() + 90  # a Prometheus restarted by the rollout scrapes within one interval
     while True:
         targets = prometheus_get(live, "/api/v1/targets?state=active")["data"]["activeTargets"]
@@ -229,7 +230,7 @@ def test_alert_rules_loaded(live: LiveCluster) -> None:
 
 def test_exporters_listen_on_the_cluster_address_only(live: LiveCluster) -> None:
     wrong = []
-    for host in live.up_hosts:
+    for host in [*live.up_hosts, *live.ceph_hosts]:
         node = live.connect(host)
         if not node.socket(f"tcp://{host.address}:{NODE_EXPORTER_PORT}").is_listening:
             wrong.append(f"{host.name}: node exporter not on {host.address}")

@@ -41,7 +41,8 @@ def spec_path(run: StackRun) -> Path:
 @pytest.fixture
 def written(any_stack: StackRun, tmp_path: Path) -> tuple[StackRun, Path]:
     out = tmp_path / "inventories" / any_stack.spec.name
-    assert inventory_from_stack_outputs(stack_output_json(any_stack), spec_path(any_stack), out) == out
+    assert inventory_from_stack_outputs(stack_output_json(any_stack), spec_path(any_stack), out,
+                                        tmp_path / "secrets") == out
     return any_stack, out
 
 
@@ -51,7 +52,8 @@ def test_round_trip_gives_the_same_hosts(written: tuple[StackRun, Path]) -> None
     assert spec == run.spec
     assert sorted(hosts, key=lambda h: h.name) == sorted(
         aws_inventory.hosts_from_outputs(stack_output_json(run)), key=lambda h: h.name)
-    assert [(h.name, h.role.value) for h in hosts] == [(h["name"], h["role"]) for h in run.outputs["hosts"]]
+    assert [(h.name, h.role.value) for h in hosts] == [(h["name"], h["role"]) for h in run.outputs["hosts"]] + [
+        (h["name"], "ceph") for h in run.outputs.get("ceph_hosts") or []]
 
 
 def test_round_trip_gives_the_same_groups(written: tuple[StackRun, Path]) -> None:
@@ -99,18 +101,22 @@ def test_aws_vars_and_ceph_hosts_are_written(written: tuple[StackRun, Path]) -> 
 
 
 def test_no_secret_value_in_the_inventory_even_with_show_secrets(any_stack: StackRun, tmp_path: Path) -> None:
-    inventory_from_stack_outputs(stack_output_json(any_stack, show_secrets=True), spec_path(any_stack), tmp_path)
-    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    out, secrets = tmp_path / "inventory", tmp_path / "secrets"
+    inventory_from_stack_outputs(stack_output_json(any_stack, show_secrets=True), spec_path(any_stack), out, secrets)
+    files = [p for p in out.rglob("*") if p.is_file()]
     assert len(files) >= 6
+    ceph_keys = [p.read_text() for p in secrets.glob("ceph.*.key")]
+    assert len(ceph_keys) == (3 if any_stack.spec.storage.ceph else 0)
     for path in files:
         text = path.read_text()
         assert MUNGE_B64 not in text and DB_PASSWORD not in text, path
+        assert not any(key in text for key in ceph_keys), path
 
 
 def test_writing_twice_changes_nothing(written: tuple[StackRun, Path]) -> None:
     run, out = written
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
-    inventory_from_stack_outputs(stack_output_json(run), spec_path(run), out)
+    inventory_from_stack_outputs(stack_output_json(run), spec_path(run), out, out.parents[1] / "secrets")
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
 
 

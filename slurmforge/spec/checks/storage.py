@@ -88,6 +88,31 @@ def ceph_replication(spec: Cluster) -> Iterator[Problem]:
                       ceph.instance_type)
 
 
+# The local target's Ceph: every host a container, every OSD a BlueStore file on this
+# machine's disk, every OSD daemon sharing its memory.
+LOCAL_CEPH_MAX_HOSTS = 3
+LOCAL_CEPH_MAX_OSDS = 6
+LOCAL_CEPH_MAX_OSD_GB = 64
+
+
+@check
+def ceph_local_size(spec: Cluster) -> Iterator[Problem]:
+    """On the local target Ceph stays small: at most 3 hosts (containers), 6 OSDs, 64 GB
+    per OSD (a file on this machine's disk)."""
+    ceph = spec.storage.ceph
+    if ceph is None or not isinstance(spec.target, LocalTarget):
+        return
+    if ceph.hosts > LOCAL_CEPH_MAX_HOSTS:
+        yield Problem("storage.ceph.hosts", "every local Ceph host is a container on this machine",
+                      f"use at most {LOCAL_CEPH_MAX_HOSTS} hosts (more OSDs per host instead)", ceph.hosts)
+    if ceph.osd_count > LOCAL_CEPH_MAX_OSDS:
+        yield Problem("storage.ceph.osds_per_host", f"{ceph.osd_count} OSD daemons on one machine",
+                      f"keep hosts x osds_per_host at {LOCAL_CEPH_MAX_OSDS} or fewer", ceph.osds_per_host)
+    if ceph.osd_size_gb > LOCAL_CEPH_MAX_OSD_GB:
+        yield Problem("storage.ceph.osd_size_gb", "a local OSD is a file on this machine's disk",
+                      f"use at most {LOCAL_CEPH_MAX_OSD_GB} (4 is plenty to try Ceph)", ceph.osd_size_gb)
+
+
 @check
 def modules_on_software_mount(spec: Cluster) -> Iterator[Problem]:
     """The LMOD tree lives on the shared software mount, so every node sees it."""
