@@ -112,11 +112,12 @@ def executor_for(host: Host) -> NodeExecutor:
 def build_host(hosts: list[Host], name: str | None = None) -> Host:
     """The node that builds: `name` if given, else the first login node, else the first
     static compute node."""
+    hosts = [h for h in hosts if h.role is not HostRole.CEPH]  # no module tree on storage hosts
     if name is not None:
         for host in hosts:
             if host.name == name:
                 return host
-        raise ModuleError(f"no node {name!r} in the inventory; nodes: {', '.join(h.name for h in hosts)}")
+        raise ModuleError(f"no Slurm node {name!r} in the inventory; nodes: {', '.join(h.name for h in hosts)}")
     logins = [h for h in hosts if h.role is HostRole.LOGIN]
     computes = [h for h in hosts if h.role is HostRole.COMPUTE and not h.dynamic]
     if not logins and not computes:

@@ -20,6 +20,7 @@ import yaml
 
 from slurmforge.inventory import read_inventory
 from slurmforge.modules.node import NodeExecutor, open_inventory
+from slurmforge.providers.base import HostRole
 from tests.integration.conftest import ROOT, Cluster_
 
 pytestmark = pytest.mark.integration
@@ -94,7 +95,7 @@ def published(cluster: Cluster_, tmp_path_factory: pytest.TempPathFactory) -> It
     inventory = cluster.report.inventory
     spec, node = open_inventory(inventory)
     root = spec.modules.root
-    nodes = [h.name for h in read_inventory(inventory)[1] if not h.dynamic]
+    nodes = [h.name for h in read_inventory(inventory)[1] if not h.dynamic and h.role is not HostRole.CEPH]
     # start from an empty tree: keep the role's directories, drop what earlier sessions published
     wipe = node.run(["sh", "-c", 'cd "$1" && rm -rf install .slurmforge .staging modulefiles/* .cache/*',
                      "sh", root])

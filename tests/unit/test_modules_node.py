@@ -34,8 +34,10 @@ def test_the_login_node_builds_else_a_static_compute_node() -> None:
     assert build_host(HOSTS).name == "c-login"
     assert build_host(HOSTS[:3]).name == "c-cpu-02"
     assert build_host(HOSTS, "c-cpu-01").name == "c-cpu-01"
-    with pytest.raises(ModuleError, match="no node 'nope'"):
+    with pytest.raises(ModuleError, match="no Slurm node 'nope'"):
         build_host(HOSTS, "nope")
+    with pytest.raises(ModuleError, match="no Slurm node 'c-ceph-01'"):  # no module tree on storage hosts
+        build_host([*HOSTS, host("c-ceph-01", HostRole.CEPH)], "c-ceph-01")
     with pytest.raises(ModuleError, match="no login node and no static compute node"):
         build_host(HOSTS[:2])
 
