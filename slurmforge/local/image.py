@@ -37,7 +37,7 @@ BASE_PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "c
 MASKED_UNITS = ("systemd-udevd.service", "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
                 "getty@tty1.service", "console-getty.service", "systemd-timesyncd.service",
                 "systemd-remount-fs.service", "sys-kernel-config.mount", "sys-kernel-debug.mount")
-IMAGE_PLAYBOOK = REPO / "playbooks" / "image.yml"
+IMAGE_PLAYBOOK = Path("playbooks") / "image.yml"  # relative to the repo
 
 
 def _digest(parts: list[bytes]) -> str:
@@ -60,7 +60,7 @@ def node_tag(base: str, namespace: str = NAMESPACE, repo: Path = REPO) -> str:
     defaults those tasks use (directly or through another default). Other defaults are
     configuration applied at rollout: changing them must not rebuild the image."""
     installs = sorted((repo / "roles").glob("*/tasks/install.yml"))
-    files = [repo / "playbooks" / "image.yml", *installs]
+    files = [repo / IMAGE_PLAYBOOK, *installs]
     parts = [base.encode()] + [f.relative_to(repo).as_posix().encode() + f.read_bytes() for f in files]
     defaults: dict[str, object] = {}
     for path in sorted((repo / "roles").glob("*/defaults/main.yml")):
