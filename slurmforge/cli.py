@@ -202,7 +202,9 @@ def rollout(
     inventory_dir: Annotated[Path, typer.Option("--inventory", help="A slurmforge inventory directory.")],
 ) -> None:
     """Roll the cluster out (playbooks/site.yml) on any inventory, with progress."""
-    from slurmforge.rollout import run_playbook
+    from slurmforge.inventory import read_inventory
+    from slurmforge.providers.base import HostRole
+    from slurmforge.rollout import roll_out
     from slurmforge.ui import PhaseDisplay
 
     if not (inventory_dir / "hosts.yml").exists():
@@ -213,7 +215,9 @@ def rollout(
 
     def run() -> None:
         with display.phase("roll out (Ansible)"):
-            result = run_playbook("site.yml", str(inventory_dir.resolve()), log, display.event)
+            _, hosts = read_inventory(inventory_dir)
+            ceph = [h.name for h in hosts if h.role is HostRole.CEPH]
+            result = roll_out(inventory_dir.resolve(), ceph, log, display.event)
         out.print(f"rollout changed {result.total_changed} thing(s) in {result.seconds:.0f} s; log {log}")
 
     report_errors(run)

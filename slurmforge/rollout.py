@@ -7,8 +7,10 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,8 @@ from slurmforge.errors import RolloutError
 REPO = Path(__file__).resolve().parents[1]
 PLAYBOOKS = REPO / "playbooks"
 ROLES = REPO / "roles"
+CEPH_PLAYBOOK, CLUSTER_PLAYBOOK = "ceph.yml", "cluster.yml"
+"""site.yml imports both, one after the other; roll_out runs them at the same time."""
 
 
 @dataclass
@@ -63,11 +67,97 @@ def _failure_message(res: dict[str, Any]) -> str:
     return "failed"
 
 
+def roll_out(inventory: Path, ceph_hosts: Collection[str], log_path: Path, on_event: EventSink | None = None,
+             extravars: dict[str, Any] | None = None, limit: Collection[str] | None = None) -> RolloutResult:
+    """The whole rollout (what site.yml does), with the Ceph hosts (ceph.yml) coming up at
+    the same time as the Slurm nodes (cluster.yml): Ceph's bring-up is mostly waiting for
+    its daemons. cluster.yml mounts CephFS in its last play, once a file says the Ceph run
+    has finished (`slurmforge_ceph_done_file`). The Ceph
+    run logs to <log>-ceph.log; when it fails, the other run is cancelled at once instead
+    of waiting for a file system that will not come.
+
+    `ceph_hosts`: the inventory's Ceph hosts; `limit`: the hosts to roll out (all when None)."""
+    ceph = sorted(h for h in ceph_hosts if limit is None or h in limit)
+    limit_text = ",".join(sorted(limit)) if limit is not None else None
+    if not ceph:
+        return run_playbook(CLUSTER_PLAYBOOK, str(inventory), log_path, on_event, extravars, limit_text)
+    if limit is not None and set(limit) <= set(ceph):
+        return run_playbook(CEPH_PLAYBOOK, str(inventory), log_path, on_event, extravars, ",".join(ceph))
+    combined = _Combined(on_event)
+    ceph_failed, main_failed = threading.Event(), threading.Event()
+    ceph_log = log_path.with_name(f"{log_path.stem}-ceph{log_path.suffix}")
+    started = time.monotonic()
+    scratch = tempfile.TemporaryDirectory(prefix="slurmforge-ceph-")
+    done_file = Path(scratch.name) / "done"  # cluster.yml's CephFS mounts wait for it
+
+    def ceph_run() -> RolloutResult:
+        try:
+            result = run_playbook(CEPH_PLAYBOOK, str(inventory), ceph_log, combined.ceph, extravars,
+                                  ",".join(ceph), cancel=main_failed.is_set)
+        except BaseException:
+            ceph_failed.set()
+            raise
+        done_file.write_text("ok\n")
+        return result
+
+    with scratch, ThreadPoolExecutor(max_workers=1, thread_name_prefix="ceph-rollout") as pool:
+        ceph_future = pool.submit(ceph_run)
+        try:
+            main = run_playbook(CLUSTER_PLAYBOOK, str(inventory), log_path, combined.main,
+                                {**(extravars or {}), "slurmforge_ceph_done_file": str(done_file)}, limit_text,
+                                cancel=ceph_failed.is_set)
+        except BaseException:
+            if ceph_failed.is_set():  # the cause is Ceph's: say that, not "cancelled"
+                ceph_future.result()
+            main_failed.set()
+            raise
+        ceph_result = ceph_future.result()
+    main.seconds = time.monotonic() - started
+    for host, n in ceph_result.changed.items():
+        main.changed[host] = main.changed.get(host, 0) + n
+    main.plays.update(ceph_result.plays)
+    return main
+
+
+class _Combined:
+    """One progress line for two runs: the Slurm nodes' task, and Ceph's while it runs."""
+
+    def __init__(self, sink: EventSink | None) -> None:
+        self.sink, self.lock = sink, threading.Lock()
+        self.last_main, self.ceph_task = Progress(), ""
+
+    def main(self, progress: Progress) -> None:
+        with self.lock:
+            self.last_main = progress
+            self._emit()
+
+    def ceph(self, progress: Progress) -> None:
+        with self.lock:
+            self.ceph_task = progress.task
+            self._emit()
+
+    def _emit(self) -> None:
+        if self.sink is None:
+            return
+        shown = self.last_main
+        if self.ceph_task:
+            shown = Progress(shown.play, f"{shown.task}  [Ceph: {self.ceph_task}]", shown.hosts_done,
+                             shown.tasks_done)
+        self.sink(shown)
+
+
 def run_playbook(playbook: str, inventory: str | dict[str, Any], log_path: Path, on_event: EventSink | None = None,
                  extravars: dict[str, Any] | None = None, limit: str | None = None,
-                 phase: str = "rollout") -> RolloutResult:
-    """Run playbooks/<playbook> against an inventory (a directory, or a dict of hosts)."""
+                 phase: str = "rollout", cancel: Callable[[], bool] | None = None) -> RolloutResult:
+    """Run playbooks/<playbook> against an inventory (a directory, or a dict of hosts).
+    `cancel`: polled while the playbook runs; when it returns True the run stops."""
     import ansible_runner  # type: ignore[import-untyped]  # deferred: slow import, rollout only
+    from ansible_runner.utils import signal_handler  # type: ignore[import-untyped]
+
+    interrupted = signal_handler()  # main thread only: Ctrl-C / SIGTERM end the run cleanly
+
+    def cancelled() -> bool:
+        return bool((interrupted is not None and interrupted()) or (cancel is not None and cancel()))
 
     progress = Progress()
     result = RolloutResult(ok=False, log=log_path)
@@ -99,7 +189,7 @@ def run_playbook(playbook: str, inventory: str | dict[str, Any], log_path: Path,
         run = ansible_runner.run(
             private_data_dir=private, playbook=str(PLAYBOOKS / playbook), inventory=inventory,
             envvars=envvars, extravars=extravars or {}, limit=limit, quiet=True,
-            event_handler=handle, settings={"suppress_ansible_output": True},
+            event_handler=handle, settings={"suppress_ansible_output": True}, cancel_callback=cancelled,
         )
         result.seconds = time.monotonic() - started
         result.ok = run.rc == 0 and not result.failures

@@ -26,7 +26,7 @@ from slurmforge.local.podman import Podman
 from slurmforge.providers.base import Host, HostRole, InstanceState
 from slurmforge.providers.local import LABEL, LocalProvider
 from slurmforge.render import controller_name
-from slurmforge.rollout import Progress, RolloutResult, run_playbook
+from slurmforge.rollout import Progress, RolloutResult, roll_out, run_playbook
 from slurmforge.secrets import ensure_secrets
 from slurmforge.spec import Cluster, load_spec
 
@@ -131,7 +131,7 @@ def rollout_digest(inventory: Path) -> str:
 
 def _roll_out(podman: Podman, hosts: list[Host], inventory: Path, log: Path, ui: Phases,
               full: bool, digest: str) -> RolloutResult:
-    """Run site.yml on the nodes whose last successful rollout differs from this one
+    """Roll out (site.yml's playbooks) on the nodes whose last successful rollout differs from this one
     (new or recreated nodes, or everything when the spec, roles or configs changed).
     `full` runs it everywhere: the way to repair drift by hand, and what proves the
     roles idempotent (changed=0)."""
@@ -139,9 +139,9 @@ def _roll_out(podman: Podman, hosts: list[Host], inventory: Path, log: Path, ui:
     if not stale:
         ui.note("every node already has this exact rollout: nothing to do (--full-rollout runs Ansible anyway)")
         return RolloutResult(ok=True, skipped_hosts=len(hosts))
-    limit = ",".join(stale)  # never the powered-down nodes left out by the caller
-    result = run_playbook("site.yml", str(inventory), log, ui.event, limit=limit,
-                          extravars={"scheduler_service_paused": True})
+    # never the powered-down nodes left out by the caller
+    ceph = [h.name for h in hosts if h.role is HostRole.CEPH]
+    result = roll_out(inventory, ceph, log, ui.event, limit=stale, extravars={"scheduler_service_paused": True})
     result.skipped_hosts = len(hosts) - len(stale)
     record = f"mkdir -p {DIGEST_FILE.rsplit('/', 1)[0]} && printf %s {digest} > {DIGEST_FILE}"
     for name in stale:

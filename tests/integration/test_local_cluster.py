@@ -136,3 +136,26 @@ def test_up_without_changes_skips_every_node(cluster: Cluster_) -> None:
     assert again.rollout is not None
     assert again.rollout.skipped_hosts == len(cluster.report_hosts()), again.rollout
     assert again.rollout.total_changed == 0
+
+
+def test_no_secret_reaches_the_rollout_logs(cluster: Cluster_) -> None:
+    """Munge key, DB password, Ceph keys, the SSH key: in neither log of the rollout
+    (the key travels base64-encoded to the nodes, so that form is looked for too)."""
+    import base64
+
+    from slurmforge.inventory import secrets_dir
+
+    # every `up` of this cluster on this machine (the session's own may have skipped Ansible)
+    logs = sorted(cluster.report.log.parent.glob(f"{cluster.spec.name}-up-*.log"))
+    assert any("PLAY RECAP" in p.read_text(errors="replace") for p in logs), "no rollout log to look at"
+    text = "\n".join(p.read_text(errors="replace") for p in logs)
+    found = []
+    for secret in sorted(secrets_dir(cluster.spec.name).iterdir()):
+        if secret.suffix == ".pub" or secret.name == "ceph.fsid":
+            continue
+        raw = secret.read_bytes()
+        forms = {base64.b64encode(raw).decode()[:40]}
+        lines = [ln.strip() for ln in raw.decode(errors="ignore").splitlines() if len(ln.strip()) >= 16]
+        forms.update(ln for ln in lines if not ln.startswith("-----"))
+        found += [secret.name for form in forms if form and form in text]
+    assert not found, f"secrets in {[str(p) for p in logs]}: {sorted(set(found))}"
