@@ -12,6 +12,7 @@ import pytest
 from slurmforge.monitoring import (
     NODE_EXPORTER_PORT,
     PROMETHEUS_PORT,
+    SERVICE_PORT,
     TARGETS_DIR,
     alert_rules,
     controller_address,
@@ -237,3 +238,12 @@ def test_exporters_listen_on_the_cluster_address_only(live: LiveCluster) -> None
         if node.socket(f"tcp://0.0.0.0:{NODE_EXPORTER_PORT}").is_listening:
             wrong.append(f"{host.name}: node exporter on every interface")
     assert not wrong, "; ".join(wrong)
+
+
+def test_the_scheduler_service_listens_on_the_cluster_address_only(live: LiveCluster) -> None:
+    """Its pool page and /metrics: for Prometheus, `slurmforge pools` and admins' tunnels,
+    not for every interface of the controller (a public one on some sites)."""
+    ctl = live.controller()
+    address = controller_address(live.hosts)
+    assert ctl.socket(f"tcp://{address}:{SERVICE_PORT}").is_listening
+    assert not ctl.socket(f"tcp://0.0.0.0:{SERVICE_PORT}").is_listening
