@@ -72,9 +72,9 @@ def roll_out(inventory: Path, ceph_hosts: Collection[str], log_path: Path, on_ev
     """The whole rollout (what site.yml does), with the Ceph hosts (ceph.yml) coming up at
     the same time as the Slurm nodes (cluster.yml): Ceph's bring-up is mostly waiting for
     its daemons. cluster.yml mounts CephFS in its last play, once a file says the Ceph run
-    has finished (`slurmforge_ceph_done_file`). The Ceph
-    run logs to <log>-ceph.log; when it fails, the other run is cancelled at once instead
-    of waiting for a file system that will not come.
+    has finished (`slurmforge_ceph_done_file`). The Ceph run logs to <log>-ceph.log; when
+    it fails, the other run is cancelled at once instead of waiting for a file system that
+    will not come.
 
     `ceph_hosts`: the inventory's Ceph hosts; `limit`: the hosts to roll out (all when None)."""
     ceph = sorted(h for h in ceph_hosts if limit is None or h in limit)
