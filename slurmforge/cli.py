@@ -30,6 +30,12 @@ SpecArg = Annotated[Path, typer.Argument(help="The cluster spec.", show_default=
 DEFAULT_SPEC = Path("cluster.yaml")
 
 
+def require_inventory(inventory_dir: Path) -> None:
+    """Exit 2 with one line unless inventory_dir is a slurmforge inventory."""
+    if not (inventory_dir / "hosts.yml").exists():
+        err.print(f"[red]error[/red] {escape(str(inventory_dir))} is not a slurmforge inventory (no hosts.yml)")
+        raise typer.Exit(2)
+
 
 def load(spec: Path) -> Cluster:
     return report_errors(lambda: load_spec(spec))
@@ -207,9 +213,7 @@ def rollout(
     from slurmforge.rollout import roll_out
     from slurmforge.ui import PhaseDisplay
 
-    if not (inventory_dir / "hosts.yml").exists():
-        err.print(f"[red]error[/red] {escape(str(inventory_dir))} is not a slurmforge inventory (no hosts.yml)")
-        raise typer.Exit(2)
+    require_inventory(inventory_dir)
     display = PhaseDisplay(out)
     log = Path("/var/log/slurmforge") / f"{inventory_dir.name}-rollout.log"
 
@@ -236,9 +240,7 @@ def report(
     from slurmforge.monitoring import PROMETHEUS_PORT, controller_address
     from slurmforge.report import Prometheus, make_report, parse_duration
 
-    if not (inventory_dir / "hosts.yml").exists():
-        err.print(f"[red]error[/red] {escape(str(inventory_dir))} is not a slurmforge inventory (no hosts.yml)")
-        raise typer.Exit(2)
+    require_inventory(inventory_dir)
 
     def run() -> None:
         seconds = parse_duration(since)

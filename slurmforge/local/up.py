@@ -139,8 +139,8 @@ def _roll_out(podman: Podman, hosts: list[Host], inventory: Path, log: Path, ui:
     if not stale:
         ui.note("every node already has this exact rollout: nothing to do (--full-rollout runs Ansible anyway)")
         return RolloutResult(ok=True, skipped_hosts=len(hosts))
-    # never the powered-down nodes left out by the caller
     ceph = [h.name for h in hosts if h.role is HostRole.CEPH]
+    # limit: never the powered-down nodes left out by the caller
     result = roll_out(inventory, ceph, log, ui.event, limit=stale, extravars={"scheduler_service_paused": True})
     result.skipped_hosts = len(hosts) - len(stale)
     record = f"mkdir -p {DIGEST_FILE.rsplit('/', 1)[0]} && printf %s {digest} > {DIGEST_FILE}"

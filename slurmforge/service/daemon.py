@@ -17,15 +17,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from slurmforge.errors import SlurmforgeError
+from slurmforge.monitoring import NODE_EXPORTER_PORT
 from slurmforge.providers.base import Instance, Provider
 from slurmforge.service import handoff
 from slurmforge.service.actions import Action
 from slurmforge.service.classify import Context, Tunables, World, classify, plan_launches
 from slurmforge.service.executor import ActReport, Executor
 from slurmforge.service.slurm import Job, SlurmClient, jobs_by_node
-from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot
+from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot, cooling_links
 from slurmforge.service.state import Event, InterruptionRecord, Store
-from slurmforge.service.targets import EXPORTER_PORT, dynamic_targets, write_targets
+from slurmforge.service.targets import dynamic_targets, write_targets
 from slurmforge.service.topology import Topology, topology
 from slurmforge.service.usage import usage_rows
 from slurmforge.spec.models import Cluster
@@ -47,7 +48,7 @@ class DaemonConfig:
     tunables: Tunables = field(default_factory=Tunables)
     targets_file: Path | None = None
     """Prometheus file_sd of the dynamic nodes' exporters, rewritten every loop (None: off)."""
-    exporter_port: int = EXPORTER_PORT
+    exporter_port: int = NODE_EXPORTER_PORT
 
 
 @dataclass(frozen=True)
@@ -183,8 +184,7 @@ class Daemon:
         self.store.prune(now)
         cooldowns = self.store.cooldowns()
         topo = world.topology
-        cooling = {name: sum(1 for link in pool.chain if (c := cooldowns.get(link)) and c.active(now))
-                   for name, pool in topo.pools.items()}
+        cooling = {name: len(cooling_links(pool.chain, cooldowns, now)) for name, pool in topo.pools.items()}
         self.snapshot = build_snapshot(topo, world.nodes, cooldowns, self.store.events(since=now - 3600), now,
                                        seconds, counters=self.store.counters(),
                                        gauges=usage_rows(topo, world.nodes, self._jobs, now, cooling))

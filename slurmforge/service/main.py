@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from slurmforge.errors import ProvisionError, SlurmforgeError
+from slurmforge.monitoring import SERVICE_PORT
 from slurmforge.providers.base import Provider
 from slurmforge.service import handoff, web
 from slurmforge.service.daemon import LOOP_INTERVAL, Daemon, DaemonConfig
@@ -33,7 +34,7 @@ from slurmforge.spec.models import Cluster
 log = logging.getLogger(__name__)
 
 STATE_DIR = Path("/var/lib/slurmforge/service")
-DEFAULT_PORT = 9110
+DEFAULT_PORT = SERVICE_PORT  # Prometheus' scrape config names the same port
 
 
 def build_provider(spec: Cluster, options: Mapping[str, Any]) -> Provider:

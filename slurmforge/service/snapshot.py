@@ -106,6 +106,11 @@ class ClusterSnapshot:
             gauges=tuple((g[0], dict(g[1]), float(g[2])) for g in data.get("gauges", ())))
 
 
+def cooling_links(chain: Iterable[str], cooldowns: Mapping[str, Cooldown], now: float) -> list[Cooldown]:
+    """The links of a fallback chain that are cooling down now, in chain order."""
+    return [c for link in chain if (c := cooldowns.get(link)) is not None and c.active(now)]
+
+
 def build_snapshot(topology: Topology, nodes: Iterable[NodeState], cooldowns: Mapping[str, Cooldown],
                    events: Sequence[Event], now: float, loop_seconds: float = 0.0, window: float = 3600.0,
                    counters: Sequence[tuple[str, dict[str, str], float]] = (),
@@ -127,7 +132,7 @@ def build_snapshot(topology: Topology, nodes: Iterable[NodeState], cooldowns: Ma
             launches=sum(e.count for e in recent if e.kind == "launch" and e.pool == name),
             failures=sum(e.count for e in recent if e.kind == "launch-failed" and e.pool == name),
             cooling=tuple(LinkCooldown(c.link, c.until, c.failures, c.last_error)
-                          for link in pool.chain if (c := cooldowns.get(link)) and c.active(now)),
+                          for c in cooling_links(pool.chain, cooldowns, now)),
         ))
     return ClusterSnapshot(topology.cluster, now, loop_seconds, window, tuple(pools), tuple(recent[:50]),
                            tuple(counters), tuple(gauges))

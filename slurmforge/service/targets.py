@@ -16,12 +16,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from slurmforge.monitoring import NODE_EXPORTER_PORT
 from slurmforge.service.slurm import NodeState
 from slurmforge.service.topology import Topology
 
 log = logging.getLogger(__name__)
-
-EXPORTER_PORT = 9100
 
 
 def is_scrapable(node: NodeState) -> bool:
@@ -29,7 +28,8 @@ def is_scrapable(node: NodeState) -> bool:
     return node.is_powered() and not node.is_powering_up() and not node.is_down()
 
 
-def dynamic_targets(topology: Topology, nodes: Iterable[NodeState], port: int = EXPORTER_PORT) -> list[dict[str, Any]]:
+def dynamic_targets(topology: Topology, nodes: Iterable[NodeState],
+                    port: int = NODE_EXPORTER_PORT) -> list[dict[str, Any]]:
     """One file_sd group per dynamic node to scrape now (by address; `instance` is the
     node name, as for static hosts), sorted by node name."""
     chosen = []

@@ -89,9 +89,10 @@ def usage_rows(topology: Topology, nodes: Iterable[NodeState], jobs: Iterable[Jo
 @functools.lru_cache(maxsize=1024)
 def _kind(state: str, flags: frozenset[str]) -> tuple[str, bool]:
     """(where a node's unallocated CPUs count, is it powered), once per state + flags."""
-    shown = display_state(NodeState(name="", state=state, flags=flags))
+    node = NodeState(name="", state=state, flags=flags)
+    shown = display_state(node)
     rest = "idle" if shown in USABLE else "off" if shown in OFF else "unavailable"
-    return rest, NodeState(name="", state=state, flags=flags).is_powered()
+    return rest, node.is_powered()
 
 
 def _tally(pool: _Pool, node: NodeState) -> None:
