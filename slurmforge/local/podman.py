@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 from slurmforge.errors import ProvisionError
@@ -25,6 +26,13 @@ class ContainerInfo:
     @property
     def is_running(self) -> bool:
         return self.state == "running" and self.pid > 0
+
+    @property
+    def is_dead(self) -> bool:
+        """podman's record outlived the container's processes (host restart, machine
+        restore; a failed rm leaves it "stopping"): it lists as running but cannot start
+        again — a new container can."""
+        return self.state in ("running", "stopping") and not (self.pid > 0 and Path(f"/proc/{self.pid}").exists())
 
 
 class Podman:
@@ -72,8 +80,21 @@ class Podman:
                                      row.get("Labels") or {}, row.get("Image", ""))
         return None
 
-    def remove_container(self, name: str) -> None:
-        self.run(["rm", "-f", "-t", "0", name], check=False, timeout=120)
+    def remove_container(self, name: str, attempts: int = 3) -> None:
+        """Remove a container, whatever its state. One whose processes died under podman
+        (host restart, machine restore: podman still lists it running) fails the first
+        `rm -f` ("container state improper") and goes on the next."""
+        err = ""
+        for _ in range(attempts):
+            res = subprocess.run([self.binary, "rm", "-f", "-t", "0", name], capture_output=True, text=True,
+                                 timeout=120)
+            if not self.container_exists(name):
+                return
+            err = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
+        raise ProvisionError(f"cannot remove container {name}: {err}; remove it with `podman rm -f {name}`")
+
+    def container_exists(self, name: str) -> bool:
+        return subprocess.run([self.binary, "container", "exists", name], capture_output=True).returncode == 0
 
     def exec(self, name: str, argv: list[str], user: str | None = None, timeout: float = 120,
              check: bool = True) -> subprocess.CompletedProcess[str]:

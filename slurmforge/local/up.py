@@ -190,8 +190,9 @@ def _settle(podman: Podman, spec: Cluster, timeout: float = 45) -> None:
     while `up` rolled it out)."""
     deadline, previous = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
-        states = {c.name: c.state for c in podman.containers(f"{LABEL}={spec.name}")}
-        if states == previous and "stopping" not in states.values():
+        nodes = podman.containers(f"{LABEL}={spec.name}")
+        states = {c.name: c.state for c in nodes}
+        if states == previous and not any(c.state == "stopping" and not c.is_dead for c in nodes):
             return
         previous = states
         time.sleep(2)

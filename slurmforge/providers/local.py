@@ -190,15 +190,28 @@ class LocalProvider(Provider):
             stale = (info.image != self.image or info.labels.get("slurmforge.address") != host.address
                      or info.labels.get("slurmforge.mac") != mac_address(host.address)
                      or (host.role is HostRole.CONTROLLER and API_LABEL not in info.labels))
-            dead = info.state == "running" and not _alive(info.pid)
+            dead = info.is_dead
             if stale or dead:
                 log.info("recreating %s (%s)", host.name, "stale" if stale else "dead process")
                 self.podman.remove_container(host.name)
                 info = None
         if info is None:
+            self._free_name(host.name)
             self.podman.run(self._run_args(host, hosts))
         elif not info.is_running and start:
             self.podman.run(["start", host.name])
+
+    def _free_name(self, name: str) -> None:
+        """A container `ps` did not list may still hold the name (a record podman could not
+        read after a restore): ours is removed, anyone else's is left alone."""
+        if not self.podman.container_exists(name):
+            return
+        info = self.podman.json(["inspect", name, "--format", "json"])
+        labels = ((info[0].get("Config") or {}).get("Labels") or {}) if info else {}
+        if labels.get(LABEL) != self.spec.name:
+            raise ProvisionError(f"a container named {name} exists that is not part of cluster {self.spec.name}: "
+                                 f"rename or remove it (`podman rm -f {name}`)")
+        self.podman.remove_container(name)
 
     def _run_args(self, host: Host, hosts: list[Host]) -> list[str]:
         args = ["run", "-d", "--name", host.name, "--hostname", host.name,
@@ -246,7 +259,7 @@ class LocalProvider(Provider):
     def list_instances(self) -> list[Instance]:
         out = []
         for c in self.podman.containers(f"{LABEL}={self.spec.name}"):
-            running = c.is_running and _alive(c.pid)
+            running = c.is_running and not c.is_dead
             out.append(Instance(id=c.name, node=c.name, pool=c.labels.get("slurmforge.pool"),
                                 state=InstanceState.RUNNING if running else InstanceState.STOPPED,
                                 address=c.labels.get("slurmforge.address"), tags=dict(c.labels)))
@@ -371,7 +384,3 @@ def mac_address(address: str) -> str:
     """A locally administered unicast MAC derived from the IPv4 address."""
     return "02:42:" + ":".join(f"{int(octet):02x}" for octet in address.split("."))
 
-
-def _alive(pid: int) -> bool:
-    """Is the container's init really there? (podman may list killed containers as running)"""
-    return pid > 0 and Path(f"/proc/{pid}").exists()

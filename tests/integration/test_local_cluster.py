@@ -138,6 +138,89 @@ def test_up_without_changes_skips_every_node(cluster: Cluster_) -> None:
     assert again.rollout.total_changed == 0
 
 
+def test_a_container_whose_processes_died_is_removed(cluster: Cluster_) -> None:
+    """Right after its processes die under podman, `podman rm -f` of a container fails
+    ("container state improper") and leaves it in place; remove_container goes on until
+    it is gone (CI met such a container after a machine restore)."""
+    import os
+    import signal
+    import subprocess
+
+    from slurmforge.local.podman import Podman
+
+    image = subprocess.run(["podman", "inspect", cluster.report.login, "--format", "{{.ImageName}}"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    name = f"{cluster.spec.name}-test-dead"
+    podman = Podman()
+    podman.remove_container(name)
+    podman.run(["run", "-d", "--name", name, image, "sleep", "600"])
+    pids = podman.run(["inspect", name, "--format", "{{.State.Pid}} {{.State.ConmonPid}}"]).split()
+    for pid in map(int, pids):
+        os.kill(pid, signal.SIGKILL)
+    info = podman.container(name)
+    assert info is not None and info.state == "running", info  # what podman believes
+    podman.remove_container(name)
+    assert not podman.container_exists(name)
+
+
+def test_a_name_held_by_an_unlisted_container_is_freed_only_if_ours(cluster: Cluster_) -> None:
+    """Before creating a node, a container of that name `ps` did not list is removed when
+    it is this cluster's, and refused with a clear error when it is someone else's."""
+    import subprocess
+
+    from slurmforge.errors import ProvisionError
+    from slurmforge.local.podman import Podman
+    from slurmforge.providers.local import LABEL, LocalProvider
+
+    image = subprocess.run(["podman", "inspect", cluster.report.login, "--format", "{{.ImageName}}"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    podman = Podman()
+    provider = LocalProvider(cluster.spec, image, podman)
+    ours, theirs = f"{cluster.spec.name}-test-ours", f"{cluster.spec.name}-test-theirs"
+    podman.run(["run", "-d", "--name", ours, "--label", f"{LABEL}={cluster.spec.name}", image, "sleep", "600"])
+    podman.run(["run", "-d", "--name", theirs, image, "sleep", "600"])
+    try:
+        provider._free_name(ours)
+        assert not podman.container_exists(ours)
+        with pytest.raises(ProvisionError, match=f"{theirs} exists that is not part of cluster"):
+            provider._free_name(theirs)
+        assert podman.container_exists(theirs)
+    finally:
+        podman.remove_container(ours)
+        podman.remove_container(theirs)
+
+
+def test_up_replaces_a_node_whose_processes_died(cluster: Cluster_) -> None:
+    """A host restart or a machine restore leaves podman listing containers as running
+    whose processes are gone (seen in CI: the first `podman rm -f` of such a container
+    fails, the next `podman run` found its name taken). `up` replaces the node, rolls
+    it out alone, and it runs jobs again."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from slurmforge.local.up import up
+    from tests.integration.conftest import SPEC, QuietPhases
+
+    node = f"{cluster.spec.name}-cpu-01"
+    pids = subprocess.run(["podman", "inspect", node, "--format", "{{.State.Pid}} {{.State.ConmonPid}}"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    for pid in map(int, pids):
+        os.kill(pid, signal.SIGKILL)
+    while any(os.path.exists(f"/proc/{pid}") for pid in pids):
+        time.sleep(0.2)
+    state = subprocess.run(["podman", "inspect", node, "--format", "{{.State.Status}}"],
+                           capture_output=True, text=True).stdout.strip()
+    assert state == "running", f"podman no longer believes {node} runs ({state}): the test proves nothing"
+
+    again = up(SPEC, QuietPhases(), run_sample_job=False)
+    assert again.rollout is not None
+    assert set(again.rollout.changed) == {node}, again.rollout.changed
+    res = cluster.login(f"srun -w {node} -t 1 hostname", timeout=180)
+    assert res.returncode == 0 and res.stdout.strip() == node, res.stdout + res.stderr
+
+
 def test_no_secret_reaches_the_rollout_logs(cluster: Cluster_) -> None:
     """Munge key, DB password, Ceph keys, the SSH key: in neither log of the rollout
     (the key travels base64-encoded to the nodes, so that form is looked for too)."""
