@@ -8,9 +8,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 # podman & co: the local cluster; slurmctld/munge: tests/slurm runs the real daemon on
 # the rendered config; lmod: module tests against real Lmod; chromium: the pool page test;
-# prometheus: promtool checks the rendered Prometheus config and unit-tests the alert rules
+# prometheus: promtool checks the rendered Prometheus config and unit-tests the alert rules;
+# prometheus-alertmanager: amtool checks the rendered Alertmanager config
 APT_PACKAGES := python3 python3-venv git openssh-client podman runc debootstrap uidmap iptables \
-                slurmctld slurm-client munge lmod chromium prometheus
+                slurmctld slurm-client munge lmod chromium prometheus prometheus-alertmanager
 SPEC ?= examples/local.yaml
 
 .PHONY: help setup apt venv up down test unit lint typecheck bench

@@ -18,7 +18,7 @@ from slurmforge.nodes import NodeHardware, node_sets, pool_hardware, pool_hostli
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Partition, StaticTarget
 from slurmforge.templating import make_environment
 
-CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "slurmdbd.conf")
+CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "slurmdbd.conf", "dma.conf")
 
 # Where things live on every node (the roles and the service use the same constants).
 SLURM_ETC = "/etc/slurm"
@@ -30,6 +30,9 @@ RESUME_FAIL_PROGRAM = f"{SERVICE_BIN}/slurmforge-resume-fail"
 # installed by the slurm_controller role (roles/slurm_controller/files/slurmforge-nodes-ready)
 NODES_READY_PROGRAM = "/usr/local/sbin/slurmforge-nodes-ready"
 LOCAL_SUSPEND_TIMEOUT = 20
+# job mail: slurmctld runs bsd-mailx, which hands the message to dma (the controller's
+# sendmail, configured by dma.conf; installed by the slurm_controller role)
+MAIL_PROGRAM = "/usr/bin/mail"
 
 
 @cache
@@ -207,7 +210,7 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
             "AccountingStorageTRES": ["gres/" + g for g in _gres_types(spec)],
             "JobAcctGatherFrequency": 30,
         }
-    settings["MailDomain"] = spec.mail.domain
+    settings |= {"MailProg": MAIL_PROGRAM, "MailDomain": spec.mail.domain}
     # nodes join with only the munge key and the controller's address (configless)
     params = ["enable_configless"]
     if cloud:
@@ -295,11 +298,28 @@ def slurmdbd_context(spec: Cluster, source: str) -> dict[str, Any]:
     }
 
 
+def mail_context(spec: Cluster, source: str) -> dict[str, Any]:
+    """/etc/dma/dma.conf on the controller: job mail goes through the spec's relay, or
+    stays in /var/mail/<user> there (a recipient without a domain is local to dma)."""
+    mail = spec.mail
+    # dma delivers locally what is addressed to <user>@<MAILNAME>: that is the controller,
+    # never the mail domain; senders are slurm@<domain> for the relay (MASQUERADE)
+    settings: dict[str, Any] = {"MAILNAME": controller_name(spec), "MASQUERADE": mail.domain}
+    if mail.relay is not None:
+        settings |= {"SMARTHOST": mail.relay, "PORT": mail.port}
+        if mail.port in (465, 587):
+            settings["SECURETRANSFER"] = ""  # TLS; on 587 after STARTTLS
+        if mail.port == 587:
+            settings["STARTTLS"] = ""
+    return {"source": source, "settings": settings}
+
+
 CONTEXTS = {
     "slurm.conf": slurm_conf_context,
     "gres.conf": gres_context,
     "cgroup.conf": cgroup_context,
     "slurmdbd.conf": slurmdbd_context,
+    "dma.conf": mail_context,
 }
 
 
@@ -311,5 +331,6 @@ def render(spec: Cluster, name: str, source: str = "cluster.yaml") -> str:
 
 
 def render_all(spec: Cluster, source: str = "cluster.yaml") -> dict[str, str]:
-    """Every Slurm config file, by file name; what `render --out` writes and the roles install."""
+    """Every config file, by file name (the Slurm ones and the controller's mailer's);
+    what `render --out` writes and the roles install."""
     return {name: render(spec, name, source) for name in CONFIG_FILES}

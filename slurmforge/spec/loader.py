@@ -20,9 +20,12 @@ from slurmforge.spec.models import (
     AMI_RE,
     API_VERSION,
     CLUSTER_NAME_RE,
+    EMAIL_RE,
     FEATURE_RE,
+    HTTP_URL_RE,
     NAME_RE,
     POSIX_NAME_RE,
+    PROM_DURATION_RE,
     REGION_RE,
     SLURM_NAME_RE,
     AwsTarget,
@@ -106,6 +109,9 @@ PATTERNS = {
     CLUSTER_NAME_RE: ("not an allowed cluster name", "lowercase letters and digits, a letter first, at most 20"),
     REGION_RE: ("not an AWS region", "use a region such as eu-west-1"),
     AMI_RE: ("not an AMI id", "use an id such as ami-0123456789abcdef0"),
+    PROM_DURATION_RE: ("not a duration", "a number and a unit: 30s, 5m, 4h or 1d"),
+    EMAIL_RE: ("not a mail address", "use e.g. oncall@example.org"),
+    HTTP_URL_RE: ("not an http(s) URL", "use e.g. https://hooks.example.org/alerts"),
 }
 
 

@@ -357,10 +357,15 @@ class User(Model):
 
 
 class Mail(Model):
+    """Job mail (`sbatch --mail-type=BEGIN,END,FAIL`): slurmctld hands it to the
+    controller's mailer, which relays it, or keeps it in /var/mail/<user> without a relay."""
+
     domain: str | None = None
     """Appended to user names for job mail (MailDomain)."""
-    relay: str | None = None
-    """SMTP relay the nodes send through."""
+    relay: Address | None = None
+    """SMTP relay the controller sends job mail through (it must accept mail from the cluster)."""
+    port: Annotated[int, Field(ge=1, le=65535)] = 25
+    """The relay's port: 25 (plain SMTP), 587 (STARTTLS) or 465 (TLS)."""
 
 
 # --------------------------------------------------------------------------- network, images, head
@@ -407,6 +412,8 @@ class Modules(Model):
 
 PROM_DURATION_RE = r"^[0-9]+[smhd]$"
 PromDuration = Annotated[str, Field(pattern=PROM_DURATION_RE)]
+EMAIL_RE = r"^[^@\s,]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$"
+HTTP_URL_RE = r"^https?://[^\s/]+(/\S*)?$"
 
 
 class Alerts(Model):
@@ -420,6 +427,13 @@ class Alerts(Model):
     links_cooling_for: PromDuration = "2m"
     storage_full_percent: Annotated[int, Field(ge=50, le=99)] = 90
     storage_full_for: PromDuration = "5m"
+    email: list[Annotated[str, Field(pattern=EMAIL_RE)]] = []
+    """Who Alertmanager mails firing and resolved alerts to (through mail.relay)."""
+    webhook: Annotated[str, Field(pattern=HTTP_URL_RE)] | None = None
+    """Where Alertmanager POSTs alert groups as JSON (its webhook format): a chat bridge, an
+    on-call service, a dead man's switch."""
+    repeat_interval: PromDuration = "4h"
+    """A still-firing alert is sent again after this long."""
 
 
 class Monitoring(Model):

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from slurmforge.monitoring import (
+    ALERTMANAGER_PORT,
     NODE_EXPORTER_PORT,
     PROMETHEUS_PORT,
     SERVICE_PORT,
@@ -19,6 +20,7 @@ from slurmforge.monitoring import (
 )
 from slurmforge.nodes import node_names, pool_hardware
 from slurmforge.providers.base import HostRole
+from slurmforge.render import MAIL_PROGRAM, render
 from tests.infra.conftest import LiveCluster, digest
 
 
@@ -179,11 +181,12 @@ def powered_nodes(live: LiveCluster) -> set[str]:
 
 
 def test_every_prometheus_target_that_should_be_up_is_up(live: LiveCluster) -> None:
-    """Static hosts (node exporter), the scheduler service and Prometheus itself: up.
+    """Static hosts (node exporter), the scheduler service, Prometheus and Alertmanager: up.
     Dynamic nodes are targets only while Slurm has them powered (the service's file_sd)."""
     exporters = [*live.up_hosts, *live.ceph_hosts]
     want = {("node", h.name) for h in exporters} | {("slurmforge", f"{live.spec.name}-service"),
-                                                    ("prometheus", f"{live.spec.name}-prometheus")}
+                                                    ("prometheus", f"{live.spec.name}-prometheus"),
+                                                    ("alertmanager", f"{live.spec.name}-alertmanager")}
     deadline = time.monotonic() + 90  # a Prometheus restarted by the rollout scrapes within one interval
     while True:
         targets = prometheus_get(live, "/api/v1/targets?state=active")["data"]["activeTargets"]
@@ -229,6 +232,18 @@ def test_alert_rules_loaded(live: LiveCluster) -> None:
     assert not unhealthy, f"rules failing to evaluate: {unhealthy}"
 
 
+def test_prometheus_sends_alerts_to_alertmanager(live: LiveCluster) -> None:
+    """Alertmanager is Prometheus' active alertmanager, on the controller's cluster address
+    only, without its HA gossip port."""
+    address = controller_address(live.hosts)
+    active = prometheus_get(live, "/api/v1/alertmanagers")["data"]["activeAlertmanagers"]
+    assert [a["url"] for a in active] == [f"http://{address}:{ALERTMANAGER_PORT}/api/v2/alerts"], active
+    ctl = live.controller()
+    assert ctl.socket(f"tcp://{address}:{ALERTMANAGER_PORT}").is_listening
+    assert not ctl.socket(f"tcp://0.0.0.0:{ALERTMANAGER_PORT}").is_listening
+    assert not ctl.socket("tcp://0.0.0.0:9094").is_listening
+
+
 def test_exporters_listen_on_the_cluster_address_only(live: LiveCluster) -> None:
     wrong = []
     for host in [*live.up_hosts, *live.ceph_hosts]:
@@ -247,3 +262,18 @@ def test_the_scheduler_service_listens_on_the_cluster_address_only(live: LiveClu
     address = controller_address(live.hosts)
     assert ctl.socket(f"tcp://{address}:{SERVICE_PORT}").is_listening
     assert not ctl.socket(f"tcp://0.0.0.0:{SERVICE_PORT}").is_listening
+
+
+def test_job_mail_has_a_mailer_configured_as_rendered(live: LiveCluster) -> None:
+    """slurmctld's MailProg is there and hands mail to dma, configured from the spec's
+    `mail:` (its relay, or local delivery on the controller)."""
+    ctl = live.controller()
+    config = dict(re.findall(r"^(\w+)\s+=\s+(.*?)\s*$", ctl.check_output("scontrol show config"), re.M))
+    assert config.get("MailProg") == MAIL_PROGRAM, config.get("MailProg")
+    assert ctl.exists("bsd-mailx") and ctl.file(MAIL_PROGRAM).exists
+    assert ctl.check_output("readlink -f /usr/sbin/sendmail") == "/usr/sbin/dma"
+
+    def settings(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+    assert settings(ctl.file("/etc/dma/dma.conf").content_string) == settings(render(live.spec, "dma.conf"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -114,6 +115,57 @@ def test_two_node_ddp_style_launch(cluster: Cluster_) -> None:
                         "'MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -1) python3 ddp.py'")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "gathered ranks [1] of 2" in res.stdout, res.stdout
+
+
+def test_job_mail_reaches_the_user(cluster: Cluster_) -> None:
+    """`--mail-type`: slurmctld's mail for BEGIN, END and FAIL reaches the user; without a
+    relay in the spec (examples/local.yaml) it is delivered on the controller."""
+    import time
+
+    from slurmforge.render import controller_name
+
+    ok = cluster.login("sbatch --parsable --mail-type=BEGIN,END --wrap true")
+    bad = cluster.login("sbatch --parsable --mail-type=FAIL --wrap false")
+    assert ok.returncode == 0 and bad.returncode == 0, ok.stderr + bad.stderr
+    wanted = [rf"Subject: Slurm Job_id={ok.stdout.strip()} Name=wrap Began",
+              rf"Subject: Slurm Job_id={ok.stdout.strip()} Name=wrap Ended, .* COMPLETED",
+              rf"Subject: Slurm Job_id={bad.stdout.strip()} Name=wrap Failed, .* FAILED"]
+    deadline, box = time.monotonic() + 90, ""
+    while time.monotonic() < deadline:
+        box = cluster.run(controller_name(cluster.spec), "cat /var/mail/alice 2>/dev/null").stdout
+        if all(re.search(w, box) for w in wanted):
+            break
+        time.sleep(2)
+    missing = [w for w in wanted if not re.search(w, box)]
+    assert not missing, f"not in alice's mailbox after 90 s: {missing}\n{box[-2000:]}"
+
+
+def test_job_mail_leaves_through_the_relay(cluster: Cluster_, tmp_path: Path) -> None:
+    """With mail.relay, the controller's mailer hands job mail for <user>@<domain> to the
+    relay: the rendered dma.conf, in a node-image container, with an SMTP sink as relay."""
+    import subprocess
+
+    from slurmforge.render import MAIL_PROGRAM, render
+    from slurmforge.spec import parse_spec
+    from tests.integration.conftest import SPEC
+
+    text = SPEC.read_text() + "\nmail: {domain: example.org, relay: 127.0.0.1, port: 2525}\n"
+    conf = render(parse_spec(text), "dma.conf")
+    (tmp_path / "dma.conf").write_text(conf)
+    image = subprocess.run(["podman", "inspect", cluster.report.login, "--format", "{{.ImageName}}"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    script = (
+        "python3 -u -W ignore -m smtpd -n -c DebuggingServer 127.0.0.1:2525 > /tmp/sink 2>&1 & "
+        f"sleep 1; echo 'the job ended' | runuser -u slurm -- {MAIL_PROGRAM} "
+        "-s 'Slurm Job_id=7 Name=x Ended' alice@example.org; "
+        "for i in $(seq 100); do grep -q 'the job ended' /tmp/sink && break; sleep 0.2; done; cat /tmp/sink")
+    res = subprocess.run(["podman", "run", "--rm", "-v", f"{tmp_path / 'dma.conf'}:/etc/dma/dma.conf:ro",
+                          image, "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    got = res.stdout  # the sink prints each header line as a bytes literal
+    assert "the job ended" in got, got + res.stderr
+    for line in ("To: alice@example.org", "Subject: Slurm Job_id=7 Name=x Ended", "From: <slurm@example.org>",
+                 "(envelope-from slurm@example.org)"):
+        assert f"{line}'" in got, f"{line!r} not in what the relay got:\n{got}"
 
 
 def test_second_up_changes_nothing(cluster: Cluster_) -> None:

@@ -20,7 +20,14 @@ from typing import Any
 import pytest
 
 from slurmforge.inventory import read_inventory
-from slurmforge.monitoring import PROMETHEUS_PORT, SERVICE_PORT, controller_address, shared_mounts
+from slurmforge.monitoring import (
+    ALERTMANAGER_PORT,
+    PROMETHEUS_PORT,
+    SERVICE_PORT,
+    controller_address,
+    render_monitoring,
+    shared_mounts,
+)
 from slurmforge.nodes import node_names
 from slurmforge.render import controller_name
 from tests.integration.conftest import Cluster_
@@ -165,6 +172,13 @@ def alerts_named(cluster: Cluster_, name: str) -> dict[str, str]:
             if a["labels"].get("alertname") == name}
 
 
+def alertmanager_pools(cluster: Cluster_, name: str) -> set[str]:
+    """Pools of the active alerts with this name that Alertmanager holds."""
+    query = urllib.parse.urlencode({"filter": f'alertname="{name}"', "active": "true"})
+    alerts = json.loads(get(f"http://{ctl_address(cluster)}:{ALERTMANAGER_PORT}/api/v2/alerts?{query}"))
+    return {a["labels"].get("pool", "") for a in alerts}
+
+
 def test_job_waiting_on_a_full_pool_fires(cluster: Cluster_) -> None:
     """A GPU job waits behind another on the GPU pool, which is at max_nodes: once it has
     waited `pending_minutes`, SlurmJobsWaitingAtMaxSize fires for that pool."""
@@ -186,6 +200,44 @@ def test_job_waiting_on_a_full_pool_fires(cluster: Cluster_) -> None:
                    minutes * 60 + 90, f"SlurmJobsWaitingAtMaxSize for pool {pool.name}")
         assert float(api(cluster, "query", query=f'slurmforge_pool_oldest_pending_seconds{{pool="{pool.name}"}}')
                      ["result"][0]["value"][1]) > minutes * 60
+        # Prometheus hands the firing alert to the controller's Alertmanager
+        wait_until(lambda: pool.name in alertmanager_pools(cluster, "SlurmJobsWaitingAtMaxSize"), 60,
+                   f"SlurmJobsWaitingAtMaxSize for pool {pool.name} in Alertmanager")
     finally:
         root(cluster, f"scancel {' '.join(jobs)}" if jobs else "true")
     wait_until(lambda: pool.name not in alerts_named(cluster, "SlurmJobsWaitingAtMaxSize"), 90, "the alert to clear")
+
+
+def test_alertmanager_mails_and_posts_an_alert(cluster: Cluster_, tmp_path: Path) -> None:
+    """The node image's Alertmanager with a config rendered from a spec naming a relay, mail
+    addresses and a webhook delivers an alert to both: an SMTP sink and an HTTP sink stand
+    in for them (tests/integration/alert_receivers.sh). The one change to the rendered
+    config: group_wait 1s instead of 30s."""
+    import yaml
+
+    from slurmforge.spec import parse_spec
+    from tests.integration.conftest import SPEC
+
+    data = yaml.safe_load(SPEC.read_text())
+    data["mail"] = {"domain": "example.org", "relay": "127.0.0.1", "port": 2525}
+    data.setdefault("monitoring", {}).setdefault("alerts", {}).update(
+        email=["ml-oncall@example.org"], webhook="http://127.0.0.1:8099/hook")
+    spec = parse_spec(yaml.safe_dump(data), "receivers.yaml")
+    config = render_monitoring(spec, read_inventory(cluster.report.inventory)[1])["alertmanager.yml"]
+    assert "group_wait: 30s" in config
+    (tmp_path / "alertmanager.yml").write_text(config.replace("group_wait: 30s", "group_wait: 1s"))
+    image = subprocess.run(["podman", "inspect", cluster.report.login, "--format", "{{.ImageName}}"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    script = Path(__file__).parent / "alert_receivers.sh"
+    mounts = ["-v", f"{tmp_path / 'alertmanager.yml'}:/etc/prometheus/alertmanager.yml:ro",
+              "-v", f"{script}:/alert_receivers.sh:ro"]
+    res = subprocess.run(["podman", "run", "--rm", *mounts, image, "sh", "/alert_receivers.sh"],
+                         capture_output=True, text=True, timeout=120)
+    out = res.stdout
+    hook, mail = out.split("== webhook", 1)[1].split("== mail", 1)
+    posted = json.loads(hook.strip().splitlines()[0])
+    assert posted["status"] == "firing" and posted["receiver"] == "slurmforge", out
+    assert posted["alerts"][0]["labels"] | {"alertname": "SlurmNodeDown", "node": "t-cpu-01"} == \
+        posted["alerts"][0]["labels"], out
+    assert "SlurmNodeDown" in mail and "To: ml-oncall@example.org'" in mail, out
+    assert "From: alertmanager@example.org'" in mail, out

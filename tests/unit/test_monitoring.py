@@ -15,7 +15,14 @@ from test_service_world import SPEC as AWS_SPEC
 from test_service_world import spec as aws_spec
 
 from slurmforge.inventory import hosts_document
-from slurmforge.monitoring import RULES_PATH, TARGETS_DIR, alert_rules, render_monitoring, shared_mounts
+from slurmforge.monitoring import (
+    ALERTMANAGER_PORT,
+    RULES_PATH,
+    TARGETS_DIR,
+    alert_rules,
+    render_monitoring,
+    shared_mounts,
+)
 from slurmforge.nodes import node_sets
 from slurmforge.providers.base import Host, HostRole
 from slurmforge.render import controller_name, login_names
@@ -118,3 +125,46 @@ def test_thresholds_and_shared_mounts_come_from_the_spec() -> None:
     assert "> 300 and" in rules["SlurmJobsWaitingAtMaxSize"]["expr"]
     storage = rules["SharedStorageNearlyFull"]["expr"]
     assert storage.endswith("> 80") and "/data" in storage
+
+
+def amtool_check(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
+    assert shutil.which("amtool"), "amtool is missing: `make setup` installs Debian's prometheus-alertmanager"
+    (tmp_path / "alertmanager.yml").write_text(text)
+    return subprocess.run(["amtool", "check-config", "alertmanager.yml"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_prometheus_sends_alerts_to_the_controllers_alertmanager() -> None:
+    spec = local_spec()
+    config = yaml.safe_load(render_monitoring(spec, hosts_of(spec))["prometheus.yml"])
+    target = f"10.1.0.2:{ALERTMANAGER_PORT}"
+    assert config["alerting"] == {"alertmanagers": [{"static_configs": [{"targets": [target]}]}]}
+    assert scrape_jobs(spec)["alertmanager"]["static_configs"] == [
+        {"targets": [target], "labels": {"instance": f"{spec.name}-alertmanager"}}]
+
+
+def test_alertmanager_without_receivers_only_gathers(tmp_path: Path) -> None:
+    """examples/local.yaml names no receiver: alerts gather in Alertmanager, nothing is sent."""
+    text = render_monitoring(local_spec(), hosts_of(local_spec()))["alertmanager.yml"]
+    checked = amtool_check(tmp_path, text)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    config = yaml.safe_load(text)
+    assert config["receivers"] == [{"name": "slurmforge"}] and "smtp_smarthost" not in config["global"]
+
+
+@pytest.mark.parametrize(("port", "tls"), [(25, False), (587, True), (465, False)])
+def test_alertmanager_mails_through_the_relay_and_posts_to_the_webhook(tmp_path: Path, port: int, tls: bool) -> None:
+    spec = parse_spec(AWS_SPEC + f"mail: {{domain: example.org, relay: smtp.example.org, port: {port}}}\n"
+                      "monitoring:\n  alerts: {email: [ops@example.org, ml@example.org], "
+                      "webhook: 'https://hooks.example.org/slurm', repeat_interval: 1h}\n", "t")
+    text = render_monitoring(spec, hosts_of(spec))["alertmanager.yml"]
+    checked = amtool_check(tmp_path, text)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    config = yaml.safe_load(text)
+    assert config["global"] | {"smtp_require_tls": tls} == config["global"]
+    assert config["global"]["smtp_smarthost"] == f"smtp.example.org:{port}"
+    assert config["global"]["smtp_from"] == "alertmanager@example.org"
+    assert config["route"]["repeat_interval"] == "1h"
+    (receiver,) = config["receivers"]
+    assert receiver["email_configs"] == [{"to": "ops@example.org, ml@example.org", "send_resolved": True}]
+    assert receiver["webhook_configs"] == [{"url": "https://hooks.example.org/slurm", "send_resolved": True}]

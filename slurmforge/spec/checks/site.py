@@ -233,6 +233,27 @@ def mail_domain(spec: Cluster) -> Iterator[Problem]:
 
 
 @check
+def mail_relay_when_leaving(spec: Cluster) -> Iterator[Problem]:
+    """mail.domain and mail.port need mail.relay: mail to user@domain leaves the cluster
+    only through an SMTP relay (without one it stays on the controller)."""
+    mail = spec.mail
+    if mail.relay is None and mail.domain is not None:
+        yield Problem("mail.relay", f"job mail goes to <user>@{mail.domain} but there is no relay to send it through",
+                      "set mail.relay to your SMTP relay, or remove mail.domain to keep job mail on the "
+                      "controller (/var/mail/<user>)")
+    elif mail.relay is None and mail.port != 25:
+        yield Problem("mail.port", "a port without a relay", "set mail.relay, or remove mail.port", mail.port)
+
+
+@check
+def alert_mail_needs_relay(spec: Cluster) -> Iterator[Problem]:
+    """monitoring.alerts.email needs mail.relay: Alertmanager sends alert mail through it."""
+    if spec.monitoring.alerts.email and spec.mail.relay is None:
+        yield Problem("monitoring.alerts.email", "alert mail needs an SMTP relay to leave the cluster",
+                      "set mail.relay, or use monitoring.alerts.webhook instead")
+
+
+@check
 def images_ami_only_on_aws(spec: Cluster) -> Iterator[Problem]:
     """images.ami only applies to target aws."""
     if spec.images.ami and not is_aws(spec):
