@@ -55,9 +55,12 @@ def test_daemons_run_only_where_they_belong(live: LiveCluster) -> None:
     accounting = live.spec.accounting.enabled
     local_db = accounting and live.spec.accounting.database.kind == "local"
     wanted = {
-        HostRole.CONTROLLER: {"slurmctld": True, "slurmdbd": accounting, "mariadb": local_db, "slurmd": False},
-        HostRole.LOGIN: {"slurmctld": False, "slurmdbd": False, "mariadb": False, "slurmd": False},
-        HostRole.COMPUTE: {"slurmctld": False, "slurmdbd": False, "mariadb": False, "slurmd": True},
+        HostRole.CONTROLLER: {"slurmctld": True, "slurmdbd": accounting, "mariadb": local_db, "slurmd": False,
+                              "prometheus": True, "prometheus-alertmanager": True},
+        HostRole.LOGIN: {"slurmctld": False, "slurmdbd": False, "mariadb": False, "slurmd": False,
+                         "prometheus": False, "prometheus-alertmanager": False},
+        HostRole.COMPUTE: {"slurmctld": False, "slurmdbd": False, "mariadb": False, "slurmd": True,
+                           "prometheus": False, "prometheus-alertmanager": False},
     }
     wrong = []
     for host in live.up_hosts:

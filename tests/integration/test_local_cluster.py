@@ -39,6 +39,19 @@ DDP = textwrap.dedent('''
 ''')
 
 
+
+def test_the_live_cluster_passes_the_testinfra_suite(cluster: Cluster_) -> None:
+    """`slurmforge validate --inventory`, as an admin runs it after a rollout: the whole
+    tests/infra suite against this cluster (daemons, mounts, munge, Prometheus targets,
+    listen addresses, the mailer, ...), with every failed check named."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "slurmforge.cli", "validate", "--inventory",
+                          str(cluster.report.inventory)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "passed every check" in res.stdout
+
 def test_sbatch_job_completes_and_is_accounted(cluster: Cluster_) -> None:
     res = cluster.login("sbatch --wait --parsable -A research -o job-%j.out --wrap 'hostname; id -un'")
     assert res.returncode == 0, res.stderr
