@@ -13,7 +13,7 @@ import pytest
 
 from slurmforge import rollout
 from slurmforge.errors import RolloutError
-from slurmforge.rollout import CEPH_PLAYBOOK, CLUSTER_PLAYBOOK, Progress, RolloutResult, roll_out
+from slurmforge.rollout import CEPH_PLAYBOOK, CLUSTER_PLAYBOOK, Progress, RolloutResult, roll_out, service_wheel_dir
 
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 
@@ -79,7 +79,10 @@ def test_ceph_and_cluster_run_at_the_same_time_and_merge(runs: FakeRuns, tmp_pat
     ceph_call = next(c for c in runs.calls if c["playbook"] == CEPH_PLAYBOOK)
     assert ceph_call["limit"] == "ceph-01" and ceph_call["log"] == tmp_path / "up-ceph.log"
     extra = {c["playbook"]: c["extravars"] for c in runs.calls}
-    assert extra[CEPH_PLAYBOOK] == {"x": 1} and extra[CLUSTER_PLAYBOOK]["x"] == 1
+    assert extra[CEPH_PLAYBOOK]["x"] == 1 and extra[CLUSTER_PLAYBOOK]["x"] == 1
+    # both runs build (or reuse) the service's wheel in the directory of these sources
+    assert extra[CLUSTER_PLAYBOOK]["scheduler_service_wheel_dir"] == str(service_wheel_dir())
+    assert extra[CLUSTER_PLAYBOOK]["scheduler_service_wheel_cached"] is True
     assert runs.done_seen, "the Ceph run's done file appeared for the cluster run"
     assert result.changed == {"ctl": 3, "ceph-01": 3, "shared": 2}
     assert set(result.plays) == {CEPH_PLAYBOOK, CLUSTER_PLAYBOOK}
