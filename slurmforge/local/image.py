@@ -142,4 +142,18 @@ def ensure_images(podman: Podman, run_playbook: Callable[[str], None], namespace
         if not podman.image_exists(node):
             log.info("building node image %s (image playbook)", node)
             build_node(podman, base, node, run_playbook)
+            prune_older(podman, node)
+            prune_older(podman, base)
     return node
+
+
+def prune_older(podman: Podman, current: str) -> None:
+    """Remove the other tags of `current`'s repository (1.4 GB each, one per change of an
+    install task) — but never one a container still uses: `podman rmi` without --force
+    refuses those (a cluster not yet brought up again keeps its image)."""
+    repository = current.rsplit(":", 1)[0]
+    rows = podman.json(["images", "--format", "json", "--filter", f"reference={repository}"])
+    tags = {name for row in rows for name in (row.get("Names") or []) if name.rsplit(":", 1)[0] == repository}
+    for tag in sorted(tags - {current}):
+        if podman.remove_image(tag):
+            log.info("removed older image %s", tag)

@@ -93,6 +93,10 @@ class Podman:
             err = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
         raise ProvisionError(f"cannot remove container {name}: {err}; remove it with `podman rm -f {name}`")
 
+    def remove_image(self, tag: str) -> bool:
+        """`podman rmi` without --force: False (and nothing removed) while a container uses it."""
+        return subprocess.run([self.binary, "rmi", tag], capture_output=True, timeout=120).returncode == 0
+
     def container_exists(self, name: str) -> bool:
         return subprocess.run([self.binary, "container", "exists", name], capture_output=True).returncode == 0
 

@@ -228,6 +228,32 @@ def test_a_container_whose_processes_died_is_removed(cluster: Cluster_) -> None:
     assert not podman.container_exists(name)
 
 
+def test_older_images_go_unless_a_container_uses_them(cluster: Cluster_) -> None:
+    """What `up` does after building a new node image, on real podman: the repository's
+    other tags are removed, except one a container still uses."""
+    import subprocess
+
+    from slurmforge.local.image import prune_older
+    from slurmforge.local.podman import Podman
+
+    image = subprocess.run(["podman", "inspect", cluster.report.login, "--format", "{{.ImageName}}"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    podman, repo = Podman(), f"localhost/{cluster.spec.name}-test-prune"
+    source, user = f"{cluster.spec.name}-test-prune-src", f"{cluster.spec.name}-test-prune-user"
+    try:
+        podman.run(["create", "--name", source, image, "true"])
+        for tag in ("old", "used", "new"):  # three images (a commit each), one tag each
+            podman.run(["commit", "-q", source, f"{repo}:{tag}"])
+        podman.run(["create", "--name", user, f"{repo}:used", "true"])
+        prune_older(podman, f"{repo}:new")
+        left = podman.run(["images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", f"reference={repo}"])
+        assert sorted(left.split()) == [f"{repo}:new", f"{repo}:used"]
+    finally:
+        podman.remove_container(source)
+        podman.remove_container(user)
+        podman.run(["rmi", "-f", f"{repo}:old", f"{repo}:used", f"{repo}:new"], check=False)
+
+
 def test_a_name_held_by_an_unlisted_container_is_freed_only_if_ours(cluster: Cluster_) -> None:
     """Before creating a node, a container of that name `ps` did not list is removed when
     it is this cluster's, and refused with a clear error when it is someone else's."""

@@ -63,9 +63,23 @@ def test_a_base_image_change_changes_the_tag(repo: Path) -> None:
 class FakePodman:
     """Just enough of slurmforge.local.podman.Podman to count builds."""
 
-    def __init__(self, images: set[str]) -> None:
+    def __init__(self, images: set[str], in_use: frozenset[str] = frozenset()) -> None:
         self.images = images
+        self.in_use = in_use
         self.commits: list[str] = []
+        self.removed: list[str] = []
+
+    def json(self, argv: list[str]) -> list[dict[str, object]]:
+        assert argv[:2] == ["images", "--format"]
+        repository = argv[-1].removeprefix("reference=")
+        return [{"Names": [t]} for t in sorted(self.images) if t.startswith(f"{repository}:")]
+
+    def remove_image(self, tag: str) -> bool:
+        if tag in self.in_use:
+            return False
+        self.images.discard(tag)
+        self.removed.append(tag)
+        return True
 
     def image_exists(self, tag: str) -> bool:
         return tag in self.images
@@ -94,3 +108,16 @@ def test_two_ups_at_once_build_the_image_once(tmp_path: Path) -> None:
         t.join()
     assert len(podman.commits) == 1
     assert tags == [podman.commits[0]] * 2
+
+
+def test_a_new_image_replaces_the_older_ones_no_container_uses(tmp_path: Path) -> None:
+    """After a build the repository's other tags go (1.4 GB each) — except one a container
+    still uses (podman refuses to remove it) and other repositories' (another namespace)."""
+    base, repo = base_tag(), node_tag(base_tag()).rsplit(":", 1)[0]
+    other = "localhost/slurmforge-bench-1-node:aaaa"
+    podman = FakePodman({base, f"{repo}:old1", f"{repo}:old2", other}, in_use=frozenset({f"{repo}:old2"}))
+    node = ensure_images(podman, lambda builder: None, lock=tmp_path / "image.lock")  # type: ignore[arg-type]
+    assert podman.removed == [f"{repo}:old1"]
+    assert podman.images == {base, node, f"{repo}:old2", other}
+    again = ensure_images(podman, lambda builder: None, lock=tmp_path / "image.lock")  # type: ignore[arg-type]
+    assert again == node and podman.removed == [f"{repo}:old1"]  # no build, no pruning
