@@ -107,8 +107,8 @@ def alertmanager_config(spec: Cluster) -> dict[str, Any]:
         glob |= {"smtp_smarthost": f"{mail.relay}:{mail.port}",
                  "smtp_from": f"alertmanager@{mail.domain or controller_name(spec)}",
                  "smtp_hello": controller_name(spec),
-                 # 587: STARTTLS required; 465: Alertmanager speaks TLS from the start; 25: plain
-                 "smtp_require_tls": mail.port == 587}
+                 # STARTTLS required; on 465 Alertmanager speaks TLS from the start by itself
+                 "smtp_require_tls": mail.tls == "starttls"}
         receiver["email_configs"] = [{"to": ", ".join(alerts.email), "send_resolved": True}]
     if alerts.webhook:
         receiver["webhook_configs"] = [{"url": alerts.webhook, "send_resolved": True}]

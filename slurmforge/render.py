@@ -307,9 +307,9 @@ def mail_context(spec: Cluster, source: str) -> dict[str, Any]:
     settings: dict[str, Any] = {"MAILNAME": controller_name(spec), "MASQUERADE": mail.domain}
     if mail.relay is not None:
         settings |= {"SMARTHOST": mail.relay, "PORT": mail.port}
-        if mail.port in (465, 587):
-            settings["SECURETRANSFER"] = ""  # TLS; on 587 after STARTTLS
-        if mail.port == 587:
+        if mail.tls is not None:
+            settings["SECURETRANSFER"] = ""  # TLS; with STARTTLS, after it
+        if mail.tls == "starttls":
             settings["STARTTLS"] = ""
     return {"source": source, "settings": settings}
 

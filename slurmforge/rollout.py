@@ -10,7 +10,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,19 +68,25 @@ def _failure_message(res: dict[str, Any]) -> str:
     return "failed"
 
 
+def files_digest(files: Iterable[tuple[str, Path]]) -> str:
+    """SHA-256 over (name, content) of each file, in the order given."""
+    digest = hashlib.sha256()
+    for name, path in files:
+        digest.update(name.encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
 def service_wheel_dir(repo: Path = REPO, cache: Path | None = None) -> Path:
     """Where this machine keeps the scheduler service's wheel built from these sources
     (what goes into it: pyproject.toml, the package, the templates). `pip wheel` is
     reproducible, so one build per source digest serves every rollout and every cluster:
     a rollout of unchanged code skips the build (~5 s on the critical path)."""
-    digest = hashlib.sha256()
     sources = sorted(p for root in ("slurmforge", "templates") for p in (repo / root).rglob("*")
                      if p.is_file() and p.suffix != ".pyc" and "__pycache__" not in p.parts)
-    files = [repo / "pyproject.toml", *sources]
-    for path in files:
-        digest.update(str(path.relative_to(repo)).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    digest = files_digest((str(p.relative_to(repo)), p) for p in [repo / "pyproject.toml", *sources])
     root = cache or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "slurmforge" / "service-wheel"
-    return root / digest.hexdigest()[:16]
+    return root / digest[:16]
 
 
 def roll_out(inventory: Path, ceph_hosts: Collection[str], log_path: Path, on_event: EventSink | None = None,

@@ -7,7 +7,6 @@ A spec that fails validation never starts a container.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import subprocess
 import tarfile
@@ -26,7 +25,7 @@ from slurmforge.local.podman import Podman
 from slurmforge.providers.base import Host, HostRole, InstanceState
 from slurmforge.providers.local import LABEL, LocalProvider
 from slurmforge.render import controller_name
-from slurmforge.rollout import Progress, RolloutResult, roll_out, run_playbook
+from slurmforge.rollout import Progress, RolloutResult, files_digest, roll_out, run_playbook
 from slurmforge.secrets import ensure_secrets
 from slurmforge.spec import Cluster, load_spec
 
@@ -119,14 +118,10 @@ def rollout_digest(inventory: Path) -> str:
     """What a rollout is made of: the generated inventory (hosts, spec-derived vars,
     rendered configs, the spec), the roles, the playbooks, and the package and templates
     the scheduler service's wheel is built from (not the built wheel itself)."""
-    digest = hashlib.sha256()
     roots = (inventory, REPO / "roles", REPO / "playbooks", REPO / "slurmforge", REPO / "templates")
     files = [p for root in roots for p in sorted(root.rglob("*"))
              if p.is_file() and "wheel" not in p.relative_to(root).parts and p.suffix != ".pyc"]
-    for path in files:
-        digest.update(str(path.relative_to(REPO if path.is_relative_to(REPO) else inventory)).encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
+    return files_digest((str(p.relative_to(REPO if p.is_relative_to(REPO) else inventory)), p) for p in files)
 
 
 def _roll_out(podman: Podman, hosts: list[Host], inventory: Path, log: Path, ui: Phases,

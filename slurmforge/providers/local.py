@@ -186,17 +186,17 @@ class LocalProvider(Provider):
 
     def _ensure_container(self, host: Host, hosts: list[Host], info: ContainerInfo | None,
                           start: bool = True) -> None:
-        if info is not None:
+        if info is None:
+            self._free_name(host.name)
+        else:
             stale = (info.image != self.image or info.labels.get("slurmforge.address") != host.address
                      or info.labels.get("slurmforge.mac") != mac_address(host.address)
                      or (host.role is HostRole.CONTROLLER and API_LABEL not in info.labels))
-            dead = info.is_dead
-            if stale or dead:
+            if stale or info.is_dead:
                 log.info("recreating %s (%s)", host.name, "stale" if stale else "dead process")
                 self.podman.remove_container(host.name)
                 info = None
         if info is None:
-            self._free_name(host.name)
             self.podman.run(self._run_args(host, hosts))
         elif not info.is_running and start:
             self.podman.run(["start", host.name])

@@ -367,6 +367,11 @@ class Mail(Model):
     port: Annotated[int, Field(ge=1, le=65535)] = 25
     """The relay's port: 25 (plain SMTP), 587 (STARTTLS) or 465 (TLS)."""
 
+    @property
+    def tls(self) -> Literal["starttls", "implicit"] | None:
+        """How the relay's port speaks TLS: STARTTLS on 587, from the first byte on 465."""
+        return "starttls" if self.port == 587 else "implicit" if self.port == 465 else None
+
 
 # --------------------------------------------------------------------------- network, images, head
 

@@ -56,6 +56,11 @@ class Cluster_:
 
         return [h.name for h in read_inventory(self.report.inventory)[1]]
 
+    def image(self) -> str:
+        """The node image this cluster runs (for throwaway containers in tests)."""
+        return subprocess.run(["podman", "inspect", self.report.login, "--format", "{{.ImageName}}"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
     def login(self, command: str, user: str = "alice", **kw: object) -> subprocess.CompletedProcess[str]:
         return self.run(self.report.login, command, user=user, **kw)  # type: ignore[arg-type]
 

@@ -165,8 +165,7 @@ def test_job_mail_leaves_through_the_relay(cluster: Cluster_, tmp_path: Path) ->
     text = SPEC.read_text() + "\nmail: {domain: example.org, relay: 127.0.0.1, port: 2525}\n"
     conf = render(parse_spec(text), "dma.conf")
     (tmp_path / "dma.conf").write_text(conf)
-    image = subprocess.run(["podman", "inspect", cluster.report.login, "--format", "{{.ImageName}}"],
-                           capture_output=True, text=True, check=True).stdout.strip()
+    image = cluster.image()
     script = (
         "python3 -u -W ignore -m smtpd -n -c DebuggingServer 127.0.0.1:2525 > /tmp/sink 2>&1 & "
         f"sleep 1; echo 'the job ended' | runuser -u slurm -- {MAIL_PROGRAM} "
@@ -209,12 +208,10 @@ def test_a_container_whose_processes_died_is_removed(cluster: Cluster_) -> None:
     it is gone (CI met such a container after a machine restore)."""
     import os
     import signal
-    import subprocess
 
     from slurmforge.local.podman import Podman
 
-    image = subprocess.run(["podman", "inspect", cluster.report.login, "--format", "{{.ImageName}}"],
-                           capture_output=True, text=True, check=True).stdout.strip()
+    image = cluster.image()
     name = f"{cluster.spec.name}-test-dead"
     podman = Podman()
     podman.remove_container(name)
@@ -231,13 +228,11 @@ def test_a_container_whose_processes_died_is_removed(cluster: Cluster_) -> None:
 def test_older_images_go_unless_a_container_uses_them(cluster: Cluster_) -> None:
     """What `up` does after building a new node image, on real podman: the repository's
     other tags are removed, except one a container still uses."""
-    import subprocess
 
     from slurmforge.local.image import prune_older
     from slurmforge.local.podman import Podman
 
-    image = subprocess.run(["podman", "inspect", cluster.report.login, "--format", "{{.ImageName}}"],
-                           capture_output=True, text=True, check=True).stdout.strip()
+    image = cluster.image()
     podman, repo = Podman(), f"localhost/{cluster.spec.name}-test-prune"
     source, user = f"{cluster.spec.name}-test-prune-src", f"{cluster.spec.name}-test-prune-user"
     try:
@@ -257,14 +252,12 @@ def test_older_images_go_unless_a_container_uses_them(cluster: Cluster_) -> None
 def test_a_name_held_by_an_unlisted_container_is_freed_only_if_ours(cluster: Cluster_) -> None:
     """Before creating a node, a container of that name `ps` did not list is removed when
     it is this cluster's, and refused with a clear error when it is someone else's."""
-    import subprocess
 
     from slurmforge.errors import ProvisionError
     from slurmforge.local.podman import Podman
     from slurmforge.providers.local import LABEL, LocalProvider
 
-    image = subprocess.run(["podman", "inspect", cluster.report.login, "--format", "{{.ImageName}}"],
-                           capture_output=True, text=True, check=True).stdout.strip()
+    image = cluster.image()
     podman = Podman()
     provider = LocalProvider(cluster.spec, image, podman)
     ours, theirs = f"{cluster.spec.name}-test-ours", f"{cluster.spec.name}-test-theirs"

@@ -226,8 +226,7 @@ def test_alertmanager_mails_and_posts_an_alert(cluster: Cluster_, tmp_path: Path
     config = render_monitoring(spec, read_inventory(cluster.report.inventory)[1])["alertmanager.yml"]
     assert "group_wait: 30s" in config
     (tmp_path / "alertmanager.yml").write_text(config.replace("group_wait: 30s", "group_wait: 1s"))
-    image = subprocess.run(["podman", "inspect", cluster.report.login, "--format", "{{.ImageName}}"],
-                           capture_output=True, text=True, check=True).stdout.strip()
+    image = cluster.image()
     script = Path(__file__).parent / "alert_receivers.sh"
     mounts = ["-v", f"{tmp_path / 'alertmanager.yml'}:/etc/prometheus/alertmanager.yml:ro",
               "-v", f"{script}:/alert_receivers.sh:ro"]
