@@ -216,7 +216,9 @@ def test_a_container_whose_processes_died_is_removed(cluster: Cluster_) -> None:
     podman = Podman()
     podman.remove_container(name)
     podman.run(["run", "-d", "--name", name, image, "sleep", "600"])
-    pids = podman.run(["inspect", name, "--format", "{{.State.Pid}} {{.State.ConmonPid}}"]).split()
+    # conmon first: killed after the container's process, it may record the exit and
+    # podman then knows the container stopped (seen once in CI)
+    pids = podman.run(["inspect", name, "--format", "{{.State.ConmonPid}} {{.State.Pid}}"]).split()
     for pid in map(int, pids):
         os.kill(pid, signal.SIGKILL)
     info = podman.container(name)
@@ -288,7 +290,8 @@ def test_up_replaces_a_node_whose_processes_died(cluster: Cluster_) -> None:
     from tests.integration.conftest import SPEC, QuietPhases
 
     node = f"{cluster.spec.name}-cpu-01"
-    pids = subprocess.run(["podman", "inspect", node, "--format", "{{.State.Pid}} {{.State.ConmonPid}}"],
+    # conmon first, so nothing records the exit (as when a machine loses every process)
+    pids = subprocess.run(["podman", "inspect", node, "--format", "{{.State.ConmonPid}} {{.State.Pid}}"],
                           capture_output=True, text=True, check=True).stdout.split()
     for pid in map(int, pids):
         os.kill(pid, signal.SIGKILL)
