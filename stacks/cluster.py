@@ -15,6 +15,7 @@ import pulumi
 import pulumi_aws as aws
 
 from slurmforge import aws_inventory as out
+from slurmforge.distro import distro
 from slurmforge.errors import Problem, SpecError
 from slurmforge.nodes import pool_hostlist
 from slurmforge.render import controller_name, login_names
@@ -109,7 +110,8 @@ def _foundation(spec: Cluster, target: AwsTarget, ansible_root: Path, opts: pulu
     secrets = Secrets(name, SecretsArgs(name), opts)
     iam = Iam(name, IamArgs(name, target.region, secrets.munge_key_arn, secrets.db_password_arn), opts)
     first_private = next(iter(net.private_subnet_ids.values()))
-    image = Image(name, ImageArgs(name, target.region, spec.images.ami, net.vpc_id, first_private, ansible_root),
+    image = Image(name, ImageArgs(name, target.region, spec.images.ami, net.vpc_id, first_private, ansible_root,
+                                  distro(spec.images.base)),
                   opts)
     return Foundation(net, secrets, iam, image)
 

@@ -1,5 +1,5 @@
 """The golden image every node boots: an EC2 Image Builder pipeline that runs the
-project's image playbook on a Debian 12 base AMI.
+project's image playbook on Debian's official AMI of the spec's `images.base` (Debian 13).
 
 The playbook and roles are uploaded as one zip to a private bucket; the Image Builder
 component downloads it and runs `ansible-playbook playbooks/image.yml` locally. A
@@ -10,6 +10,8 @@ When the spec pins `images.ami`, nothing here is created and that AMI is used.
 
 from __future__ import annotations
 
+import json
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ import pulumi
 import pulumi_aws as aws
 import yaml
 
+from slurmforge.distro import Distro
 from stacks.common import (
     ROOT_DEVICE,
     VOLUME_TYPE,
@@ -31,7 +34,6 @@ from stacks.common import (
 
 # Debian's official AMIs are published by this account (https://wiki.debian.org/Cloud/AmazonEC2Image).
 DEBIAN_OWNER = "136693071363"
-DEBIAN_12_NAME = "debian-12-amd64-*"
 # The playbook written by the roles work (playbooks/ and roles/ at the repo root).
 IMAGE_PLAYBOOK = "playbooks/image.yml"
 ARCHIVE_KEY = "slurmforge-ansible.zip"
@@ -60,9 +62,11 @@ class ImageArgs:
     """A private subnet (with NAT) for the build instance."""
     ansible_root: Path
     """The directory holding playbooks/ and roles/ (the repo root)."""
+    os: Distro
+    """The spec's images.base: which Debian AMI to start from, and the image playbook's vars."""
 
 
-def component_document(archive_url: str, archive_etag: str | None) -> str:
+def component_document(archive_url: str, archive_etag: str | None, os: Distro) -> str:
     """The Image Builder component: fetch the playbooks, run the image playbook locally."""
     commands = [
         "set -euo pipefail",
@@ -71,7 +75,8 @@ def component_document(archive_url: str, archive_etag: str | None) -> str:
         "apt-get install -y -q --no-install-recommends ansible-core unzip",
         f"rm -rf {WORKDIR} && mkdir -p {WORKDIR}",
         f"unzip -q /tmp/{ARCHIVE_KEY} -d {WORKDIR}",
-        f"cd {WORKDIR} && ansible-playbook -i localhost, -c local {IMAGE_PLAYBOOK}",
+        f"cd {WORKDIR} && ansible-playbook -i localhost, -c local {IMAGE_PLAYBOOK} "
+        f"-e {shlex.quote(json.dumps(os.image_vars(), sort_keys=True))}",
         f"rm -rf {WORKDIR} /tmp/{ARCHIVE_KEY}",
     ]
     document = {
@@ -115,14 +120,14 @@ class Image(pulumi.ComponentResource):
     def _build(self, name: str, args: ImageArgs) -> pulumi.Output[str]:
         base = aws.ec2.get_ami_output(
             most_recent=True, owners=[DEBIAN_OWNER],
-            filters=[aws.ec2.GetAmiFilterArgs(name="name", values=[DEBIAN_12_NAME]),
+            filters=[aws.ec2.GetAmiFilterArgs(name="name", values=[args.os.ami_name]),
                      aws.ec2.GetAmiFilterArgs(name="architecture", values=["x86_64"])],
             opts=pulumi.InvokeOutputOptions(parent=self))
         url, etag, bucket_arn = self._upload(name, args)
         profile = self._builder_profile(name, args, bucket_arn)
         component = aws.imagebuilder.Component(
             f"{name}-component", platform="Linux", version=RECIPE_VERSION,
-            data=pulumi.Output.all(url, etag).apply(lambda v: component_document(v[0], v[1])),
+            data=pulumi.Output.all(url, etag).apply(lambda v: component_document(v[0], v[1], args.os)),
             tags=tags(args.cluster, "image"), opts=child(self))
         recipe = aws.imagebuilder.ImageRecipe(
             f"{name}-recipe", version=RECIPE_VERSION, parent_image=base.id,

@@ -1,6 +1,6 @@
 """The identical OS image, built once and cached.
 
-base:  debootstrap of Debian 12 (systemd, python3 for Ansible), imported into podman.
+base:  debootstrap of the node distribution (Debian 13) (systemd, python3 for Ansible), imported into podman.
 node:  the project's image playbook (roles' install tasks only: packages, no cluster
        secrets or config) run against a builder container from the base, committed.
        The same playbook bakes the AWS golden image.
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from slurmforge.distro import DEBIAN_13, Distro
 from slurmforge.errors import ProvisionError
 from slurmforge.local.host import debian_mirror
 from slurmforge.local.podman import Podman
@@ -36,7 +37,8 @@ BASE_PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "c
                  "iproute2", "procps", "sudo", "less", "util-linux")
 MASKED_UNITS = ("systemd-udevd.service", "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
                 "getty@tty1.service", "console-getty.service", "systemd-timesyncd.service",
-                "systemd-remount-fs.service", "sys-kernel-config.mount", "sys-kernel-debug.mount")
+                "systemd-remount-fs.service", "systemd-modules-load.service",  # no kernel modules in a container
+                "sys-kernel-config.mount", "sys-kernel-debug.mount")
 IMAGE_PLAYBOOK = Path("playbooks") / "image.yml"  # relative to the repo
 
 
@@ -47,8 +49,8 @@ def _digest(parts: list[bytes]) -> str:
     return h.hexdigest()[:12]
 
 
-def base_tag(namespace: str = NAMESPACE) -> str:
-    digest = _digest([" ".join(BASE_PACKAGES).encode(), " ".join(MASKED_UNITS).encode()])
+def base_tag(namespace: str = NAMESPACE, os: Distro = DEBIAN_13) -> str:
+    digest = _digest([os.suite.encode(), " ".join(BASE_PACKAGES).encode(), " ".join(MASKED_UNITS).encode()])
     return f"localhost/{namespace}-base:{digest}"
 
 
@@ -77,13 +79,13 @@ def node_tag(base: str, namespace: str = NAMESPACE, repo: Path = REPO) -> str:
     return f"localhost/{namespace}-node:{_digest(parts)}"
 
 
-def build_base(podman: Podman, tag: str) -> None:
+def build_base(podman: Podman, tag: str, os: Distro = DEBIAN_13) -> None:
     if shutil.which("debootstrap") is None:
         raise ProvisionError("debootstrap is missing: apt-get install debootstrap")
     with tempfile.TemporaryDirectory(prefix="slurmforge-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
-               "bookworm", str(rootfs), debian_mirror()]
+               os.suite, str(rootfs), debian_mirror()]
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
             tail = (res.stdout + res.stderr).strip().splitlines()[-3:]
@@ -109,15 +111,27 @@ def _prepare_rootfs(rootfs: Path) -> None:
         'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n')
 
 
-def build_node(podman: Podman, base: str, tag: str, run_playbook: Callable[[str], None]) -> None:
-    """Run the image playbook in a builder container, then commit it as the node image."""
+SLURM_VERSION_LABEL = "slurmforge.slurm-version"
+"""The node image's label holding the exact Slurm version its packages installed."""
+
+
+def build_node(podman: Podman, base: str, tag: str, run_playbook: Callable[[str], None],
+               os: Distro = DEBIAN_13) -> None:
+    """Run the image playbook in a builder container, then commit it as the node image,
+    labelled with the Slurm version it holds (which must be the release the renderer
+    writes for: a distribution update that moved Slurm fails here, not on the nodes)."""
     builder = f"slurmforge-image-builder-{tag.rsplit(':', 1)[-1]}"  # two builds never share one
     podman.remove_container(builder)
     podman.run(["run", "-d", "--name", builder, "--hostname", builder, base, "sleep", "infinity"])
     try:
         run_playbook(builder)
+        version = podman.run(["exec", builder, "dpkg-query", "-W", "-f=${Version}", "slurm-client"]).strip()
+        if not version.startswith(os.slurm_release + "."):
+            raise ProvisionError(f"the {os.base} image installed Slurm {version}, but slurmforge renders for "
+                                 f"Slurm {os.slurm_release}: update slurmforge/distro.py and the renderer")
         podman.run(["exec", builder, "sh", "-c", "apt-get clean && rm -rf /var/lib/apt/lists/* /tmp/*"])
-        podman.run(["commit", "--change", "CMD=/sbin/init", builder, tag])
+        podman.run(["commit", "--change", "CMD=/sbin/init", "--change", f"LABEL {SLURM_VERSION_LABEL}={version}",
+                    builder, tag])
     finally:
         podman.remove_container(builder)
 
@@ -126,10 +140,10 @@ IMAGE_LOCK = Path("/run/lock/slurmforge-image.lock")
 
 
 def ensure_images(podman: Podman, run_playbook: Callable[[str], None], namespace: str = NAMESPACE,
-                  lock: Path = IMAGE_LOCK) -> str:
+                  lock: Path = IMAGE_LOCK, os: Distro = DEBIAN_13) -> str:
     """The node image's tag, building base and node images only when missing. One build at a
     time on this machine: a second `up` waits for the first and then reuses its image."""
-    base = base_tag(namespace)
+    base = base_tag(namespace, os)
     node = node_tag(base, namespace)
     if podman.image_exists(base) and podman.image_exists(node):
         return node
@@ -138,13 +152,21 @@ def ensure_images(podman: Podman, run_playbook: Callable[[str], None], namespace
         fcntl.flock(held, fcntl.LOCK_EX)
         if not podman.image_exists(base):
             log.info("building base image %s (debootstrap)", base)
-            build_base(podman, base)
+            build_base(podman, base, os)
         if not podman.image_exists(node):
             log.info("building node image %s (image playbook)", node)
-            build_node(podman, base, node, run_playbook)
+            build_node(podman, base, node, run_playbook, os)
             prune_older(podman, node)
             prune_older(podman, base)
     return node
+
+
+def slurm_version(podman: Podman, tag: str) -> str:
+    """The exact Slurm version a node image holds (its label; '' for an image built before
+    slurmforge recorded it, which were all Debian 12 images with Slurm 22.05)."""
+    rows = podman.json(["image", "inspect", tag])
+    labels = ((rows[0].get("Config") or {}).get("Labels") or {}) if rows else {}
+    return str(labels.get(SLURM_VERSION_LABEL, ""))
 
 
 def prune_older(podman: Podman, current: str) -> None:

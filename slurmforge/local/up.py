@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from slurmforge.distro import Distro, distro
 from slurmforge.inventory import write_inventory
 from slurmforge.local.api import ensure_api_service
 from slurmforge.local.host import prepare_host
@@ -25,7 +26,7 @@ from slurmforge.local.podman import Podman
 from slurmforge.providers.base import Host, HostRole, InstanceState
 from slurmforge.providers.local import LABEL, LocalProvider
 from slurmforge.render import controller_name
-from slurmforge.rollout import Progress, RolloutResult, files_digest, roll_out, run_playbook
+from slurmforge.rollout import EventSink, Progress, RolloutResult, files_digest, roll_out, run_playbook
 from slurmforge.secrets import ensure_secrets
 from slurmforge.spec import Cluster, load_spec
 
@@ -77,7 +78,9 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
         ensure_api_service()  # the scheduler service in the controller starts nodes through it
     podman = Podman()
     with ui.phase("node image (built once, cached by content hash)"):
-        image = ensure_images(podman, lambda builder: _bake(builder, log, ui), image_namespace)
+        os = distro(spec.images.base)
+        image = ensure_images(podman, lambda builder: bake_node_image(builder, os, log, ui.event), image_namespace,
+                              os=os)
     provider = LocalProvider(spec, image, podman)
     ensure_secrets(spec.name)
     with ui.phase("inventory"):
@@ -159,9 +162,10 @@ def _read(podman: Podman, node: str, path: str) -> str:
     return res.stdout.strip() if res.returncode == 0 else ""
 
 
-def _bake(builder: str, log: Path, ui: Phases) -> None:
+def bake_node_image(builder: str, os: Distro, log: Path, on_event: EventSink | None) -> None:
+    """The image playbook on a builder container (what `ensure_images` commits)."""
     inventory = {"all": {"hosts": {builder: {"ansible_connection": "containers.podman.podman"}}}}
-    run_playbook("image.yml", inventory, log, ui.event, phase="image")
+    run_playbook("image.yml", inventory, log, on_event, phase="image", extravars=os.image_vars())
 
 
 def _powered_down_nodes(provider: LocalProvider) -> set[str]:

@@ -1,12 +1,15 @@
 """The service's Slurm client: argument lists (never shell strings), JSON where Slurm has it.
 
-Slurm 22.05 (Debian 12) facts this module relies on, checked against a running 22.05.8
-slurmctld:
-- `scontrol` has no `--json` in 22.05 (it came with 23.02); `sinfo --json` dumps every node
-  (openapi v0.0.38: `name`, `state` = base state in lower case, `state_flags` = upper-case
-  flags such as CLOUD, POWERED_DOWN, POWERING_UP, POWERING_DOWN, NOT_RESPONDING, DRAIN)
-  and `squeue --json` every job (`job_id`, `job_state`, `nodes`, `user_name`). Both ignore
-  filtering options. 23.02+ write `state` / `job_state` as lists; both shapes are read.
+Slurm 24.11 (Debian 13) facts this module relies on, checked against a running 24.11.5
+slurmctld (data_parser v0.0.42):
+- `scontrol show nodes --json` lists every node once (`name`, `state` = a list whose first
+  item is the base state and the rest flags such as CLOUD, POWERED_DOWN, POWERING_UP,
+  POWERING_DOWN, NOT_RESPONDING, DRAIN; numbers such as `reason_changed_at` as
+  {"set", "infinite", "number"}). `sinfo --json` no longer does: since 23.11 it groups
+  nodes like sinfo's table, so reading it as a node list finds none. `squeue --json` lists
+  every job (`job_id`, `job_state` as a list, `nodes`, `user_name`, `state_reason`). Every
+  answer carries `errors` and `warnings` lists and `meta.slurm.release`. The 22.05 shapes
+  (`state` a string, `state_flags` apart, plain ints) are still read.
 - SLURM_RESUME_FILE names a file descriptor of slurmctld (`/proc/<pid>/fd/N`) that is gone
   once ResumeProgram exits: `{"jobs": [{"job_id": 1, "nodes": "n-[01-02]"}],
   "all_nodes": "n-[01-03]"}` (later releases add more keys per job).
@@ -49,7 +52,7 @@ def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
 
 @dataclass(frozen=True, slots=True)
 class NodeState:
-    """One node as `sinfo --json` reports it."""
+    """One node as `scontrol show nodes --json` reports it."""
 
     name: str
     state: str
@@ -184,8 +187,8 @@ def _count(value: Any) -> int:
 
 
 def parse_nodes(text: str) -> list[NodeState]:
-    """`sinfo --json` output -> one NodeState per node (sinfo may list a node once per
-    partition in some releases; the first wins)."""
+    """`scontrol show nodes --json` output -> one NodeState per node (a node listed twice:
+    the first wins)."""
     seen: dict[str, NodeState] = {}
     for item in json.loads(text).get("nodes", []):
         node = node_from_json(item)
@@ -324,7 +327,7 @@ class SlurmClient:
         return result.stdout
 
     def nodes(self) -> list[NodeState]:
-        return parse_nodes(self.run("sinfo", "--json"))
+        return parse_nodes(self.run("scontrol", "show", "nodes", "--json"))
 
     def jobs(self) -> list[Job]:
         return parse_jobs(self.run("squeue", "--json"))

@@ -3,7 +3,7 @@
 Static hosts (controller, login, static pool nodes) are in prometheus.yml itself, from the
 inventory. A dynamic node is only a scrape target while Slurm has it powered and
 registered: a powered-down node is not a down target (no alert, no failed validation).
-The service rewrites the file every loop from the `sinfo --json` it already read;
+The service rewrites the file every loop from the `scontrol show nodes --json` it already read;
 Prometheus picks a changed file up by itself (inotify), without a reload.
 """
 

@@ -1,7 +1,7 @@
 """What the cluster is doing, as Prometheus gauges: allocation per pool and per account,
 jobs per partition, how long the oldest job has waited, which nodes are out of service.
 
-Built once per loop from the `sinfo --json` nodes and `squeue --json` jobs the daemon
+Built once per loop from the `scontrol show nodes --json` nodes and `squeue --json` jobs the daemon
 already read (no second exporter, no extra Slurm call beyond the one squeue), and stored in
 the snapshot as plain rows `(metric, labels, value)` that /metrics prints.
 """

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from slurmforge.distro import DEFAULT_BASE, RETIRED
 from slurmforge.spec.slurmtime import parse_slurm_time
 
 API_VERSION = "slurmforge/v1"
@@ -392,7 +393,17 @@ class Network(Model):
 
 
 class Images(Model):
-    base: Literal["debian-12"] = "debian-12"
+    base: Literal["debian-13"] = "debian-13"
+    """The distribution every node runs (one identical image): Debian 13, Slurm 24.11."""
+
+    @field_validator("base", mode="before")
+    @classmethod
+    def _retired_base(cls, value: object) -> object:
+        if isinstance(value, str) and value in RETIRED:
+            raise field_error("retired_base", f"is no longer built ({RETIRED[value]})",
+                              f"use base: {DEFAULT_BASE}; a cluster built on {value} is rebuilt, not upgraded "
+                              "(docs/upgrade.md)")
+        return value
     ami: Annotated[str | None, Field(pattern=AMI_RE)] = None
     """Pin an already baked golden image instead of building one."""
 

@@ -116,7 +116,7 @@ class RecordingMocks(Mocks):
     def call(self, args: MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         self.calls.append(args)
         if args.token == "aws:ec2/getAmi:getAmi":
-            return {"id": DEBIAN_AMI, "imageId": DEBIAN_AMI, "name": "debian-12-amd64-20250101-1", "architecture":
+            return {"id": DEBIAN_AMI, "imageId": DEBIAN_AMI, "name": "debian-13-amd64-20250101-1", "architecture":
                     "x86_64", "ownerId": "136693071363"}, []
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": ACCOUNT, "arn": f"arn:aws:iam::{ACCOUNT}:user/test", "id": ACCOUNT,
@@ -158,7 +158,7 @@ async def _resolve(outputs: dict[str, Any], run: StackRun) -> None:
 
 
 def _unpinned(data: dict[str, Any]) -> None:
-    data["images"] = {"base": "debian-12"}
+    data["images"] = {"base": "debian-13"}
 
 
 def _world_ssh(data: dict[str, Any]) -> None:

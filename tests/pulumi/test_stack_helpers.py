@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import shlex
+
 import pytest
 import yaml
 
+from slurmforge.distro import DEBIAN_13
 from slurmforge.spec.models import Ceph
 from stacks.ceph import ceph_placements, osd_device
 from stacks.common import partition
@@ -51,9 +55,20 @@ def test_ceph_hosts_round_robin_over_zones() -> None:
 
 
 def test_component_document_names_the_archive_version() -> None:
-    doc = yaml.safe_load(component_document("s3://b/k.zip", "etag-1"))
+    doc = yaml.safe_load(component_document("s3://b/k.zip", "etag-1", DEBIAN_13))
     assert "etag-1" in doc["description"] and IMAGE_PLAYBOOK in doc["description"]
-    assert component_document("s3://b/k.zip", "etag-1") != component_document("s3://b/k.zip", "etag-2")
+    assert component_document("s3://b/k.zip", "etag-1", DEBIAN_13) != component_document("s3://b/k.zip", "etag-2",
+                                                                                       DEBIAN_13)
+
+
+def test_component_runs_the_image_playbook_with_the_distributions_vars() -> None:
+    """The AWS image gets the same image playbook variables as the local one (the service's
+    offline wheels are for the node image's Python)."""
+    steps = yaml.safe_load(component_document("s3://b/k.zip", "e", DEBIAN_13))["phases"][0]["steps"]
+    commands = next(s for s in steps if s["name"] == "RunImagePlaybook")["inputs"]["commands"]
+    run = next(c for c in commands if IMAGE_PLAYBOOK in c)
+    extravars = json.loads(shlex.split(run.split(IMAGE_PLAYBOOK, 1)[1])[1])
+    assert extravars == DEBIAN_13.image_vars() == {"slurmforge_python_version": "3.13"}
 
 
 def test_first_ami_refuses_an_image_without_ami() -> None:

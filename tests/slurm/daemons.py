@@ -1,54 +1,33 @@
-"""Slurm's real slurmctld on a rendered config, in a temp dir, with a private munged.
+"""The node image's slurmctld on a rendered config, in a judge container (tests/judge.py).
 
-Nothing outside the temp dir changes: the config is adapted (see `adapt_for_tmp`) so
-state, log, pid and ports are private, and slurmctld runs in its own mount namespace
-where /etc/hosts and /etc/group are bind-mounted copies that add the spec's node names
-and groups (the rollout provides both on a real controller). Every daemon runs in its
-own process group and `Daemon.stop` ends it, children included.
+Each rendered config runs in its own container from the node image, with a private munged
+and a throwaway key, files in a temp dir under /tmp (bind-mounted, same path inside). The
+config is adapted (see `adapt_for_tmp`) only where running there needs it: host, user,
+paths, ports, munge socket. The container's /etc/hosts and /etc/group get the spec's node
+names and groups, as the rollout gives a real controller. Removing the container ends
+every daemon in it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pwd
 import re
-import shlex
 import shutil
-import signal
 import socket
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+
+from tests.judge import Judge
 
 NODES_READY_SOURCE = Path(__file__).resolve().parents[2] / "roles/slurm_controller/files/slurmforge-nodes-ready"
-STOP_TIMEOUT = 10.0
-START_TIMEOUT = 20.0
-COMMAND_TIMEOUT = 15.0
-
-# Run slurmctld with the copies of /etc/hosts and /etc/group bind-mounted in a private
-# mount namespace. The paths arrive as arguments ("$1", "$2", then the command), never
-# pasted into the script.
-_WITH_PRIVATE_ETC = 'mount --bind "$1" /etc/hosts && mount --bind "$2" /etc/group && shift 2 && exec "$@"'
-
-
-def find_program(name: str) -> str | None:
-    """`name` on PATH or in the sbin directories a non-login root shell may lack."""
-    found = shutil.which(name)
-    if found:
-        return found
-    for directory in ("/usr/sbin", "/sbin", "/usr/bin"):
-        path = Path(directory) / name
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path)
-    return None
-
+START_TIMEOUT = 30.0
+COMMAND_TIMEOUT = 15
 
 def free_port() -> int:
+    """A port free on this machine (the judge's network namespace has nothing else)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -69,8 +48,7 @@ class RunDir:
     munge_key: Path
     munge_out: Path
     power_stub: Path
-    hosts: Path
-    group: Path
+    nodes_ready: Path
 
     @classmethod
     def create(cls) -> RunDir:
@@ -82,23 +60,23 @@ class RunDir:
         return cls(root=root, conf=root / "slurm.conf", state=root / "state", ctld_log=root / "slurmctld.log",
                    ctld_pid=root / "slurmctld.pid", ctld_out=root / "slurmctld.out",
                    munge_socket=root / "munge.socket", munge_key=root / "munge.key", munge_out=root / "munged.out",
-                   power_stub=root / "power-stub", hosts=root / "hosts", group=root / "group")
+                   power_stub=root / "power-stub", nodes_ready=root / "slurmforge-nodes-ready")
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def adapt_for_tmp(rendered: str, run: RunDir, slurmctld_port: int, slurmd_port: int) -> str:
+def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, slurmd_port: int) -> str:
     """The rendered slurm.conf, changed only where running in a temp dir needs it.
 
     NodeName and PartitionName lines, and every key not named here, pass through as
     rendered (the test checks that).
     """
     override = {
-        # slurmctld only starts on the host SlurmctldHost names: this machine
-        "SlurmctldHost": socket.gethostname(),
-        # no 'slurm' user owns the temp dir: run as whoever runs the test (root in CI)
-        "SlurmUser": pwd.getpwuid(os.getuid()).pw_name,
+        # slurmctld only starts on the host SlurmctldHost names: the judge container
+        "SlurmctldHost": host,
+        # the temp dir is root's
+        "SlurmUser": "root",
         # state, log and pid files in the temp dir instead of /var
         "StateSaveLocation": str(run.state),
         "SlurmctldLogFile": str(run.ctld_log),
@@ -115,8 +93,8 @@ def adapt_for_tmp(rendered: str, run: RunDir, slurmctld_port: int, slurmd_port: 
         "ResumeProgram": str(run.power_stub),
         "SuspendProgram": str(run.power_stub),
         "ResumeFailProgram": str(run.power_stub),
-        # the real program, from the role that installs it
-        "PrologSlurmctld": str(NODES_READY_SOURCE),
+        # the real program, from the role that installs it (copied into the run dir)
+        "PrologSlurmctld": str(run.nodes_ready),
     }
     # no slurmdbd runs here: slurmctld refuses AccountingStorageTRES/Enforce without it
     drop_prefix = "AccountingStorage"
@@ -142,98 +120,62 @@ def power_stub_script() -> str:
     return "#!/bin/sh\nexit 0\n"
 
 
-def etc_hosts_with(names: Iterable[str]) -> str:
-    """/etc/hosts plus the node names on 127.0.0.1: slurmctld resolves every non-CLOUD
-    node at start and turns an unresolvable one into FUTURE (hidden), 10 s each."""
-    return Path("/etc/hosts").read_text() + "127.0.0.1 " + " ".join(names) + "\n"
+def etc_hosts_with(host: str, names: Iterable[str]) -> str:
+    """The judge's /etc/hosts with the node names on 127.0.0.1: slurmctld resolves every
+    non-CLOUD node at start and turns an unresolvable one into FUTURE (hidden), 10 s each."""
+    return f"127.0.0.1 localhost {host}\n127.0.0.1 " + " ".join(names) + "\n"
 
 
-def etc_group_with(groups: Iterable[tuple[str, int]]) -> str:
-    """/etc/group plus the spec's groups, so AllowGroups resolves as on a real controller."""
-    have = {line.split(":", 1)[0] for line in Path("/etc/group").read_text().splitlines()}
+def etc_group_with(image_group: str, groups: Iterable[tuple[str, int]]) -> str:
+    """The image's /etc/group plus the spec's groups, so AllowGroups resolves as on a real controller."""
+    have = {line.split(":", 1)[0] for line in image_group.splitlines()}
     extra = "".join(f"{name}:x:{gid}:\n" for name, gid in groups if name not in have)
-    return Path("/etc/group").read_text() + extra
+    return image_group + extra
 
 
-class Daemon:
-    """A foreground daemon, leader of its own process group; `stop` always ends it."""
-
-    def __init__(self, argv: list[str], output: Path) -> None:
-        self.argv = argv
-        self.output = output
-        self._out: IO[bytes] = output.open("wb")
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._out,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-
-    def has_exited(self) -> bool:
-        """Without reaping it: until `stop` reaps the leader, its pid names our group only."""
-        if self.proc.returncode is not None:
-            return True
-        info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        return info is not None
-
-    def stop(self) -> None:
-        if self.proc.returncode is None:
-            if not self.has_exited():
-                self.proc.send_signal(signal.SIGTERM)
-                deadline = time.monotonic() + STOP_TIMEOUT
-                while not self.has_exited() and time.monotonic() < deadline:
-                    time.sleep(0.05)
-            # whatever is left of the group (slurmctld's slurmscriptd, a hung leader)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=STOP_TIMEOUT)
-        self._out.close()
-
-    def output_text(self) -> str:
-        if not self._out.closed:
-            self._out.flush()
-        return self.output.read_text(errors="replace")
+def install_etc(judge: Judge, run: RunDir, names: Iterable[str], groups: Iterable[tuple[str, int]]) -> None:
+    hosts, group = run.root / "hosts", run.root / "group"
+    hosts.write_text(etc_hosts_with(judge.hostname, names))
+    group.write_text(etc_group_with(judge.run(["cat", "/etc/group"], check=True).stdout, groups))
+    judge.run(["sh", "-c", 'cat "$1" > /etc/hosts && cat "$2" > /etc/group', "sh", str(hosts), str(group)],
+              check=True)
 
 
-def start_munged(munged: str, run: RunDir) -> Daemon:
+def start_munged(judge: Judge, run: RunDir) -> None:
     run.munge_key.write_bytes(os.urandom(1024))  # a throwaway key, never the machine's
     run.munge_key.chmod(0o400)
-    daemon = Daemon([munged, "--foreground", f"--socket={run.munge_socket}", f"--key-file={run.munge_key}",
-                     f"--pid-file={run.root / 'munged.pid'}", f"--seed-file={run.root / 'munged.seed'}",
-                     f"--log-file={run.root / 'munged.log'}"], run.munge_out)
+    judge.spawn(["munged", "--foreground", f"--socket={run.munge_socket}", f"--key-file={run.munge_key}",
+                 f"--pid-file={run.root / 'munged.pid'}", f"--seed-file={run.root / 'munged.seed'}",
+                 f"--log-file={run.root / 'munged.log'}"], run.munge_out)
     deadline = time.monotonic() + START_TIMEOUT
     while not run.munge_socket.exists():
-        if daemon.has_exited() or time.monotonic() > deadline:
-            daemon.stop()
-            raise RuntimeError(f"munged did not start:\n{daemon.output_text()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"munged did not start:\n{run.munge_out.read_text(errors='replace')}")
         time.sleep(0.05)
-    return daemon
 
 
-def slurmctld_argv(slurmctld: str, run: RunDir) -> list[str]:
+def start_slurmctld(judge: Judge, run: RunDir) -> None:
     # -D: foreground; -c: start from empty state (the state dir is new anyway)
-    ctld = [slurmctld, "-D", "-c", "-f", str(run.conf)]
-    return ["unshare", "--mount", "--", "sh", "-c", _WITH_PRIVATE_ETC, "sh", str(run.hosts), str(run.group), *ctld]
+    judge.spawn(["slurmctld", "-D", "-c", "-f", str(run.conf)], run.ctld_out)
 
 
-def scontrol_env(run: RunDir) -> dict[str, str]:
-    return {**os.environ, "SLURM_CONF": str(run.conf)}
+def scontrol(judge: Judge, run: RunDir, *args: str) -> tuple[int, str, str]:
+    done = judge.run(["scontrol", *args], env={"SLURM_CONF": str(run.conf)}, timeout=COMMAND_TIMEOUT)
+    return done.returncode, done.stdout, done.stderr
 
 
-def wait_until_up(scontrol: str, ctld: Daemon, run: RunDir) -> float:
+def wait_until_up(judge: Judge, run: RunDir) -> float:
     """Seconds until `scontrol ping` reports the controller UP; RuntimeError otherwise."""
     start = time.monotonic()
     while time.monotonic() - start < START_TIMEOUT:
-        if ctld.has_exited():
-            break
-        ping = subprocess.run([scontrol, "ping"], env=scontrol_env(run), capture_output=True, text=True,
-                              timeout=COMMAND_TIMEOUT, check=False)
-        if "is UP" in ping.stdout:
+        if "is UP" in scontrol(judge, run, "ping")[1]:
             return time.monotonic() - start
-        time.sleep(0.1)
+        if not judge.is_running("slurmctld -D"):
+            break
+        time.sleep(0.2)
     log = run.ctld_log.read_text(errors="replace") if run.ctld_log.exists() else "(no log file)"
-    output = ctld.output_text()
-    hint = ""
-    if output.startswith(("unshare:", "mount:")):
-        hint = "\n(slurmctld runs in a private mount namespace: that needs root, or CAP_SYS_ADMIN in a container)"
-    raise RuntimeError(f"slurmctld did not come up: {shlex.join(ctld.argv)}{hint}\n"
-                       f"--- output\n{output}\n--- {run.ctld_log}\n{log}")
+    output = run.ctld_out.read_text(errors="replace") if run.ctld_out.exists() else ""
+    raise RuntimeError(f"slurmctld did not come up in {judge.image}\n--- output\n{output}\n--- {run.ctld_log}\n{log}")
 
 
 # scontrol -o: one record a line, `Key=value` pairs separated by spaces; a value may hold

@@ -1,16 +1,17 @@
-"""Proof against the real thing: Slurm's own slurmctld reads what `render_all` writes and
-reports, through `scontrol`, exactly the partitions and nodes the spec describes.
+"""Proof against the real thing: the node image's slurmctld reads what `render_all` writes
+and reports, through `scontrol`, exactly the partitions and nodes the spec describes.
 
 Each spec is rendered into a temp dir; slurm.conf is adapted only to run there (see
 `adapt_for_tmp`: host, user, paths, ports, munge socket, no slurmdbd), gres.conf and
 cgroup.conf are used as rendered. slurmctld runs with a private munged and a throwaway
-key; both are stopped when a spec's tests end.
+key in a judge container from the node image (tests/judge.py), removed when a spec's
+tests end.
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,31 +25,24 @@ from slurmforge.render import render_all
 from slurmforge.spec import Cluster, load_spec, validate_data
 from slurmforge.spec.models import AwsTarget
 from slurmforge.spec.slurmtime import parse_slurm_time
+from tests.judge import Judge, node_image
 from tests.slurm.daemons import (
-    COMMAND_TIMEOUT,
-    Daemon,
+    NODES_READY_SOURCE,
     RunDir,
     adapt_for_tmp,
-    etc_group_with,
-    etc_hosts_with,
-    find_program,
     free_port,
+    install_etc,
     parse_records,
     power_stub_script,
-    scontrol_env,
-    slurmctld_argv,
+    scontrol,
     start_munged,
+    start_slurmctld,
     wait_until_up,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SLURMCTLD = find_program("slurmctld")
 
-pytestmark = [
-    pytest.mark.slurm,
-    pytest.mark.skipif(SLURMCTLD is None, reason="slurmctld is not installed (apt-get install slurmctld "
-                       "slurm-client munge, or `make setup`)"),
-]
+pytestmark = [pytest.mark.slurm]
 
 # error: lines slurmctld logs here for reasons that are not the rendered config. Anything
 # else logged as error: or fatal: fails the test.
@@ -57,13 +51,8 @@ KNOWN_ERRORS = [
     (r"Job accounting information gathered, but not stored", "no slurmdbd"),
     (r"Even though we are collecting accounting information", "no slurmdbd"),
     (r"PriorityWeight(Age|Fairshare) can only be used with SlurmDBD", "no slurmdbd"),
-    # slurmctld loads every MPI plugin; Debian's pmix one needs libpmix, not installed here
-    (r"mpi/pmix|MPI: Cannot create context for mpi/pmix", "no libpmix on this machine"),
     # a new, empty StateSaveLocation
     (r"Could not open \w+ state file|NOTE: Trying backup state save file", "fresh state dir"),
-    # the default MailProg (/bin/mail) is missing on this machine; the controller role
-    # installs a mail client for job mail
-    (r"Configured MailProg is invalid", "no mail client on this machine"),
 ]
 
 
@@ -120,59 +109,46 @@ class Controller:
     spec: Cluster
     rendered: dict[str, str]
     run: RunDir
-    scontrol: str
+    judge: Judge
 
     def show(self, entity: str) -> dict[str, dict[str, str]]:
-        """`scontrol show <entity> -o` by name (22.05's scontrol has no --json)."""
-        cmd = [self.scontrol, "show", entity, "-o"]
-        result = subprocess.run(cmd, env=scontrol_env(self.run), capture_output=True, text=True,
-                                timeout=COMMAND_TIMEOUT, check=False)
-        assert result.returncode == 0, f"{' '.join(cmd)}: {result.stderr}\n{self.log()}"
-        return parse_records(result.stdout, "PartitionName" if entity == "partition" else "NodeName")
+        """`scontrol show <entity> -o` by name."""
+        rc, out, err = scontrol(self.judge, self.run, "show", entity, "-o")
+        assert rc == 0, f"scontrol show {entity}: {err}\n{self.log()}"
+        return parse_records(out, "PartitionName" if entity == "partition" else "NodeName")
 
     def log(self) -> str:
         return self.run.ctld_log.read_text(errors="replace") if self.run.ctld_log.exists() else ""
 
 
-def write_config(spec: Cluster, rendered: dict[str, str], run: RunDir) -> None:
-    run.conf.write_text(adapt_for_tmp(rendered["slurm.conf"], run, free_port(), free_port()))
+def write_config(spec: Cluster, rendered: dict[str, str], run: RunDir, judge: Judge) -> None:
+    run.conf.write_text(adapt_for_tmp(rendered["slurm.conf"], run, judge.hostname, free_port(), free_port()))
     for name in ("gres.conf", "cgroup.conf"):
         (run.root / name).write_text(rendered[name])
     run.power_stub.write_text(power_stub_script())
     run.power_stub.chmod(0o755)
-    run.hosts.write_text(etc_hosts_with(expected_nodes(spec)))
-    run.group.write_text(etc_group_with((g.name, g.gid) for g in spec.groups))
-
-
-def required_program(name: str, package: str) -> str:
-    path = find_program(name)
-    if path is None:
-        pytest.fail(f"{name} not found although slurmctld is installed: apt-get install {package}")
-    return path
+    shutil.copy2(NODES_READY_SOURCE, run.nodes_ready)
+    install_etc(judge, run, expected_nodes(spec), ((g.name, g.gid) for g in spec.groups))
 
 
 @pytest.fixture(scope="module", params=sorted(SPECS))
 def controller(request: pytest.FixtureRequest) -> Iterator[Controller]:
-    assert SLURMCTLD is not None
-    munged, scontrol = required_program("munged", "munge"), required_program("scontrol", "slurm-client")
-    required_program("unshare", "util-linux")
     name: str = request.param
     spec = SPECS[name]()
     rendered = render_all(spec, source=f"{name}.yaml")
     run = RunDir.create()
-    daemons: list[Daemon] = []
+    judge = Judge(node_image())
     try:
-        write_config(spec, rendered, run)
-        daemons.append(start_munged(munged, run))
-        daemons.append(Daemon(slurmctld_argv(SLURMCTLD, run), run.ctld_out))
+        write_config(spec, rendered, run, judge)
+        start_munged(judge, run)
+        start_slurmctld(judge, run)
         try:
-            wait_until_up(scontrol, daemons[-1], run)
+            wait_until_up(judge, run)
         except RuntimeError as exc:
             pytest.fail(str(exc), pytrace=False)
-        yield Controller(name, spec, rendered, run, scontrol)
+        yield Controller(name, spec, rendered, run, judge)
     finally:
-        for daemon in reversed(daemons):
-            daemon.stop()
+        judge.remove()
         run.remove()
 
 

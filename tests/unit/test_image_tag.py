@@ -5,11 +5,14 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from slurmforge.local.image import REPO, base_tag, ensure_images, node_tag
+from slurmforge.distro import DEBIAN_13
+from slurmforge.errors import ProvisionError
+from slurmforge.local.image import REPO, SLURM_VERSION_LABEL, base_tag, ensure_images, node_tag
 
 
 @pytest.fixture()
@@ -68,6 +71,7 @@ class FakePodman:
         self.in_use = in_use
         self.commits: list[str] = []
         self.removed: list[str] = []
+        self.slurm_version = "24.11.5-4+deb13u1"
 
     def json(self, argv: list[str]) -> list[dict[str, object]]:
         assert argv[:2] == ["images", "--format"]
@@ -87,11 +91,14 @@ class FakePodman:
     def remove_container(self, name: str) -> None:
         pass
 
-    def run(self, argv: list[str], **_: object) -> None:
+    def run(self, argv: list[str], **_: object) -> str:
         if argv[0] == "commit":
             time.sleep(0.2)  # a build takes a while; the other `up` arrives meanwhile
             self.commits.append(argv[-1])
             self.images.add(argv[-1])
+        if argv[0] == "exec" and "dpkg-query" in argv:
+            return self.slurm_version
+        return ""
 
 
 def test_two_ups_at_once_build_the_image_once(tmp_path: Path) -> None:
@@ -121,3 +128,32 @@ def test_a_new_image_replaces_the_older_ones_no_container_uses(tmp_path: Path) -
     assert podman.images == {base, node, f"{repo}:old2", other}
     again = ensure_images(podman, lambda builder: None, lock=tmp_path / "image.lock")  # type: ignore[arg-type]
     assert again == node and podman.removed == [f"{repo}:old1"]  # no build, no pruning
+
+
+def test_the_node_image_is_labelled_with_its_slurm_version(tmp_path: Path) -> None:
+    podman = FakePodman({base_tag()})
+    commands: list[list[str]] = []
+    run = podman.run
+
+    def recording(argv: list[str], **kw: object) -> str:
+        commands.append(argv)
+        return run(argv, **kw)
+
+    podman.run = recording  # type: ignore[method-assign]
+    ensure_images(podman, lambda builder: None, lock=tmp_path / "image.lock")  # type: ignore[arg-type]
+    (commit,) = [c for c in commands if c[0] == "commit"]
+    assert f"LABEL {SLURM_VERSION_LABEL}=24.11.5-4+deb13u1" in commit
+
+
+def test_an_image_whose_slurm_moved_is_refused(tmp_path: Path) -> None:
+    """A Debian point release that moved Slurm to another series fails the build with one
+    line instead of nodes that run configs written for another release."""
+    podman = FakePodman({base_tag()})
+    podman.slurm_version = "25.05.1-1"
+    with pytest.raises(ProvisionError, match=r"installed Slurm 25\.05\.1-1, but slurmforge renders for Slurm 24\.11"):
+        ensure_images(podman, lambda builder: None, lock=tmp_path / "image.lock")  # type: ignore[arg-type]
+    assert podman.commits == []
+
+
+def test_the_base_image_is_debootstrapped_from_the_distributions_suite() -> None:
+    assert base_tag() != base_tag(os=replace(DEBIAN_13, suite="forky"))

@@ -1,4 +1,5 @@
-"""Prometheus config and alert rules from the spec, checked by the real promtool: the config
+"""Prometheus config and alert rules from the spec, checked by the node image's promtool and
+amtool (tests/judge.py: the binary that judges is the one that runs it): the config
 loads (`promtool check config`), the rules load, and every alert fires on the series that
 should make it fire and stays quiet otherwise (`promtool test rules`,
 tests/unit/monitoring/alerts_test.yml)."""
@@ -27,6 +28,7 @@ from slurmforge.nodes import node_sets
 from slurmforge.providers.base import Host, HostRole
 from slurmforge.render import controller_name, login_names
 from slurmforge.spec import Cluster, load_spec, parse_spec
+from tests.judge import Judge
 
 pytestmark = pytest.mark.unit
 
@@ -44,40 +46,39 @@ def hosts_of(spec: Cluster) -> list[Host]:
     return hosts
 
 
-def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    assert shutil.which("promtool"), "promtool is missing: `make setup` installs Debian's prometheus package"
-    return subprocess.run(["promtool", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+def promtool(judge: Judge, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return judge.run(["promtool", *args], cwd=cwd)
 
 
 def local_spec() -> Cluster:
     return load_spec(ROOT / "examples" / "local.yaml")
 
 
-def test_alert_rules_fire_and_stay_quiet_as_tested(tmp_path: Path) -> None:
+def test_alert_rules_fire_and_stay_quiet_as_tested(judge: Judge, tmp_path: Path) -> None:
     (tmp_path / "alerts.yml").write_text(render_monitoring(aws_spec(), hosts_of(aws_spec()))["alerts.yml"])
     shutil.copy(RULE_TESTS, tmp_path / "alerts_test.yml")
-    checked = promtool("check", "rules", "alerts.yml", cwd=tmp_path)
+    checked = promtool(judge, "check", "rules", "alerts.yml", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    tested = promtool("test", "rules", "alerts_test.yml", cwd=tmp_path)
+    tested = promtool(judge, "test", "rules", "alerts_test.yml", cwd=tmp_path)
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
-def test_a_broken_rule_fails_the_rule_tests(tmp_path: Path) -> None:
+def test_a_broken_rule_fails_the_rule_tests(judge: Judge, tmp_path: Path) -> None:
     """The rule tests can fail: a threshold off by one minute is caught."""
     broken = render_monitoring(aws_spec(), hosts_of(aws_spec()))["alerts.yml"].replace("for: 5m", "for: 4m")
     (tmp_path / "alerts.yml").write_text(broken)
     shutil.copy(RULE_TESTS, tmp_path / "alerts_test.yml")
-    assert promtool("test", "rules", "alerts_test.yml", cwd=tmp_path).returncode != 0
+    assert promtool(judge, "test", "rules", "alerts_test.yml", cwd=tmp_path).returncode != 0
 
 
 @pytest.mark.parametrize("which", ["local", "aws"])
-def test_prometheus_config_passes_promtool(tmp_path: Path, which: str) -> None:
+def test_prometheus_config_passes_promtool(judge: Judge, tmp_path: Path, which: str) -> None:
     spec = local_spec() if which == "local" else aws_spec()
     files = render_monitoring(spec, hosts_of(spec))
     (tmp_path / "alerts.yml").write_text(files["alerts.yml"])
     # the one difference from the installed file: the rules' path on this machine
     (tmp_path / "prometheus.yml").write_text(files["prometheus.yml"].replace(RULES_PATH, str(tmp_path / "alerts.yml")))
-    checked = promtool("check", "config", "prometheus.yml", cwd=tmp_path)
+    checked = promtool(judge, "check", "config", "prometheus.yml", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 7 rules found" in checked.stdout
 
@@ -127,11 +128,9 @@ def test_thresholds_and_shared_mounts_come_from_the_spec() -> None:
     assert storage.endswith("> 80") and "/data" in storage
 
 
-def amtool_check(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
-    assert shutil.which("amtool"), "amtool is missing: `make setup` installs Debian's prometheus-alertmanager"
+def amtool_check(judge: Judge, tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "alertmanager.yml").write_text(text)
-    return subprocess.run(["amtool", "check-config", "alertmanager.yml"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+    return judge.run(["amtool", "check-config", "alertmanager.yml"], cwd=tmp_path)
 
 
 def test_prometheus_sends_alerts_to_the_controllers_alertmanager() -> None:
@@ -143,22 +142,23 @@ def test_prometheus_sends_alerts_to_the_controllers_alertmanager() -> None:
         {"targets": [target], "labels": {"instance": f"{spec.name}-alertmanager"}}]
 
 
-def test_alertmanager_without_receivers_only_gathers(tmp_path: Path) -> None:
+def test_alertmanager_without_receivers_only_gathers(judge: Judge, tmp_path: Path) -> None:
     """examples/local.yaml names no receiver: alerts gather in Alertmanager, nothing is sent."""
     text = render_monitoring(local_spec(), hosts_of(local_spec()))["alertmanager.yml"]
-    checked = amtool_check(tmp_path, text)
+    checked = amtool_check(judge, tmp_path, text)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     config = yaml.safe_load(text)
     assert config["receivers"] == [{"name": "slurmforge"}] and "smtp_smarthost" not in config["global"]
 
 
 @pytest.mark.parametrize(("port", "tls"), [(25, False), (587, True), (465, False)])
-def test_alertmanager_mails_through_the_relay_and_posts_to_the_webhook(tmp_path: Path, port: int, tls: bool) -> None:
+def test_alertmanager_mails_through_the_relay_and_posts_to_the_webhook(judge: Judge, tmp_path: Path, port: int,
+                                                                       tls: bool) -> None:
     spec = parse_spec(AWS_SPEC + f"mail: {{domain: example.org, relay: smtp.example.org, port: {port}}}\n"
                       "monitoring:\n  alerts: {email: [ops@example.org, ml@example.org], "
                       "webhook: 'https://hooks.example.org/slurm', repeat_interval: 1h}\n", "t")
     text = render_monitoring(spec, hosts_of(spec))["alertmanager.yml"]
-    checked = amtool_check(tmp_path, text)
+    checked = amtool_check(judge, tmp_path, text)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     config = yaml.safe_load(text)
     assert config["global"] | {"smtp_require_tls": tls} == config["global"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +64,27 @@ def test_sinfo_json_22_05() -> None:
     assert timed_out.gpus_used() == 1
 
 
+SAMPLES = Path(__file__).parent / "slurm_json"
+
+
+def test_scontrol_show_nodes_json_24_11() -> None:
+    """What a real 24.11.5 slurmctld of the local cluster wrote: two static CPU nodes, three
+    powered-down CLOUD nodes, the GPU node."""
+    text = (SAMPLES / "scontrol-show-nodes-24.11.5.json").read_text()
+    nodes = {n.name: n for n in parse_nodes(text)}
+    assert sorted(nodes) == ["dev-cpu-01", "dev-cpu-02", "dev-cpu-03", "dev-cpu-04", "dev-cpu-fallback-01",
+                             "dev-gpu-01"]
+    assert nodes["dev-cpu-01"].is_idle() and nodes["dev-cpu-01"].is_powered() and not nodes["dev-cpu-01"].is_cloud()
+    assert nodes["dev-cpu-03"].is_powered_down() and nodes["dev-cpu-03"].is_cloud()
+    assert nodes["dev-gpu-01"].gpus() == 2 and nodes["dev-cpu-01"].cpus == 2
+
+
+def test_squeue_json_24_11() -> None:
+    (job,) = parse_jobs((SAMPLES / "squeue-24.11.5.json").read_text())
+    assert (job.id, job.state, job.nodes, job.user, job.account) == (1, "RUNNING", "dev-cpu-01", "alice", "research")
+    assert job.eligible_at > 0 and job.tres.startswith("cpu=1,mem=1G")
+
+
 def test_state_as_list_from_later_releases() -> None:
     later = {"nodes": [{"name": "n1", "state": ["IDLE", "CLOUD", "POWERED_DOWN"],
                         "reason_changed_at": {"set": True, "number": 5}}]}
@@ -103,7 +125,7 @@ class FakeRunner:
 
 
 def test_commands_are_argument_lists() -> None:
-    runner = FakeRunner({"sinfo": json.dumps(SINFO), "squeue": json.dumps(SQUEUE)})
+    runner = FakeRunner({"scontrol": json.dumps(SINFO), "squeue": json.dumps(SQUEUE)})
     slurm = SlurmClient(runner, bin_dir="/usr/bin")
     assert len(slurm.nodes()) == 5 and len(slurm.jobs()) == 3
     slurm.power_down(["c-gpu-03", "c-gpu-01", "c-gpu-02"], "slurmforge: no capacity on spot, od")
@@ -113,7 +135,7 @@ def test_commands_are_argument_lists() -> None:
     slurm.requeue([12, 13])
     slurm.signal([12], "USR1")
     assert runner.calls == [
-        ["/usr/bin/sinfo", "--json"],
+        ["/usr/bin/scontrol", "show", "nodes", "--json"],
         ["/usr/bin/squeue", "--json"],
         ["/usr/bin/scontrol", "update", "nodename=c-gpu-[01-03]", "state=power_down_force",
          "reason=slurmforge: no capacity on spot, od"],
