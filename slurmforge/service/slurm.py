@@ -1,18 +1,26 @@
 """The service's Slurm client: argument lists (never shell strings), JSON where Slurm has it.
 
-Slurm 22.05 (Debian 12) facts this module relies on, checked against a running 22.05.8
-slurmctld:
-- `scontrol` has no `--json` in 22.05 (it came with 23.02); `sinfo --json` dumps every node
-  (openapi v0.0.38: `name`, `state` = base state in lower case, `state_flags` = upper-case
-  flags such as CLOUD, POWERED_DOWN, POWERING_UP, POWERING_DOWN, NOT_RESPONDING, DRAIN)
-  and `squeue --json` every job (`job_id`, `job_state`, `nodes`, `user_name`). Both ignore
-  filtering options. 23.02+ write `state` / `job_state` as lists; both shapes are read.
+What this module relies on, per release:
+- nodes: Slurm 23.02+ (Debian 13 ships 24.11) read `scontrol show nodes --json`, one
+  object per node (`name`, `state` = a list such as ["IDLE", "CLOUD", "POWERED_DOWN"],
+  `reason_changed_at` = {"set", "infinite", "number"}); their `sinfo --json` groups
+  nodes per partition and state (`"sinfo": [...]`) and lacks addresses. 22.05 has no
+  `scontrol --json`: there `sinfo --json` lists every node (openapi v0.0.38, `state` a
+  lower-case string and `state_flags` the flags). `scontrol --version` decides, once.
+- every JSON answer is an envelope `{"meta", "errors", "warnings", <items>}`; when
+  slurmctld cannot be reached, 22.05's `sinfo --json` exits 0 with an empty list and an
+  `errors` entry. An answer with errors or without its list raises SlurmAnswerError:
+  "unknown", never "empty" (docs/service.md, "Acting only on a view it can trust").
+- `squeue --json` lists every job (`job_id`, `job_state` - a list on 23.02+ -, `nodes`,
+  `user_name`); filtering options are ignored.
 - SLURM_RESUME_FILE names a file descriptor of slurmctld (`/proc/<pid>/fd/N`) that is gone
   once ResumeProgram exits: `{"jobs": [{"job_id": 1, "nodes": "n-[01-02]"}],
   "all_nodes": "n-[01-03]"}` (later releases add more keys per job).
 - `state=power_down_force` requeues the node's jobs, runs SuspendProgram, keeps the reason,
   clears DRAIN and DOWN, and leaves the node POWERING_DOWN for SuspendTimeout (a node that
   was DOWN shows `down` + POWER_DOWN first, until the power-save thread picks it up).
+- `state=down` kills the node's jobs at once: batch jobs are requeued unless submitted
+  with --no-requeue (JobRequeue defaults to 1), the others end NODE_FAIL.
 - After ResumeTimeout a node is `down` + POWERED_DOWN + NOT_RESPONDING, reason
   "ResumeTimeout reached", and its jobs are requeued.
 """
@@ -22,12 +30,13 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 import subprocess
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slurmforge.errors import SlurmCommandError
+from slurmforge.errors import SlurmAnswerError, SlurmCommandError
 from slurmforge.hostlists import compress, expand
 
 log = logging.getLogger(__name__)
@@ -49,7 +58,7 @@ def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
 
 @dataclass(frozen=True, slots=True)
 class NodeState:
-    """One node as `sinfo --json` reports it."""
+    """One node as `scontrol show nodes --json` (22.05: `sinfo --json`) reports it."""
 
     name: str
     state: str
@@ -141,6 +150,8 @@ def _split_gres(gres: str) -> Iterator[str]:
 
 def node_from_json(item: Mapping[str, Any]) -> NodeState:
     state, flags = _state_and_flags(item.get("state"), item.get("state_flags"))
+    if not item.get("name"):
+        raise SlurmAnswerError("nodes", "a node without a name")
     return NodeState(
         name=str(item["name"]),
         state=state,
@@ -183,14 +194,51 @@ def _count(value: Any) -> int:
     return value if type(value) is int else int(_number(value))
 
 
-def parse_nodes(text: str) -> list[NodeState]:
-    """`sinfo --json` output -> one NodeState per node (sinfo may list a node once per
-    partition in some releases; the first wins)."""
+def answer_items(text: str, key: str, command: str) -> list[Mapping[str, Any]]:
+    """The list `key` of a Slurm JSON answer; SlurmAnswerError when the answer is not
+    JSON, carries errors, or has no such list (a part missing is not an empty part)."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise SlurmAnswerError(command, f"not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise SlurmAnswerError(command, "not a JSON object")
+    errors = data.get("errors") or []
+    if errors:
+        raise SlurmAnswerError(command, "; ".join(_error_text(e) for e in errors[:3]))
+    items = data.get(key)
+    if not isinstance(items, list):
+        raise SlurmAnswerError(command, f"no '{key}' list in the answer")
+    for warning in data.get("warnings") or []:
+        log.debug("%s: %s", command, _error_text(warning))
+    return items
+
+
+def _error_text(entry: Any) -> str:
+    """22.05: {"error", "errno"}; 23.02+: {"description", "error", "error_number", "source"}."""
+    if not isinstance(entry, dict):
+        return str(entry)
+    parts = [str(entry[k]) for k in ("description", "error") if entry.get(k)]
+    return ": ".join(dict.fromkeys(parts)) or json.dumps(entry, sort_keys=True)
+
+
+def parse_nodes(text: str, command: str = "nodes") -> list[NodeState]:
+    """`scontrol show nodes --json` (23.02+) or `sinfo --json` (22.05) output -> one
+    NodeState per node (the first of a name wins)."""
     seen: dict[str, NodeState] = {}
-    for item in json.loads(text).get("nodes", []):
+    for item in answer_items(text, "nodes", command):
         node = node_from_json(item)
         seen.setdefault(node.name, node)
     return list(seen.values())
+
+
+def node_command(version: str) -> tuple[str, ...]:
+    """The command that lists every node, from `scontrol --version` ("slurm 24.11.5";
+    Debian writes "slurm-wlm 22.05.8"). A version it cannot read is taken as recent."""
+    found = re.search(r"(\d+)\.(\d+)", version)
+    if found is not None and (int(found[1]), int(found[2])) < (23, 2):
+        return ("sinfo", "--json")
+    return ("scontrol", "show", "nodes", "--json")
 
 
 # --------------------------------------------------------------------------- jobs
@@ -226,7 +274,7 @@ class Job:
 
 def parse_jobs(text: str) -> list[Job]:
     jobs = []
-    for item in json.loads(text).get("jobs", []):
+    for item in answer_items(text, "jobs", "squeue"):
         state = item.get("job_state")
         if isinstance(state, list):
             state = state[0] if state else "UNKNOWN"
@@ -315,6 +363,7 @@ class SlurmClient:
     def __init__(self, runner: Runner = run_command, bin_dir: str = "") -> None:
         self._runner = runner
         self._bin = bin_dir.rstrip("/") + "/" if bin_dir else ""
+        self._node_command: tuple[str, ...] | None = None
 
     def run(self, *argv: str) -> str:
         cmd = [self._bin + argv[0], *argv[1:]]
@@ -324,7 +373,9 @@ class SlurmClient:
         return result.stdout
 
     def nodes(self) -> list[NodeState]:
-        return parse_nodes(self.run("sinfo", "--json"))
+        if self._node_command is None:
+            self._node_command = node_command(self.run("scontrol", "--version"))
+        return parse_nodes(self.run(*self._node_command), " ".join(self._node_command))
 
     def jobs(self) -> list[Job]:
         return parse_jobs(self.run("squeue", "--json"))
@@ -343,6 +394,11 @@ class SlurmClient:
 
     def drain(self, nodes: Sequence[str], reason: str) -> None:
         self.update_nodes(nodes, "state=drain", f"reason={reason}")
+
+    def mark_down(self, nodes: Sequence[str], reason: str) -> None:
+        """DOWN: slurmctld ends the nodes' jobs now - requeued, or NODE_FAIL for those
+        that may not be requeued - instead of after SlurmdTimeout."""
+        self.update_nodes(nodes, "state=down", f"reason={reason}")
 
     def set_address(self, node: str, address: str, hostname: str | None = None) -> None:
         fields = [f"nodeaddr={address}"] + ([f"nodehostname={hostname}"] if hostname else [])
