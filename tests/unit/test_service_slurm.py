@@ -175,8 +175,8 @@ class FakeRunner:
 
 
 def test_commands_are_argument_lists() -> None:
-    runner = FakeRunner({"scontrol --version": "slurm 24.11.5", "scontrol show nodes --json": json.dumps(SCONTROL_24_11),
-                         "squeue": json.dumps(SQUEUE)})
+    runner = FakeRunner({"scontrol --version": "slurm 24.11.5", "squeue": json.dumps(SQUEUE),
+                         "scontrol show nodes --json": json.dumps(SCONTROL_24_11)})
     slurm = SlurmClient(runner, bin_dir="/usr/bin")
     assert len(slurm.nodes()) == 3 and len(slurm.nodes()) == 3 and len(slurm.jobs()) == 3
     slurm.mark_down(["c-gpu-02", "c-gpu-01"], "slurmforge: instance i-1 of c-gpu-01 is terminated")
