@@ -79,6 +79,15 @@ class Tunables:
     """A launch a crash interrupted is retried with its token for this long."""
     request_max_age: float = 3600.0
     signal: str = "USR1"
+    stable_loops: int = 3
+    """A repair (terminate, power down or mark DOWN on absent or failed evidence) runs once
+    the same verdict came out of this many trusted loops in a row (service.guard) ..."""
+    stable_seconds: float = 20.0
+    """... spanning at least this long (hand-offs wake the loop early)."""
+    max_destructive: int = 5
+    max_destructive_fraction: float = 0.05
+    """A loop stops, replaces or marks down at most max(max_destructive, fraction x the
+    spec's nodes) machines; more confirmed repairs than that and it runs none of them."""
 
 
 @dataclass(frozen=True)
