@@ -7,13 +7,15 @@ yet, 3% powering down, 2% not responding, 1% down after ResumeTimeout, 1% draine
 health hook), the cloud's instance list and the service state (bindings, marks, a
 cooling link, spot notices, orphans). Times, median of 5 runs after one warm-up:
 
-    parse    sinfo JSON text -> NodeState list
+    parse    sinfo JSON text -> NodeState list (the answer's errors and lists checked)
     classify the pure classifier -> actions
+    guard    the view's doubts (spec nodes all in Slurm's answer, machines vanished) and
+             which actions run (verdict streaks, the budget)
     snapshot pool summary for the page and /metrics
 
     .venv/bin/python bench/reconcile_bench.py [--nodes 20000] [--runs 5]
 
-Exits 1 when parse + classify + snapshot takes more than 2 s (median).
+Exits 1 when parse + classify + guard + snapshot takes more than 2 s (median).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 from slurmforge.providers.base import TAG_CLUSTER, TAG_NODE, TAG_POOL, Instance, InstanceState
 from slurmforge.service.classify import Tunables, World, classify
+from slurmforge.service.guard import Guard
 from slurmforge.service.slurm import parse_nodes
 from slurmforge.service.snapshot import build_snapshot
 from slurmforge.service.state import Binding, Cooldown, InterruptionRecord, ServiceState
@@ -122,15 +125,20 @@ def fixtures(nodes: int, seed: int = 5) -> tuple[Topology, str, list[Instance], 
     return topo, json.dumps({"meta": {}, "errors": [], "nodes": sinfo}), instances, state
 
 
-def one_loop(topo: Topology, text: str, instances: list[Instance], state: ServiceState) -> dict[str, Any]:
+def one_loop(topo: Topology, text: str, instances: list[Instance], state: ServiceState,
+             guard: Guard) -> dict[str, Any]:
     t0 = time.perf_counter()
     nodes = parse_nodes(text)
     t1 = time.perf_counter()
-    actions = classify(World(nodes, instances, state, topo, NOW, {}, Tunables()))
+    world = World(nodes, instances, state, topo, NOW, {}, Tunables())
+    actions = classify(world)
     t2 = time.perf_counter()
-    build_snapshot(topo, nodes, state.cooldowns, [], NOW)
+    decision = guard.decide(world, actions, guard.doubts(world, True, True))
     t3 = time.perf_counter()
-    return {"parse": t1 - t0, "classify": t2 - t1, "snapshot": t3 - t2, "total": t3 - t0, "actions": actions}
+    build_snapshot(topo, nodes, state.cooldowns, [], NOW, holds=decision.holds, unconfirmed=decision.unconfirmed)
+    t4 = time.perf_counter()
+    return {"parse": t1 - t0, "classify": t2 - t1, "guard": t3 - t2, "snapshot": t4 - t3, "total": t4 - t0,
+            "actions": actions, "decision": decision}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,13 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     topo, text, instances, state = fixtures(args.nodes)
     print(f"fixtures: {len(topo.nodes)} nodes, {len(instances)} instances, sinfo JSON {len(text) / 1e6:.1f} MB "
           f"(spec -> topology {time.perf_counter() - t:.2f} s, done once per spec change)")
-    one_loop(topo, text, instances, state)  # warm-up
-    runs = [one_loop(topo, text, instances, state) for _ in range(args.runs)]
-    for key in ("parse", "classify", "snapshot", "total"):
+    guard = Guard()
+    one_loop(topo, text, instances, state, guard)  # warm-up
+    runs = [one_loop(topo, text, instances, state, guard) for _ in range(args.runs)]
+    for key in ("parse", "classify", "guard", "snapshot", "total"):
         values = [r[key] for r in runs]
         print(f"{key:>9}: median {statistics.median(values) * 1000:7.1f} ms   best {min(values) * 1000:7.1f} ms")
     kinds = Counter(type(a).__name__ for a in runs[0]["actions"])
     print("actions: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
+    last = runs[-1]["decision"]
+    print(f"guard: {len(last.run)} run, {last.unconfirmed} repair(s) unconfirmed, "
+          + (", ".join(f"{h.reason.value} holds {h.held}" for h in last.holds) or "nothing held"))
     median = statistics.median(r["total"] for r in runs)
     verdict = "ok" if median <= BUDGET_SECONDS else "TOO SLOW"
     print(f"one loop over {len(topo.nodes)} nodes: {median:.3f} s (budget {BUDGET_SECONDS:.0f} s): {verdict}")

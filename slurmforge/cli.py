@@ -210,7 +210,7 @@ def rollout(
     """Roll the cluster out (playbooks/site.yml) on any inventory, with progress."""
     from slurmforge.inventory import read_inventory
     from slurmforge.providers.base import HostRole
-    from slurmforge.rollout import roll_out
+    from slurmforge.rollout import roll_out, rollout_digest
     from slurmforge.ui import PhaseDisplay
 
     require_inventory(inventory_dir)
@@ -221,7 +221,8 @@ def rollout(
         with display.phase("roll out (Ansible)"):
             _, hosts = read_inventory(inventory_dir)
             ceph = [h.name for h in hosts if h.role is HostRole.CEPH]
-            result = roll_out(inventory_dir.resolve(), ceph, log, display.event)
+            result = roll_out(inventory_dir.resolve(), ceph, log, display.event,
+                              digest=rollout_digest(inventory_dir.resolve()))
         out.print(f"rollout changed {result.total_changed} thing(s) in {result.seconds:.0f} s; log {log}")
 
     report_errors(run)

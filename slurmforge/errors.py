@@ -71,6 +71,17 @@ class SlurmCommandError(SlurmforgeError):
         super().__init__(f"{' '.join(cmd)} exited {rc}: {stderr.strip()[:300]}")
 
 
+class SlurmAnswerError(SlurmforgeError):
+    """A Slurm command answered, but not with something to act on: errors in its JSON,
+    not JSON at all, or a part missing. The scheduler service treats it as "unknown"."""
+
+    exit_code = 6
+
+    def __init__(self, command: str, problem: str) -> None:
+        self.command, self.problem = command, problem
+        super().__init__(f"{command}: {problem}")
+
+
 class HostError(SlurmforgeError):
     """The machine cannot run what was asked (not root, podman missing, ...)."""
 

@@ -25,6 +25,7 @@ from slurmforge.monitoring import has_real_gpus, render_monitoring
 from slurmforge.nodes import pool_hardware
 from slurmforge.providers.base import Host, HostRole
 from slurmforge.render import controller_name, render_all
+from slurmforge.rollout import DIGEST_FILE
 from slurmforge.spec import Cluster, load_spec
 
 HOSTS_FILE = "hosts.yml"
@@ -117,6 +118,7 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host]) -> dict[
         "slurmforge_mail": spec.mail.model_dump(),
         "slurmforge_monitoring": {"retention_days": spec.monitoring.retention_days,
                                   "retention_gb": spec.monitoring.retention_gb},
+        "slurmforge_rollout_digest_file": DIGEST_FILE,
     }
 
 

@@ -23,6 +23,9 @@ PLAYBOOKS = REPO / "playbooks"
 ROLES = REPO / "roles"
 CEPH_PLAYBOOK, CLUSTER_PLAYBOOK = "ceph.yml", "cluster.yml"
 """site.yml imports both, one after the other; roll_out runs them at the same time."""
+DIGEST_FILE = "/etc/slurmforge/rollout.digest"
+"""Each host's rollout mark (playbooks/rollout_mark.yml): removed before a rollout changes
+the host, this rollout's digest once every play succeeded there."""
 
 
 @dataclass
@@ -77,6 +80,22 @@ def files_digest(files: Iterable[tuple[str, Path]]) -> str:
     return digest.hexdigest()
 
 
+def rollout_digest(inventory: Path, repo: Path = REPO) -> str:
+    """What a rollout is made of: the generated inventory (hosts, spec-derived vars,
+    rendered configs, the spec), the roles, the playbooks, and the package and templates
+    the scheduler service's wheel is built from (not the built wheel itself)."""
+    roots = (inventory, repo / "roles", repo / "playbooks", repo / "slurmforge", repo / "templates")
+    files = [p for root in roots for p in sorted(root.rglob("*"))
+             if p.is_file() and "wheel" not in p.relative_to(root).parts and p.suffix != ".pyc"]
+    return files_digest((str(p.relative_to(repo if p.is_relative_to(repo) else inventory)), p) for p in files)
+
+
+def stale_hosts(hosts: Iterable[str], digest: str, read_mark: Callable[[str], str], full: bool = False) -> list[str]:
+    """The hosts a rollout of `digest` must run on: those whose mark is another digest or
+    none (new, changed, or left half-way by a rollout that failed); every host if `full`."""
+    return [h for h in hosts if full or read_mark(h) != digest]
+
+
 def service_wheel_dir(repo: Path = REPO, cache: Path | None = None) -> Path:
     """Where this machine keeps the scheduler service's wheel built from these sources
     (what goes into it: pyproject.toml, the package, the templates). `pip wheel` is
@@ -90,7 +109,8 @@ def service_wheel_dir(repo: Path = REPO, cache: Path | None = None) -> Path:
 
 
 def roll_out(inventory: Path, ceph_hosts: Collection[str], log_path: Path, on_event: EventSink | None = None,
-             extravars: dict[str, Any] | None = None, limit: Collection[str] | None = None) -> RolloutResult:
+             extravars: dict[str, Any] | None = None, limit: Collection[str] | None = None,
+             digest: str | None = None) -> RolloutResult:
     """The whole rollout (what site.yml does), with the Ceph hosts (ceph.yml) coming up at
     the same time as the Slurm nodes (cluster.yml): Ceph's bring-up is mostly waiting for
     its daemons. cluster.yml mounts CephFS in its last play, once a file says the Ceph run
@@ -98,9 +118,11 @@ def roll_out(inventory: Path, ceph_hosts: Collection[str], log_path: Path, on_ev
     it fails, the other run is cancelled at once instead of waiting for a file system that
     will not come.
 
-    `ceph_hosts`: the inventory's Ceph hosts; `limit`: the hosts to roll out (all when None)."""
+    `ceph_hosts`: the inventory's Ceph hosts; `limit`: the hosts to roll out (all when None);
+    `digest`: the rollout_digest() each host that comes through every play is marked with
+    (None: each host's mark is only removed)."""
     extravars = {"scheduler_service_wheel_dir": str(service_wheel_dir()), "scheduler_service_wheel_cached": True,
-                 **(extravars or {})}
+                 **({"slurmforge_rollout_digest": digest} if digest else {}), **(extravars or {})}
     ceph = sorted(h for h in ceph_hosts if limit is None or h in limit)
     limit_text = ",".join(sorted(limit)) if limit is not None else None
     if not ceph:

@@ -26,15 +26,22 @@ from slurmforge.local.podman import Podman
 from slurmforge.providers.base import Host, HostRole, InstanceState
 from slurmforge.providers.local import LABEL, LocalProvider
 from slurmforge.render import controller_name
-from slurmforge.rollout import EventSink, Progress, RolloutResult, files_digest, roll_out, run_playbook
+from slurmforge.rollout import (
+    DIGEST_FILE,
+    EventSink,
+    Progress,
+    RolloutResult,
+    roll_out,
+    rollout_digest,
+    run_playbook,
+    stale_hosts,
+)
 from slurmforge.secrets import ensure_secrets
 from slurmforge.spec import Cluster, load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORIES = REPO / "inventories"
 HOLD_FILE = "/etc/slurmforge/hold"
-DIGEST_FILE = "/etc/slurmforge/rollout.digest"
-"""Written on a node after a successful rollout: the digest of what was rolled out."""
 SERVICE_UNIT = "slurmforge-service"
 CEPH_PLAY = "Ceph"
 """playbooks/site.yml's Ceph play starts with this."""
@@ -117,33 +124,22 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
     return report
 
 
-def rollout_digest(inventory: Path) -> str:
-    """What a rollout is made of: the generated inventory (hosts, spec-derived vars,
-    rendered configs, the spec), the roles, the playbooks, and the package and templates
-    the scheduler service's wheel is built from (not the built wheel itself)."""
-    roots = (inventory, REPO / "roles", REPO / "playbooks", REPO / "slurmforge", REPO / "templates")
-    files = [p for root in roots for p in sorted(root.rglob("*"))
-             if p.is_file() and "wheel" not in p.relative_to(root).parts and p.suffix != ".pyc"]
-    return files_digest((str(p.relative_to(REPO if p.is_relative_to(REPO) else inventory)), p) for p in files)
-
-
 def _roll_out(podman: Podman, hosts: list[Host], inventory: Path, log: Path, ui: Phases,
               full: bool, digest: str) -> RolloutResult:
     """Roll out (site.yml's playbooks) on the nodes whose last successful rollout differs from this one
     (new or recreated nodes, or everything when the spec, roles or configs changed).
     `full` runs it everywhere: the way to repair drift by hand, and what proves the
     roles idempotent (changed=0)."""
-    stale = [h.name for h in hosts if full or _read(podman, h.name, DIGEST_FILE) != digest]
+    stale = stale_hosts([h.name for h in hosts], digest, lambda name: _read(podman, name, DIGEST_FILE), full)
     if not stale:
         ui.note("every node already has this exact rollout: nothing to do (--full-rollout runs Ansible anyway)")
         return RolloutResult(ok=True, skipped_hosts=len(hosts))
     ceph = [h.name for h in hosts if h.role is HostRole.CEPH]
-    # limit: never the powered-down nodes left out by the caller
-    result = roll_out(inventory, ceph, log, ui.event, limit=stale, extravars={"scheduler_service_paused": True})
+    # limit: never the powered-down nodes left out by the caller; the playbooks mark each
+    # host not current first and current at their end (playbooks/rollout_mark.yml)
+    result = roll_out(inventory, ceph, log, ui.event, limit=stale, extravars={"scheduler_service_paused": True},
+                      digest=digest)
     result.skipped_hosts = len(hosts) - len(stale)
-    record = f"mkdir -p {DIGEST_FILE.rsplit('/', 1)[0]} && printf %s {digest} > {DIGEST_FILE}"
-    for name in stale:
-        podman.exec(name, ["sh", "-c", record])
     return result
 
 

@@ -134,7 +134,7 @@ class AwsProvider(Provider):
                  sqs: Any = None, queue_url: str | None = None, *, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep, run_bucket: TokenBucket | None = None,
                  tag_bucket: TokenBucket | None = None, max_batch: int = MAX_BATCH, max_parallel: int = 4,
-                 throttle_budget: float = 8.0, max_bucket_wait: float = 2.0) -> None:
+                 throttle_budget: float = 8.0, max_bucket_wait: float = 2.0, list_page_size: int = 1000) -> None:
         problems = check_options(spec, launch_templates, subnets)
         if problems:
             raise SpecError(problems, "provider options")
@@ -146,6 +146,7 @@ class AwsProvider(Provider):
         self.tag_bucket = tag_bucket or TokenBucket(*TAG_BUCKET)
         self.max_batch, self.max_parallel = max_batch, max_parallel
         self.throttle_budget, self.max_bucket_wait = throttle_budget, max_bucket_wait
+        self.list_page_size = list_page_size
         self.calls: list[tuple[float, str, int]] = []
         """(when, operation, nodes) of every launch call issued, for the benchmarks."""
         self._tags: queue.Queue[tuple[str, list[dict[str, str]]]] = queue.Queue()
@@ -189,12 +190,19 @@ class AwsProvider(Provider):
         return "\n".join(text.splitlines()[-lines:])
 
     def list_instances(self) -> list[Instance]:
-        found = []
-        pages = self.ec2.get_paginator("describe_instances").paginate(
-            Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [self.spec.name]}])
-        for page in pages:
-            for reservation in page["Reservations"]:
-                found += [instance_from_ec2(item) for item in reservation["Instances"]]
+        """Every instance tagged for this cluster: all pages, or ProvisionError. A page that
+        fails (throttled, network) fails the whole list; it never comes back shorter."""
+        found: list[Instance] = []
+        pages = 0
+        try:
+            for page in self.ec2.get_paginator("describe_instances").paginate(
+                    Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [self.spec.name]}],
+                    PaginationConfig={"PageSize": self.list_page_size}):
+                pages += 1
+                for reservation in page["Reservations"]:
+                    found += [instance_from_ec2(item) for item in reservation["Instances"]]
+        except self._aws_errors() as exc:
+            raise ProvisionError(f"DescribeInstances failed after {pages} page(s); the list is unknown: {exc}") from exc
         return found
 
     def stop(self, nodes: Sequence[str]) -> None:
@@ -385,6 +393,12 @@ class AwsProvider(Provider):
         from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
         return cast(type[Exception], ClientError)
+
+    def _aws_errors(self) -> tuple[type[Exception], ...]:
+        """An error EC2 answered with, or one on the way there (connection, timeout)."""
+        from botocore.exceptions import BotoCoreError
+
+        return self._client_error(), cast(type[Exception], BotoCoreError)
 
     def _call(self, operation: str, bucket: TokenBucket | None = None, log_nodes: int = 0, retry: bool = True,
               **params: Any) -> Any:

@@ -37,6 +37,14 @@ class PowerDown:
 
 
 @dataclass(frozen=True)
+class MarkDown:
+    """DOWN: the nodes' machines are gone; slurmctld ends or requeues their jobs now."""
+
+    nodes: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
 class PowerUp:
     nodes: tuple[str, ...]
 
@@ -118,6 +126,6 @@ class AdvanceInterruption:
 
 
 Action = (
-    Launch | Terminate | PowerDown | PowerUp | Drain | Requeue | Signal | SetAddress | MarkCooldown
+    Launch | Terminate | PowerDown | MarkDown | PowerUp | Drain | Requeue | Signal | SetAddress | MarkCooldown
     | Bind | Unbind | SetMark | ClearMark | AbandonLaunch | CloseRequests | AdvanceInterruption
 )

@@ -12,7 +12,13 @@ Rules the anchors learned the hard way (see LESSONS.md):
 - spot notices drain the node and signal the job's steps, then requeue after a grace that
   leaves time to checkpoint; the spot link cools down so the job lands elsewhere;
 - only nodes whose reason the service or Slurm's own timeouts wrote are reset or replaced;
-  an admin's DOWN or DRAIN is left alone.
+  an admin's DOWN or DRAIN is left alone;
+- a node whose machine is gone while Slurm still runs jobs on it is marked DOWN, so its
+  jobs are requeued (or fail) now, not after SlurmdTimeout; static nodes Slurm does not
+  power (no CLOUD state) get only this.
+
+The classifier trusts its World: the daemon builds one only from answers it could check,
+and `guard` decides which destructive actions run (docs/service.md).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from slurmforge.service.actions import (
     Drain,
     Launch,
     MarkCooldown,
+    MarkDown,
     PowerDown,
     PowerUp,
     Requeue,
@@ -72,6 +79,15 @@ class Tunables:
     """A launch a crash interrupted is retried with its token for this long."""
     request_max_age: float = 3600.0
     signal: str = "USR1"
+    stable_loops: int = 3
+    """A repair (terminate, power down or mark DOWN on absent or failed evidence) runs once
+    the same verdict came out of this many trusted loops in a row (service.guard) ..."""
+    stable_seconds: float = 20.0
+    """... spanning at least this long (hand-offs wake the loop early)."""
+    max_destructive: int = 5
+    max_destructive_fraction: float = 0.05
+    """A loop stops, replaces or marks down at most max(max_destructive, fraction x the
+    spec's nodes) machines; more confirmed repairs than that and it runs none of them."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +130,10 @@ def classify(world: World) -> list[Action]:
     needs_launch: list[str] = []
     for node in world.nodes:
         info = world.topology.nodes.get(node.name)
-        if info is None or not node.is_cloud():
+        if info is None:
+            continue
+        if not node.is_cloud():
+            actions += ctx.gone_under_jobs(node)
             continue
         status = ctx.assess(node, info)
         if status is NodeStatus.NEEDS_LAUNCH:
@@ -285,8 +304,10 @@ class Context:
             actions.append(SetAddress(name, inst.address))
         elif status is NodeStatus.DIED_BOOTING and inst is not None:
             actions += self._died_booting(name, inst)
+        elif status is NodeStatus.INSTANCE_LOST and node.has_jobs() and not node.is_down():
+            actions.append(MarkDown((name,), _own(_detail(status, node, inst))))
         elif status in _REPLACING:
-            actions += self._replace(name, inst, _REPLACING[status], node)
+            actions += self._replace(name, inst, _detail(status, node, inst))
         elif status in (NodeStatus.MISSING, NodeStatus.NOT_RESPONDING):
             kind = MISSING if status is NodeStatus.MISSING else UNRESPONSIVE
             if self.mark_age(name, kind) is None:
@@ -306,9 +327,15 @@ class Context:
         link = binding.link if binding else (inst.pool or self.topology.nodes[name].pool)
         return [Unbind(name), self._cooldown(link, f"instance {inst.id} {inst.state.value} while booting")]
 
-    def _replace(self, name: str, inst: Instance | None, why: str, node: NodeState) -> list[Action]:
-        detail = why.format(node=name, instance=inst.id if inst else "-",
-                            state=inst.state.value if inst else "-", reason=node.reason)
+    def gone_under_jobs(self, node: NodeState) -> list[Action]:
+        """A node Slurm does not power (static, no CLOUD state) is the service's only to
+        tell Slurm that its machine is gone while jobs run on it."""
+        inst = self.machine(node.name)
+        if inst is None or inst.state in LIVE or not node.has_jobs() or node.is_down():
+            return []
+        return [MarkDown((node.name,), _own(_detail(NodeStatus.INSTANCE_LOST, node, inst)))]
+
+    def _replace(self, name: str, inst: Instance | None, detail: str) -> list[Action]:
         actions: list[Action] = [PowerDown((name,), _own(detail))]
         if inst is not None and inst.state in LIVE:
             actions.append(Terminate(inst.id, name, detail))
@@ -412,6 +439,11 @@ class Context:
 
 def _own(detail: str) -> str:
     return f"{OWN_REASON} {detail}"
+
+
+def _detail(status: NodeStatus, node: NodeState, inst: Instance | None) -> str:
+    return _REPLACING[status].format(node=node.name, instance=inst.id if inst else "-",
+                                     state=inst.state.value if inst else "-", reason=node.reason)
 
 
 _REPLACING = {

@@ -1,10 +1,13 @@
 """The daemon loop: a list of named steps, every 10 s (sooner when a hand-off arrives).
 
-    read_spec -> take_handoffs -> take_interruptions -> observe -> classify -> act
-              -> fall_back -> publish -> beat
+    read_spec -> take_handoffs -> take_interruptions -> observe -> classify -> guard
+              -> act -> fall_back -> publish -> beat
 
 The spec is re-read every loop; when it cannot be read the last good one is kept. Side
-effects go through the Slurm client, the provider and the store only.
+effects go through the Slurm client, the provider and the store only. `observe` never
+lets a failed or doubtful answer pass for an empty one, and `guard` (service.guard)
+holds back what the view does not support, saying so in the log, the metrics and the
+pool page.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from slurmforge.errors import SlurmforgeError
 from slurmforge.monitoring import NODE_EXPORTER_PORT
@@ -23,7 +27,8 @@ from slurmforge.service import handoff
 from slurmforge.service.actions import Action
 from slurmforge.service.classify import Context, Tunables, World, classify, plan_launches
 from slurmforge.service.executor import ActReport, Executor
-from slurmforge.service.slurm import Job, SlurmClient, jobs_by_node
+from slurmforge.service.guard import VIEW_REASONS, Decision, Doubt, Guard, HoldReason
+from slurmforge.service.slurm import Job, NodeState, SlurmClient, jobs_by_node
 from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot, cooling_links
 from slurmforge.service.state import Event, InterruptionRecord, Store
 from slurmforge.service.targets import dynamic_targets, write_targets
@@ -32,6 +37,8 @@ from slurmforge.service.usage import usage_rows
 from slurmforge.spec.models import Cluster
 
 log = logging.getLogger(__name__)
+
+Answer = TypeVar("Answer")
 
 LOOP_INTERVAL = 10.0
 """ParallelCluster's clustermgtd loops every 60 s; launches here wait at most one loop."""
@@ -60,6 +67,8 @@ class LoopReport:
     failed: int = 0
     passes: int = 0
     error: str = ""
+    held: int = 0
+    """Actions the guard held back (service.guard)."""
 
 
 class Daemon:
@@ -72,8 +81,12 @@ class Daemon:
         self.topology: Topology | None = None
         self.snapshot: ClusterSnapshot | None = None
         self.last: LoopReport | None = None
+        self.guard = Guard()
+        self.decision = Decision([])
         self._job_users: dict[int, str] = {}
         self._jobs: list[Job] = []
+        self._nodes: list[NodeState] = []
+        """Slurm's nodes as last read: what the pool page shows while Slurm does not answer."""
 
     # ------------------------------------------------------------------ the loop
 
@@ -99,13 +112,15 @@ class Daemon:
             return LoopReport(started, self.clock() - started, error="no valid spec yet")
         self.take_handoffs()
         self.take_interruptions()
-        world = self.observe(topo)
+        world, doubts = self.observe(topo)
         actions = classify(world)
-        act = self.act(world, actions)
-        passes = self.fall_back(world, act)
+        decision = self.check(world, actions, doubts)
+        act = self.act(world, decision.run)
+        passes = self.fall_back(world, act) if not doubts else 0
         seconds = self.clock() - started
-        self.publish(world, seconds)
-        return LoopReport(started, seconds, len(actions), len(act.launched), len(act.failed), passes)
+        self.publish(world, seconds, trusted=not doubts)
+        return LoopReport(started, seconds, len(decision.run), len(act.launched), len(act.failed), passes,
+                          held=decision.held)
 
     def wait(self, stop: threading.Event) -> None:
         """Until the next loop is due, or at once when a hand-off arrives."""
@@ -149,15 +164,34 @@ class Daemon:
             self.provider.acknowledge(notices)
         return len(notices)
 
-    def observe(self, topo: Topology) -> World:
-        nodes = self.slurm.nodes()
-        instances = self.provider.list_instances()
-        state = self.store.snapshot()
+    def observe(self, topo: Topology) -> tuple[World, list[Doubt]]:
+        """Slurm's nodes and jobs and the cloud's machines, and every doubt about them: a
+        failed or doubtful answer is a doubt, never an empty list."""
+        doubts: list[Doubt] = []
+        nodes = _ask(self.slurm.nodes, HoldReason.SLURM_VIEW, doubts)
         # every loop: the usage metrics (queue, allocation per account) need the jobs too
-        jobs = self._jobs = self.slurm.jobs()
-        self._job_users = {j.id: j.user for j in jobs}
-        return World(nodes=nodes, instances=instances, state=state, topology=topo, now=self.clock(),
-                     jobs=jobs_by_node(jobs), tunables=self.config.tunables)
+        jobs = _ask(self.slurm.jobs, HoldReason.SLURM_VIEW, doubts)
+        instances = _ask(self.provider.list_instances, HoldReason.CLOUD_VIEW, doubts)
+        if nodes is not None:
+            self._nodes = nodes
+        if jobs is not None:
+            self._jobs, self._job_users = jobs, {j.id: j.user for j in jobs}
+        world = World(nodes=nodes or [], instances=instances or [], state=self.store.snapshot(), topology=topo,
+                      now=self.clock(), jobs=jobs_by_node(jobs or []), tunables=self.config.tunables)
+        doubts += self.guard.doubts(world, nodes is not None and jobs is not None, instances is not None)
+        return world, doubts
+
+    def check(self, world: World, actions: Sequence[Action], doubts: Sequence[Doubt]) -> Decision:
+        """What of the classifier's actions runs now; says loudly what is held back."""
+        decision = self.decision = self.guard.decide(world, actions, doubts)
+        for hold in decision.holds:
+            log.warning("holding back %d action(s) since %s: %s: %s", hold.held,
+                        time.strftime("%H:%M:%S", time.gmtime(hold.since)), hold.reason.value, hold.detail)
+            self.store.count("slurmforge_service_held_actions_total", {"reason": hold.reason.value}, hold.held)
+            if hold.reason in VIEW_REASONS:
+                self.store.count("slurmforge_service_untrusted_loops_total", {"reason": hold.reason.value})
+        self.guard.acted(decision.run)
+        return decision
 
     def act(self, world: World, actions: Sequence[Action]) -> ActReport:
         return self.executor.execute(actions, world.topology, world.instances, self._job_users,
@@ -179,17 +213,20 @@ class Daemon:
         report.launched.update(launched)
         return passes
 
-    def publish(self, world: World, seconds: float) -> None:
+    def publish(self, world: World, seconds: float, trusted: bool = True) -> None:
+        """The snapshot (page, /metrics) from the last nodes Slurm gave, with what is held
+        back; the scrape targets only from a trusted view."""
         now = self.clock()
         self.store.prune(now)
         cooldowns = self.store.cooldowns()
-        topo = world.topology
+        topo, nodes = world.topology, self._nodes
         cooling = {name: len(cooling_links(pool.chain, cooldowns, now)) for name, pool in topo.pools.items()}
-        self.snapshot = build_snapshot(topo, world.nodes, cooldowns, self.store.events(since=now - 3600), now,
+        self.snapshot = build_snapshot(topo, nodes, cooldowns, self.store.events(since=now - 3600), now,
                                        seconds, counters=self.store.counters(),
-                                       gauges=usage_rows(topo, world.nodes, self._jobs, now, cooling))
-        if self.config.targets_file is not None:
-            write_targets(self.config.targets_file, dynamic_targets(topo, world.nodes, self.config.exporter_port))
+                                       gauges=usage_rows(topo, nodes, self._jobs, now, cooling),
+                                       holds=self.decision.holds, unconfirmed=self.decision.unconfirmed)
+        if self.config.targets_file is not None and trusted:
+            write_targets(self.config.targets_file, dynamic_targets(topo, nodes, self.config.exporter_port))
 
     def beat(self) -> None:
         path = self.config.heartbeat
@@ -200,3 +237,15 @@ class Daemon:
             tmp.replace(path)
         except OSError as exc:
             log.warning("heartbeat %s: %s", path, exc)
+
+
+def _ask(read: Callable[[], list[Answer]], reason: HoldReason, doubts: list[Doubt]) -> list[Answer] | None:
+    """One answer, or None and a doubt: whatever goes wrong (a command, a parse, the
+    cloud's API) makes the answer unknown, not empty."""
+    try:
+        return read()
+    except Exception as exc:  # any failure of a source is a doubt about it
+        detail = f"{type(exc).__name__}: {exc}"[:300]
+        log.debug("%s: %s", reason.value, detail)  # check() says it, with what it holds back
+        doubts.append(Doubt(reason, detail))
+        return None

@@ -1,8 +1,8 @@
 """Carrying out the classifier's actions: through the Slurm client, the provider and the
 store. One failing command is logged and does not stop the others.
 
-Order: bookkeeping, then what protects running work (drain, signal), then power-downs
-and requeues, terminations, addresses and power-ups, and launches last (the slow part).
+Order: bookkeeping, then what protects running work (drain, signal), then nodes marked
+DOWN, power-downs and requeues, terminations, addresses and power-ups, and launches last (the slow part).
 A launch is written to the store before the provider hears of it and completed after;
 if the provider raises, the record stays pending and the next loop retries it with the
 same token.
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 PHASES: tuple[tuple[type, ...], ...] = (
     (a.ClearMark, a.SetMark, a.Unbind, a.AbandonLaunch, a.CloseRequests, a.MarkCooldown, a.Bind),
     (a.Drain, a.Signal),
-    (a.PowerDown,),
+    (a.MarkDown, a.PowerDown),
     (a.Requeue,),
     (a.Terminate,),
     (a.SetAddress, a.PowerUp),
@@ -73,7 +73,7 @@ class _Run:
 
     def phase(self, batch: list[Any]) -> None:
         handlers: dict[type, Callable[[list[Any]], None]] = {
-            a.PowerDown: self.power_down, a.Drain: self.drain, a.Terminate: self.terminate,
+            a.PowerDown: self.power_down, a.MarkDown: self.mark_down, a.Drain: self.drain, a.Terminate: self.terminate,
             a.Requeue: self.requeue, a.Signal: self.signal, a.Launch: self.launch,
             a.PowerUp: lambda xs: self._slurm(self.ex.slurm.power_up, [n for x in xs for n in x.nodes]),
             a.SetAddress: self.set_addresses,
@@ -115,6 +115,12 @@ class _Run:
             self._slurm(functools.partial(_power_down, self.ex.slurm, reason=reason), nodes)
             for pool, count in self._pools(nodes).items():
                 self.event("power-down", pool, "", count, reason)
+
+    def mark_down(self, items: list[a.MarkDown]) -> None:
+        for reason, nodes in _by_reason(items).items():
+            self._slurm(functools.partial(_mark_down, self.ex.slurm, reason=reason), nodes)
+            for pool, count in self._pools(nodes).items():
+                self.event("mark-down", pool, "", count, reason)
 
     def drain(self, items: list[a.Drain]) -> None:
         for reason, nodes in _by_reason(items).items():
@@ -244,11 +250,15 @@ def _power_down(slurm: SlurmClient, nodes: list[str], reason: str) -> None:
     slurm.power_down(nodes, reason)
 
 
+def _mark_down(slurm: SlurmClient, nodes: list[str], reason: str) -> None:
+    slurm.mark_down(nodes, reason)
+
+
 def _drain(slurm: SlurmClient, nodes: list[str], reason: str) -> None:
     slurm.drain(nodes, reason)
 
 
-def _by_reason(items: Sequence[a.PowerDown | a.Drain]) -> dict[str, list[str]]:
+def _by_reason(items: Sequence[a.PowerDown | a.Drain | a.MarkDown]) -> dict[str, list[str]]:
     grouped: dict[str, list[str]] = {}
     for x in items:
         grouped.setdefault(x.reason, []).extend(x.nodes)

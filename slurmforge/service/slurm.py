@@ -1,21 +1,26 @@
 """The service's Slurm client: argument lists (never shell strings), JSON where Slurm has it.
 
 Slurm 24.11 (Debian 13) facts this module relies on, checked against a running 24.11.5
-slurmctld (data_parser v0.0.42):
+slurmctld (data_parser v0.0.42; samples in tests/unit/slurm_json):
 - `scontrol show nodes --json` lists every node once (`name`, `state` = a list whose first
   item is the base state and the rest flags such as CLOUD, POWERED_DOWN, POWERING_UP,
   POWERING_DOWN, NOT_RESPONDING, DRAIN; numbers such as `reason_changed_at` as
   {"set", "infinite", "number"}). `sinfo --json` no longer does: since 23.11 it groups
-  nodes like sinfo's table, so reading it as a node list finds none. `squeue --json` lists
-  every job (`job_id`, `job_state` as a list, `nodes`, `user_name`, `state_reason`). Every
-  answer carries `errors` and `warnings` lists and `meta.slurm.release`. The 22.05 shapes
-  (`state` a string, `state_flags` apart, plain ints) are still read.
+  nodes like sinfo's table (`"sinfo": [...]`), so read as a node list it finds none.
+- `squeue --json` lists every job (`job_id`, `job_state` as a list, `nodes`, `user_name`,
+  `state_reason`); filtering options are ignored.
+- every JSON answer is an envelope `{"meta", "errors", "warnings", <items>}`. An answer
+  with errors or without its list raises SlurmAnswerError: "unknown", never "empty"
+  (docs/service.md, "Acting only on a view it can trust"). The older shapes (`state` a
+  string with `state_flags` apart, plain ints, 22.05's error entries) are still read.
 - SLURM_RESUME_FILE names a file descriptor of slurmctld (`/proc/<pid>/fd/N`) that is gone
   once ResumeProgram exits: `{"jobs": [{"job_id": 1, "nodes": "n-[01-02]"}],
   "all_nodes": "n-[01-03]"}` (later releases add more keys per job).
 - `state=power_down_force` requeues the node's jobs, runs SuspendProgram, keeps the reason,
   clears DRAIN and DOWN, and leaves the node POWERING_DOWN for SuspendTimeout (a node that
   was DOWN shows `down` + POWER_DOWN first, until the power-save thread picks it up).
+- `state=down` kills the node's jobs at once: batch jobs are requeued unless submitted
+  with --no-requeue (JobRequeue defaults to 1), the others end NODE_FAIL.
 - After ResumeTimeout a node is `down` + POWERED_DOWN + NOT_RESPONDING, reason
   "ResumeTimeout reached", and its jobs are requeued.
 """
@@ -30,13 +35,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slurmforge.errors import SlurmCommandError
+from slurmforge.errors import SlurmAnswerError, SlurmCommandError
 from slurmforge.hostlists import compress, expand
 
 log = logging.getLogger(__name__)
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess[str]]
 
+NODES_COMMAND = ("scontrol", "show", "nodes", "--json")
 MAX_HOSTLIST_CHARS = 8192
 """A compressed hostlist argument longer than this is split over several calls."""
 MAX_JOBS_PER_CALL = 200
@@ -144,6 +150,8 @@ def _split_gres(gres: str) -> Iterator[str]:
 
 def node_from_json(item: Mapping[str, Any]) -> NodeState:
     state, flags = _state_and_flags(item.get("state"), item.get("state_flags"))
+    if not item.get("name"):
+        raise SlurmAnswerError("nodes", "a node without a name")
     return NodeState(
         name=str(item["name"]),
         state=state,
@@ -186,11 +194,38 @@ def _count(value: Any) -> int:
     return value if type(value) is int else int(_number(value))
 
 
-def parse_nodes(text: str) -> list[NodeState]:
-    """`scontrol show nodes --json` output -> one NodeState per node (a node listed twice:
-    the first wins)."""
+def answer_items(text: str, key: str, command: str) -> list[Mapping[str, Any]]:
+    """The list `key` of a Slurm JSON answer; SlurmAnswerError when the answer is not
+    JSON, carries errors, or has no such list (a part missing is not an empty part)."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise SlurmAnswerError(command, f"not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise SlurmAnswerError(command, "not a JSON object")
+    errors = data.get("errors") or []
+    if errors:
+        raise SlurmAnswerError(command, "; ".join(_error_text(e) for e in errors[:3]))
+    items = data.get(key)
+    if not isinstance(items, list):
+        raise SlurmAnswerError(command, f"no '{key}' list in the answer")
+    for warning in data.get("warnings") or []:
+        log.debug("%s: %s", command, _error_text(warning))
+    return items
+
+
+def _error_text(entry: Any) -> str:
+    """22.05: {"error", "errno"}; 23.02+: {"description", "error", "error_number", "source"}."""
+    if not isinstance(entry, dict):
+        return str(entry)
+    parts = [str(entry[k]) for k in ("description", "error") if entry.get(k)]
+    return ": ".join(dict.fromkeys(parts)) or json.dumps(entry, sort_keys=True)
+
+
+def parse_nodes(text: str, command: str = "nodes") -> list[NodeState]:
+    """`scontrol show nodes --json` output -> one NodeState per node (the first of a name wins)."""
     seen: dict[str, NodeState] = {}
-    for item in json.loads(text).get("nodes", []):
+    for item in answer_items(text, "nodes", command):
         node = node_from_json(item)
         seen.setdefault(node.name, node)
     return list(seen.values())
@@ -229,7 +264,7 @@ class Job:
 
 def parse_jobs(text: str) -> list[Job]:
     jobs = []
-    for item in json.loads(text).get("jobs", []):
+    for item in answer_items(text, "jobs", "squeue"):
         state = item.get("job_state")
         if isinstance(state, list):
             state = state[0] if state else "UNKNOWN"
@@ -327,7 +362,7 @@ class SlurmClient:
         return result.stdout
 
     def nodes(self) -> list[NodeState]:
-        return parse_nodes(self.run("scontrol", "show", "nodes", "--json"))
+        return parse_nodes(self.run(*NODES_COMMAND), " ".join(NODES_COMMAND))
 
     def jobs(self) -> list[Job]:
         return parse_jobs(self.run("squeue", "--json"))
@@ -346,6 +381,11 @@ class SlurmClient:
 
     def drain(self, nodes: Sequence[str], reason: str) -> None:
         self.update_nodes(nodes, "state=drain", f"reason={reason}")
+
+    def mark_down(self, nodes: Sequence[str], reason: str) -> None:
+        """DOWN: slurmctld ends the nodes' jobs now - requeued, or NODE_FAIL for those
+        that may not be requeued - instead of after SlurmdTimeout."""
+        self.update_nodes(nodes, "state=down", f"reason={reason}")
 
     def set_address(self, node: str, address: str, hostname: str | None = None) -> None:
         fields = [f"nodeaddr={address}"] + ([f"nodehostname={hostname}"] if hostname else [])

@@ -1,5 +1,6 @@
 """What the pool page, /metrics and `slurmforge pools` show: every pool's nodes by
-state, GPUs used / free / powered off, recent launches and failures, links cooling down.
+state, GPUs used / free / powered off, recent launches and failures, links cooling down,
+and what the service holds back and why (service.guard).
 
 Built by the daemon once per loop from data it already has; serialisable as JSON so the
 CLI can read it from the service (`GET /pools.json`).
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from slurmforge.service.guard import Hold, HoldReason
 from slurmforge.service.slurm import NodeState
 from slurmforge.service.state import Cooldown, Event
 from slurmforge.service.topology import Topology
@@ -87,6 +89,10 @@ class ClusterSnapshot:
     counters: tuple[tuple[str, dict[str, str], float], ...] = field(default=())
     gauges: tuple[tuple[str, dict[str, str], float], ...] = field(default=())
     """Slurm usage (slurmforge.service.usage): allocation, jobs, waiting, unavailable nodes."""
+    holds: tuple[Hold, ...] = ()
+    """What the last loop held back and why; empty when it acted on everything."""
+    unconfirmed: int = 0
+    """Repairs waiting for their verdict to hold over enough loops."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -103,7 +109,9 @@ class ClusterSnapshot:
             window_seconds=data["window_seconds"], pools=pools,
             events=tuple(Event(**e) for e in data["events"]),
             counters=tuple((c[0], dict(c[1]), float(c[2])) for c in data["counters"]),
-            gauges=tuple((g[0], dict(g[1]), float(g[2])) for g in data.get("gauges", ())))
+            gauges=tuple((g[0], dict(g[1]), float(g[2])) for g in data.get("gauges", ())),
+            holds=tuple(Hold(**{**h, "reason": HoldReason(h["reason"])}) for h in data.get("holds", ())),
+            unconfirmed=int(data.get("unconfirmed", 0)))
 
 
 def cooling_links(chain: Iterable[str], cooldowns: Mapping[str, Cooldown], now: float) -> list[Cooldown]:
@@ -114,7 +122,8 @@ def cooling_links(chain: Iterable[str], cooldowns: Mapping[str, Cooldown], now: 
 def build_snapshot(topology: Topology, nodes: Iterable[NodeState], cooldowns: Mapping[str, Cooldown],
                    events: Sequence[Event], now: float, loop_seconds: float = 0.0, window: float = 3600.0,
                    counters: Sequence[tuple[str, dict[str, str], float]] = (),
-                   gauges: Sequence[tuple[str, dict[str, str], float]] = ()) -> ClusterSnapshot:
+                   gauges: Sequence[tuple[str, dict[str, str], float]] = (), holds: Sequence[Hold] = (),
+                   unconfirmed: int = 0) -> ClusterSnapshot:
     tallies: dict[str, dict[str, Any]] = {
         name: {"nodes": dict.fromkeys(NODE_STATES, 0), "used": 0, "free": 0, "off": 0} for name in topology.pools}
     for node in nodes:
@@ -135,7 +144,7 @@ def build_snapshot(topology: Topology, nodes: Iterable[NodeState], cooldowns: Ma
                           for c in cooling_links(pool.chain, cooldowns, now)),
         ))
     return ClusterSnapshot(topology.cluster, now, loop_seconds, window, tuple(pools), tuple(recent[:50]),
-                           tuple(counters), tuple(gauges))
+                           tuple(counters), tuple(gauges), tuple(holds), unconfirmed)
 
 
 def _tally(tally: dict[str, Any], node: NodeState, pool_gpus: int) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import jinja2
 from rich.table import Table
 
+from slurmforge.service.guard import HoldReason
 from slurmforge.service.snapshot import NODE_STATES, ClusterSnapshot, PoolSnapshot
 from slurmforge.service.usage import HELP as USAGE_HELP
 from slurmforge.templating import templates_dir
@@ -34,6 +35,8 @@ COUNTER_HELP = {
     "slurmforge_launch_failures_total": "Nodes whose launch failed, by pool, link and error code.",
     "slurmforge_terminated_instances_total": "Instances terminated, by pool and why (release, orphan, duplicate).",
     "slurmforge_interruptions_total": "Spot interruption notices received.",
+    "slurmforge_service_held_actions_total": "Actions the service held back, by why (docs/service.md).",
+    "slurmforge_service_untrusted_loops_total": "Loops whose view of Slurm or the cloud was not trusted, by why.",
 }
 
 
@@ -58,6 +61,11 @@ def metrics_text(snap: ClusterSnapshot) -> str:
     lines += _gauge("slurmforge_links_cooling", "Links cooling down after failures.", [({}, len(cooling))])
     lines += _gauge("slurmforge_loop_duration_seconds", "Duration of the last loop.", [({}, snap.loop_seconds)])
     lines += _gauge("slurmforge_snapshot_timestamp_seconds", "When the last loop published.", [({}, snap.taken_at)])
+    holding = {h.reason for h in snap.holds}
+    lines += _gauge("slurmforge_service_holding", "1 while the service holds actions back, by why (docs/service.md).",
+                    (({"reason": r.value}, int(r in holding)) for r in HoldReason))
+    lines += _gauge("slurmforge_service_unconfirmed_actions",
+                    "Repairs waiting for their verdict to hold over enough loops.", [({}, snap.unconfirmed)])
     lines += _rows_text(snap.gauges, "gauge", USAGE_HELP)
     lines += _rows_text(sorted(snap.counters, key=lambda c: c[0]), "counter", COUNTER_HELP, always=COUNTER_HELP)
     return "\n".join(lines) + "\n"
@@ -112,6 +120,8 @@ def page_context(snap: ClusterSnapshot) -> dict[str, Any]:
         "pools": [_pool_context(p, snap.taken_at) for p in snap.pools],
         "events": [{"when": time.strftime("%H:%M:%S", time.gmtime(e.at)), "kind": e.kind, "pool": e.pool,
                     "link": e.link, "count": e.count, "detail": e.detail} for e in snap.events[:30]],
+        "holds": [{"reason": h.reason.value, "detail": h.detail, "held": h.held,
+                   "since": time.strftime("%H:%M:%S UTC", time.gmtime(h.since))} for h in snap.holds],
     }
 
 
@@ -135,8 +145,11 @@ def render_page(snap: ClusterSnapshot) -> str:
 
 
 def pools_table(snap: ClusterSnapshot) -> Table:
-    """`slurmforge pools`: one row per pool."""
-    table = Table(title=f"{snap.cluster}: pools", title_justify="left")
+    """`slurmforge pools`: one row per pool; what the service holds back in the caption."""
+    table = Table(title=f"{snap.cluster}: pools", title_justify="left",
+                  caption="\n".join(f"HOLDING BACK {h.held} action(s) since "
+                                     f"{time.strftime('%H:%M:%S', time.gmtime(h.since))}: {h.reason.value}: {h.detail}"
+                                     for h in snap.holds) or None, caption_justify="left")
     for header in ("Pool", "Kind", "Market", "Nodes", "Idle", "Busy", "Starting", "Off", "Down/drain",
                    "GPUs used", "GPUs free", "Launched", "Failed", "Cooling down"):
         table.add_column(header, justify="left" if header in ("Pool", "Kind", "Market", "Cooling down") else "right")

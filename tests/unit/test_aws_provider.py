@@ -420,3 +420,77 @@ def test_daemon_launches_through_ec2_and_handles_a_notice(ec2: Ec2, tmp_path: Pa
     assert slurm.called("drain") == [((f"{prefix}-spot-01",), "slurmforge: spot interruption notice")]
     assert slurm.called("signal") == [((31,), "USR1")]
     assert len([op for op, _ in ec2.calls if op == "CreateFleet"]) == 2  # od-01 by hand, spot-01 by the daemon
+
+
+# --------------------------------------------------------------------------- a list that fails
+
+
+def fail_describe(ec2: Ec2, code: str, after: int = 0) -> list[int]:
+    """DescribeInstances answers `code` from its (after+1)-th call on; returns the call count."""
+    calls = [0]
+
+    def hook(model: Any, **_: Any) -> tuple[Response, dict[str, Any]] | None:
+        calls[0] += 1
+        return error(code) if calls[0] > after else None
+
+    ec2.client.meta.events.register_first("before-call.ec2.DescribeInstances", hook, unique_id="fail-describe")
+    return calls
+
+
+@pytest.fixture
+def unhook(ec2: Ec2) -> Iterator[None]:
+    yield
+    ec2.client.meta.events.unregister("before-call.ec2.DescribeInstances", unique_id="fail-describe")
+
+
+@pytest.mark.usefixtures("unhook")
+@pytest.mark.parametrize("code", ["RequestLimitExceeded", "InternalError", "UnauthorizedOperation"])
+def test_a_list_ec2_refuses_is_an_error_not_an_empty_list(ec2: Ec2, code: str) -> None:
+    aws = provider(ec2)
+    aws.start(request(["t-spot-01"]))
+    fail_describe(ec2, code)
+    with pytest.raises(ProvisionError, match=f"DescribeInstances failed after 0 page.*{code}"):
+        aws.list_instances()
+
+
+@pytest.mark.usefixtures("unhook")
+def test_a_page_that_fails_fails_the_whole_list(ec2: Ec2) -> None:
+    aws = provider(ec2, list_page_size=5, max_batch=1)  # one reservation per instance: moto pages those
+    aws.start(request([f"t-cpu-0{i}" for i in range(1, 8)], pool="cpu"))
+    aws.flush_tags()
+    before = len(ec2.calls)
+    assert len(aws.list_instances()) == 7
+    assert [op for op, _ in ec2.calls[before:]] == ["DescribeInstances"] * 2  # two pages
+    calls = fail_describe(ec2, "RequestLimitExceeded", after=1)
+    with pytest.raises(ProvisionError, match="after 1 page"):
+        aws.list_instances()
+    assert calls[0] == 2
+
+
+@pytest.mark.usefixtures("unhook")
+def test_daemon_on_ec2_holds_while_describe_is_throttled(ec2: Ec2, tmp_path: Path) -> None:
+    """The issue's failure on AWS: while the list fails, nothing is launched or
+    terminated, though every Slurm node is up and one is waiting for a machine."""
+    spec_file = tmp_path / "cluster.yaml"
+    spec_file.write_text(SPEC.replace("name: t\n", f"name: {ec2.cluster.name}\n"))
+    prefix = ec2.cluster.name
+    aws = provider(ec2)
+    od = aws.start(request([f"{prefix}-od-01"], pool="od", token="sf-static")).launched[f"{prefix}-od-01"]
+    states = {f"{prefix}-od-01": ("allocated", "CLOUD"), f"{prefix}-spot-01": POWERING_UP}
+    slurm = FakeSlurm([node(n, states.get(n, POWERED_DOWN)) for n in topology(ec2.cluster).nodes])
+    clock = Clock(time.time())
+    daemon = Daemon(DaemonConfig(spec_path=spec_file, spool=tmp_path, heartbeat=tmp_path / "beat"), slurm, aws,
+                    Store(tmp_path / "state.db"), load_spec, clock)
+    fail_describe(ec2, "RequestLimitExceeded")
+    for _ in range(6):
+        daemon.loop_once()
+        clock.advance(10)
+    ops = {op for op, _ in ec2.calls}
+    assert "TerminateInstances" not in ops and len([op for op, _ in ec2.calls if op == "CreateFleet"]) == 1
+    assert slurm.calls == [] and [h.reason.value for h in daemon.snapshot.holds] == ["cloud-view"]  # type: ignore[union-attr]
+    assert "RequestLimitExceeded" in daemon.snapshot.holds[0].detail  # type: ignore[union-attr]
+    ec2.client.meta.events.unregister("before-call.ec2.DescribeInstances", unique_id="fail-describe")
+    daemon.loop_once()
+    assert daemon.snapshot.holds == () and od.id not in [p["InstanceIds"][0] for op, p in ec2.calls  # type: ignore[union-attr]
+                                                          if op == "TerminateInstances"]
+    assert len([op for op, _ in ec2.calls if op == "CreateFleet"]) == 2  # spot-01's machine, now

@@ -35,6 +35,7 @@ from slurmforge.service.actions import (
     Drain,
     Launch,
     MarkCooldown,
+    MarkDown,
     PowerDown,
     PowerUp,
     Requeue,
@@ -129,7 +130,14 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
         WorldBuilder([node(S1, ALLOCATED)], [instance("i-1", S1, address=None)], state(bindings=bound(S1, "i-1"))),
         []),
     "up-instance-terminated-powers-down": (
+        WorldBuilder([node(S1, IDLE)], [instance("i-1", S1, TERMINATED)], state(bindings=bound(S1, "i-1"))),
+        [PowerDown((S1,), "slurmforge: instance i-1 of t-spot-01 is terminated")]),
+    "up-instance-terminated-under-jobs-marks-down": (
         WorldBuilder([node(S1, ALLOCATED)], [instance("i-1", S1, TERMINATED)], state(bindings=bound(S1, "i-1"))),
+        [MarkDown((S1,), "slurmforge: instance i-1 of t-spot-01 is terminated")]),
+    "down-after-mark-down-powers-down": (
+        WorldBuilder([node(S1, DOWN, reason="slurmforge: instance i-1 of t-spot-01 is terminated")],
+                     [instance("i-1", S1, TERMINATED)], state(bindings=bound(S1, "i-1"))),
         [PowerDown((S1,), "slurmforge: instance i-1 of t-spot-01 is terminated")]),
     "up-instance-stopped-powers-down": (
         WorldBuilder([node(S1, IDLE)], [instance("i-1", S1, STOPPED)]),
@@ -182,6 +190,15 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
         WorldBuilder([node(OD1, DRAINED_POWERED_DOWN, reason="kept off")]), []),
     "dynamic-node-off-stays-off": (WorldBuilder([node(OD2, POWERED_DOWN)]), []),
     "non-cloud-node-ignored": (WorldBuilder([node(S1, STATIC_NONCLOUD)]), []),
+    "non-cloud-node-machine-stopped-under-jobs-marks-down": (
+        WorldBuilder([node(S1, ("allocated",))], [instance("i-1", S1, STOPPED)]),
+        [MarkDown((S1,), "slurmforge: instance i-1 of t-spot-01 is stopped")]),
+    "non-cloud-node-machine-stopped-without-jobs-ignored": (
+        WorldBuilder([node(S1, STATIC_NONCLOUD)], [instance("i-1", S1, STOPPED)]), []),
+    "non-cloud-node-running-machine-under-jobs-ignored": (
+        WorldBuilder([node(S1, ("mixed",))], [instance("i-1", S1, RUNNING)]), []),
+    "non-cloud-node-already-down-ignored": (
+        WorldBuilder([node(S1, ("down",), reason="slurmforge: x")], [instance("i-1", S1, STOPPED)]), []),
     "unknown-node-ignored": (WorldBuilder([node("elsewhere-01", POWERING_UP)]), []),
 }
 

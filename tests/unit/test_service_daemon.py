@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_service_world import NOW, POWERED_DOWN, POWERING_UP, SPEC, Clock, instance, node
+from test_service_world import NOW, POWERED_DOWN, POWERING_UP, Clock, instance, node
 
 from slurmforge.providers.base import (
     TAG_POOL,
@@ -64,6 +64,12 @@ class FakeSlurm(SlurmClient):
         self.calls.append(("power_up", (tuple(nodes),)))
         for n in nodes:
             self._set(n, "idle", "POWERING_UP", "NOT_RESPONDING")
+
+    def mark_down(self, nodes: Sequence[str], reason: str) -> None:
+        self.calls.append(("mark_down", (tuple(nodes), reason)))
+        for n in nodes:  # slurmctld ends the node's jobs
+            self._set(n, "down", *(self.state[n].flags - {"CLOUD"}), reason=reason)
+            self.job_list = [j for j in self.job_list if n not in j.node_names()]
 
     def drain(self, nodes: Sequence[str], reason: str) -> None:
         self.calls.append(("drain", (tuple(nodes), reason)))
@@ -151,15 +157,6 @@ class FakeCloud(Provider):
 
     def live(self, node_name: str) -> list[Instance]:
         return [i for i in self.instances.values() if i.node == node_name and i.state is InstanceState.RUNNING]
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, Path]:
-    spec = tmp_path / "cluster.yaml"
-    spec.write_text(SPEC)
-    spool = tmp_path / "spool"
-    spool.mkdir()
-    return {"spec": spec, "spool": spool, "db": tmp_path / "state.db", "beat": tmp_path / "heartbeat"}
 
 
 def make(env: dict[str, Path], slurm: FakeSlurm, cloud: FakeCloud, clock: Clock) -> Daemon:
@@ -266,13 +263,18 @@ def test_crash_mid_launch_never_double_launches(env: dict[str, Path]) -> None:
     assert cloud.terminated == []
 
 
-def test_orphan_terminated_within_one_loop(env: dict[str, Path]) -> None:
+def test_orphan_terminated_once_its_verdict_held_for_three_loops(env: dict[str, Path]) -> None:
     clock = Clock()
     slurm = FakeSlurm(all_nodes(t_od_01=("idle", "CLOUD")))
     cloud = FakeCloud(clock)
     cloud.instances["i-od"] = instance("i-od", OD1, pool="od")
     cloud.instances["i-lost"] = instance("i-lost", None, tags={TAG_POOL: "spot"})
-    make(env, slurm, cloud, clock).loop_once()
+    daemon = make(env, slurm, cloud, clock)
+    for _ in range(2):
+        daemon.loop_once()
+        assert cloud.terminated == [] and daemon.snapshot.unconfirmed == 1  # type: ignore[union-attr]
+        clock.advance(10)
+    daemon.loop_once()
     assert cloud.terminated == ["i-lost"]
 
 
@@ -331,7 +333,9 @@ def test_loop_survives_a_failing_slurm(env: dict[str, Path]) -> None:
     slurm.nodes = lambda: (_ for _ in ()).throw(OSError("slurmctld down"))  # type: ignore[method-assign]
     daemon = make(env, slurm, FakeCloud(clock), clock)
     report = daemon.loop_once()
-    assert "slurmctld down" in report.error and env["beat"].exists()
+    assert report.error == "" and env["beat"].exists()
+    (hold,) = daemon.snapshot.holds  # type: ignore[union-attr]
+    assert hold.reason.value == "slurm-view" and "slurmctld down" in hold.detail
 
 
 def test_service_entry_point_runs_one_loop(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -341,9 +345,12 @@ def test_service_entry_point_runs_one_loop(env: dict[str, Path], monkeypatch: py
 
     bin_dir = env["spool"].parent / "bin"
     bin_dir.mkdir()
-    for name, body in (("sinfo", '{"nodes": []}'), ("squeue", '{"jobs": []}')):
+    nodes = json.dumps({"meta": {}, "errors": [], "warnings": [], "nodes": [
+        {"name": n.name, "state": [n.state.upper(), *sorted(n.flags)]} for n in all_nodes()]})
+    for name, body in (("scontrol", f'case "$1" in --version) echo slurm 24.11.5;; *) echo \'{nodes}\';; esac'),
+                       ("squeue", 'echo \'{"meta": {}, "errors": [], "warnings": [], "jobs": []}\'')):
         script = bin_dir / name
-        script.write_text(f"#!/bin/sh\necho '{body}'\n")
+        script.write_text(f"#!/bin/sh\n{body}\n")
         script.chmod(0o755)
     clock = Clock()
     monkeypatch.setattr(service_main, "build_provider", lambda spec, options: FakeCloud(clock))
@@ -351,6 +358,8 @@ def test_service_entry_point_runs_one_loop(env: dict[str, Path], monkeypatch: py
     code = service_main.main(["--spec", str(env["spec"]), "--state-dir", str(state_dir), "--spool",
                               str(env["spool"]), "--slurm-bin", str(bin_dir), "--listen", "", "--once"])
     assert code == 0 and (state_dir / "heartbeat").exists() and (state_dir / "state.db").exists()
+    counters = {name for name, _, _ in Store(state_dir / "state.db").counters()}
+    assert "slurmforge_service_untrusted_loops_total" not in counters  # it trusted what Slurm answered
 
 
 def test_unknown_target_has_no_service_provider() -> None:

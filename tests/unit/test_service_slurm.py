@@ -1,5 +1,6 @@
-"""The Slurm client: JSON as Slurm 22.05.8 really writes it (samples taken from a running
-slurmctld with CLOUD nodes), and the exact argument lists it runs."""
+"""The Slurm client: JSON as Slurm 24.11.5 (tests/unit/slurm_json) and 22.05.8 really write it
+(samples taken from a running slurmctld with CLOUD nodes) and in 24.11's shape (data_parser v0.0.42), answers that must
+not be trusted (errors, a missing list, not JSON), and the exact argument lists it runs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmforge.errors import SlurmCommandError
+from slurmforge.errors import SlurmAnswerError, SlurmCommandError
 from slurmforge.service.slurm import (
     SlurmClient,
     gres_count,
@@ -48,6 +49,31 @@ SQUEUE = {"meta": META, "errors": [], "jobs": [
     {"job_id": 2, "job_state": "RUNNING", "nodes": "probe-gpu-03", "user_name": "bob", "partition": "p"},
     {"job_id": 3, "job_state": "PENDING", "nodes": "", "user_name": "bob", "partition": "p"},
 ]}
+META_24_11 = {"plugin": {"type": "", "name": "", "data_parser": "data_parser/v0.0.42", "accounting_storage": ""},
+              "client": {"source": "/dev/pts/0", "user": "root", "group": "root"},
+              "command": ["show", "nodes"], "slurm": {"version": {"major": "24", "micro": "5", "minor": "11"},
+                                                      "release": "24.11.5", "cluster": "c"}}
+# scontrol show nodes --json, 24.11: states are lists, times are {"set", "infinite", "number"}
+SCONTROL_24_11 = {"meta": META_24_11, "errors": [], "warnings": [], "nodes": [
+    {"name": "c-gpu-01", "state": ["MIXED", "CLOUD", "NOT_RESPONDING", "POWERING_UP"], "address": "c-gpu-01",
+     "hostname": "c-gpu-01", "reason": "", "reason_changed_at": {"set": False, "infinite": False, "number": 0},
+     "gres": "gpu:2", "gres_used": "gpu:0", "partitions": ["gpu"], "cpus": 8, "alloc_cpus": 2,
+     "real_memory": 30000, "alloc_memory": 1000},
+    {"name": "c-gpu-02", "state": ["DOWN", "CLOUD", "POWERED_DOWN", "NOT_RESPONDING"], "address": "c-gpu-02",
+     "hostname": "c-gpu-02", "reason": "ResumeTimeout reached",
+     "reason_changed_at": {"set": True, "infinite": False, "number": 1795322372}, "gres": "gpu:2",
+     "gres_used": "gpu:0", "partitions": ["gpu"], "cpus": 8, "alloc_cpus": 0, "real_memory": 30000,
+     "alloc_memory": 0},
+    {"name": "c-cpu-01", "state": ["ALLOCATED"], "address": "10.89.0.21", "hostname": "c-cpu-01", "reason": "",
+     "reason_changed_at": {"set": False, "infinite": False, "number": 0}, "gres": "", "gres_used": "",
+     "partitions": ["cpu"], "cpus": 2, "alloc_cpus": 2, "real_memory": 1000, "alloc_memory": 500},
+]}
+# what 22.05's sinfo and 24.11's scontrol answer while slurmctld cannot be reached
+UNREACHABLE_22_05 = {"meta": META, "errors": [{"error": "Unable to contact slurm controller (connect failure)",
+                                               "errno": 1007}], "nodes": []}
+UNREACHABLE_24_11 = {"meta": META_24_11, "warnings": [], "nodes": [], "errors": [
+    {"description": "Unable to query nodes", "source": "slurm_load_node", "error_number": 1007,
+     "error": "Unable to contact slurm controller (connect failure)"}]}
 RESUME_FILE = ('{"jobs":[{"job_id":1,"nodes":"probe-gpu-[01-02]"},{"job_id":2,"nodes":"probe-gpu-03"}],'
                '"all_nodes":"probe-gpu-[01-03]"}')
 
@@ -64,10 +90,44 @@ def test_sinfo_json_22_05() -> None:
     assert timed_out.gpus_used() == 1
 
 
+def test_scontrol_show_nodes_json_24_11() -> None:
+    nodes = {n.name: n for n in parse_nodes(json.dumps(SCONTROL_24_11))}
+    up, timed_out, static = nodes["c-gpu-01"], nodes["c-gpu-02"], nodes["c-cpu-01"]
+    assert up.is_powering_up() and up.is_cloud() and up.alloc_cpus == 2 and up.memory_mb == 30000
+    assert timed_out.is_down() and timed_out.is_powered_down() and timed_out.reason_changed_at == 1795322372
+    assert static.has_jobs() and not static.is_cloud() and static.address == "10.89.0.21"
+
+
+@pytest.mark.parametrize("answer", [UNREACHABLE_22_05, UNREACHABLE_24_11], ids=["22.05", "24.11"])
+def test_an_answer_with_errors_is_an_error_not_an_empty_cluster(answer: dict[str, object]) -> None:
+    with pytest.raises(SlurmAnswerError, match="Unable to contact slurm controller"):
+        parse_nodes(json.dumps(answer))
+    with pytest.raises(SlurmAnswerError, match="Unable to contact slurm controller"):
+        parse_jobs(json.dumps({**answer, "jobs": []}))
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("", "not JSON"),
+    ("slurm_load_node error: Socket timed out", "not JSON"),
+    ("[]", "not a JSON object"),
+    (json.dumps({"meta": META_24_11, "errors": [], "sinfo": []}), "no 'nodes' list"),  # 24.11's sinfo shape
+    (json.dumps({"meta": META, "errors": []}), "no 'nodes' list"),
+    (json.dumps({"errors": [], "nodes": [{"state": ["IDLE"]}]}), "a node without a name"),
+])
+def test_an_answer_with_a_part_missing_is_an_error(text: str, problem: str) -> None:
+    with pytest.raises(SlurmAnswerError, match=problem):
+        parse_nodes(text)
+
+
+def test_a_warning_alone_does_not_make_an_answer_untrusted() -> None:
+    answer = {**SCONTROL_24_11, "warnings": [{"description": "field deprecated", "source": "x"}]}
+    assert len(parse_nodes(json.dumps(answer))) == 3
+
+
 SAMPLES = Path(__file__).parent / "slurm_json"
 
 
-def test_scontrol_show_nodes_json_24_11() -> None:
+def test_scontrol_show_nodes_json_24_11_of_the_local_cluster() -> None:
     """What a real 24.11.5 slurmctld of the local cluster wrote: two static CPU nodes, three
     powered-down CLOUD nodes, the GPU node."""
     text = (SAMPLES / "scontrol-show-nodes-24.11.5.json").read_text()
@@ -120,14 +180,16 @@ class FakeRunner:
     def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         self.calls.append(list(argv))
         rc = 1 if any(f in " ".join(argv) for f in self.fail) else 0
-        out = self.outputs.get(argv[0].rsplit("/", 1)[-1], "")
+        name = argv[0].rsplit("/", 1)[-1]
+        out = self.outputs.get(" ".join([name, *argv[1:]]), self.outputs.get(name, ""))
         return subprocess.CompletedProcess(list(argv), rc, out, "boom" if rc else "")
 
 
 def test_commands_are_argument_lists() -> None:
-    runner = FakeRunner({"scontrol": json.dumps(SINFO), "squeue": json.dumps(SQUEUE)})
+    runner = FakeRunner({"squeue": json.dumps(SQUEUE), "scontrol show nodes --json": json.dumps(SCONTROL_24_11)})
     slurm = SlurmClient(runner, bin_dir="/usr/bin")
-    assert len(slurm.nodes()) == 5 and len(slurm.jobs()) == 3
+    assert len(slurm.nodes()) == 3 and len(slurm.nodes()) == 3 and len(slurm.jobs()) == 3
+    slurm.mark_down(["c-gpu-02", "c-gpu-01"], "slurmforge: instance i-1 of c-gpu-01 is terminated")
     slurm.power_down(["c-gpu-03", "c-gpu-01", "c-gpu-02"], "slurmforge: no capacity on spot, od")
     slurm.power_up(["c-gpu-01"])
     slurm.drain(["c-gpu-01"], "slurmforge: spot interruption notice")
@@ -136,7 +198,10 @@ def test_commands_are_argument_lists() -> None:
     slurm.signal([12], "USR1")
     assert runner.calls == [
         ["/usr/bin/scontrol", "show", "nodes", "--json"],
+        ["/usr/bin/scontrol", "show", "nodes", "--json"],
         ["/usr/bin/squeue", "--json"],
+        ["/usr/bin/scontrol", "update", "nodename=c-gpu-[01-02]", "state=down",
+         "reason=slurmforge: instance i-1 of c-gpu-01 is terminated"],
         ["/usr/bin/scontrol", "update", "nodename=c-gpu-[01-03]", "state=power_down_force",
          "reason=slurmforge: no capacity on spot, od"],
         ["/usr/bin/scontrol", "update", "nodename=c-gpu-01", "state=power_up"],

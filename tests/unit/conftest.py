@@ -1,0 +1,18 @@
+"""Fixtures the service tests share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_service_world import SPEC
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, Path]:
+    """A spec file, a spool, and where the daemon's state and heartbeat go."""
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(SPEC)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    return {"spec": spec, "spool": spool, "db": tmp_path / "state.db", "beat": tmp_path / "heartbeat"}

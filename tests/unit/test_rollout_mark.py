@@ -1,0 +1,90 @@
+"""A failed rollout never fools the next one: each host's mark goes before the rollout
+changes it and comes back only when every play succeeded there. The real
+playbooks/rollout_mark.yml, run by ansible-runner against three local hosts, one of which
+fails half-way; then the next rollout's plan includes exactly what the failure left."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmforge.errors import RolloutError
+from slurmforge.rollout import (
+    CEPH_PLAYBOOK,
+    CLUSTER_PLAYBOOK,
+    DIGEST_FILE,
+    PLAYBOOKS,
+    run_playbook,
+    stale_hosts,
+)
+
+pytestmark = pytest.mark.unit
+
+OLD, NEW = "a" * 64, "b" * 64
+
+
+def playbook(tmp_path: Path, failing: str) -> Path:
+    """What cluster.yml is made of: the mark removed, a play that changes every host and
+    fails on one, the mark written."""
+    mark = str(PLAYBOOKS / "rollout_mark.yml")
+    plays = [
+        {"name": "begin", "ansible.builtin.import_playbook": mark,
+         "vars": {"rollout_mark_hosts": "all", "rollout_mark_step": "begin"}},
+        {"name": "a change that fails on one host", "hosts": "all", "gather_facts": False, "tasks": [
+            {"name": "change", "ansible.builtin.copy": {"content": "new\n", "dest": "{{ config_file }}",
+                                                       "mode": "0644"}},
+            {"name": "fail", "ansible.builtin.fail": {"msg": "slurmctld did not come back"},
+             "when": f"inventory_hostname == '{failing}'"}]},
+        {"name": "end", "ansible.builtin.import_playbook": mark,
+         "vars": {"rollout_mark_hosts": "all", "rollout_mark_step": "end"}},
+    ]
+    path = tmp_path / "site.yml"
+    path.write_text(yaml.safe_dump(plays, sort_keys=False))
+    return path
+
+
+def inventory(tmp_path: Path, hosts: list[str]) -> dict[str, object]:
+    return {"all": {"hosts": {h: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                                  "slurmforge_rollout_digest_file": str(tmp_path / h / "etc" / "rollout.digest"),
+                                  "config_file": str(tmp_path / h / "slurm.conf")} for h in hosts}}}
+
+
+def test_a_rollout_failing_half_way_leaves_the_next_one_to_converge(tmp_path: Path) -> None:
+    hosts = ["ctl", "node-1", "node-2"]
+    marks = {h: tmp_path / h / "etc" / "rollout.digest" for h in hosts}
+    for h in hosts:  # every host has the last good rollout
+        marks[h].parent.mkdir(parents=True)
+        marks[h].write_text(OLD)
+
+    def read(host: str) -> str:
+        return marks[host].read_text() if marks[host].exists() else ""
+
+    assert stale_hosts(hosts, OLD, read) == []
+    with pytest.raises(RolloutError, match="slurmctld did not come back"):
+        run_playbook(str(playbook(tmp_path, failing="ctl")), inventory(tmp_path, hosts), tmp_path / "run.log",
+                     extravars={"slurmforge_rollout_digest": NEW})
+    assert (tmp_path / "ctl" / "slurm.conf").read_text() == "new\n"  # the failed rollout changed it ...
+    assert read("ctl") == "" and read("node-1") == NEW == read("node-2")  # ... and it is not current
+    assert stale_hosts(hosts, OLD, read) == hosts  # back to the old spec: every host
+    assert stale_hosts(hosts, NEW, read) == ["ctl"]  # the same spec again: the one that failed
+    assert stale_hosts(hosts, NEW, read, full=True) == hosts
+
+
+@pytest.mark.parametrize(("name", "hosts"), [(CLUSTER_PLAYBOOK, "slurm_cluster"), (CEPH_PLAYBOOK, "ceph")])
+def test_every_playbook_marks_first_and_last(name: str, hosts: str) -> None:
+    plays = yaml.safe_load((PLAYBOOKS / name).read_text())
+    first, last = plays[0], plays[-1]
+    assert first["ansible.builtin.import_playbook"] == last["ansible.builtin.import_playbook"] == "rollout_mark.yml"
+    assert first["vars"] == {"rollout_mark_hosts": hosts, "rollout_mark_step": "begin"}
+    assert last["vars"] == {"rollout_mark_hosts": hosts, "rollout_mark_step": "end"}
+
+
+def test_the_inventory_names_the_mark_the_cli_reads() -> None:
+    from slurmforge.inventory import cluster_vars
+    from slurmforge.spec import load_spec
+
+    spec = load_spec(Path(__file__).parents[2] / "examples" / "local.yaml")
+    assert cluster_vars(spec, Path("/tmp/inv"), [])["slurmforge_rollout_digest_file"] == DIGEST_FILE
