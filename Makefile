@@ -1,4 +1,4 @@
-# Everything a fresh Debian 12 machine (root) needs, installed idempotently.
+# Everything a fresh Debian 12 or 13 machine (root) needs, installed idempotently.
 #   make up    - set up, bring up the local cluster and run a sample job
 #   make test  - set up, then lint, type-check and run the whole test suite
 SHELL := /bin/bash
@@ -6,12 +6,10 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
-# podman & co: the local cluster; slurmctld/munge: tests/slurm runs the real daemon on
-# the rendered config; lmod: module tests against real Lmod; chromium: the pool page test;
-# prometheus: promtool checks the rendered Prometheus config and unit-tests the alert rules;
-# prometheus-alertmanager: amtool checks the rendered Alertmanager config
-APT_PACKAGES := python3 python3-venv git openssh-client podman runc debootstrap uidmap iptables \
-                slurmctld slurm-client munge lmod chromium prometheus prometheus-alertmanager
+# podman & co: the local cluster, and the judge containers in which the node image's own
+# slurmctld, munged, Lmod, promtool and amtool check what slurmforge renders (the host
+# needs none of them); chromium: the pool page test
+APT_PACKAGES := python3 python3-venv git openssh-client podman runc debootstrap uidmap iptables chromium
 SPEC ?= examples/local.yaml
 
 .PHONY: help setup apt venv up down test unit lint typecheck bench

@@ -45,6 +45,10 @@ class ProvisionError(SlurmforgeError):
     exit_code = 3
 
 
+class UpgradeRefused(ProvisionError):
+    """The node image's Slurm cannot take over the cluster's state (nothing was changed)."""
+
+
 class RolloutError(SlurmforgeError):
     """An Ansible rollout failed: the phase, host, task and message."""
 

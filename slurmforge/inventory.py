@@ -20,13 +20,15 @@ from typing import Any
 import yaml
 
 from slurmforge.ceph import CEPH_CONF, ceph_hosts, ceph_vars, mds_hosts, monitors, render_ceph_conf
+from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
 from slurmforge.monitoring import has_real_gpus, render_monitoring
 from slurmforge.nodes import pool_hardware
 from slurmforge.providers.base import Host, HostRole
-from slurmforge.render import controller_name, render_all
+from slurmforge.render import SLURMCTLD_LOG, controller_name, render_all, state_save_location
 from slurmforge.rollout import DIGEST_FILE
 from slurmforge.spec import Cluster, load_spec
+from slurmforge.upgrade import BEFORE_MARKER, STATE_FILES, STATE_MARKER
 
 HOSTS_FILE = "hosts.yml"
 VARS_FILE = Path("group_vars/all/slurmforge.yml")
@@ -98,6 +100,7 @@ def ceph_groups(hosts: list[Host], storage_vars: dict[str, Any]) -> dict[str, An
 def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host]) -> dict[str, Any]:
     """Everything the roles need from the spec, as plain data (no secrets)."""
     nas = spec.storage.nas
+    os = distro(spec.images.base)
     return {
         "slurmforge_cluster_name": spec.name,
         "slurmforge_target": spec.target.kind,
@@ -119,6 +122,11 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host]) -> dict[
         "slurmforge_monitoring": {"retention_days": spec.monitoring.retention_days,
                                   "retention_gb": spec.monitoring.retention_gb},
         "slurmforge_rollout_digest_file": DIGEST_FILE,
+        # what the node image runs and what it takes over (slurmforge/upgrade.py)
+        "slurmforge_slurm": {"release": os.slurm_release, "upgrades_from": os.upgrades_from,
+                             "state_dir": state_save_location(spec), "state_marker": STATE_MARKER,
+                             "before_marker": BEFORE_MARKER, "state_files": list(STATE_FILES),
+                             "ctld_log": SLURMCTLD_LOG},
     }
 
 

@@ -37,6 +37,8 @@ LOCAL_SUSPEND_TIMEOUT = 20
 # job mail: slurmctld runs bsd-mailx, which hands the message to dma (the controller's
 # sendmail, configured by dma.conf; installed by the slurm_controller role)
 MAIL_PROGRAM = "/usr/bin/mail"
+SLURMCTLD_LOG = "/var/log/slurm/slurmctld.log"
+"""SlurmctldLogFile; the rollout reads why slurmctld refused a config there."""
 
 
 @cache
@@ -76,6 +78,12 @@ def login_names(spec: Cluster) -> list[str]:
         return [h.name for h in spec.target.login]
     count = spec.head.login_count
     return [f"{spec.name}-login"] if count == 1 else [f"{spec.name}-login-{i}" for i in range(1, count + 1)]
+
+
+def state_save_location(spec: Cluster) -> str:
+    """slurmctld's StateSaveLocation: on the shared slurm_state mount (a backup controller
+    and the upgrade check see the same state)."""
+    return f"{spec.storage.nas.mounts.slurm_state.rstrip('/')}/slurmctld"
 
 
 def is_cloud(spec: Cluster) -> bool:
@@ -162,7 +170,7 @@ def _gres_types(spec: Cluster) -> list[str]:
 def slurm_settings(spec: Cluster) -> dict[str, Any]:
     """Cluster-wide slurm.conf keys, in the order they are written."""
     sched, prio = spec.scheduling, spec.scheduling.priority
-    state_dir = f"{spec.storage.nas.mounts.slurm_state.rstrip('/')}/slurmctld"
+    state_dir = state_save_location(spec)
     cloud = is_cloud(spec)
     static_nodes = [s.hostlist for p in spec.pools for s in node_sets(spec, p) if not s.dynamic]
     settings: dict[str, Any] = {
@@ -172,7 +180,7 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
         "AuthType": "auth/munge",
         "StateSaveLocation": state_dir,
         "SlurmdSpoolDir": "/var/spool/slurmd",
-        "SlurmctldLogFile": "/var/log/slurm/slurmctld.log",
+        "SlurmctldLogFile": SLURMCTLD_LOG,
         "SlurmdLogFile": "/var/log/slurm/slurmd.log",
         "ReturnToService": 2,
         # scheduling

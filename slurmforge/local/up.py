@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from slurmforge.distro import Distro, distro
+from slurmforge.distro import Distro, distro, release_tuple
 from slurmforge.inventory import write_inventory
 from slurmforge.local.api import ensure_api_service
 from slurmforge.local.host import prepare_host
-from slurmforge.local.image import NAMESPACE, ensure_images
+from slurmforge.local.image import NAMESPACE, ensure_images, slurm_version
 from slurmforge.local.podman import Podman
 from slurmforge.providers.base import Host, HostRole, InstanceState
 from slurmforge.providers.local import LABEL, LocalProvider
-from slurmforge.render import controller_name
+from slurmforge.render import controller_name, state_save_location
 from slurmforge.rollout import (
     DIGEST_FILE,
     EventSink,
@@ -38,6 +38,7 @@ from slurmforge.rollout import (
 )
 from slurmforge.secrets import ensure_secrets
 from slurmforge.spec import Cluster, load_spec
+from slurmforge.upgrade import BEFORE_MARKER, check_takeover, state_release
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORIES = REPO / "inventories"
@@ -89,6 +90,7 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
         image = ensure_images(podman, lambda builder: bake_node_image(builder, os, log, ui.event), image_namespace,
                               os=os)
     provider = LocalProvider(spec, image, podman)
+    check_takeover(spec.name, cluster_release(podman, provider), os)  # before any container changes
     ensure_secrets(spec.name)
     with ui.phase("inventory"):
         write_inventory(spec, spec_path, provider.hosts(), report.inventory)
@@ -245,3 +247,18 @@ def sample_job(podman: Podman, login: str, user: str, home: str) -> str:
     job = res.stdout.strip().split(";")[0]
     out = podman.exec(login, ["cat", f"{home}/slurmforge-sample-{job}.out"], user=user, check=False)
     return f"job {job}:\n{out.stdout.strip()}"
+
+
+def cluster_release(podman: Podman, provider: LocalProvider) -> str | None:
+    """The Slurm release that ran this cluster: the marker next to its state on this
+    machine's NAS directory, else the oldest Slurm among the images its containers run
+    (their controller holds the accounting database); None for a new cluster."""
+    mount = provider.spec.storage.nas.mounts.slurm_state
+    source = next(src for src, target in provider.nas_binds() if target == mount)
+    relative = Path(state_save_location(provider.spec)).relative_to(mount)
+    found = state_release(source / relative)
+    if found is not None:
+        return found
+    images = {c.image for c in podman.containers(f"{LABEL}={provider.spec.name}")}
+    releases = [slurm_version(podman, image) or BEFORE_MARKER for image in sorted(images)]
+    return min(releases, key=release_tuple, default=None)

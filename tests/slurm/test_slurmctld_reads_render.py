@@ -20,8 +20,11 @@ import hostlist
 import pytest
 import yaml
 
+from slurmforge.distro import release_tuple
+from slurmforge.local.image import slurm_version
+from slurmforge.local.podman import Podman
 from slurmforge.nodes import NodeHardware, index_width, pool_hardware
-from slurmforge.render import render_all
+from slurmforge.render import NODES_READY_NEEDED_THROUGH, needs_nodes_ready, render_all
 from slurmforge.spec import Cluster, load_spec, validate_data
 from slurmforge.spec.models import AwsTarget
 from slurmforge.spec.slurmtime import parse_slurm_time
@@ -240,3 +243,16 @@ def test_slurmctld_logs_no_config_errors(controller: Controller) -> None:
     unexpected = [line for line in errors if not any(re.search(p, line) for p, _ in KNOWN_ERRORS)]
     assert not unexpected, (f"slurmctld ({controller.name}) logged:\n" + "\n".join(unexpected)
                             + f"\n--- full log\n{log}\n--- slurm.conf\n{controller.run.conf.read_text()}")
+
+
+def test_the_nodes_ready_workaround_is_rechecked_when_slurm_moves() -> None:
+    """slurmforge-nodes-ready (PrologSlurmctld) exists because slurmctld starts a job on
+    resumed nodes only at its 30 s periodic check (PERIODIC_TIMEOUT in
+    src/slurmctld/controller.c, hard-coded through 24.11). A node image with a newer Slurm
+    fails here until someone reads that release's controller.c and either raises
+    NODES_READY_NEEDED_THROUGH or lets needs_nodes_ready() drop the program."""
+    version = slurm_version(Podman(), node_image())
+    assert version, "the node image carries no Slurm version label"
+    assert release_tuple(version) <= release_tuple(NODES_READY_NEEDED_THROUGH), (
+        f"the node image runs Slurm {version}: re-check PERIODIC_TIMEOUT in its slurmctld (see this test's docstring)")
+    assert needs_nodes_ready(load_spec(ROOT / "examples/local.yaml"))

@@ -116,9 +116,18 @@ def test_site_yml_is_ceph_then_cluster() -> None:
 
     site = yaml.safe_load((PLAYBOOKS / "site.yml").read_text())
     assert [p["ansible.builtin.import_playbook"] for p in site] == [CEPH_PLAYBOOK, CLUSTER_PLAYBOOK]
-    def hosts(playbook: str) -> set[str]:
-        plays = yaml.safe_load((PLAYBOOKS / playbook).read_text())
-        return {p["hosts"] if "hosts" in p else p["vars"]["rollout_mark_hosts"] for p in plays}
+    def hosts(playbook: str, variables: dict[str, str] | None = None) -> set[str]:
+        """The host patterns of every play, through imported playbooks and their vars."""
+        found: set[str] = set()
+        for play in yaml.safe_load((PLAYBOOKS / playbook).read_text()):
+            if "ansible.builtin.import_playbook" in play:
+                found |= hosts(play["ansible.builtin.import_playbook"], play.get("vars") or {})
+            else:
+                pattern = play["hosts"]
+                for name, value in (variables or {}).items():
+                    pattern = pattern.replace("{{ " + name + " }}", value)
+                found.add(pattern)
+        return found
 
     ceph_hosts, cluster_hosts = hosts(CEPH_PLAYBOOK), hosts(CLUSTER_PLAYBOOK)
     assert ceph_hosts == {"ceph"} and "ceph" not in " ".join(cluster_hosts)

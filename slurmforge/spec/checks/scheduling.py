@@ -96,9 +96,9 @@ def fairshare_needs_accounting(spec: Cluster) -> Iterator[Problem]:
 
 @check
 def elastic_pools_need_accounting(spec: Cluster) -> Iterator[Problem]:
-    """The scheduler service powers nodes up and down (scontrol update): Slurm 22.05 allows
-    that to root, SlurmUser and AdminLevel=Administrator only, and admin levels live in
-    the accounting database."""
+    """The scheduler service powers nodes up and down (scontrol update): Slurm (24.11 too)
+    allows that to root, SlurmUser and AdminLevel=Administrator only, and admin levels live
+    in the accounting database."""
     if spec.accounting.enabled:
         return
     for i, pool in enumerate(spec.pools):
