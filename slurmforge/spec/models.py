@@ -111,7 +111,7 @@ class AwsTarget(Model):
     region: Annotated[str, Field(pattern=REGION_RE)]
     key_name: str | None = None
     """EC2 key pair for the login node (optional: SSM Session Manager works without)."""
-    tags: dict[str, str] = {}
+    tags: dict[str, str] = Field(default_factory=dict)
 
 
 class LocalTarget(Model):
@@ -131,8 +131,8 @@ class StaticHost(Model):
 class StaticTarget(Model):
     kind: Literal["static"]
     controller: StaticHost
-    login: list[StaticHost] = []
-    nodes: dict[str, list[StaticHost]] = {}
+    login: list[StaticHost] = Field(default_factory=list)
+    nodes: dict[str, list[StaticHost]] = Field(default_factory=dict)
     """Per pool, the machines that are its nodes (names as Slurm will call them)."""
     ssh_user: str = "root"
 
@@ -171,20 +171,20 @@ class Hardware(Model):
 class Pool(Model):
     name: PoolName
     kind: PoolKind
-    instance_types: list[str] = []
+    instance_types: list[str] = Field(default_factory=list)
     """AWS instance types, in order of preference (a flexible pool when several)."""
     hardware: Hardware | None = None
     gpus: Annotated[int | None, Field(ge=0)] = None
     """GPUs per node to give Slurm; default: all the instance type has."""
     memory_mb: Annotated[int | None, Field(ge=64)] = None
     """RealMemory override; default: 95% of the instance type's memory."""
-    features: list[Feature] = []
+    features: list[Feature] = Field(default_factory=list)
     min_nodes: Annotated[int, Field(ge=0, le=100_000)] = 0
     max_nodes: Annotated[int, Field(ge=1, le=100_000)]
     market: Market = Market.ON_DEMAND
-    fallback: list[PoolName] = []
+    fallback: list[PoolName] = Field(default_factory=list)
     """Pools to try, in order, when this pool cannot get capacity."""
-    zones: list[str] = []
+    zones: list[str] = Field(default_factory=list)
     idle_seconds: Annotated[int, Field(ge=60, le=7 * 24 * 3600)] = 600
     """How long a dynamic node stays idle before it is powered down."""
     node_prefix: str | None = None
@@ -218,8 +218,8 @@ class Partition(Model):
     max_time: SlurmTime | None = None
     default_time: SlurmTime | None = None
     state: PartitionState = PartitionState.UP
-    allow_groups: list[PosixName] = []
-    allow_accounts: list[SlurmName] = []
+    allow_groups: list[PosixName] = Field(default_factory=list)
+    allow_accounts: list[SlurmName] = Field(default_factory=list)
     priority_tier: Annotated[int | None, Field(ge=0, le=65533)] = None
     preempt_mode: Literal["OFF", "CANCEL", "REQUEUE", "SUSPEND"] | None = None
     oversubscribe: Literal["NO", "YES", "FORCE", "EXCLUSIVE"] | None = None
@@ -250,7 +250,7 @@ class Preemption(Model):
 class Qos(Model):
     name: SlurmName
     priority: Annotated[int, Field(ge=0)] = 0
-    preempt: list[SlurmName] = []
+    preempt: list[SlurmName] = Field(default_factory=list)
     max_wall: SlurmTime | None = None
     max_gpus_per_user: Annotated[int | None, Field(ge=0)] = None
     description: str = ""
@@ -263,7 +263,7 @@ class Scheduling(Model):
     ] = "CR_CPU_Memory"
     priority: Priority = Priority()
     preemption: Preemption = Preemption()
-    qos: list[Qos] = []
+    qos: list[Qos] = Field(default_factory=list)
     default_cpu_pool: PoolName | None = None
     default_gpu_pool: PoolName | None = None
     max_job_count: Annotated[int | None, Field(ge=1)] = None
@@ -337,7 +337,7 @@ class Account(Model):
 class Accounting(Model):
     enabled: bool = True
     database: Database = Database()
-    accounts: list[Account] = []
+    accounts: list[Account] = Field(default_factory=list)
     enforce: list[Literal["associations", "limits", "qos", "safe"]] = ["associations", "limits", "qos"]
 
 
@@ -349,10 +349,10 @@ class Group(Model):
 class User(Model):
     name: PosixName
     uid: Annotated[int, Field(ge=1000, le=2**31 - 1)]
-    groups: list[PosixName] = []
-    accounts: list[SlurmName] = []
+    groups: list[PosixName] = Field(default_factory=list)
+    accounts: list[SlurmName] = Field(default_factory=list)
     default_account: SlurmName | None = None
-    ssh_keys: list[str] = []
+    ssh_keys: list[str] = Field(default_factory=list)
     admin: bool = False
 
 
@@ -383,9 +383,9 @@ class Subnet(Model):
 
 class Network(Model):
     vpc_cidr: Cidr = "10.0.0.0/16"
-    public_subnets: list[Subnet] = []
-    private_subnets: list[Subnet] = []
-    admin_cidrs: list[Cidr] = []
+    public_subnets: list[Subnet] = Field(default_factory=list)
+    private_subnets: list[Subnet] = Field(default_factory=list)
+    admin_cidrs: list[Cidr] = Field(default_factory=list)
     """Who may reach the login node over SSH."""
     allow_ssh_from_anywhere: bool = False
     """Must be set to accept 0.0.0.0/0 in admin_cidrs."""
@@ -432,7 +432,7 @@ class Alerts(Model):
     links_cooling_for: PromDuration = "2m"
     storage_full_percent: Annotated[int, Field(ge=50, le=99)] = 90
     storage_full_for: PromDuration = "5m"
-    email: list[Annotated[str, Field(pattern=EMAIL_RE)]] = []
+    email: list[Annotated[str, Field(pattern=EMAIL_RE)]] = Field(default_factory=list)
     """Who Alertmanager mails firing and resolved alerts to (through mail.relay)."""
     webhook: Annotated[str, Field(pattern=HTTP_URL_RE)] | None = None
     """Where Alertmanager POSTs alert groups as JSON (its webhook format): a chat bridge, an
@@ -465,8 +465,8 @@ class Cluster(Model):
     scheduling: Scheduling = Scheduling()
     storage: Storage
     accounting: Accounting = Accounting()
-    groups: list[Group] = []
-    users: list[User] = []
+    groups: list[Group] = Field(default_factory=list)
+    users: list[User] = Field(default_factory=list)
     mail: Mail = Mail()
     modules: Modules = Modules()
     monitoring: Monitoring = Monitoring()
