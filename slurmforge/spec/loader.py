@@ -32,6 +32,7 @@ from slurmforge.spec.models import (
     PROM_DURATION_RE,
     REGION_RE,
     SLURM_NAME_RE,
+    TEXT_RE,
     AwsTarget,
     Cluster,
     LocalTarget,
@@ -108,8 +109,11 @@ PATTERNS = {
     NAME_RE: ("not an allowed name", "lowercase letters, digits and '-', starting with a letter, at most 32"),
     SLURM_NAME_RE: ("not an allowed name", "letters, digits, '_' and '-', starting with a letter"),
     FEATURE_RE: ("not an allowed feature", "letters, digits, '_', '.' and '-' (no spaces or commas)"),
-    POSIX_NAME_RE: ("not a POSIX user/group name", "lowercase letters, digits, '_' and '-', at most 32"),
-    ABS_PATH_RE: ("not an absolute path", "start with '/', no spaces, ',' or ':'"),
+    POSIX_NAME_RE: ("not a POSIX user/group name", "lowercase letters, digits, '_', '.' and '-', a letter or '_' "
+                    "first, at most 32"),
+    ABS_PATH_RE: ("not an absolute path", "start with '/'; letters, digits, '.', '_', '-', '+' and '@'"),
+    TEXT_RE: ("not one line of plain text", "no line breaks, control characters or quotes (sacctmgr would change "
+              "them), at most 255 characters"),
     CLUSTER_NAME_RE: ("not an allowed cluster name", "lowercase letters and digits, a letter first, at most 20"),
     REGION_RE: ("not an AWS region", "use a region such as eu-west-1"),
     AMI_RE: ("not an AMI id", "use an id such as ami-0123456789abcdef0"),
@@ -186,7 +190,13 @@ def _parse_spec(text: str, source: str) -> Cluster:
     return validate_data(data, source)
 
 
+# Top-level keys with this prefix are left out before validation: a place for the
+# anchors that merge keys copy from (as in docker compose files).
+EXTENSION_PREFIX = "x-"
+
+
 def validate_data(data: dict[str, Any], source: str = "<data>") -> Cluster:
+    data = {key: value for key, value in data.items() if not str(key).startswith(EXTENSION_PREFIX)}
     version = data.get("api_version")
     if version is not None and version != API_VERSION:
         # another version is another schema: its other errors would only mislead
