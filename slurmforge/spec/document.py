@@ -140,6 +140,8 @@ class _Composer:
             return
         if event.tag is not None:
             value = scalar_value(event)
+        elif event.implicit[0] and text.isdigit() and text.isascii() and text[0] != "0" and len(text) < 19:
+            value = int(text)  # the common number, without the resolver's patterns
         elif event.implicit[0] and text[:1] in _IMPLICIT:
             value = _plain_value(text, event.start_mark)
         else:
@@ -148,6 +150,8 @@ class _Composer:
             self._scalar(event, value)
             return
         self.values += 1
+        if self.values > MAX_VALUES:
+            self._count_exceeded(event.start_mark)
         top.size += 1
         if top.is_map:
             top.value[top.key] = value
@@ -216,11 +220,15 @@ class _Composer:
         self.values += 1  # its items are counted already
         self._add(value, done.size, done.mark, None, False)
 
+    @staticmethod
+    def _count_exceeded(mark: Any) -> None:
+        raise YamlProblem(f"more than {MAX_VALUES:,} values (counting every alias as a copy of what it names)",
+                          "a spec is far smaller: look for aliases that name aliases", mark)
+
     def _add(self, value: object, size: int, mark: Any, text: str | None, merge_key: bool) -> None:
         """Put a value (of `size` values, itself included) into the collection being read."""
-        if self.values > MAX_VALUES:  # checked here: every collection and alias passes by
-            raise YamlProblem(f"more than {MAX_VALUES:,} values (counting every alias as a copy of what it "
-                              "names)", "a spec is far smaller: look for aliases that name aliases", mark)
+        if self.values > MAX_VALUES:  # checked here for collections and aliases
+            self._count_exceeded(mark)
         if not self.stack:
             self.result = value
             return

@@ -204,11 +204,48 @@ def validate_data(data: dict[str, Any], source: str = "<data>") -> Cluster:
     try:
         spec = Cluster.model_validate(data)
     except ValidationError as exc:
-        raise SpecError([_problem(err) for err in exc.errors()], source) from None
+        total = exc.error_count()
+        if total > MAX_PROBLEMS:  # wording a million errors costs seconds: word those of a sample
+            exc = _sample_errors(data) or exc
+        errors = exc.errors(include_url=False)[:MAX_PROBLEMS]
+        raise SpecError(bounded([_problem(err) for err in errors], total), source) from None
     problems = run_checks(spec)
     if problems:
-        raise SpecError(problems, source)
+        raise SpecError(bounded(problems[:MAX_PROBLEMS], len(problems)), source)
     return spec
+
+
+# Problems reported at most: the first ones, then how many more (a 10 MB file can hold a
+# million mistakes; nobody reads past the first screens, and each costs time to word).
+MAX_PROBLEMS = 1000
+
+
+def _sample_errors(data: dict[str, Any]) -> ValidationError | None:
+    """The errors of the spec cut to its first few thousand values (the first errors of the
+    whole, mostly: its lists and mappings keep their first items)."""
+    budget = [20 * MAX_PROBLEMS]
+
+    def cut(value: object) -> object:
+        budget[0] -= 1
+        if isinstance(value, dict):
+            return {k: cut(v) for k, v in list(value.items())[:max(budget[0], 1)]}
+        if isinstance(value, list):
+            return [cut(v) for v in value[:max(budget[0], 1)]]
+        return value
+
+    try:
+        Cluster.model_validate(cut(data))
+    except ValidationError as exc:
+        return exc
+    return None
+
+
+def bounded(problems: list[Problem], total: int) -> list[Problem]:
+    """The first MAX_PROBLEMS problems of `total`, and a line saying how many are left out."""
+    if total <= MAX_PROBLEMS:
+        return problems
+    return [*problems[:MAX_PROBLEMS - 1], Problem("", f"{total - MAX_PROBLEMS + 1:,} more problem(s) not shown",
+                                                  "fix the ones above and validate again")]
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
