@@ -95,22 +95,22 @@ def reserved_host_names(spec: Cluster) -> Iterator[Problem]:
 @check
 def unique_group_names_and_gids(spec: Cluster) -> Iterator[Problem]:
     """Group names and gids are unique."""
-    names, gids = dupes([g.name for g in spec.groups]), dupes([str(g.gid) for g in spec.groups])
-    for i, g in enumerate(spec.groups):
+    names, gids = dupes([g.name for g in spec.groups]), dupes([g.gid for g in spec.groups])
+    for i, g in enumerate(spec.groups if names or gids else []):
         if g.name in names:
             yield Problem(f"groups[{i}].name", "duplicate group name", "define each group once", g.name)
-        if str(g.gid) in gids:
+        if g.gid in gids:
             yield Problem(f"groups[{i}].gid", "duplicate gid", "give every group its own gid", g.gid)
 
 
 @check
 def unique_user_names_and_uids(spec: Cluster) -> Iterator[Problem]:
     """User names and uids are unique."""
-    names, uids = dupes([u.name for u in spec.users]), dupes([str(u.uid) for u in spec.users])
-    for i, u in enumerate(spec.users):
+    names, uids = dupes([u.name for u in spec.users]), dupes([u.uid for u in spec.users])
+    for i, u in enumerate(spec.users if names or uids else []):
         if u.name in names:
             yield Problem(f"users[{i}].name", "duplicate user name", "define each user once", u.name)
-        if str(u.uid) in uids:
+        if u.uid in uids:
             yield Problem(f"users[{i}].uid", "duplicate uid", "give every user its own uid", u.uid)
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import TypeVar
 
 from slurmforge.errors import Problem
 from slurmforge.nodes import ceph_host_name
@@ -11,6 +12,7 @@ from slurmforge.render import login_names
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market, StaticTarget
 
 Check = Callable[[Cluster], Iterator[Problem]]
+T = TypeVar("T", bound=Hashable)
 CHECKS: list[Check] = []
 
 
@@ -27,7 +29,7 @@ def run_checks(spec: Cluster) -> list[Problem]:
     return problems
 
 
-def dupes(names: list[str]) -> set[str]:
+def dupes(names: Sequence[T]) -> set[T]:
     if len(set(names)) == len(names):  # the usual case, without counting
         return set()
     return {n for n, c in Counter(names).items() if c > 1}
