@@ -60,4 +60,5 @@ test: setup lint typecheck
 
 bench: venv
 	$(PY) bench/render_bench.py
+	$(PY) bench/validate_bench.py
 	$(PY) bench/local_bench.py

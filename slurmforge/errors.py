@@ -11,6 +11,43 @@ class SlurmforgeError(Exception):
     exit_code = 1
 
 
+# A problem line stays short whatever the input holds: a value is shown up to this many
+# characters (then its length), other parts up to PART_CHARS.
+VALUE_CHARS = 80
+PART_CHARS = 400
+
+
+def one_line(text: str, limit: int = PART_CHARS) -> str:
+    """text on one line (control characters and line separators escaped), at most about
+    `limit` characters (then its length)."""
+    cut = text if len(text) <= limit else text[:limit]
+    if not cut.isprintable():
+        cut = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
+    return cut if len(text) <= limit else f"{cut}... ({len(text):,} characters)"
+
+
+def shown(value: object) -> str:
+    """A value as a problem line shows it: repr, shortened; a list or mapping by its size
+    (its repr can be enormous: aliases share one list many times)."""
+    if isinstance(value, str):
+        if len(value) <= VALUE_CHARS:
+            return repr(value)
+        return f"{value[:VALUE_CHARS]!r}... ({len(value):,} characters)"
+    if isinstance(value, bool | int | float) or value is None:
+        return one_line(repr(value), VALUE_CHARS)
+    if isinstance(value, list | tuple | dict | set):
+        kind = "a mapping" if isinstance(value, dict) else "a list"
+        return f"{kind} of {len(value):,} item(s)"
+    return one_line(repr(value), VALUE_CHARS)
+
+
+def listing(items: list[str], most: int = 8) -> str:
+    """'a, b, c' -- or the first `most` and how many there are in all."""
+    if len(items) <= most:
+        return ", ".join(items)
+    return f"{', '.join(items[:most])}, ... ({len(items):,} in all)"
+
+
 @dataclass(frozen=True)
 class Problem:
     """One validation finding: where, what was there, what is wrong, how to fix it."""
@@ -22,10 +59,11 @@ class Problem:
     show_value: bool = True
 
     def line(self) -> str:
-        got = f" (got {self.value!r})" if self.show_value and self.value is not None else ""
-        fix = f"; fix: {self.fix}" if self.fix else ""
-        where = f"{self.path}: " if self.path else ""
-        return f"{where}{self.message}{got}{fix}"
+        """One line, of bounded length, whatever the spec holds."""
+        got = f" (got {shown(self.value)})" if self.show_value and self.value is not None else ""
+        fix = f"; fix: {one_line(self.fix)}" if self.fix else ""
+        where = f"{one_line(self.path, 200)}: " if self.path else ""
+        return f"{where}{one_line(self.message)}{got}{fix}"
 
 
 class SpecError(SlurmforgeError):

@@ -137,3 +137,19 @@ def pool_hostlist(spec: Cluster, pool: Pool) -> str:
 
 def node_names(spec: Cluster, pool: Pool) -> list[str]:
     return [n for s in node_sets(spec, pool) for n in s.names()]
+
+
+def ceph_host_name(cluster: str, index: int, local: bool) -> str:
+    """The name of Ceph host `index` (from 1): <cluster>-ceph-1 on AWS, <cluster>-ceph-01
+    on the local target."""
+    return f"{cluster}-ceph-{index:02d}" if local else f"{cluster}-ceph-{index}"
+
+
+def node_index(name: str, prefix: str, width: int, count: int) -> int | None:
+    """The index of `name` among a pool's node names prefix-<index> (1..count, zero-padded
+    to width), or None when it is not one of them."""
+    head, _, digits = name.rpartition("-")
+    if head != prefix or not digits.isascii() or not digits.isdigit():
+        return None
+    index = int(digits)
+    return index if 1 <= index <= count and digits == f"{index:0{width}d}" else None

@@ -12,6 +12,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from slurmforge.nodes import ceph_host_name
 from slurmforge.spec.models import Ceph
 from stacks.common import VOLUME_TYPE, child, cloud_config_hostname, instance_metadata, root_volume, tags
 
@@ -32,7 +33,7 @@ def osd_device(index: int) -> str:
 
 def ceph_placements(cluster: str, ceph: Ceph, zones: list[str]) -> list[CephPlacement]:
     """Host i goes to zone i mod len(zones), with osds_per_host devices each."""
-    return [CephPlacement(f"{cluster}-ceph-{i + 1}", zones[i % len(zones)],
+    return [CephPlacement(ceph_host_name(cluster, i + 1, local=False), zones[i % len(zones)],
                           [osd_device(j) for j in range(ceph.osds_per_host)]) for i in range(ceph.hosts)]
 
 

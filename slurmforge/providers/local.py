@@ -30,7 +30,7 @@ from slurmforge.errors import ProvisionError
 from slurmforge.inventory import SECRETS_ROOT
 from slurmforge.local.api import API_SOCKET, API_SOCKET_DIR, PodmanApi
 from slurmforge.local.podman import ContainerInfo, Podman
-from slurmforge.nodes import node_sets
+from slurmforge.nodes import ceph_host_name, node_sets
 from slurmforge.providers.base import (
     TAG_LINK,
     CapacityError,
@@ -95,7 +95,7 @@ class LocalProvider(Provider):
 
     def ceph_names(self) -> list[str]:
         ceph = self.spec.storage.ceph
-        return [f"{self.spec.name}-ceph-{i:02d}" for i in range(1, ceph.hosts + 1)] if ceph else []
+        return [ceph_host_name(self.spec.name, i, local=True) for i in range(1, ceph.hosts + 1)] if ceph else []
 
     def hosts(self) -> list[Host]:
         """Every host the spec asks for, addresses stable across runs; Ceph hosts first

@@ -6,7 +6,10 @@ Every problem is collected and raised together as a SpecError; nothing here prin
 from __future__ import annotations
 
 import difflib
+import gc
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from slurmforge.errors import Problem, SpecError
 from slurmforge.spec.checks import run_checks
+from slurmforge.spec.document import MAX_BYTES, YamlProblem, read_yaml
 from slurmforge.spec.models import (
     ABS_PATH_RE,
     AMI_RE,
@@ -28,6 +32,7 @@ from slurmforge.spec.models import (
     PROM_DURATION_RE,
     REGION_RE,
     SLURM_NAME_RE,
+    TEXT_RE,
     AwsTarget,
     Cluster,
     LocalTarget,
@@ -104,8 +109,11 @@ PATTERNS = {
     NAME_RE: ("not an allowed name", "lowercase letters, digits and '-', starting with a letter, at most 32"),
     SLURM_NAME_RE: ("not an allowed name", "letters, digits, '_' and '-', starting with a letter"),
     FEATURE_RE: ("not an allowed feature", "letters, digits, '_', '.' and '-' (no spaces or commas)"),
-    POSIX_NAME_RE: ("not a POSIX user/group name", "lowercase letters, digits, '_' and '-', at most 32"),
-    ABS_PATH_RE: ("not an absolute path", "start with '/', no spaces, ',' or ':'"),
+    POSIX_NAME_RE: ("not a POSIX user/group name", "lowercase letters, digits, '_', '.' and '-', a letter or '_' "
+                    "first, at most 32"),
+    ABS_PATH_RE: ("not an absolute path", "start with '/'; letters, digits, '.', '_', '-', '+' and '@'"),
+    TEXT_RE: ("not one line of plain text", "no line breaks, control characters or quotes (sacctmgr would change "
+              "them), at most 255 characters"),
     CLUSTER_NAME_RE: ("not an allowed cluster name", "lowercase letters and digits, a letter first, at most 20"),
     REGION_RE: ("not an AWS region", "use a region such as eu-west-1"),
     AMI_RE: ("not an AMI id", "use an id such as ami-0123456789abcdef0"),
@@ -119,7 +127,12 @@ def load_spec(path: str | Path) -> Cluster:
     """The validated spec in `path`; SpecError with every problem otherwise."""
     source = str(path)
     try:
-        text = Path(path).read_text()
+        with Path(path).open("rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)  # bounded: /dev/zero or a huge file must not fill memory
+        if len(raw) > MAX_BYTES:
+            raise SpecError([Problem("", f"{source} is larger than {MAX_BYTES // 2**20} MiB",
+                                     "pass your cluster.yaml (a spec is a few kilobytes)")], source)
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         problem = Problem("", f"no such file: {source}", "pass the path to your cluster.yaml")
         raise SpecError([problem], source) from None
@@ -135,40 +148,39 @@ def load_spec(path: str | Path) -> Cluster:
     return parse_spec(text, source)
 
 
-class _DuplicateKey(yaml.constructor.ConstructorError):
-    def __init__(self, key: object, mark: yaml.Mark) -> None:
-        super().__init__(None, None, f"duplicate key '{key}'", mark)
-        self.key = key
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML keeps the last of two equal keys silently; a spec must not lose a section."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str | int | float | bool) and key in seen:
-                raise _DuplicateKey(key, key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+@contextmanager
+def _without_gc() -> Iterator[None]:
+    """The cyclic garbage collector would walk the growing tree of a large spec again and
+    again while it is read and validated (4x the time for 100,000 users); a spec holds no
+    cycles, so nothing is lost by pausing it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def parse_spec(text: str, source: str = "<string>") -> Cluster:
+    with _without_gc():
+        return _parse_spec(text, source)
+
+
+def _parse_spec(text: str, source: str) -> Cluster:
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
-    except _DuplicateKey as exc:
-        at = exc.problem_mark
-        where = f"line {at.line + 1}, column {at.column + 1}" if at else "somewhere"
-        found = Problem("", f"duplicate key '{exc.key}' at {where} (YAML would keep only the last one)",
-                        "merge the two into one key")
-        raise SpecError([found], source) from None
+        data = read_yaml(text)
+    except YamlProblem as exc:
+        raise SpecError([Problem("", exc.text(), exc.fix)], source) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         found = Problem("", f"YAML syntax error{where}: {problem}", "fix the YAML syntax")
         raise SpecError([found], source) from None
+    except UnicodeError:  # a str with lone surrogates, from a caller that built the text itself
+        raise SpecError([Problem("", "the text is not valid Unicode", "pass your cluster.yaml (UTF-8 text)")],
+                        source) from None
     if data is None:
         raise SpecError([Problem("", "the file is empty", f"start with 'api_version: {API_VERSION}'")], source)
     if not isinstance(data, dict):
@@ -178,7 +190,13 @@ def parse_spec(text: str, source: str = "<string>") -> Cluster:
     return validate_data(data, source)
 
 
+# Top-level keys with this prefix are left out before validation: a place for the
+# anchors that merge keys copy from (as in docker compose files).
+EXTENSION_PREFIX = "x-"
+
+
 def validate_data(data: dict[str, Any], source: str = "<data>") -> Cluster:
+    data = {key: value for key, value in data.items() if not str(key).startswith(EXTENSION_PREFIX)}
     version = data.get("api_version")
     if version is not None and version != API_VERSION:
         # another version is another schema: its other errors would only mislead
@@ -186,11 +204,48 @@ def validate_data(data: dict[str, Any], source: str = "<data>") -> Cluster:
     try:
         spec = Cluster.model_validate(data)
     except ValidationError as exc:
-        raise SpecError([_problem(err) for err in exc.errors()], source) from None
+        total = exc.error_count()
+        if total > MAX_PROBLEMS:  # wording a million errors costs seconds: word those of a sample
+            exc = _sample_errors(data) or exc
+        errors = exc.errors(include_url=False)[:MAX_PROBLEMS]
+        raise SpecError(bounded([_problem(err) for err in errors], total), source) from None
     problems = run_checks(spec)
     if problems:
-        raise SpecError(problems, source)
+        raise SpecError(bounded(problems[:MAX_PROBLEMS], len(problems)), source)
     return spec
+
+
+# Problems reported at most: the first ones, then how many more (a 10 MB file can hold a
+# million mistakes; nobody reads past the first screens, and each costs time to word).
+MAX_PROBLEMS = 1000
+
+
+def _sample_errors(data: dict[str, Any]) -> ValidationError | None:
+    """The errors of the spec cut to its first few thousand values (the first errors of the
+    whole, mostly: its lists and mappings keep their first items)."""
+    budget = [20 * MAX_PROBLEMS]
+
+    def cut(value: object) -> object:
+        budget[0] -= 1
+        if isinstance(value, dict):
+            return {k: cut(v) for k, v in list(value.items())[:max(budget[0], 1)]}
+        if isinstance(value, list):
+            return [cut(v) for v in value[:max(budget[0], 1)]]
+        return value
+
+    try:
+        Cluster.model_validate(cut(data))
+    except ValidationError as exc:
+        return exc
+    return None
+
+
+def bounded(problems: list[Problem], total: int) -> list[Problem]:
+    """The first MAX_PROBLEMS problems of `total`, and a line saying how many are left out."""
+    if total <= MAX_PROBLEMS:
+        return problems
+    return [*problems[:MAX_PROBLEMS - 1], Problem("", f"{total - MAX_PROBLEMS + 1:,} more problem(s) not shown",
+                                                  "fix the ones above and validate again")]
 
 
 def _path(loc: tuple[int | str, ...]) -> str:

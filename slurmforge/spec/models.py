@@ -8,15 +8,16 @@ passed along.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from slurmforge.distro import DEFAULT_BASE, RETIRED
-from slurmforge.spec.slurmtime import parse_slurm_time
+from slurmforge.spec.slurmtime import SLURM_MAX_SECONDS, parse_slurm_time
 
 API_VERSION = "slurmforge/v1"
 
@@ -24,8 +25,14 @@ API_VERSION = "slurmforge/v1"
 NAME_RE = r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$"
 SLURM_NAME_RE = r"^[A-Za-z][A-Za-z0-9_-]{0,62}$"
 FEATURE_RE = r"^[A-Za-z0-9_.-]{1,64}$"
-POSIX_NAME_RE = r"^[a-z_][a-z0-9_-]{0,31}$"
-ABS_PATH_RE = r"^/[^\s,:]*$"
+# useradd's rule (shadow: letters, digits, '_', '.', '-', not '-' first, at most 32),
+# lowercase: names are also private group names, mail local parts and home directories.
+POSIX_NAME_RE = r"^[a-z_][a-z0-9_.-]{0,31}$"
+# Mount points and directories: the POSIX portable file name characters. fstab, systemd
+# mount units, slurm.conf ('#' starts a comment) and shell lines take them as written.
+ABS_PATH_RE = r"^/[A-Za-z0-9._/+@-]*$"
+# One line of text Slurm keeps as written (sacctmgr turns quotes into backticks).
+TEXT_RE = r"^[^\x00-\x1f\x7f\"']*$"
 CLUSTER_NAME_RE = r"^[a-z][a-z0-9]{0,19}$"
 REGION_RE = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
 AMI_RE = r"^ami-[0-9a-f]{8,17}$"
@@ -34,7 +41,19 @@ PoolName = Annotated[str, Field(pattern=NAME_RE)]
 SlurmName = Annotated[str, Field(pattern=SLURM_NAME_RE)]
 Feature = Annotated[str, Field(pattern=FEATURE_RE)]
 PosixName = Annotated[str, Field(pattern=POSIX_NAME_RE)]
-AbsPath = Annotated[str, Field(pattern=ABS_PATH_RE)]
+Text = Annotated[str, Field(pattern=TEXT_RE, max_length=255)]
+
+# Linux's PATH_MAX (with its terminating NUL) and NAME_MAX.
+PATH_MAX = 4095
+NAME_MAX = 255
+# Slurm reads counts as unsigned 16- or 32-bit numbers and keeps the two largest for
+# itself: NO_VAL (0xfffe / 0xfffffffe, "not set") and INFINITE (0xffff / 0xffffffff).
+SLURM_U16_MAX = 0xFFFD
+SLURM_U32_MAX = 0xFFFFFFFD
+# sacctmgr's Fairshare=parent is stored as 0x7fffffff (SLURMDB_FS_USE_PARENT).
+FAIRSHARE_MAX = 0x7FFFFFFE
+# slurmctld allocates a hash table entry per MaxJobCount at start (8 bytes each, twice).
+MAX_JOB_COUNT = 10_000_000
 
 
 class Model(BaseModel):
@@ -44,6 +63,18 @@ class Model(BaseModel):
 def field_error(kind: str, message: str, fix: str) -> PydanticCustomError:
     """A field-level error that carries its fix (the loader shows it after 'fix:')."""
     return PydanticCustomError(kind, message.replace("{", "(").replace("}", ")"), {"fix": fix})
+
+
+def _not_a_boolean(value: object) -> object:
+    """YAML reads true/yes/on as a boolean and pydantic would take it as 1."""
+    if isinstance(value, bool):
+        raise field_error("count_bool", "a boolean, not a number", "write a number (YAML reads unquoted "
+                          "true, yes and on as booleans)")
+    return value
+
+
+Count = Annotated[int, BeforeValidator(_not_a_boolean)]
+"""A whole number; a boolean is refused (pydantic's lax mode reads true as 1)."""
 
 
 TIME_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED"
@@ -58,12 +89,31 @@ def _check_time(value: object) -> object:
                           "as 5400)", 'quote the time, e.g. "01:30:00", or "90" for 90 minutes')
     if isinstance(value, str):
         try:
-            parse_slurm_time(value)
+            seconds = parse_slurm_time(value)
         except ValueError as exc:
             detail = re.search(r"(\w) field (\d+) is out of range", str(exc))
             why = f": {_UNITS[detail[1]]} {detail[2]} out of range" if detail else ""
             raise field_error("slurm_time", f"not a Slurm time{why}", f"use {TIME_FORMS}") from None
+        if seconds != math.inf and seconds > SLURM_MAX_SECONDS:
+            raise field_error("slurm_time_range", f"longer than Slurm can hold ({SLURM_MAX_SECONDS:,} seconds, "
+                              "about 68 years)", "use a shorter time, or UNLIMITED")
     return value
+
+
+def _check_job_time(value: str) -> str:
+    if parse_slurm_time(value) == 0:
+        raise field_error("slurm_time_zero", "0 minutes: no job could run", "use a time above 0, or UNLIMITED")
+    return value
+
+
+def _off(value: object) -> object:
+    """OFF is a Slurm word, but YAML reads an unquoted OFF (or no) as false."""
+    return "OFF" if value is False else value
+
+
+def _yes_no(value: object) -> object:
+    """YES and NO are Slurm words, but YAML reads them unquoted as booleans."""
+    return ("YES" if value else "NO") if isinstance(value, bool) else value
 
 
 def _check_cidr(value: str) -> str:
@@ -84,6 +134,11 @@ _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
 
 
+def is_domain(value: str) -> bool:
+    """A DNS domain such as example.org: host name labels, at least two, the last not all digits."""
+    return bool(_HOSTNAME.match(value)) and "." in value and not value.rsplit(".", 1)[1].isdigit()
+
+
 def _check_address(value: str) -> str:
     """An IP address, or a DNS name (dotted digits must be an IP address: 10.0.0.300 is not)."""
     try:
@@ -96,8 +151,25 @@ def _check_address(value: str) -> str:
     return value
 
 
+def _normal_path(value: str) -> str:
+    """One spelling per directory: no '//', '/./' or trailing '/', so that paths compare
+    equal when they are equal. '..' is refused rather than resolved (it reads as a
+    different place than it is); so are paths Linux cannot hold."""
+    parts = [part for part in value.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise field_error("path_dotdot", "'..' in a path", "write the directory it means, without '..'")
+    if len(value) > PATH_MAX or any(len(part) > NAME_MAX for part in parts):
+        raise field_error("path_long", f"longer than Linux allows ({PATH_MAX} characters, {NAME_MAX} per name)",
+                          "use a shorter path")
+    return "/" + "/".join(parts)
+
+
 SlurmTime = Annotated[str, BeforeValidator(_check_time)]
 """A Slurm time string (MaxTime, DefaultTime, ...); see slurmtime.py."""
+JobTime = Annotated[SlurmTime, AfterValidator(_check_job_time)]
+"""A Slurm time a job runs for: not 0."""
+AbsPath = Annotated[str, Field(pattern=ABS_PATH_RE), AfterValidator(_normal_path)]
+"""An absolute path, normalised: /home/, //home and /./home are all /home."""
 Cidr = Annotated[str, AfterValidator(_check_cidr)]
 """An IPv4 network in CIDR notation, without host bits."""
 Address = Annotated[str, AfterValidator(_check_address)]
@@ -112,7 +184,7 @@ class AwsTarget(Model):
     region: Annotated[str, Field(pattern=REGION_RE)]
     key_name: str | None = None
     """EC2 key pair for the login node (optional: SSM Session Manager works without)."""
-    tags: dict[str, str] = {}
+    tags: dict[str, str] = Field(default_factory=dict)
 
 
 class LocalTarget(Model):
@@ -132,10 +204,10 @@ class StaticHost(Model):
 class StaticTarget(Model):
     kind: Literal["static"]
     controller: StaticHost
-    login: list[StaticHost] = []
-    nodes: dict[str, list[StaticHost]] = {}
+    login: list[StaticHost] = Field(default_factory=list)
+    nodes: dict[str, list[StaticHost]] = Field(default_factory=dict)
     """Per pool, the machines that are its nodes (names as Slurm will call them)."""
-    ssh_user: str = "root"
+    ssh_user: PosixName = "root"
 
 
 Target = Annotated[AwsTarget | LocalTarget | StaticTarget, Field(discriminator="kind")]
@@ -154,7 +226,7 @@ class Market(StrEnum):
 
 
 class Gpus(Model):
-    count: Annotated[int, Field(ge=1, le=64)]
+    count: Annotated[Count, Field(ge=1, le=64)]
     model: Feature
     kind: Literal["nvidia", "neuron"] = "nvidia"
 
@@ -162,38 +234,46 @@ class Gpus(Model):
 class Hardware(Model):
     """Explicit hardware, for on-premise and local nodes (AWS pools use instance_types)."""
 
-    sockets: Annotated[int, Field(ge=1, le=16)] = 1
-    cores_per_socket: Annotated[int, Field(ge=1, le=512)]
-    threads_per_core: Annotated[int, Field(ge=1, le=8)] = 1
-    memory_mb: Annotated[int, Field(ge=64)]
+    sockets: Annotated[Count, Field(ge=1, le=16)] = 1
+    cores_per_socket: Annotated[Count, Field(ge=1, le=512)]
+    threads_per_core: Annotated[Count, Field(ge=1, le=8)] = 1
+    memory_mb: Annotated[Count, Field(ge=64, le=SLURM_U32_MAX)]
     gpus: Gpus | None = None
+
+    @model_validator(mode="after")
+    def _cpus_fit_slurm(self) -> Hardware:
+        cpus = self.sockets * self.cores_per_socket * self.threads_per_core
+        if cpus > SLURM_U16_MAX:
+            raise field_error("cpus_range", f"{cpus:,} CPUs per node; Slurm counts a node's CPUs in 16 bits",
+                              f"keep sockets x cores_per_socket x threads_per_core at {SLURM_U16_MAX:,} or fewer")
+        return self
 
 
 class Pool(Model):
     name: PoolName
     kind: PoolKind
-    instance_types: list[str] = []
+    instance_types: list[str] = Field(default_factory=list)
     """AWS instance types, in order of preference (a flexible pool when several)."""
     hardware: Hardware | None = None
-    gpus: Annotated[int | None, Field(ge=0)] = None
+    gpus: Annotated[Count | None, Field(ge=0, le=64)] = None
     """GPUs per node to give Slurm; default: all the instance type has."""
-    memory_mb: Annotated[int | None, Field(ge=64)] = None
+    memory_mb: Annotated[Count | None, Field(ge=64, le=SLURM_U32_MAX)] = None
     """RealMemory override; default: 95% of the instance type's memory."""
-    features: list[Feature] = []
-    min_nodes: Annotated[int, Field(ge=0, le=100_000)] = 0
-    max_nodes: Annotated[int, Field(ge=1, le=100_000)]
+    features: list[Feature] = Field(default_factory=list)
+    min_nodes: Annotated[Count, Field(ge=0, le=100_000)] = 0
+    max_nodes: Annotated[Count, Field(ge=1, le=100_000)]
     market: Market = Market.ON_DEMAND
-    fallback: list[PoolName] = []
+    fallback: list[PoolName] = Field(default_factory=list)
     """Pools to try, in order, when this pool cannot get capacity."""
-    zones: list[str] = []
-    idle_seconds: Annotated[int, Field(ge=60, le=7 * 24 * 3600)] = 600
+    zones: list[str] = Field(default_factory=list)
+    idle_seconds: Annotated[Count, Field(ge=60, le=7 * 24 * 3600)] = 600
     """How long a dynamic node stays idle before it is powered down."""
     node_prefix: str | None = None
     """Node names are <node_prefix>-<index>; default <cluster>-<pool>."""
-    index_width: Annotated[int | None, Field(ge=1, le=6)] = None
+    index_width: Annotated[Count | None, Field(ge=1, le=6)] = None
     placement_group: bool = False
     efa: bool = False
-    weight: Annotated[int | None, Field(ge=0, le=65533)] = None
+    weight: Annotated[Count | None, Field(ge=0, le=65533)] = None
     """Slurm node Weight: lower is allocated first."""
 
     @field_validator("instance_types", mode="before")
@@ -216,16 +296,16 @@ class Partition(Model):
     name: SlurmName
     pools: Annotated[list[PoolName], Field(min_length=1)]
     default: bool = False
-    max_time: SlurmTime | None = None
-    default_time: SlurmTime | None = None
+    max_time: JobTime | None = None
+    default_time: JobTime | None = None
     state: PartitionState = PartitionState.UP
-    allow_groups: list[PosixName] = []
-    allow_accounts: list[SlurmName] = []
-    priority_tier: Annotated[int | None, Field(ge=0, le=65533)] = None
-    preempt_mode: Literal["OFF", "CANCEL", "REQUEUE", "SUSPEND"] | None = None
-    oversubscribe: Literal["NO", "YES", "FORCE", "EXCLUSIVE"] | None = None
+    allow_groups: list[PosixName] = Field(default_factory=list)
+    allow_accounts: list[SlurmName] = Field(default_factory=list)
+    priority_tier: Annotated[Count | None, Field(ge=0, le=65533)] = None
+    preempt_mode: Annotated[Literal["OFF", "CANCEL", "REQUEUE", "SUSPEND"] | None, BeforeValidator(_off)] = None
+    oversubscribe: Annotated[Literal["NO", "YES", "FORCE", "EXCLUSIVE"] | None, BeforeValidator(_yes_no)] = None
     qos: SlurmName | None = None
-    max_nodes: Annotated[int | None, Field(ge=1)] = None
+    max_nodes: Annotated[Count | None, Field(ge=1, le=SLURM_U32_MAX)] = None
 
 
 # --------------------------------------------------------------------------- scheduling
@@ -233,28 +313,28 @@ class Partition(Model):
 
 class Priority(Model):
     type: Literal["multifactor", "basic"] = "multifactor"
-    weight_fairshare: Annotated[int, Field(ge=0)] = 10000
-    weight_age: Annotated[int, Field(ge=0)] = 1000
-    weight_job_size: Annotated[int, Field(ge=0)] = 0
-    weight_partition: Annotated[int, Field(ge=0)] = 1000
-    weight_qos: Annotated[int, Field(ge=0)] = 2000
+    weight_fairshare: Annotated[Count, Field(ge=0, le=SLURM_U32_MAX)] = 10000
+    weight_age: Annotated[Count, Field(ge=0, le=SLURM_U32_MAX)] = 1000
+    weight_job_size: Annotated[Count, Field(ge=0, le=SLURM_U32_MAX)] = 0
+    weight_partition: Annotated[Count, Field(ge=0, le=SLURM_U32_MAX)] = 1000
+    weight_qos: Annotated[Count, Field(ge=0, le=SLURM_U32_MAX)] = 2000
     decay_half_life: SlurmTime = "7-00:00:00"
     max_age: SlurmTime = "7-00:00:00"
 
 
 class Preemption(Model):
     type: Literal["none", "partition_prio", "qos"] = "none"
-    mode: Literal["OFF", "CANCEL", "REQUEUE", "SUSPEND,GANG"] = "REQUEUE"
+    mode: Annotated[Literal["OFF", "CANCEL", "REQUEUE", "SUSPEND,GANG"], BeforeValidator(_off)] = "REQUEUE"
     exempt_time: SlurmTime | None = None
 
 
 class Qos(Model):
     name: SlurmName
-    priority: Annotated[int, Field(ge=0)] = 0
-    preempt: list[SlurmName] = []
-    max_wall: SlurmTime | None = None
-    max_gpus_per_user: Annotated[int | None, Field(ge=0)] = None
-    description: str = ""
+    priority: Annotated[Count, Field(ge=0, le=SLURM_U32_MAX)] = 0
+    preempt: list[SlurmName] = Field(default_factory=list)
+    max_wall: JobTime | None = None
+    max_gpus_per_user: Annotated[Count | None, Field(ge=0, le=SLURM_U32_MAX)] = None
+    description: Text = ""
 
 
 class Scheduling(Model):
@@ -264,11 +344,11 @@ class Scheduling(Model):
     ] = "CR_CPU_Memory"
     priority: Priority = Priority()
     preemption: Preemption = Preemption()
-    qos: list[Qos] = []
+    qos: list[Qos] = Field(default_factory=list)
     default_cpu_pool: PoolName | None = None
     default_gpu_pool: PoolName | None = None
-    max_job_count: Annotated[int | None, Field(ge=1)] = None
-    resume_timeout: Annotated[int, Field(ge=30, le=7200)] = 600
+    max_job_count: Annotated[Count | None, Field(ge=1, le=MAX_JOB_COUNT)] = None
+    resume_timeout: Annotated[Count, Field(ge=30, le=7200)] = 600
     """Seconds Slurm waits for a powered-up node to register (ResumeTimeout)."""
 
 
@@ -292,10 +372,10 @@ class Nas(Model):
 
 
 class Ceph(Model):
-    hosts: Annotated[int, Field(ge=1, le=64)] = 3
-    osds_per_host: Annotated[int, Field(ge=1, le=24)] = 1
-    osd_size_gb: Annotated[int, Field(ge=4, le=16384)] = 100
-    replication: Annotated[int, Field(ge=1, le=5)] = 3
+    hosts: Annotated[Count, Field(ge=1, le=64)] = 3
+    osds_per_host: Annotated[Count, Field(ge=1, le=24)] = 1
+    osd_size_gb: Annotated[Count, Field(ge=4, le=16384)] = 100
+    replication: Annotated[Count, Field(ge=1, le=5)] = 3
     instance_type: str = "m6i.xlarge"
     mount: AbsPath = "/data"
     fs_name: SlurmName = "data"
@@ -307,7 +387,7 @@ class Ceph(Model):
 
 class Scratch(Model):
     path: AbsPath = "/scratch"
-    size_gb: Annotated[int | None, Field(ge=1)] = None
+    size_gb: Annotated[Count | None, Field(ge=1, le=65536)] = None
 
 
 class Storage(Model):
@@ -322,38 +402,38 @@ class Storage(Model):
 class Database(Model):
     kind: Literal["local", "external"] = "local"
     host: Address | None = None
-    port: Annotated[int, Field(ge=1, le=65535)] = 3306
+    port: Annotated[Count, Field(ge=1, le=65535)] = 3306
     name: SlurmName = "slurm_acct_db"
     user: PosixName = "slurm"
 
 
 class Account(Model):
     name: SlurmName
-    description: str = ""
-    organization: str = ""
+    description: Text = ""
+    organization: Text = ""
     parent: SlurmName | None = None
-    fairshare: Annotated[int, Field(ge=1)] = 1
+    fairshare: Annotated[Count, Field(ge=1, le=FAIRSHARE_MAX)] = 1
 
 
 class Accounting(Model):
     enabled: bool = True
     database: Database = Database()
-    accounts: list[Account] = []
+    accounts: list[Account] = Field(default_factory=list)
     enforce: list[Literal["associations", "limits", "qos", "safe"]] = ["associations", "limits", "qos"]
 
 
 class Group(Model):
     name: PosixName
-    gid: Annotated[int, Field(ge=1000, le=2**31 - 1)]
+    gid: Annotated[Count, Field(ge=1000, le=2**31 - 1)]
 
 
 class User(Model):
     name: PosixName
-    uid: Annotated[int, Field(ge=1000, le=2**31 - 1)]
-    groups: list[PosixName] = []
-    accounts: list[SlurmName] = []
+    uid: Annotated[Count, Field(ge=1000, le=2**31 - 1)]
+    groups: list[PosixName] = Field(default_factory=list)
+    accounts: list[SlurmName] = Field(default_factory=list)
     default_account: SlurmName | None = None
-    ssh_keys: list[str] = []
+    ssh_keys: list[str] = Field(default_factory=list)
     admin: bool = False
 
 
@@ -365,7 +445,7 @@ class Mail(Model):
     """Appended to user names for job mail (MailDomain)."""
     relay: Address | None = None
     """SMTP relay the controller sends job mail through (it must accept mail from the cluster)."""
-    port: Annotated[int, Field(ge=1, le=65535)] = 25
+    port: Annotated[Count, Field(ge=1, le=65535)] = 25
     """The relay's port: 25 (plain SMTP), 587 (STARTTLS) or 465 (TLS)."""
 
     @property
@@ -384,9 +464,9 @@ class Subnet(Model):
 
 class Network(Model):
     vpc_cidr: Cidr = "10.0.0.0/16"
-    public_subnets: list[Subnet] = []
-    private_subnets: list[Subnet] = []
-    admin_cidrs: list[Cidr] = []
+    public_subnets: list[Subnet] = Field(default_factory=list)
+    private_subnets: list[Subnet] = Field(default_factory=list)
+    admin_cidrs: list[Cidr] = Field(default_factory=list)
     """Who may reach the login node over SSH."""
     allow_ssh_from_anywhere: bool = False
     """Must be set to accept 0.0.0.0/0 in admin_cidrs."""
@@ -410,13 +490,13 @@ class Images(Model):
 
 class HeadNode(Model):
     instance_type: str = "m6i.xlarge"
-    volume_gb: Annotated[int, Field(ge=20, le=16384)] = 100
+    volume_gb: Annotated[Count, Field(ge=20, le=16384)] = 100
 
 
 class Head(Model):
     controller: HeadNode = HeadNode()
     login: HeadNode = HeadNode(instance_type="t3.large")
-    login_count: Annotated[int, Field(ge=0, le=16)] = 1
+    login_count: Annotated[Count, Field(ge=0, le=16)] = 1
     backup_controller: bool = False
 
 
@@ -438,12 +518,12 @@ class Alerts(Model):
     node_down_for: PromDuration = "5m"
     node_drained_for: PromDuration = "10m"
     target_down_for: PromDuration = "5m"
-    pending_minutes: Annotated[int, Field(ge=1, le=7 * 24 * 60)] = 30
+    pending_minutes: Annotated[Count, Field(ge=1, le=7 * 24 * 60)] = 30
     """A job waiting this long on a pool already at max_nodes."""
     links_cooling_for: PromDuration = "2m"
-    storage_full_percent: Annotated[int, Field(ge=50, le=99)] = 90
+    storage_full_percent: Annotated[Count, Field(ge=50, le=99)] = 90
     storage_full_for: PromDuration = "5m"
-    email: list[Annotated[str, Field(pattern=EMAIL_RE)]] = []
+    email: list[Annotated[str, Field(pattern=EMAIL_RE)]] = Field(default_factory=list)
     """Who Alertmanager mails firing and resolved alerts to (through mail.relay)."""
     webhook: Annotated[str, Field(pattern=HTTP_URL_RE)] | None = None
     """Where Alertmanager POSTs alert groups as JSON (its webhook format): a chat bridge, an
@@ -453,8 +533,8 @@ class Alerts(Model):
 
 
 class Monitoring(Model):
-    retention_days: Annotated[int, Field(ge=1, le=3650)] = 15
-    retention_gb: Annotated[int, Field(ge=1, le=10_000)] = 4
+    retention_days: Annotated[Count, Field(ge=1, le=3650)] = 15
+    retention_gb: Annotated[Count, Field(ge=1, le=10_000)] = 4
     """Prometheus deletes the oldest blocks beyond this size (a small controller's disk)."""
     scrape_interval: PromDuration = "15s"
     alerts: Alerts = Alerts()
@@ -476,8 +556,8 @@ class Cluster(Model):
     scheduling: Scheduling = Scheduling()
     storage: Storage
     accounting: Accounting = Accounting()
-    groups: list[Group] = []
-    users: list[User] = []
+    groups: list[Group] = Field(default_factory=list)
+    users: list[User] = Field(default_factory=list)
     mail: Mail = Mail()
     modules: Modules = Modules()
     monitoring: Monitoring = Monitoring()

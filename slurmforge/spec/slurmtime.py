@@ -9,6 +9,10 @@ import math
 import re
 
 UNLIMITED = math.inf
+# Slurm adds a time's fields in a signed 32-bit number of seconds, then rounds up to
+# minutes by adding 59 (parse_time.c, time_str2secs and time_str2mins): anything longer
+# overflows into a negative "bad value".
+SLURM_MAX_SECONDS = 2**31 - 1 - 59
 
 _FORMS = [
     (re.compile(r"^(\d+)$"), ("m",)),

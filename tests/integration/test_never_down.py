@@ -134,7 +134,7 @@ class SbatchProbe:
 
 
 def test_a_policy_change_is_applied_live(cluster: Cluster_, tmp_path: Path) -> None:
-    job = submit(cluster, "-N 2 -p ml-cpu -w dev-cpu-[01-02] -o nd-%j.out --wrap 'sleep 240'")
+    job = submit(cluster, "-N 2 -p ml-cpu -w dev-cpu-[01-02] -o nd-%j.out --wrap 'sleep 1800'")
     wait_until(lambda: squeue_state(cluster, job) == "RUNNING", 60, "the 2-node job running")
     started = root(cluster, "systemctl show slurmctld -p ExecMainStartTimestamp")
     probe = SbatchProbe(cluster)
@@ -144,7 +144,7 @@ def test_a_policy_change_is_applied_live(cluster: Cluster_, tmp_path: Path) -> N
         failing = probe.stop()
     print(f"policy change: sbatch failed for {failing:.1f} s over {probe.tries} probes")
     assert failing <= 5, f"sbatch failed for {failing:.1f} s"
-    assert squeue_state(cluster, job) == "RUNNING"  # undisturbed
+    assert sacct_states(cluster, job)[job] == "RUNNING"  # undisturbed (never requeued, never failed)
     assert root(cluster, "systemctl show slurmctld -p ExecMainStartTimestamp") == started  # never restarted
     partition = root(cluster, "scontrol show partition ml-urgent -o")
     assert "QoS=urgent" in partition and "PriorityTier=10" in partition, partition

@@ -197,8 +197,8 @@ def test_validate_prints_values_that_look_like_markup(tmp_path: Path) -> None:
                     "mail: {domain: '[/red]x[bold]'}\n")
     code, lines, _ = _cli_lines(["validate", str(spec)])
     assert code == 2
-    assert f"error {spec}: mail.domain: not a DNS domain (got '[/red]x[bold]'); fix: use e.g. example.org (no '@')" \
-        in lines
+    assert f"error {spec}: mail.domain: not a DNS domain (got '[/red]x[bold]'); fix: use e.g. example.org " \
+        "(no '@', no https://)" in lines
 
 
 def _bad_inputs(tmp: Path) -> Iterator[tuple[str, Path, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from slurmforge.catalog import lookup
-from slurmforge.errors import Problem
+from slurmforge.errors import Problem, listing
 from slurmforge.nodes import NodeHardware, pool_hardware
 from slurmforge.spec.checks.registry import check, cycles, dupes, is_aws
 from slurmforge.spec.models import AwsTarget, Cluster, Market
@@ -21,7 +21,7 @@ def fallback_targets_exist(spec: Cluster) -> Iterator[Problem]:
     for i, p in enumerate(spec.pools):
         for j, f in enumerate(p.fallback):
             if f not in names:
-                yield Problem(f"pools[{i}].fallback[{j}]", "unknown pool", f"use one of: {', '.join(sorted(names))}", f)
+                yield Problem(f"pools[{i}].fallback[{j}]", "unknown pool", f"use one of: {listing(sorted(names))}", f)
             elif f == p.name:
                 yield Problem(f"pools[{i}].fallback[{j}]", "a pool cannot fall back to itself", "remove it", f)
         for f in sorted(dupes(p.fallback)):

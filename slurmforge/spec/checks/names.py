@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from slurmforge.errors import Problem
-from slurmforge.nodes import index_width
+from slurmforge.nodes import index_width, node_index
 from slurmforge.spec.checks.registry import check, dupes, head_names
 from slurmforge.spec.models import Cluster
 
@@ -75,36 +75,42 @@ def node_names_slurm_can_take(spec: Cluster) -> Iterator[Problem]:
 
 @check
 def reserved_host_names(spec: Cluster) -> Iterator[Problem]:
-    """Pool node names never equal a head node's name (controller, login, db)."""
-    heads = head_names(spec)
-    for i, p in enumerate(spec.pools):
-        prefix = spec.node_prefix(p)
-        index = re.compile(rf"{re.escape(prefix)}-(\d{{{index_width(p)},}})")
-        clash = sorted(h for h in heads if h == prefix or ((m := index.fullmatch(h)) and 1 <= int(m[1]) <= p.max_nodes))
-        if clash:
-            yield Problem(f"pools[{i}].node_prefix", f"collides with head node name {clash[0]}",
-                          "choose another prefix", prefix)
+    """Host names are one namespace: no pool's node (or node prefix) has the name of a
+    controller, login, database or Ceph host, compared as DNS does (ignoring case)."""
+    pools = {spec.node_prefix(p).lower(): (i, p) for i, p in enumerate(spec.pools)}
+    reported: set[int] = set()
+    for name, what in sorted(head_names(spec).items()):
+        low = name.lower()
+        prefix = low.rpartition("-")[0]
+        for key in (low, prefix):
+            i, p = pools.get(key, (-1, None))
+            if p is None or i in reported:
+                continue
+            if key == low or node_index(low, key, index_width(p), p.max_nodes) is not None:
+                reported.add(i)
+                yield Problem(f"pools[{i}].node_prefix", f"collides with {what} name {name}",
+                              "choose another prefix", spec.node_prefix(p))
 
 
 @check
 def unique_group_names_and_gids(spec: Cluster) -> Iterator[Problem]:
     """Group names and gids are unique."""
-    names, gids = dupes([g.name for g in spec.groups]), dupes([str(g.gid) for g in spec.groups])
-    for i, g in enumerate(spec.groups):
+    names, gids = dupes([g.name for g in spec.groups]), dupes([g.gid for g in spec.groups])
+    for i, g in enumerate(spec.groups if names or gids else []):
         if g.name in names:
             yield Problem(f"groups[{i}].name", "duplicate group name", "define each group once", g.name)
-        if str(g.gid) in gids:
+        if g.gid in gids:
             yield Problem(f"groups[{i}].gid", "duplicate gid", "give every group its own gid", g.gid)
 
 
 @check
 def unique_user_names_and_uids(spec: Cluster) -> Iterator[Problem]:
     """User names and uids are unique."""
-    names, uids = dupes([u.name for u in spec.users]), dupes([str(u.uid) for u in spec.users])
-    for i, u in enumerate(spec.users):
+    names, uids = dupes([u.name for u in spec.users]), dupes([u.uid for u in spec.users])
+    for i, u in enumerate(spec.users if names or uids else []):
         if u.name in names:
             yield Problem(f"users[{i}].name", "duplicate user name", "define each user once", u.name)
-        if str(u.uid) in uids:
+        if u.uid in uids:
             yield Problem(f"users[{i}].uid", "duplicate uid", "give every user its own uid", u.uid)
 
 

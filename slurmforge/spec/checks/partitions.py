@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from slurmforge.errors import Problem
+from slurmforge.errors import Problem, listing
 from slurmforge.nodes import pool_hardware
-from slurmforge.spec.checks.registry import check, dupes, reaches_on_demand
+from slurmforge.spec.checks.registry import check, dupes, reaching_on_demand
 from slurmforge.spec.models import Cluster, Market, Pool, PoolKind
 from slurmforge.spec.slurmtime import parse_slurm_time
 
@@ -27,7 +27,7 @@ def default_pools(spec: Cluster) -> Iterator[Problem]:
         if name is None:
             continue
         if name not in kinds:
-            yield Problem(f"scheduling.{field}", "unknown pool", f"use one of: {', '.join(sorted(kinds))}", name)
+            yield Problem(f"scheduling.{field}", "unknown pool", f"use one of: {listing(sorted(kinds))}", name)
         elif kinds[name] is not want:
             yield Problem(f"scheduling.{field}", f"pool is kind {kinds[name].value}", f"name a {want.value} pool", name)
 
@@ -63,7 +63,7 @@ def partitions_name_known_pools(spec: Cluster) -> Iterator[Problem]:
         for j, pool in enumerate(part.pools):
             if pool not in names:
                 yield Problem(f"partitions[{i}].pools[{j}]", "unknown pool",
-                              f"use one of: {', '.join(sorted(names))}", pool)
+                              f"use one of: {listing(sorted(names))}", pool)
         for d in sorted(dupes(part.pools)):
             yield Problem(f"partitions[{i}].pools", "pool listed twice", "list it once", d)
 
@@ -99,7 +99,7 @@ def allow_groups_defined(spec: Cluster) -> Iterator[Problem]:
         for j, g in enumerate(part.allow_groups):
             if g not in groups and g not in private:
                 yield Problem(f"partitions[{i}].allow_groups[{j}]", "undefined group",
-                              f"add it under groups: (defined: {', '.join(sorted(groups)) or 'none'})", g)
+                              f"add it under groups: (defined: {listing(sorted(groups)) or 'none'})", g)
 
 
 @check
@@ -132,6 +132,7 @@ def partition_pool_weights(spec: Cluster) -> Iterator[Problem]:
     """In a partition that mixes pools, GPU nodes weigh more than CPU nodes (or CPU-only jobs
     fill them), and a spot and an on-demand pool of the same hardware never tie on weight."""
     pools = {p.name: p for p in spec.pools}
+    hardware = {p.name: pool_hardware(p) for p in spec.pools}
     for i, part in enumerate(spec.partitions):
         members = [pools[n] for n in dict.fromkeys(part.pools) if n in pools]
         cpu = [p for p in members if p.kind is PoolKind.CPU]
@@ -144,24 +145,29 @@ def partition_pool_weights(spec: Cluster) -> Iterator[Problem]:
                               f"heavier than cpu pool '{heavy.name}' (weight {_weight(heavy)}): CPU-only jobs would "
                               "take the GPU nodes", "give the gpu pools a higher weight than the cpu pools",
                               show_value=False)
+        # one line per spot pool that ties, naming the first on-demand pool it ties with
+        on_demand: dict[tuple[object, int], str] = {}
+        for o in members:
+            if o.market is Market.ON_DEMAND and hardware[o.name] is not None:
+                on_demand.setdefault((hardware[o.name], _weight(o)), o.name)
         for s in (p for p in members if p.market is Market.SPOT):
-            hw = pool_hardware(s)
-            for o in members:
-                if o.market is Market.ON_DEMAND and _weight(o) == _weight(s) and hw and pool_hardware(o) == hw:
-                    yield Problem(f"partitions[{i}].pools", f"spot pool '{s.name}' and on-demand pool '{o.name}' "
-                                  f"have the same hardware and weight {_weight(s)}: Slurm may start either first",
-                                  "give the pool to fill first (usually the spot one) a lower weight",
-                                  show_value=False)
+            tie = on_demand.get((hardware[s.name], _weight(s)))
+            if tie is not None:
+                yield Problem(f"partitions[{i}].pools", f"spot pool '{s.name}' and on-demand pool '{tie}' "
+                              f"have the same hardware and weight {_weight(s)}: Slurm may start either first",
+                              "give the pool to fill first (usually the spot one) a lower weight",
+                              show_value=False)
 
 
 @check
 def default_partition_not_only_spot(spec: Cluster) -> Iterator[Problem]:
     """The default partition is not made only of spot pools without an on-demand fallback
     (every job submitted without -p could be interrupted)."""
-    pools = {p.name: p for p in spec.pools}
+    pools = {p.name for p in spec.pools}
+    safe = reaching_on_demand(spec)
     for i, part in enumerate(spec.partitions):
-        members = [pools[n] for n in part.pools if n in pools]
-        if part.default and members and not any(reaches_on_demand(spec, p) for p in members):
+        members = [n for n in part.pools if n in pools]
+        if part.default and members and not any(n in safe for n in members):
             yield Problem(f"partitions[{i}].default", "only spot pools without an on-demand fallback: every job "
                           "submitted without -p could be interrupted", "make an on-demand partition the default, "
                           "or give the spot pools an on-demand fallback", show_value=False)

@@ -92,7 +92,8 @@ def uid_gid_ranges(spec: Cluster) -> Iterator[Problem]:
 
 @check
 def ssh_keys_look_like_keys(spec: Cluster) -> Iterator[Problem]:
-    """SSH keys are public keys in OpenSSH format (never a private key)."""
+    """SSH keys are public keys in OpenSSH format (never a private key), one per line of
+    authorized_keys (a line break would add a second key)."""
     prefixes = ("ssh-ed25519 ", "ssh-rsa ", "ecdsa-sha2-", "sk-ssh-ed25519@", "sk-ecdsa-")
     for i, u in enumerate(spec.users):
         for j, k in enumerate(u.ssh_keys):
@@ -103,3 +104,6 @@ def ssh_keys_look_like_keys(spec: Cluster) -> Iterator[Problem]:
             elif not k.startswith(prefixes):
                 yield Problem(f"users[{i}].ssh_keys[{j}]", "not an OpenSSH public key",
                               "paste the .pub file's line (ssh-ed25519 AAAA...)", show_value=False)
+            elif not k.strip().isprintable():
+                yield Problem(f"users[{i}].ssh_keys[{j}]", "more than one line (or control characters)",
+                              "one key per list item, each the .pub file's one line", show_value=False)

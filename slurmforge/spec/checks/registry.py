@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import TypeVar
 
 from slurmforge.errors import Problem
-from slurmforge.spec.models import AwsTarget, Cluster, Market, Pool, StaticTarget
+from slurmforge.nodes import ceph_host_name
+from slurmforge.render import login_names
+from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market, StaticTarget
 
 Check = Callable[[Cluster], Iterator[Problem]]
+T = TypeVar("T", bound=Hashable)
 CHECKS: list[Check] = []
 
 
@@ -25,7 +29,9 @@ def run_checks(spec: Cluster) -> list[Problem]:
     return problems
 
 
-def dupes(names: list[str]) -> set[str]:
+def dupes(names: Sequence[T]) -> set[T]:
+    if len(set(names)) == len(names):  # the usual case, without counting
+        return set()
     return {n for n, c in Counter(names).items() if c > 1}
 
 
@@ -33,14 +39,19 @@ def is_aws(spec: Cluster) -> bool:
     return isinstance(spec.target, AwsTarget)
 
 
-def head_names(spec: Cluster) -> set[str]:
-    """Host names of the controller, login and database nodes (as render names them)."""
+def head_names(spec: Cluster) -> dict[str, str]:
+    """Every host name that is not a pool's node, and what it names: controller, login,
+    database and Ceph hosts (as render and the providers name them)."""
     if isinstance(spec.target, StaticTarget):
-        return {spec.target.controller.name, *(h.name for h in spec.target.login)}
-    count = spec.head.login_count
-    logins = [f"{spec.name}-login"] if count == 1 else [f"{spec.name}-login-{i}" for i in range(1, count + 1)]
-    controllers = [f"{spec.name}-controller", f"{spec.name}-controller-backup"][:1 + spec.head.backup_controller]
-    return {*controllers, f"{spec.name}-db", *logins}
+        return {spec.target.controller.name: "controller", **{h.name: "login host" for h in spec.target.login}}
+    names = {f"{spec.name}-controller": "controller", f"{spec.name}-db": "database host"}
+    if spec.head.backup_controller:
+        names[f"{spec.name}-controller-backup"] = "backup controller"
+    names.update({name: "login node" for name in login_names(spec)})
+    if spec.storage.ceph:
+        local = isinstance(spec.target, LocalTarget)
+        names.update({ceph_host_name(spec.name, i, local): "Ceph host" for i in range(1, spec.storage.ceph.hosts + 1)})
+    return names
 
 
 def cycles(graph: dict[str, list[str]]) -> list[list[str]]:
@@ -52,30 +63,35 @@ def cycles(graph: dict[str, list[str]]) -> list[list[str]]:
         if start in done:
             continue
         path, todo = [start], [iter(graph.get(start, []))]
+        on_path = {start: 0}  # name -> its index in path (a long chain must not cost its length per step)
         while todo:
             nxt = next(todo[-1], None)
             if nxt is None:
+                del on_path[path[-1]]
                 done.add(path.pop())
                 todo.pop()
             elif nxt != path[-1] and nxt not in done:
-                if nxt in path:
-                    found.append([*path[path.index(nxt):], nxt])
+                if nxt in on_path:
+                    found.append([*path[on_path[nxt]:], nxt])
                 else:
+                    on_path[nxt] = len(path)
                     path.append(nxt)
                     todo.append(iter(graph.get(nxt, [])))
     return found
 
 
-def reaches_on_demand(spec: Cluster, pool: Pool) -> bool:
-    """Is the pool on-demand, or does its fallback chain reach an on-demand pool?"""
-    pools = {p.name: p for p in spec.pools}
-    todo, seen = [pool.name], set()
+def reaching_on_demand(spec: Cluster) -> set[str]:
+    """The pools that are on-demand, or whose fallback chain reaches an on-demand pool:
+    one walk backwards from the on-demand pools, linear in the pools and their links."""
+    fallen_back_from: dict[str, list[str]] = {}
+    for p in spec.pools:
+        for f in p.fallback:
+            fallen_back_from.setdefault(f, []).append(p.name)
+    todo = [p.name for p in spec.pools if p.market is Market.ON_DEMAND]
+    found = set(todo)
     while todo:
-        name = todo.pop()
-        if name in seen or name not in pools:
-            continue
-        seen.add(name)
-        if pools[name].market is Market.ON_DEMAND:
-            return True
-        todo.extend(pools[name].fallback)
-    return False
+        for name in fallen_back_from.get(todo.pop(), []):
+            if name not in found:
+                found.add(name)
+                todo.append(name)
+    return found

@@ -85,6 +85,23 @@ def qos_preempt_needs_qos_preemption(spec: Cluster) -> Iterator[Problem]:
                       "preempted", "list the QoS to preempt under the high-priority QoS's preempt", kind)
 
 
+# slurmctld adds the PriorityWeight* values in 64 bits and warns that job priorities (32
+# bits) may overflow above this (read_config.c).
+MAX_PRIORITY_WEIGHTS = 0xFFFFFFFF
+
+
+@check
+def priority_weights_fit(spec: Cluster) -> Iterator[Problem]:
+    """The priority weights add up to at most 4,294,967,295: a job's priority is a 32-bit
+    number and larger weights overflow it."""
+    prio = spec.scheduling.priority
+    total = prio.weight_fairshare + prio.weight_age + prio.weight_job_size + prio.weight_partition + prio.weight_qos
+    if prio.type == "multifactor" and total > MAX_PRIORITY_WEIGHTS:
+        yield Problem("scheduling.priority", f"the weights add up to {total:,}: job priorities would overflow "
+                      "Slurm's 32 bits", f"keep their sum at {MAX_PRIORITY_WEIGHTS:,} or less (they only count "
+                      "relative to each other)", show_value=False)
+
+
 @check
 def fairshare_needs_accounting(spec: Cluster) -> Iterator[Problem]:
     """Fair share (multifactor weight_fairshare > 0) needs accounting."""

@@ -6,10 +6,10 @@ import ipaddress
 from collections.abc import Iterator
 
 from slurmforge.catalog import lookup
-from slurmforge.errors import Problem
+from slurmforge.errors import Problem, listing
 from slurmforge.nodes import node_names, pool_hostlist
 from slurmforge.spec.checks.registry import check, dupes, is_aws
-from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, StaticTarget
+from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, StaticTarget, is_domain
 
 # AWS accepts VPC and subnet netmasks from /16 to /28, and keeps 5 addresses of every subnet.
 AWS_PREFIXES = range(16, 29)
@@ -35,12 +35,16 @@ def subnets_inside_vpc(spec: Cluster) -> Iterator[Problem]:
 
 @check
 def subnets_do_not_overlap(spec: Cluster) -> Iterator[Problem]:
-    """No two subnets overlap."""
-    subnets = _subnets(spec)
-    for a, (pa, na) in enumerate(subnets):
-        for pb, nb in subnets[a + 1:]:
-            if na.overlaps(nb):
-                yield Problem(pa, f"overlaps {pb} ({nb})", "use disjoint ranges", str(na))
+    """No two subnets overlap (each subnet that overlaps another is named once, with the
+    widest one it overlaps)."""
+    # CIDR ranges either nest or are apart: in address order, a range overlaps an earlier
+    # one exactly when it starts before the furthest end seen so far.
+    widest: tuple[str, ipaddress.IPv4Network] | None = None
+    for path, net in sorted(_subnets(spec), key=lambda s: (s[1].network_address, s[1].prefixlen)):
+        if widest is not None and net.network_address <= widest[1].broadcast_address:
+            yield Problem(path, f"overlaps {widest[0]} ({widest[1]})", "use disjoint ranges", str(net))
+        if widest is None or net.broadcast_address > widest[1].broadcast_address:
+            widest = (path, net)
 
 
 @check
@@ -153,7 +157,7 @@ def static_target_hosts(spec: Cluster) -> Iterator[Problem]:
     hosts = [target.controller, *target.login]
     for pool_name, members in target.nodes.items():
         if pool_name not in pools:
-            yield Problem(f"target.nodes.{pool_name}", "unknown pool", f"use one of: {', '.join(sorted(pools))}",
+            yield Problem(f"target.nodes.{pool_name}", "unknown pool", f"use one of: {listing(sorted(pools))}",
                           pool_name)
             continue
         if len(members) != pools[pool_name].max_nodes:
@@ -226,10 +230,11 @@ def local_subnet_usable(spec: Cluster) -> Iterator[Problem]:
 
 @check
 def mail_domain(spec: Cluster) -> Iterator[Problem]:
-    """mail.domain is a DNS domain, without '@'."""
+    """mail.domain is a DNS domain (labels of letters, digits and '-', with a dot), never
+    an address or a URL: slurmctld appends it to user names after an '@'."""
     d = spec.mail.domain
-    if d is not None and ("@" in d or "." not in d or " " in d):
-        yield Problem("mail.domain", "not a DNS domain", "use e.g. example.org (no '@')", d)
+    if d is not None and not is_domain(d):
+        yield Problem("mail.domain", "not a DNS domain", "use e.g. example.org (no '@', no https://)", d)
 
 
 @check

@@ -9,10 +9,19 @@ from slurmforge.errors import Problem
 from slurmforge.spec.checks.registry import check, is_aws
 from slurmforge.spec.models import Cluster, LocalTarget
 
-SYSTEM_DIRS = frozenset(
-    {"/", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/var", "/boot", "/proc", "/sys", "/dev", "/run",
-     "/tmp", "/root", "/opt"}
+# Directories every node keeps for itself. A shared mount may not be one of them, nor
+# above one (it would hide it: /var hides /var/log and /var/spool/slurmd), nor inside one:
+# configuration and packages (/etc, /usr, /boot, /opt itself), kernel and boot-time
+# filesystems (/proc, /sys, /dev, /run), per-node scratch and logs (/tmp, /var/tmp,
+# /var/log, /var/cache), package and service state (dpkg, apt, systemd, munge's key,
+# MariaDB's and Ceph's data), slurmd's spool and root's home.
+PER_NODE_DIRS = (
+    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/proc", "/sys", "/dev",
+    "/run", "/tmp", "/var/tmp", "/var/log", "/var/cache", "/var/lib/dpkg", "/var/lib/apt", "/var/lib/systemd",
+    "/var/lib/munge", "/var/lib/mysql", "/var/lib/ceph", "/var/spool/slurmd", "/root", "/lost+found",
 )
+# Directories a mount may sit inside, but not replace: the image installs into them.
+IMAGE_DIRS = ("/opt", "/srv", "/usr/local")
 
 
 def _mounts(spec: Cluster) -> list[tuple[str, str]]:
@@ -27,28 +36,44 @@ def _mounts(spec: Cluster) -> list[tuple[str, str]]:
 
 
 def _under(path: str, root: str) -> bool:
-    """Is path root itself or inside it?"""
-    return (path.rstrip("/") + "/").startswith(root.rstrip("/") + "/")
+    """Is path root itself or inside it? (Both normalised: the models do that.)"""
+    return root == "/" or path == root or path.startswith(root + "/")
 
 
 @check
 def mounts_do_not_overlap(spec: Cluster) -> Iterator[Problem]:
-    """No mount point equals or sits inside another."""
+    """No mount point equals or sits inside another (one line per mount, naming the first
+    one it overlaps)."""
     mounts = _mounts(spec)
-    for a, (path_a, dir_a) in enumerate(mounts):
-        for path_b, dir_b in mounts[a + 1:]:
+    for b, (path_b, dir_b) in enumerate(mounts):
+        for path_a, dir_a in mounts[:b]:
             if _under(dir_a, dir_b) or _under(dir_b, dir_a):
-                yield Problem(path_a, f"overlaps {path_b} ({dir_b})", "give every mount its own directory", dir_a)
+                yield Problem(path_b, f"overlaps {path_a} ({dir_a})", "give every mount its own directory", dir_b)
+                break
+
+
+def _system_dir(path: str) -> str | None:
+    """The per-node directory a shared mount at `path` would hide or sit in, if any."""
+    for d in PER_NODE_DIRS:
+        if _under(path, d) or _under(d, path):
+            return d
+    return path if path in IMAGE_DIRS else None
 
 
 @check
 def mounts_not_system_dirs(spec: Cluster) -> Iterator[Problem]:
-    """Mount points are not system directories (/, /etc, /usr, /opt, ...): a mount there hides
-    what the image installed."""
+    """Shared mounts never hide or sit inside a directory every node needs for itself
+    (/, /etc, /usr, /var, /var/log, /var/spool/slurmd, /tmp, /run, /proc, ...), nor replace
+    one the image installs into (/opt, /srv, /usr/local)."""
     for path, d in _mounts(spec):
-        if (d.rstrip("/") or "/") in SYSTEM_DIRS:
+        system = _system_dir(d)
+        if system == d:
             yield Problem(path, "a system directory cannot be a shared mount", "use a directory of its own, "
                           "e.g. /shared/<name>", d)
+        elif system is not None:
+            where = "inside" if _under(d, system) else "above"
+            yield Problem(path, f"{where} {system}, which every node keeps for itself",
+                          "use a directory of its own, e.g. /shared/<name>", d)
 
 
 @check
@@ -116,7 +141,7 @@ def ceph_local_size(spec: Cluster) -> Iterator[Problem]:
 @check
 def modules_on_software_mount(spec: Cluster) -> Iterator[Problem]:
     """The LMOD tree lives on the shared software mount, so every node sees it."""
-    soft = spec.storage.nas.mounts.software.rstrip("/")
+    soft = spec.storage.nas.mounts.software
     if not _under(spec.modules.root, soft):
         yield Problem("modules.root", f"not under the shared software mount {soft}",
                       f"use {soft}/modules", spec.modules.root)

@@ -1,0 +1,177 @@
+"""How long `slurmforge validate` takes on large and hostile specs, and how much memory.
+
+Cases (each spec built as YAML text, timed through parse_spec: YAML, models, checks):
+
+- 2,000 pools, valid: at most 0.5 s;
+- 2,000 pools that all tie, overlap and share a prefix: problems grow linearly (at most
+  a few lines per pool), at most 1 s;
+- 100,000 users, valid: at most 3 s;
+- inputs of 10 MB meant to hurt (a huge list, one huge value, many unknown keys, many
+  invalid users, aliases naming aliases, deep nesting, a long line of brackets): each
+  at most 5 s and 500 MB of memory (peak RSS of a process that loads only it).
+
+    .venv/bin/python bench/validate_bench.py [--quick]
+
+`--quick` (CI: tests/unit/test_bench_quick.py) runs the spec cases at a tenth of their
+size and the hostile inputs at 100 kB, a few seconds in all, and checks only what does
+not depend on the machine: the valid specs load, the invalid ones fail with one-line
+problems, their number grows linearly. Exits 1 when a case misses its budget (or, with
+--quick, its outcome).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from slurmforge.errors import SpecError  # noqa: E402
+from slurmforge.spec.loader import parse_spec  # noqa: E402
+
+MB = 10**6
+
+
+def _aws(pools: list[dict[str, Any]], partitions: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {
+        "api_version": "slurmforge/v1", "name": "bench", "target": {"kind": "aws", "region": "us-east-1"},
+        "network": {"vpc_cidr": "10.20.0.0/16", "public_subnets": [{"cidr": "10.20.0.0/24", "zone": "us-east-1a"}],
+                    "private_subnets": [{"cidr": "10.20.128.0/18", "zone": "us-east-1a"},
+                                        {"cidr": "10.20.192.0/18", "zone": "us-east-1b"}],
+                    "admin_cidrs": ["203.0.113.0/24"]},
+        "pools": pools, "partitions": partitions, "storage": {"nas": {"kind": "efs"}}, **extra,
+    }
+
+
+def pools_spec(count: int) -> str:
+    """A valid spec with `count` cpu pools of 4 nodes, 100 pools per partition."""
+    pools = [{"name": f"p{i:05d}", "kind": "cpu", "instance_types": ["c6i.xlarge"], "max_nodes": 4,
+              "weight": 1 + i % 100} for i in range(count)]
+    names = [p["name"] for p in pools]
+    partitions = [{"name": f"part{j}", "pools": names[j:j + 100], "default": j == 0} for j in range(0, count, 100)]
+    return yaml.safe_dump(_aws(pools, partitions), sort_keys=False)
+
+
+def tied_pools_spec(count: int) -> str:
+    """Half spot, half on-demand pools of the same type and weight in one partition, one
+    node prefix for all, every subnet the same: once a problem per pair of pools."""
+    pools = [{"name": f"p{i:05d}", "kind": "cpu", "instance_types": ["c6i.xlarge"], "max_nodes": 1,
+              "market": "spot" if i % 2 else "on-demand", "node_prefix": "node"} for i in range(count)]
+    data = _aws(pools, [{"name": "all", "pools": [p["name"] for p in pools], "default": True}])
+    data["network"]["private_subnets"] = [{"cidr": "10.20.128.0/18", "zone": f"us-east-1{z}"} for z in "abcdef"]
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def users_spec(count: int) -> str:
+    """A valid spec with `count` users, as admins write them (flow style, one per line)."""
+    head = yaml.safe_dump(_aws([{"name": "cpu", "kind": "cpu", "instance_types": ["c6i.xlarge"], "max_nodes": 4}],
+                               [{"name": "cpu", "pools": ["cpu"], "default": True}],
+                               accounting={"accounts": [{"name": "research"}]},
+                               groups=[{"name": "ml-users", "gid": 2000}]), sort_keys=False)
+    users = "".join(f"  - {{name: user{i:06d}, uid: {100_000 + i}, groups: [ml-users], accounts: [research], "
+                    f"default_account: research}}\n" for i in range(count))
+    return f"{head}users:\n{users}"
+
+
+def _fill(size: int, prefix: str, item: str, suffix: str = "") -> str:
+    return prefix + item * ((size - len(prefix) - len(suffix)) // len(item)) + suffix
+
+
+HEAD = "api_version: slurmforge/v1\nname: bench\n"
+HOSTILE: dict[str, Callable[[int], str]] = {
+    "huge list": lambda n: _fill(n, HEAD + "pools: [", "1,", "1]\n"),
+    "huge value": lambda n: _fill(n, HEAD + "target: {kind: local, shared_dir: /", "a", "}\n"),
+    "unknown keys": lambda n: HEAD + "".join(f"k{i}: 1\n" for i in range(n // 10)),
+    "invalid users": lambda n: HEAD + "users:\n" + "".join(f"  - {{name: U{i}, uid: {i}}}\n" for i in range(n // 30)),
+    "aliases": lambda n: HEAD + "x-a: &a [" + ",".join(["x"] * 1000) + "]\n" + _fill(n, "x-b: [", "*a,", "*a]\n"),
+    "deep nesting": lambda n: HEAD + "target: " + "[" * (n // 2) + "]" * (n // 2) + "\n",
+    "block nesting": lambda n: HEAD + "".join(" " * i + f"k{i}:\n" for i in range(int((2 * n) ** 0.5) - 4)),
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    name: str
+    seconds: float
+    problems: int
+    longest: int
+    rss_mb: float | None = None
+
+
+def run(name: str, text: str) -> Result:
+    started = time.perf_counter()
+    try:
+        parse_spec(text, name)
+        problems, longest = 0, 0
+    except SpecError as exc:
+        lines = [p.line() for p in exc.problems]
+        assert all(line.splitlines() == [line] for line in lines), name
+        problems, longest = len(lines), max(len(line) for line in lines)
+    return Result(name, time.perf_counter() - started, problems, longest)
+
+
+def run_alone(name: str, size: int) -> Result:
+    """A hostile case in a process of its own, for its peak memory."""
+    out = subprocess.run([sys.executable, __file__, "--one", name, "--size", str(size)], capture_output=True,
+                         text=True, check=True, timeout=300).stdout
+    return Result(**json.loads(out.splitlines()[-1]))
+
+
+def one(name: str, size: int) -> None:
+    result = run(name, HOSTILE[name](size))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({**result.__dict__, "rss_mb": round(rss, 1)}))
+
+
+def cases(quick: bool) -> list[tuple[Result, float | None, str]]:
+    """(result, budget in seconds or None, what must hold) for every case."""
+    out: list[tuple[Result, float | None, str]] = []
+    scale = 10 if quick else 1
+    n_pools, n_users, size = 2000 // scale, 100_000 // scale, 10 * MB // (scale * scale)
+    r = run(f"{n_pools:,} pools", pools_spec(n_pools))
+    out.append((r, 0.5, "valid" if r.problems == 0 else "REFUSED"))
+    r = run(f"{n_pools:,} tied pools", tied_pools_spec(n_pools))
+    out.append((r, 1.0, "linear" if 0 < r.problems <= 3 * n_pools else f"NOT LINEAR ({r.problems} lines)"))
+    r = run(f"{n_users:,} users", users_spec(n_users))
+    out.append((r, 3.0, "valid" if r.problems == 0 else "REFUSED"))
+    for name in HOSTILE:
+        r = run_alone(name, size)
+        out.append((r, 5.0, "refused" if r.problems else "LOADED"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, outcomes only (a few seconds)")
+    parser.add_argument("--one", choices=sorted(HOSTILE), help=argparse.SUPPRESS)
+    parser.add_argument("--size", type=int, default=10 * MB, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        one(args.one, args.size)
+        return 0
+    failed = 0
+    print(f"{'case':<22} {'seconds':>8} {'budget':>7} {'MB RSS':>7} {'problems':>9} {'longest':>8}  outcome")
+    for r, budget, outcome in cases(args.quick):
+        slow = not args.quick and budget is not None and r.seconds > budget
+        heavy = not args.quick and r.rss_mb is not None and r.rss_mb > 500
+        bad = outcome.isupper() or slow or heavy
+        failed += bad
+        rss = f"{r.rss_mb:7.0f}" if r.rss_mb is not None else f"{'':>7}"
+        print(f"{r.name:<22} {r.seconds:8.2f} {budget or 0:7.1f} {rss} {r.problems:9,} {r.longest:8}  {outcome}"
+              f"{'  SLOW' if slow else ''}{'  HEAVY' if heavy else ''}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""The benchmarks keep working: their quick modes run here (a check that makes a bench's
+generated spec invalid fails this test, not the next person who runs the bench)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.mark.parametrize("bench", ["render_bench.py", "validate_bench.py"])
+def test_bench_quick_mode_passes(bench: str) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / bench), "--quick"], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
