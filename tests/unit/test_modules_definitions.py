@@ -51,7 +51,7 @@ def test_invalid_bundle_reports_each_expected_problem(path: Path) -> None:
 
 def test_repo_modules_load_and_follow_the_scheme() -> None:
     catalog = load_catalog(ROOT / "modules")
-    assert {"apps/python/3.11", "libs/python/six/1.16.0-python-3.11", "apps/ml-base/2024.06"} <= set(catalog.modules)
+    assert {"apps/python/3.13", "libs/python/six/1.16.0-python-3.13", "apps/ml-base/2024.06"} <= set(catalog.modules)
     assert {d.kind for d in catalog.modules.values()} >= {"python", "venv", "meta"}
     assert all(is_scheme_name(full) for full in catalog.modules)
 
