@@ -6,16 +6,21 @@ The node image is the one `slurmforge up --local` uses, built here when missing 
 code, same content-hash tag). Every judge container bind-mounts /tmp at /tmp, so the
 test's temp dirs have the same path inside and out; it runs `sleep infinity`, and each
 command is a `podman exec` inside a `timeout` (a killed podman client leaves the command
-running otherwise). Removing the container ends everything it ran.
+running otherwise). Removing the container ends everything it ran. Tests that make
+hundreds of calls (module publishing) enter the container's namespaces with nsenter
+instead (`Judge.enter`): the same image, files, network and environment, without
+podman exec's 0.2-0.4 s per call.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import subprocess
 import uuid
 from collections.abc import Mapping, Sequence
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 from slurmforge.distro import DEFAULT_BASE, distro
@@ -65,6 +70,19 @@ class Judge:
             raise AssertionError(f"{shlex.join(argv)} failed ({done.returncode}) in the node image:\n"
                                  f"{done.stdout}{done.stderr}")
         return done
+
+    @cached_property
+    def enter(self) -> tuple[str, ...]:
+        """A prefix that runs argv in the container's namespaces (the node image's root,
+        network and hostname) with the container's environment and nothing of ours: what
+        the tools see under `podman exec`, without its cgroup and seccomp profile, in
+        ~20 ms instead of 0.2-0.4 s. nsenter needs root: rootless, this is podman exec."""
+        if os.geteuid() != 0:
+            return ("podman", "exec", "-i", self.name)
+        found = subprocess.run(["podman", "inspect", "-f", "{{.State.Pid}}\t{{json .Config.Env}}", self.name],
+                               capture_output=True, text=True, check=True, timeout=60).stdout
+        pid, env = found.strip().split("\t", 1)
+        return ("nsenter", "-t", pid, "-a", "--", "env", "-i", *json.loads(env))
 
     def spawn(self, argv: Sequence[str], output: Path) -> None:
         """Start argv in the background inside the container, its output in `output`."""

@@ -27,7 +27,7 @@ PATTERN_FIXES = {
     d.ABS_PATH_RE: "use an absolute path without spaces",
     d.REL_PATH_RE: "use a path inside the install prefix, without '..' or spaces",
     d.PATH_ENTRY_RE: "use a path without spaces (relative ones are inside the install prefix)",
-    d.MODULE_REF_RE: "use a full module name such as apps/python/3.11",
+    d.MODULE_REF_RE: "use a full module name such as apps/python/3.13",
     d.REQUIREMENT_RE: "use a pip requirement line such as six==1.16.0 (no pip options)",
     d.PY_MODULE_RE: "use a Python module name such as six or google.protobuf",
     d.SHA256_RE: "use the 64 lowercase hex digits of sha256sum",
@@ -36,7 +36,7 @@ PATTERN_FIXES = {
 
 @dataclass(frozen=True)
 class Catalog:
-    """Valid definitions by full name (apps/python/3.11)."""
+    """Valid definitions by full name (apps/python/3.13)."""
 
     modules: Mapping[str, AnyDefinition]
 
@@ -97,7 +97,7 @@ def load_bundle(path: str | Path) -> Catalog:
         raise SpecError([problem], str(path))
     if not isinstance(data, dict):
         raise SpecError([Problem("", "not a mapping of module names to definitions",
-                                 "write 'apps/python/3.11: {kind: python, ...}' lines")], str(path))
+                                 "write 'apps/python/3.13: {kind: python, ...}' lines")], str(path))
     return validate_catalog({str(k): v for k, v in data.items()}, str(path))
 
 

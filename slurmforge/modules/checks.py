@@ -111,7 +111,7 @@ def python_match(full: str, d: AnyDefinition, modules: Modules) -> list[Problem]
 
 
 def venv_pin(full: str, d: AnyDefinition) -> list[Problem]:
-    """libs/python/six/1.16.0-python-3.11 installs six==1.16.0 (or 1.16.0+local)."""
+    """libs/python/six/1.16.0-python-3.13 installs six==1.16.0 (or 1.16.0+local)."""
     named = lib_package(full)
     if not isinstance(d, VenvModule) or named is None:
         return []

@@ -214,5 +214,5 @@ def deprecate(
 
 def _full(module: str) -> str:
     if "/" not in module.strip("/"):
-        raise ModuleError(f"{module!r}: use NAME/VERSION, e.g. apps/python/3.11")
+        raise ModuleError(f"{module!r}: use NAME/VERSION, e.g. apps/python/3.13")
     return module.strip("/")

@@ -1,7 +1,7 @@
 """One module definition: `modules/<name>/<version>.yaml`, typed.
 
-The file's path is the module's full name (`modules/apps/python/3.11.yaml` is
-`apps/python/3.11`), so a name is written once. Cross-module rules (dependencies,
+The file's path is the module's full name (`modules/apps/python/3.13.yaml` is
+`apps/python/3.13`), so a name is written once. Cross-module rules (dependencies,
 cycles, the Python suffix of a venv) live in `catalog.py`.
 """
 
@@ -47,7 +47,7 @@ Sha256 = Annotated[str, Field(pattern=SHA256_RE)]
 
 @dataclass(frozen=True, order=True)
 class ModuleName:
-    """`apps/python/3.11` = name `apps/python` + version `3.11` (Lmod's split)."""
+    """`apps/python/3.13` = name `apps/python` + version `3.13` (Lmod's split)."""
 
     name: str
     version: str
@@ -83,7 +83,7 @@ def python_suffix(full: str) -> str | None:
 
 
 def python_version(full: str) -> str | None:
-    """`3.11` for apps/python/3.11 (or 3.11.2): the interpreter's own version."""
+    """`3.13` for apps/python/3.13 (or 3.13.5): the interpreter's own version."""
     match = PYTHON_RE.match(full)
     return match["version"] if match else None
 
@@ -103,7 +103,7 @@ class Common(Model):
     `{prefix}` in a setenv value is replaced by it."""
 
     depends_on: list[ModuleRef] = []
-    """Modules loaded first (Lmod depends_on): full names like apps/python/3.11."""
+    """Modules loaded first (Lmod depends_on): full names like apps/python/3.13."""
     prepend_path: dict[EnvName, list[PathEntry]] = {}
     append_path: dict[EnvName, list[PathEntry]] = {}
     setenv: dict[EnvName, str] = {}

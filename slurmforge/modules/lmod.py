@@ -1,6 +1,7 @@
 """The two Lmod tools the publisher runs on the node: the modulefile syntax check and
-the spider cache refresh. Paths are parameters (Debian 12's lmod 8.6.19 puts both in
-/usr/share/lmod/lmod/libexec)."""
+the spider cache refresh. Paths are parameters (Debian 13's lmod 8.7.60 installs both in
+/usr/share/lmod/8.7.60/libexec; /usr/share/lmod/lmod links to the version, so the
+default below survives an Lmod upgrade)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
 """Lmod files from a definition: the Lua modulefile (templates/modulefile.lua.j2) and
 the per-name `.modulerc.lua` (default version, hidden versions).
 
-Lmod 8.6 (Debian 12) reads `module_version(...,"default")` and `hide_version(...)`
-from a `.modulerc.lua` next to the versions; `hide{}`/`forbid{}` need 8.7, so a
-deprecated version's message comes from its modulefile (LmodMessage on load).
+Lmod 8.7 (Debian 13) reads `module_version(...,"default")` and `hide_version(...)`
+from a `.modulerc.lua` next to the versions, as 8.6 did. Its newer `hide{}` says
+nothing on load and `forbid{}` warns (nearly_message) only in a dated window before it
+refuses the load, so a deprecated version's message comes from its modulefile
+(LmodMessage on load).
 """
 
 from __future__ import annotations

@@ -26,9 +26,9 @@ from tests.integration.conftest import ROOT, Cluster_
 pytestmark = pytest.mark.integration
 
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-PYTHON = "apps/python/3.11"
-SIX = "libs/python/six/1.16.0-python-3.11"
-BROKEN = "libs/python/slurmforge-no-such-package/0.0.1-python-3.11"
+PYTHON = "apps/python/3.13"
+SIX = "libs/python/six/1.16.0-python-3.13"
+BROKEN = "libs/python/slurmforge-no-such-package/0.0.1-python-3.13"
 DEFINITIONS: dict[str, dict[str, object]] = {
     PYTHON: yaml.safe_load((ROOT / "modules" / f"{PYTHON}.yaml").read_text()),
     SIX: yaml.safe_load((ROOT / "modules" / f"{SIX}.yaml").read_text()),
@@ -111,7 +111,7 @@ def published(cluster: Cluster_, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 JOB = """#!/bin/bash
-module load libs/python/six/1.16.0-python-3.11
+module load libs/python/six/1.16.0-python-3.13
 hostname
 python -c 'import six, sys; print(six.__version__, six.__file__, sys.prefix)'
 """
@@ -149,7 +149,7 @@ def test_lmod_checks_every_modulefile_without_error(published: Published) -> Non
     spider = published.everywhere("module --ignore_cache spider 2>&1; echo rc=$?")
     for node, out in spider.items():
         assert "rc=0" in out and "rror" not in out, f"{node}: {out}"
-        assert "libs/python/six: libs/python/six/1.16.0-python-3.11" in out, f"{node}: {out}"
+        assert "libs/python/six: libs/python/six/1.16.0-python-3.13" in out, f"{node}: {out}"
     syntax = published.node.run(["/usr/share/lmod/lmod/libexec/check_module_tree_syntax",
                                  f"{published.root}/modulefiles"])
     assert syntax.ok, syntax.stdout + syntax.stderr

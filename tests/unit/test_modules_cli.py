@@ -1,5 +1,8 @@
-"""`modules` commands on a small local tree (no venv: these stay under a second):
-messages, one-line errors and exit codes, never a traceback."""
+"""`modules` commands on a small tree (no venv: these stay at a second or two): messages,
+one-line errors and exit codes, never a traceback. `--tree` runs its commands in the
+judge (tests/judge.py) instead of on this machine, so the node image's Lmod checks each
+modulefile and its python3.13 is the interpreter; the tree sits under /tmp, the same
+path inside and out."""
 
 from __future__ import annotations
 
@@ -7,21 +10,21 @@ from pathlib import Path
 
 import pytest
 import yaml
+from lmod_node import PYTHON, node_executor
 from typer.testing import CliRunner, Result
 
 from slurmforge.errors import ModuleError, SpecError
+from slurmforge.modules import cli
 from slurmforge.modules.cli import modules_app
-from slurmforge.modules.lmod import DEBIAN_LIBEXEC
+from tests.judge import Judge
 
-pytestmark = [pytest.mark.unit,
-              pytest.mark.skipif(not Path(DEBIAN_LIBEXEC, "check_module_tree_syntax").exists(),
-                                 reason="needs lmod (apt-get install lmod)")]
+pytestmark = pytest.mark.unit
 
 DEFINITIONS = {
-    "apps/python/3.11": {"kind": "python", "interpreter": "/usr/bin/python3.11", "default": True},
+    "apps/python/3.13": {"kind": "python", "interpreter": PYTHON, "default": True},
     "apps/tool/1.0": {"kind": "tree", "source": {"path": "/usr/share/doc/lmod"}},
     "apps/tool/2.0": {"kind": "tree", "source": {"path": "/usr/share/doc/lmod"}, "default": True},
-    "apps/base/1.0": {"kind": "meta", "depends_on": ["apps/python/3.11", "apps/tool/2.0"]},
+    "apps/base/1.0": {"kind": "meta", "depends_on": ["apps/python/3.13", "apps/tool/2.0"]},
 }
 
 
@@ -31,6 +34,12 @@ def write(modules: Path, definitions: dict[str, dict[str, object]]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(data))
     return modules
+
+
+@pytest.fixture(autouse=True)
+def on_the_node_image(judge: Judge, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--tree` runs its commands in the judge, through the NodeExecutor a local node gets."""
+    monkeypatch.setattr(cli, "LocalExecutor", lambda: node_executor(judge))
 
 
 @pytest.fixture
@@ -46,7 +55,7 @@ def test_plan_then_publish_then_nothing_to_do(dirs: tuple[Path, Path]) -> None:
     modules, tree = dirs
     plan = run("plan", "--modules", modules, "--tree", tree)
     assert plan.exit_code == 0, plan.stderr
-    assert plan.stdout.split("\n")[0].split() == ["build", "apps/python/3.11", "python,", "becomes", "the",
+    assert plan.stdout.split("\n")[0].split() == ["build", "apps/python/3.13", "python,", "becomes", "the",
                                                   "default", "(now", "none)"]
     assert plan.stdout.splitlines()[-1] == "4 to change, 0 unchanged"
     first = run("publish", "--all", "--modules", modules, "--tree", tree)
@@ -55,7 +64,7 @@ def test_plan_then_publish_then_nothing_to_do(dirs: tuple[Path, Path]) -> None:
     again = run("publish", "apps/base/1.0", "--modules", modules, "--tree", tree)
     assert again.stdout.splitlines()[-1] == "0 published, 3 unchanged"  # base and what it loads
     listing = run("list", "--tree", tree).stdout.splitlines()
-    assert [line.split()[0] for line in listing[:-1]] == ["apps/base/1.0", "apps/python/3.11", "apps/tool/1.0",
+    assert [line.split()[0] for line in listing[:-1]] == ["apps/base/1.0", "apps/python/3.13", "apps/tool/1.0",
                                                           "apps/tool/2.0"]
     python = listing[1].split()
     assert python[1:3] == ["python", "default"] and python[3].endswith("Z") and python[4] == "carol"
@@ -79,13 +88,13 @@ def test_default_rollback_deprecate(dirs: tuple[Path, Path]) -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["default", "apps/python/9.9"], "error apps/python/9.9 is not published in this tree (see `modules list`)"),
     (["rollback", "apps/python"], "error apps/python: no earlier default recorded in the manifest (defaults so "
-                                  "far: 3.11); fix: use `modules default`"),
-    (["deprecate", "apps/python/3.11"], "error apps/python/3.11 is the default of apps/python; fix: make another "
+                                  "far: 3.13); fix: use `modules default`"),
+    (["deprecate", "apps/python/3.13"], "error apps/python/3.13 is the default of apps/python; fix: make another "
                                         "version the default first (`modules default`), then deprecate it"),
 ])
 def test_refusals_are_one_line_with_exit_code(dirs: tuple[Path, Path], args: list[str], message: str) -> None:
     modules, tree = dirs
-    assert run("publish", "apps/python/3.11", "--modules", modules, "--tree", tree).exit_code == 0
+    assert run("publish", "apps/python/3.13", "--modules", modules, "--tree", tree).exit_code == 0
     result = run(*args, "--tree", tree)
     assert (result.exit_code, result.stderr) == (ModuleError.exit_code, message + "\n")
 
@@ -109,7 +118,7 @@ def test_invalid_definitions_list_every_problem(tmp_path: Path) -> None:
         "apps/a/1.0": {"kind": "meta", "depends_on": ["apps/b/1.0"]},
         "apps/b/1.0": {"kind": "meta", "depends_on": ["apps/a/1.0"]},
         "apps/c/1.0": {"kind": "meta", "depends_on": ["apps/nowhere/1.0"]},
-        "python/3.11": {"kind": "python", "interpreter": "/usr/bin/python3.11"},
+        "python/3.13": {"kind": "python", "interpreter": PYTHON},
     })
     result = run("publish", "--all", "--modules", modules, "--tree", tmp_path / "tree")
     assert result.exit_code == SpecError.exit_code
@@ -119,11 +128,12 @@ def test_invalid_definitions_list_every_problem(tmp_path: Path) -> None:
     assert not (tmp_path / "tree").exists()
 
 
-def test_failing_build_prints_the_command_when_verbose(tmp_path: Path) -> None:
+def test_failing_build_prints_the_command_when_verbose(judge: Judge, tmp_path: Path) -> None:
     modules = write(tmp_path / "modules", {"apps/gone/1.0": {"kind": "tree", "source": {"path": "/nonexistent"}}})
     quiet = run("publish", "apps/gone/1.0", "--modules", modules, "--tree", tmp_path / "tree")
     assert quiet.exit_code == ModuleError.exit_code
-    assert quiet.stderr.startswith("error apps/gone/1.0: copying /nonexistent failed on local: cp: cannot stat")
+    assert quiet.stderr.startswith(f"error apps/gone/1.0: copying /nonexistent failed on {judge.name}: cp: cannot "
+                                   "stat")
     assert len(quiet.stderr.splitlines()) == 1
     loud = run("publish", "apps/gone/1.0", "-v", "--modules", modules, "--tree", tmp_path / "tree")
     assert "$ cp -a -- /nonexistent/." in loud.stderr
@@ -135,7 +145,7 @@ def test_publish_needs_names_or_all(dirs: tuple[Path, Path]) -> None:
     result = run("publish", "--modules", modules, "--tree", tree)
     assert result.exit_code == 2 and "nothing to publish" in result.stderr
     unknown = run("publish", "apps/python/3.1", "--modules", modules, "--tree", tree)
-    assert unknown.exit_code == SpecError.exit_code and "did you mean apps/python/3.11?" in unknown.stderr
+    assert unknown.exit_code == SpecError.exit_code and "did you mean apps/python/3.13?" in unknown.stderr
 
 
 def test_deprecated_true_in_a_published_definition_deprecates_it(dirs: tuple[Path, Path]) -> None:

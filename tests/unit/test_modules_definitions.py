@@ -51,19 +51,19 @@ def test_invalid_bundle_reports_each_expected_problem(path: Path) -> None:
 
 def test_repo_modules_load_and_follow_the_scheme() -> None:
     catalog = load_catalog(ROOT / "modules")
-    assert {"apps/python/3.11", "libs/python/six/1.16.0-python-3.11", "apps/ml-base/2024.06"} <= set(catalog.modules)
+    assert {"apps/python/3.13", "libs/python/six/1.16.0-python-3.13", "apps/ml-base/2024.06"} <= set(catalog.modules)
     assert {d.kind for d in catalog.modules.values()} >= {"python", "venv", "meta"}
     assert all(is_scheme_name(full) for full in catalog.modules)
 
 
 def test_directory_loader_names_modules_by_path_and_reports_every_file(tmp_path: Path) -> None:
     (tmp_path / "apps/python").mkdir(parents=True)
-    (tmp_path / "apps/python/3.11.yaml").write_text("kind: python\ninterpreter: /usr/bin/python3.11\n")
+    (tmp_path / "apps/python/3.13.yaml").write_text("kind: python\ninterpreter: /usr/bin/python3.13\n")
     (tmp_path / "apps/broken").mkdir()
-    (tmp_path / "apps/broken/1.0.yaml").write_text("kind: meta\ndepends_on: [apps/python/3.11\n")
+    (tmp_path / "apps/broken/1.0.yaml").write_text("kind: meta\ndepends_on: [apps/python/3.13\n")
     (tmp_path / "apps/tool").mkdir()
     (tmp_path / "apps/tool/1.0.yaml").write_text("kind: meta\ndepends_on: [apps/python/3.12]\n")
-    (tmp_path / "oops.yaml").write_text("kind: meta\ndepends_on: [apps/python/3.11]\n")
+    (tmp_path / "oops.yaml").write_text("kind: meta\ndepends_on: [apps/python/3.13]\n")
     with pytest.raises(SpecError) as info:
         load_catalog(tmp_path)
     lines = sorted(p.line() for p in info.value.problems)
@@ -100,12 +100,12 @@ def test_names_split_like_lmod() -> None:
 
 
 def test_checksum_covers_content_not_tree_state() -> None:
-    base = {"kind": "python", "interpreter": "/usr/bin/python3.11", "help": "x"}
-    plain = checksum("apps/python/3.11", parse_definition(base))
+    base = {"kind": "python", "interpreter": "/usr/bin/python3.13", "help": "x"}
+    plain = checksum("apps/python/3.13", parse_definition(base))
     assert plain.startswith("sha256:") and len(plain) == 7 + 64
-    assert checksum("apps/python/3.11", parse_definition(dict(reversed(base.items())))) == plain
-    assert checksum("apps/python/3.11", parse_definition({**base, "default": True, "deprecated": True})) == plain
-    assert checksum("apps/python/3.11", parse_definition({**base, "help": "y"})) != plain
+    assert checksum("apps/python/3.13", parse_definition(dict(reversed(base.items())))) == plain
+    assert checksum("apps/python/3.13", parse_definition({**base, "default": True, "deprecated": True})) == plain
+    assert checksum("apps/python/3.13", parse_definition({**base, "help": "y"})) != plain
     assert checksum("apps/python/3.12", parse_definition(base)) != plain
 
 
@@ -120,11 +120,11 @@ def test_resolve_puts_dependencies_first() -> None:
 
 def test_venv_checks_import_the_named_package_unless_told() -> None:
     venv = validate_catalog({
-        "apps/python/3.11": {"kind": "python", "interpreter": "/usr/bin/python3.11"},
-        "libs/python/typing-extensions/4.12.2-python-3.11": {
-            "kind": "venv", "depends_on": ["apps/python/3.11"], "requirements": ["typing-extensions==4.12.2"]},
+        "apps/python/3.13": {"kind": "python", "interpreter": "/usr/bin/python3.13"},
+        "libs/python/typing-extensions/4.12.2-python-3.13": {
+            "kind": "venv", "depends_on": ["apps/python/3.13"], "requirements": ["typing-extensions==4.12.2"]},
     }, "test")
-    full = "libs/python/typing-extensions/4.12.2-python-3.11"
+    full = "libs/python/typing-extensions/4.12.2-python-3.13"
     d = venv.get(full)
     assert d.kind == "venv"
     assert verify_imports(full, d) == ["typing_extensions"]  # type: ignore[arg-type]

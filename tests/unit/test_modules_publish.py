@@ -1,8 +1,9 @@
-"""Publishing for real into a temporary tree: LocalExecutor, pip, and Debian's Lmod.
+"""Publishing for real into a temporary tree, on the node image: a NodeExecutor on the
+judge (tests/judge.py) runs python3.13, pip and Lmod there, as on a node.
 
-One session tree holds two Python modules, one venv (six from PyPI), two tree
-versions and a meta module; the tests then ask real Lmod what users would see.
-Skipped when Lmod (apt-get install lmod) or python3.11 with venv is missing.
+One session tree holds two Python modules, one venv (six from PyPI, through podman's
+network), two tree versions and a meta module; the tests then ask the node image's Lmod
+what users would see. The tree lives under /tmp, the same path in the judge and here.
 """
 
 from __future__ import annotations
@@ -20,39 +21,48 @@ from pathlib import Path
 
 import pytest
 import yaml
+from lmod_node import PYTHON, check_syntax, in_judge, module, node_executor
 
 from slurmforge.errors import ModuleError
-from slurmforge.modules import Action, Actor, Lmod, LocalExecutor, ModuleTree, Tree, load_catalog
+from slurmforge.modules import Action, Actor, Lmod, ModuleTree, Tree, load_catalog
 from slurmforge.modules.catalog import Catalog
 from slurmforge.modules.lmod import DEBIAN_LIBEXEC
+from tests.judge import Judge
 
 log = logging.getLogger(__name__)
 
-LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
-PYTHON = "/usr/bin/python3.11"
-HAVE = LMOD_INIT.exists() and Path(PYTHON).exists() and subprocess.run(
-    [PYTHON, "-c", "import ensurepip, venv"], capture_output=True, check=False).returncode == 0
-pytestmark = [pytest.mark.unit,
-              pytest.mark.skipif(not HAVE, reason="needs lmod and python3.11 with venv (apt-get install lmod "
-                                                  "python3-venv)")]
+pytestmark = pytest.mark.unit
 
-SIX = "libs/python/six/1.16.0-python-3.11"
-BAD = "libs/python/slurmforge-no-such-package/1.0-python-3.11"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+SIX = "libs/python/six/1.16.0-python-3.13"
+BAD = "libs/python/slurmforge-no-such-package/1.0-python-3.13"
 
 
 @dataclass
 class Published:
+    judge: Judge
     root: Path
     modules: Path  # definitions directory
     cache: Path
     tree: ModuleTree
+    patch: str  # apps/python/3.13.N, N the image's patch level: the second Python module
     seconds: dict[str, float]
 
     def catalog(self) -> Catalog:
         return load_catalog(self.modules)
 
+    def module(self, script: str, cache: Path | None = None) -> subprocess.CompletedProcess[str]:
+        return module(self.judge, self.root, script, cache)
 
-def write_definitions(modules: Path, sources: Path) -> None:
+
+def python_patch(judge: Judge) -> str:
+    """apps/python/3.13.N for the image's python3.13 (a build checks the version it names)."""
+    done = in_judge(judge, [PYTHON, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"])
+    assert done.returncode == 0, done.stderr
+    return f"apps/python/{done.stdout.strip()}"
+
+
+def write_definitions(modules: Path, sources: Path, patch: str) -> None:
     (sources / "hello-1.0/bin").mkdir(parents=True)
     script = sources / "hello-1.0/bin/hello"
     script.write_text("#!/bin/sh\necho hello 1.0\n")
@@ -65,10 +75,10 @@ def write_definitions(modules: Path, sources: Path) -> None:
         tar.add(sources / "hello-2.0", arcname="hello-2.0")
     digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
     definitions = {
-        "apps/python/3.11": {"kind": "python", "interpreter": PYTHON, "default": True},
-        "apps/python/3.11.2": {"kind": "python", "interpreter": PYTHON},
-        SIX: {"kind": "venv", "depends_on": ["apps/python/3.11"], "requirements": ["six==1.16.0"]},
-        BAD: {"kind": "venv", "depends_on": ["apps/python/3.11"],
+        "apps/python/3.13": {"kind": "python", "interpreter": PYTHON, "default": True},
+        patch: {"kind": "python", "interpreter": PYTHON},
+        SIX: {"kind": "venv", "depends_on": ["apps/python/3.13"], "requirements": ["six==1.16.0"]},
+        BAD: {"kind": "venv", "depends_on": ["apps/python/3.13"],
               "requirements": ["slurmforge-no-such-package==1.0"], "imports": ["sys"]},
         "apps/hello/1.0": {"kind": "tree", "source": {"path": str(sources / "hello-1.0")},
                            "files": ["bin/hello"], "prepend_path": {"PATH": ["bin"]}},
@@ -77,7 +87,7 @@ def write_definitions(modules: Path, sources: Path) -> None:
                            "files": ["bin/hello"], "prepend_path": {"PATH": ["bin"]},
                            "setenv": {"HELLO_HOME": "{prefix}"}},
         "apps/hello/3.0": {"kind": "tree", "source": {"path": str(sources / "hello-1.0")}},
-        "apps/ml-base/1.0": {"kind": "meta", "depends_on": ["apps/python/3.11", SIX]},
+        "apps/ml-base/1.0": {"kind": "meta", "depends_on": ["apps/python/3.13", SIX]},
     }
     for full, data in definitions.items():
         path = modules / f"{full}.yaml"
@@ -85,67 +95,66 @@ def write_definitions(modules: Path, sources: Path) -> None:
         path.write_text(yaml.safe_dump(data))
 
 
-def open_tree(root: Path, cache: Path | None = None) -> ModuleTree:
+def open_tree(judge: Judge, root: Path, cache: Path | None = None) -> ModuleTree:
     clock = iter(datetime(2024, 6, 1, 12, 0, s, tzinfo=UTC) for s in range(60))
-    return ModuleTree(LocalExecutor(), Tree(str(root)), Actor("admin", lambda: next(clock, datetime.now(UTC))),
-                      Lmod(DEBIAN_LIBEXEC, str(cache) if cache else None))
+    return ModuleTree(node_executor(judge), Tree(str(root)),
+                      Actor("admin", lambda: next(clock, datetime.now(UTC))),
+                      Lmod(DEBIAN_LIBEXEC, str(cache) if cache else None), pip_env=pip_env(root.parent))
+
+
+def pip_env(base: Path) -> dict[str, str]:
+    """What this machine trusts, for pip in the judge (a TLS-intercepting proxy, if any):
+    the CLI's --pip-cert, copied where the judge sees it."""
+    if not HOST_CA.exists():
+        return {}
+    ca = base / "pip-ca.pem"
+    shutil.copyfile(HOST_CA, ca)
+    return {"PIP_CERT": str(ca)}
 
 
 @pytest.fixture(scope="session")
-def published(tmp_path_factory: pytest.TempPathFactory) -> Published:
+def published(judge: Judge, tmp_path_factory: pytest.TempPathFactory) -> Published:
     base = tmp_path_factory.mktemp("modtree")
     modules, root, cache = base / "modules", base / "tree", base / "lmod-cache"
-    write_definitions(modules, base / "sources")
-    tree = open_tree(root, cache)
+    patch = python_patch(judge)
+    write_definitions(modules, base / "sources", patch)
+    tree = open_tree(judge, root, cache)
     catalog = load_catalog(modules)
     seconds = {}
-    for full in ("apps/python/3.11", "apps/python/3.11.2", SIX, "apps/hello/1.0", "apps/hello/2.0",
-                 "apps/ml-base/1.0"):
+    for full in ("apps/python/3.13", patch, SIX, "apps/hello/1.0", "apps/hello/2.0", "apps/ml-base/1.0"):
         start = time.monotonic()
         tree.publish(catalog, [full])
         seconds[full] = time.monotonic() - start
     log.info("publish seconds: %s", seconds)
-    return Published(root, modules, cache, tree, seconds)
+    return Published(judge, root, modules, cache, tree, patch, seconds)
 
 
-def module(root: Path, script: str, cache: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `script` in a clean bash where `module` is Lmod over the tree (stdout+stderr)."""
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(root.parent), "MODULEPATH": str(root / "modulefiles")}
-    if cache is not None:
-        rc = root.parent / "lmodrc.lua"
-        rc.write_text(f'scDescriptT = {{ {{ ["dir"] = "{cache}", ["timestamp"] = "{cache}/timestamp" }} }}\n')
-        env["LMOD_RC"] = str(rc)
-    return subprocess.run(["bash", "--noprofile", "--norc", "-c", f"source {LMOD_INIT}\n{script}"],
-                          capture_output=True, text=True, env=env, check=False, timeout=120)
+def avail(published: Published) -> str:
+    return published.module("module -t --ignore_cache avail 2>&1").stdout
 
 
-def avail(root: Path) -> str:
-    done = module(root, "module -t --ignore_cache avail 2>&1")
-    return done.stdout
-
-
-def snapshot(root: Path) -> dict[str, str]:
+def snapshot(published: Published) -> dict[str, str]:
     """Every published path (not the staging area) and the manifest's bytes."""
+    root = published.root
     paths = sorted(str(p.relative_to(root)) for p in root.rglob("*") if ".staging" not in p.parts)
     manifest = (root / ".slurmforge/manifest.json").read_text()
-    return {"paths": "\n".join(paths), "manifest": manifest, "avail": avail(root)}
+    return {"paths": "\n".join(paths), "manifest": manifest, "avail": avail(published)}
 
 
 # --------------------------------------------------------------------------- tests
 
 
 def test_lmod_lists_every_module_with_no_error(published: Published) -> None:
-    done = module(published.root, "module --ignore_cache spider 2>&1; echo rc=$?")
+    done = published.module("module --ignore_cache spider 2>&1; echo rc=$?")
     assert "rc=0" in done.stdout and "error" not in done.stdout.lower()
-    for full in ("apps/python/3.11", SIX, "apps/hello/2.0", "apps/ml-base/1.0"):
+    for full in ("apps/python/3.13", SIX, "apps/hello/2.0", "apps/ml-base/1.0"):
         assert full in done.stdout
-    check = subprocess.run([f"{DEBIAN_LIBEXEC}/check_module_tree_syntax", str(published.root / "modulefiles")],
-                           capture_output=True, text=True, check=False)
+    check = check_syntax(published.judge, published.root / "modulefiles")
     assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_venv_module_imports_its_package(published: Published) -> None:
-    done = module(published.root, f"module load {SIX} && python -c 'import six, sys; print(six.__version__, "
+    done = published.module(f"module load {SIX} && python -c 'import six, sys; print(six.__version__, "
                                   "sys.prefix)'")
     assert done.returncode == 0, done.stderr
     version, prefix = done.stdout.split()
@@ -158,13 +167,13 @@ def test_venv_module_imports_its_package(published: Published) -> None:
 
 
 def test_meta_module_loads_the_bundle(published: Published) -> None:
-    done = module(published.root, "module load apps/ml-base && python -c 'import six' && module -t list 2>&1")
+    done = published.module("module load apps/ml-base && python -c 'import six' && module -t list 2>&1")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["apps/python/3.11", SIX, "apps/ml-base/1.0"]
+    assert done.stdout.split() == ["apps/python/3.13", SIX, "apps/ml-base/1.0"]
 
 
 def test_tree_modules_from_path_and_checked_tarball(published: Published) -> None:
-    done = module(published.root, "module load apps/hello/1.0 && hello && module load apps/hello/2.0 && hello "
+    done = published.module("module load apps/hello/1.0 && hello && module load apps/hello/2.0 && hello "
                                   "&& echo $HELLO_HOME")
     assert done.stdout.split("\n")[:3] == ["hello 1.0", "hello 2.0", str(published.root / "install/apps/hello/2.0")]
 
@@ -172,22 +181,22 @@ def test_tree_modules_from_path_and_checked_tarball(published: Published) -> Non
 def test_manifest_records_who_when_and_checksum(published: Published) -> None:
     m = published.tree.manifest()
     entry = m.modules[SIX]
-    assert (entry.name, entry.version, entry.kind, entry.published_by) == ("libs/python/six", "1.16.0-python-3.11",
+    assert (entry.name, entry.version, entry.kind, entry.published_by) == ("libs/python/six", "1.16.0-python-3.13",
                                                                            "venv", "admin")
     assert entry.checksum.startswith("sha256:") and entry.published_at.endswith("Z")
-    assert m.modules["apps/python/3.11"].default and m.default_of("apps/python") == "3.11"
+    assert m.modules["apps/python/3.13"].default and m.default_of("apps/python") == "3.13"
     assert [e.action for e in m.history][:2] == ["publish", "default"]
 
 
 def test_publishing_again_is_a_no_op(published: Published) -> None:
-    before = snapshot(published.root)
+    before = snapshot(published)
     steps = published.tree.publish(published.catalog(), [SIX, "apps/hello/2.0"])
     assert {s.action for s in steps} == {Action.UNCHANGED}
-    assert snapshot(published.root) == before
+    assert snapshot(published) == before
 
 
 def test_changed_definition_under_a_published_version_is_refused(published: Published) -> None:
-    before = snapshot(published.root)
+    before = snapshot(published)
     path = published.modules / "apps/hello/2.0.yaml"
     original = path.read_text()
     path.write_text(original + "help: now with more hello\n")
@@ -197,42 +206,43 @@ def test_changed_definition_under_a_published_version_is_refused(published: Publ
             published.tree.publish(published.catalog(), ["apps/hello/2.0"])
     finally:
         path.write_text(original)
-    assert snapshot(published.root) == before
+    assert snapshot(published) == before
 
 
 def test_failed_build_leaves_tree_and_manifest_byte_identical(published: Published) -> None:
-    before = snapshot(published.root)
-    with pytest.raises(ModuleError, match=f"{BAD}: pip install failed on local: .*slurmforge-no-such-package"):
+    before = snapshot(published)
+    with pytest.raises(ModuleError, match=f"{BAD}: pip install failed on {published.judge.name}: "
+                                          ".*slurmforge-no-such-package"):
         published.tree.publish(published.catalog(), [BAD])
-    assert snapshot(published.root) == before
+    assert snapshot(published) == before
     assert not any(p.is_file() for p in (published.root / ".staging").rglob("*"))
     assert not (published.root / ".slurmforge/lock").exists()
 
 
 def test_default_and_rollback_change_what_load_picks(published: Published) -> None:
     def picked() -> str:
-        return module(published.root, "module load apps/python && module -t list 2>&1").stdout.strip()
+        return published.module("module load apps/python && module -t list 2>&1").stdout.strip()
 
-    assert picked() == "apps/python/3.11"  # Lmod alone would pick the highest, 3.11.2
-    assert published.tree.set_default("apps/python/3.11.2").action is Action.DEFAULT
-    assert picked() == "apps/python/3.11.2"
-    assert published.tree.set_default("apps/python/3.11.2").action is Action.UNCHANGED
+    assert picked() == "apps/python/3.13"  # Lmod alone would pick the highest, 3.13.N
+    assert published.tree.set_default(published.patch).action is Action.DEFAULT
+    assert picked() == published.patch
+    assert published.tree.set_default(published.patch).action is Action.UNCHANGED
     step = published.tree.rollback("apps/python")
-    assert (step.module, step.action) == ("apps/python/3.11", Action.DEFAULT)
-    assert picked() == "apps/python/3.11"
+    assert (step.module, step.action) == ("apps/python/3.13", Action.DEFAULT)
+    assert picked() == "apps/python/3.13"
     with pytest.raises(ModuleError, match="apps/python: no earlier default recorded"):
         published.tree.rollback("apps/python")
     assert [e.action for e in published.tree.manifest().history][-2:] == ["default", "rollback"]
 
 
 def test_deprecated_version_is_hidden_but_loads_with_a_message(published: Published) -> None:
-    assert "apps/hello/1.0" in avail(published.root)
+    assert "apps/hello/1.0" in avail(published)
     with pytest.raises(ModuleError, match="is the default of apps/python"):
-        published.tree.deprecate("apps/python/3.11")
+        published.tree.deprecate("apps/python/3.13")
     assert published.tree.deprecate("apps/hello/1.0").action is Action.DEPRECATE
-    shown = avail(published.root)
+    shown = avail(published)
     assert "apps/hello/1.0" not in shown and "apps/hello/2.0" in shown
-    done = module(published.root, "module load apps/hello/1.0 && hello")
+    done = published.module("module load apps/hello/1.0 && hello")
     assert done.stdout.strip() == "hello 1.0"
     assert "apps/hello/1.0 is deprecated" in done.stderr
     assert published.tree.manifest().modules["apps/hello/1.0"].deprecated
@@ -243,7 +253,7 @@ def test_deprecated_version_is_hidden_but_loads_with_a_message(published: Publis
 
 def test_spider_cache_is_refreshed_after_changes(published: Published) -> None:
     def spider() -> str:
-        return module(published.root, "module -t spider 2>&1", cache=published.cache).stdout
+        return published.module("module -t spider 2>&1", cache=published.cache).stdout
 
     assert SIX in spider() and "apps/ml-base/1.0" in spider()
     # Lmod really answers from that cache: a modulefile added behind its back stays unseen ...
@@ -290,7 +300,7 @@ def test_a_held_lock_refuses_changes(published: Published) -> None:
 
 def test_publish_timings_are_reasonable(published: Published) -> None:
     log.warning("publish seconds: %s", {k: round(v, 2) for k, v in published.seconds.items()})
-    assert published.seconds["apps/python/3.11"] < 5
+    assert published.seconds["apps/python/3.13"] < 5
     assert published.seconds[SIX] < 120
 
 
@@ -300,6 +310,6 @@ def fresh_root(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_venv_build_needs_its_python_published_first(fresh_root: Path, published: Published) -> None:
-    tree = open_tree(fresh_root)
+    tree = open_tree(published.judge, fresh_root)
     steps = tree.plan(published.catalog(), [SIX])
-    assert [(s.module, s.action) for s in steps] == [("apps/python/3.11", Action.BUILD), (SIX, Action.BUILD)]
+    assert [(s.module, s.action) for s in steps] == [("apps/python/3.13", Action.BUILD), (SIX, Action.BUILD)]
