@@ -207,7 +207,9 @@ def inventory(
 def rollout(
     inventory_dir: Annotated[Path, typer.Option("--inventory", help="A slurmforge inventory directory.")],
 ) -> None:
-    """Roll the cluster out (playbooks/site.yml) on any inventory, with progress."""
+    """Roll the cluster out (playbooks/site.yml) on any inventory, with progress. Nodes of
+    dynamic pools are left out: they have no machine until the scheduler service starts
+    one, and a machine that starts gets its config from slurmctld (configless)."""
     from slurmforge.inventory import read_inventory
     from slurmforge.providers.base import HostRole
     from slurmforge.rollout import roll_out, rollout_digest
@@ -222,6 +224,7 @@ def rollout(
             _, hosts = read_inventory(inventory_dir)
             ceph = [h.name for h in hosts if h.role is HostRole.CEPH]
             result = roll_out(inventory_dir.resolve(), ceph, log, display.event,
+                              limit=[h.name for h in hosts if not h.dynamic],
                               digest=rollout_digest(inventory_dir.resolve()))
         out.print(f"rollout changed {result.total_changed} thing(s) in {result.seconds:.0f} s; log {log}")
 
