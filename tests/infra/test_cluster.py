@@ -71,6 +71,20 @@ def test_daemons_run_only_where_they_belong(live: LiveCluster) -> None:
     assert not wrong, ", ".join(wrong)
 
 
+def test_daemons_restart_after_a_failure(live: LiveCluster) -> None:
+    """Every Slurm daemon, munge and MariaDB a host runs comes back by itself after a crash
+    (Debian's units say Restart=no)."""
+    wrong = []
+    for host in live.up_hosts:
+        node = live.connect(host)
+        for daemon in ("munge", "slurmctld", "slurmd", "slurmdbd", "mariadb"):
+            if node.service(daemon).is_running:
+                restart = node.check_output(f"systemctl show -p Restart --value {daemon}").strip()
+                if restart not in ("on-failure", "always"):
+                    wrong.append(f"{host.name}:{daemon} Restart={restart}")
+    assert not wrong, ", ".join(wrong)
+
+
 def test_partitions_exactly_as_the_spec(live: LiveCluster) -> None:
     ctl = live.controller()
     partitions = {p["PartitionName"]: p for p in scontrol_records(ctl.check_output("scontrol show partition -o"))}

@@ -1,0 +1,56 @@
+"""Daemons come back by themselves (the restart drop-ins of roles/common): each is killed
+with SIGKILL while a job runs, and the cluster answers again without anyone logging in;
+the job completes and `sacct` has it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from slurmforge.render import controller_name
+from tests.integration.conftest import Cluster_
+from tests.integration.test_elastic import root, wait_until
+from tests.integration.test_never_down import sacct_states, submit
+
+pytestmark = pytest.mark.integration
+
+CTLD_BACK_BOUND = 10
+"""slurmctld kill -9 -> answering again (RestartSec=2 plus its start-up)."""
+
+
+def kill_9(cluster: Cluster_, node: str, unit: str) -> float:
+    """SIGKILL the unit's main process; seconds until systemd has it active again."""
+    pid = cluster.run(node, f"systemctl show -p MainPID --value {unit}").stdout.strip()
+    assert pid and pid != "0", f"{unit} is not running on {node}"
+    cluster.run(node, f"kill -9 {pid}")
+    killed = time.monotonic()
+    wait_until(lambda: cluster.run(node, f"systemctl show -p MainPID --value {unit}").stdout.strip() not in ("0", pid)
+               and cluster.run(node, f"systemctl is-active {unit}").stdout.strip() == "active", 60,
+               f"{unit} back on {node}", every=0.2)
+    return time.monotonic() - killed
+
+
+def test_slurmctld_killed_is_back_within_seconds_and_the_job_survives(cluster: Cluster_) -> None:
+    controller = controller_name(cluster.spec)
+    job = submit(cluster, "-p ml-cpu -w dev-cpu-01 -o back-%j.out --wrap 'sleep 20'")
+    wait_until(lambda: root(cluster, f"squeue -h -j {job} -o %T").strip() == "RUNNING", 60, "the job running")
+    pid = cluster.run(controller, "systemctl show -p MainPID --value slurmctld").stdout.strip()
+    cluster.run(controller, f"kill -9 {pid}")
+    killed = time.monotonic()
+    wait_until(lambda: "is UP" in cluster.run(controller, "scontrol ping").stdout, 60, "slurmctld answering",
+               every=0.2)
+    seconds = time.monotonic() - killed
+    print(f"slurmctld kill -9 -> answering in {seconds:.1f} s")
+    assert seconds <= CTLD_BACK_BOUND
+    wait_until(lambda: sacct_states(cluster, job).get(job) == "COMPLETED", 120, "the job COMPLETED")
+
+
+@pytest.mark.parametrize(("role", "unit"), [("controller", "slurmdbd"), ("controller", "mariadb"),
+                                            ("controller", "munge"), ("compute", "slurmd"), ("compute", "munge")])
+def test_a_killed_daemon_comes_back(cluster: Cluster_, role: str, unit: str) -> None:
+    node = controller_name(cluster.spec) if role == "controller" else "dev-cpu-01"
+    seconds = kill_9(cluster, node, unit)
+    print(f"{unit} on {node}: back in {seconds:.1f} s")
+    job = submit(cluster, "-p ml-cpu -w dev-cpu-01 -o back-%j.out --wrap hostname")
+    wait_until(lambda: sacct_states(cluster, job).get(job) == "COMPLETED", 120, f"a job after {unit} came back")
