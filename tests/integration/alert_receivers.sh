@@ -3,7 +3,7 @@
 # whose relay is 127.0.0.1:2525 and whose webhook is http://127.0.0.1:8099/hook; an SMTP
 # sink and an HTTP sink stand in for them. One alert goes in; both sinks must get it.
 set -u
-python3 -u -W ignore -m smtpd -n -c DebuggingServer 127.0.0.1:2525 > /tmp/mail 2>&1 &
+python3 -u /smtp_sink.py 2525 > /tmp/mail 2>&1 &
 python3 -u - > /tmp/hook.log 2>&1 <<'PY' &
 import http.server
 class Hook(http.server.BaseHTTPRequestHandler):

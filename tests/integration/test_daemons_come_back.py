@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from slurmforge.render import controller_name
+from slurmforge.render import controller_name, state_save_location
 from tests.integration.conftest import Cluster_
 from tests.integration.test_elastic import root, wait_until
 from tests.integration.test_never_down import sacct_states, submit
@@ -35,6 +35,11 @@ def test_slurmctld_killed_is_back_within_seconds_and_the_job_survives(cluster: C
     controller = controller_name(cluster.spec)
     job = submit(cluster, "-p ml-cpu -w dev-cpu-01 -o back-%j.out --wrap 'sleep 20'")
     wait_until(lambda: root(cluster, f"squeue -h -j {job} -o %T").strip() == "RUNNING", 60, "the job running")
+    # slurmctld saves job state a few seconds after a change; a SIGKILL before that loses
+    # what it had not written (Slurm's own limit): kill once the running job is on disk
+    state = f"{state_save_location(cluster.spec)}/job_state"
+    running_at = float(root(cluster, "date +%s.%N"))
+    wait_until(lambda: float(root(cluster, f"stat -c %.9Y {state}")) > running_at, 30, "the job's state saved")
     pid = cluster.run(controller, "systemctl show -p MainPID --value slurmctld").stdout.strip()
     cluster.run(controller, f"kill -9 {pid}")
     killed = time.monotonic()

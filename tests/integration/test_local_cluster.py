@@ -167,12 +167,14 @@ def test_job_mail_leaves_through_the_relay(cluster: Cluster_, tmp_path: Path) ->
     (tmp_path / "dma.conf").write_text(conf)
     image = cluster.image()
     script = (
-        "python3 -u -W ignore -m smtpd -n -c DebuggingServer 127.0.0.1:2525 > /tmp/sink 2>&1 & "
+        "python3 -u /smtp_sink.py 2525 > /tmp/sink 2>&1 & "
         f"sleep 1; echo 'the job ended' | runuser -u slurm -- {MAIL_PROGRAM} "
         "-s 'Slurm Job_id=7 Name=x Ended' alice@example.org; "
         "for i in $(seq 100); do grep -q 'the job ended' /tmp/sink && break; sleep 0.2; done; cat /tmp/sink")
+    sink = Path(__file__).parent / "smtp_sink.py"
     res = subprocess.run(["podman", "run", "--rm", "-v", f"{tmp_path / 'dma.conf'}:/etc/dma/dma.conf:ro",
-                          image, "sh", "-c", script], capture_output=True, text=True, timeout=120)
+                          "-v", f"{sink}:/smtp_sink.py:ro", image, "sh", "-c", script],
+                         capture_output=True, text=True, timeout=120)
     got = res.stdout  # the sink prints each header line as a bytes literal
     assert "the job ended" in got, got + res.stderr
     for line in ("To: alice@example.org", "Subject: Slurm Job_id=7 Name=x Ended", "From: <slurm@example.org>",

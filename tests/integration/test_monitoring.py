@@ -229,7 +229,7 @@ def test_alertmanager_mails_and_posts_an_alert(cluster: Cluster_, tmp_path: Path
     image = cluster.image()
     script = Path(__file__).parent / "alert_receivers.sh"
     mounts = ["-v", f"{tmp_path / 'alertmanager.yml'}:/etc/prometheus/alertmanager.yml:ro",
-              "-v", f"{script}:/alert_receivers.sh:ro"]
+              "-v", f"{script}:/alert_receivers.sh:ro", "-v", f"{script.parent / 'smtp_sink.py'}:/smtp_sink.py:ro"]
     res = subprocess.run(["podman", "run", "--rm", *mounts, image, "sh", "/alert_receivers.sh"],
                          capture_output=True, text=True, timeout=120)
     out = res.stdout
