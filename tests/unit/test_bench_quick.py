@@ -14,7 +14,12 @@ pytestmark = pytest.mark.unit
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-@pytest.mark.parametrize("bench", ["render_bench.py", "validate_bench.py"])
+# the benches that need no cluster; the live ones run in tests/integration/test_bench_quick.py
+SELF_CONTAINED = ["render_bench.py", "validate_bench.py", "reconcile_bench.py", "fanout_bench.py",
+                  "resume_handoff_bench.py", "monitoring_bench.py"]
+
+
+@pytest.mark.parametrize("bench", SELF_CONTAINED)
 def test_bench_quick_mode_passes(bench: str) -> None:
     proc = subprocess.run([sys.executable, str(BENCH / bench), "--quick"], capture_output=True, text=True,
                           timeout=300, check=False)
