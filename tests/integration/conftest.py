@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmforge.local.live import LiveCluster
 from slurmforge.local.up import UpReport, up
 from slurmforge.rollout import Progress
 from slurmforge.spec import Cluster, load_spec
@@ -63,6 +64,12 @@ class Cluster_:
 
     def login(self, command: str, user: str = "alice", **kw: object) -> subprocess.CompletedProcess[str]:
         return self.run(self.report.login, command, user=user, **kw)  # type: ignore[arg-type]
+
+    def live(self, user: str = "alice") -> LiveCluster:
+        """The same cluster for the helpers the benches share (slurmforge.local.live)."""
+        from slurmforge.inventory import read_inventory
+
+        return LiveCluster.of(self.spec, read_inventory(self.report.inventory)[1], user=user)
 
 
 def _usable() -> str | None:
