@@ -83,7 +83,7 @@ def squeue_json(topo: Topology, running: int = 3000, pending: int = 5000, seed: 
     return json.dumps({"meta": {}, "errors": [], "jobs": jobs})
 
 
-def one_loop(topo: Topology, sinfo: str, squeue: str) -> dict[str, float]:
+def one_loop(topo: Topology, sinfo: str, squeue: str) -> dict[str, Any]:
     nodes = parse_nodes(sinfo)
     t0 = time.perf_counter()
     jobs = parse_jobs(squeue)

@@ -72,6 +72,16 @@ class Cluster_:
         return LiveCluster.of(self.spec, read_inventory(self.report.inventory)[1], user=user)
 
 
+BENCHES = Path(__file__).with_name("test_bench_quick.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The benches' quick modes run after the suite's own tests: they stop slurmctld, kill a
+    node's machine and stop an OSD (each restored), and the other tests expect a cluster
+    nobody has just faulted. The order of everything else is kept."""
+    items.sort(key=lambda item: item.path == BENCHES)
+
+
 def _usable() -> str | None:
     if os.geteuid() != 0:
         return "the local cluster needs root"
