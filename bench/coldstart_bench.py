@@ -7,10 +7,16 @@
 3. capacity failover: with the first link told to fail, from the failed launch to the
    launch on the fallback link (the service's events) and sbatch -> RUNNING.
 
-    .venv/bin/python bench/coldstart_bench.py [--cluster dev] [--runs 3]
+    .venv/bin/python bench/coldstart_bench.py [--cluster dev] [--runs 3] [--quick]
 
 Nodes stay up after a run until the pool's idle time passes; a node that is not powered
 down is skipped (the bench waits up to --wait seconds for one).
+
+`--quick` (tests/integration/test_bench_quick.py, well under a minute): 3 hand-offs and one
+cold start (no capacity failover), then the node is powered down again (`scontrol update
+state=power_down`, awaited until Slurm shows it powered down and its container stopped),
+so the cluster is left as it was. Exits 1 when no node is powered down within --wait
+(default 60 s with --quick) or a step fails.
 """
 
 from __future__ import annotations
@@ -25,12 +31,17 @@ import urllib.request
 from typing import Any
 
 from slurmforge.errors import SlurmforgeError
+from slurmforge.local.live import wait_until
 from slurmforge.local.manage import find_cluster
+from slurmforge.local.podman import Podman
 from slurmforge.providers.base import HostRole
 from slurmforge.render import RESUME_PROGRAM, controller_name
 from slurmforge.service.main import DEFAULT_PORT
 
 FAIL_POOLS = "/var/lib/slurmforge/service/fail-pools"
+QUICK_HANDOFFS = 3
+POWER_DOWN_WAIT = 120
+"""Slurm's power-save thread, the service's loop (10 s) and SuspendTimeout (20 s locally)."""
 HANDOFF_SCRIPT = (
     "d=$(mktemp -d) && chown slurm $d && echo '{\"jobs\":[{\"job_id\":1,\"nodes\":\"%s\"}],\"all_nodes\":\"%s\"}'"
     " > $d/resume.json && for i in $(seq %d); do s=$(date +%%s.%%N); "
@@ -47,7 +58,7 @@ class Bench:
         address = next(h.address for h in hosts if h.role is HostRole.CONTROLLER)
         self.url = f"http://{address}:{DEFAULT_PORT}/pools.json"
         self.user = self.spec.users[0].name
-        self.dynamic = {h.name: h.pool for h in hosts if h.dynamic}
+        self.dynamic: dict[str, str] = {h.name: h.pool or "" for h in hosts if h.dynamic}
 
     def sh(self, node: str, command: str, user: str | None = None, timeout: int = 60) -> str:
         argv = ["podman", "exec", *(["-u", user, "-w", f"/home/{user}"] if user else []), node,
@@ -82,28 +93,65 @@ class Bench:
                 return None
             time.sleep(2)
 
-    def cold_start(self, node: str) -> float:
-        """sbatch -> RUNNING, polled in the controller every 50 ms."""
+    def cold_start(self, node: str) -> tuple[float, str]:
+        """sbatch -> RUNNING, polled in the controller every 50 ms; the seconds and the job."""
         started = time.monotonic()
         job = self.sh(self.login, f"sbatch --parsable -w {node} -o /dev/null --wrap 'sleep 1'",
                       user=self.user).strip().split(";")[0]
         self.sh(self.ctl, f"until squeue -h -j {job} -o %T | grep -qx RUNNING || "
                           f"sacct -n -X -P -j {job} -o State | grep -q COMPLETED; do sleep 0.05; done",
                 timeout=120)
-        return time.monotonic() - started
+        return time.monotonic() - started, job
+
+    def power_down(self, node: str, job: str) -> None:
+        """The node back in power save, as before the cold start: its job ended first."""
+        self.sh(self.ctl, f"scancel {job} 2>/dev/null; until sacct -n -X -P -j {job} -o State | "
+                          "grep -qE 'COMPLETED|CANCELLED|FAILED'; do sleep 0.5; done", timeout=60)
+        self.sh(self.ctl, f"scontrol update nodename={node} state=power_down")
+        podman = Podman()
+
+        def is_off() -> bool:
+            info = podman.container(node)
+            return self.state(node).endswith("~") and (info is None or not info.is_running)
+
+        wait_until(is_off, POWER_DOWN_WAIT, f"{node} powered down again", every=1)
+
+
+def quick(bench: Bench, wait: float) -> int:
+    """A few hand-offs and one cold start; the node is powered down again."""
+    hand = bench.handoff(QUICK_HANDOFFS)
+    print(f"resume hand-off ({len(hand)} runs): median {statistics.median(hand):.3f} s, max {max(hand):.3f} s")
+    node = bench.powered_down(set(bench.dynamic.values()), wait)
+    if node is None:
+        print(f"coldstart_bench --quick: no powered-down node within {wait:.0f} s", file=sys.stderr)
+        return 1
+    seconds, job = bench.cold_start(node)
+    print(f"{node} powered down -> job {job} RUNNING in {seconds:.1f} s")
+    started = time.monotonic()
+    bench.power_down(node, job)
+    print(f"{node} powered down again in {time.monotonic() - started:.1f} s")
+    return 0 if len(hand) == QUICK_HANDOFFS else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cluster")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--wait", type=float, default=240, help="seconds to wait for a powered-down node")
+    parser.add_argument("--wait", type=float, help="seconds to wait for a powered-down node (240; --quick 60)")
+    parser.add_argument("--quick", action="store_true", help="3 hand-offs, one cold start, the node powered down again")
     args = parser.parse_args(argv)
     try:
         bench = Bench(args.cluster)
     except SlurmforgeError as exc:
         print(f"coldstart_bench: {exc}", file=sys.stderr)
         return 2
+    if args.quick:
+        try:
+            return quick(bench, args.wait or 60)
+        except SlurmforgeError as exc:
+            print(f"coldstart_bench: {exc}", file=sys.stderr)
+            return 1
+    args.wait = args.wait or 240
     hand = bench.handoff(20)
     print(f"resume hand-off (slurmforge-resume as user slurm, 20 runs): median {statistics.median(hand):.3f} s, "
           f"max {max(hand):.3f} s")
@@ -117,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.sh(bench.ctl, f"echo {pool} > {FAIL_POOLS}")
         try:
             since = time.time()
-            seconds = bench.cold_start(node)
+            seconds, _ = bench.cold_start(node)
         finally:
             bench.sh(bench.ctl, f"rm -f {FAIL_POOLS}")
         recent = [e for e in bench.events() if e["at"] >= since - 1]
@@ -133,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         if node is None:
             print(f"run {run + 1}: no powered-down node within {args.wait:.0f} s; stopping")
             break
-        times.append(bench.cold_start(node))
+        times.append(bench.cold_start(node)[0])
         print(f"run {run + 1}: {node} powered down -> job RUNNING in {times[-1]:.1f} s")
     if times:
         print(f"cold start over {len(times)} run(s): median {statistics.median(times):.1f} s, max {max(times):.1f} s")

@@ -6,9 +6,18 @@ Runs on a cluster of its own (`bench`, subnet 10.89.10.0/24) with images of its 
 someone is using. Everything it creates is removed at the end.
 
     .venv/bin/python bench/local_bench.py [--skip-cold]
+    .venv/bin/python bench/local_bench.py --quick [--spec examples/local.yaml]
 
 Goals (issue 3): warm bring-up -> first job done <= 180 s on 2 cores; an idempotent
 re-run's rollout <= 1/3 of the first rollout.
+
+`--quick` (tests/integration/test_bench_quick.py) builds nothing: it times one `up` of the
+spec's cluster, which must be running already (the integration suite's `dev`), with
+nothing changed, and checks that every node was skipped by its recorded rollout digest
+and nothing changed (the same `up` as the suite's test_up_without_changes_skips_every_node,
+so it leaves the cluster as it was when run by the code and spec that brought it up; a
+changed spec or image is converged, and the check fails). It refuses a cluster whose
+controller is not running rather than bring one up.
 """
 
 from __future__ import annotations
@@ -29,10 +38,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from slurmforge.inventory import SECRETS_ROOT  # noqa: E402
+from slurmforge.inventory import SECRETS_ROOT, read_inventory  # noqa: E402
 from slurmforge.local.podman import Podman  # noqa: E402
 from slurmforge.local.up import INVENTORIES, UpReport, up  # noqa: E402
 from slurmforge.providers.local import LocalProvider  # noqa: E402
+from slurmforge.render import controller_name  # noqa: E402
 from slurmforge.rollout import Progress  # noqa: E402
 from slurmforge.spec import load_spec  # noqa: E402
 
@@ -92,13 +102,41 @@ def cleanup(spec: Path, namespace: str) -> None:
     shutil.rmtree(INVENTORIES / "bench", ignore_errors=True)
 
 
-def main() -> int:
+def quick(spec_path: Path) -> int:
+    """One idempotent `up` of the running cluster: timed, every node skipped, nothing changed."""
+    spec = load_spec(spec_path)
+    controller = Podman().container(controller_name(spec))
+    if controller is None or not controller.is_running or not (INVENTORIES / spec.name / "cluster.yaml").exists():
+        print(f"local_bench --quick: cluster {spec.name} is not running; it re-times `up` of a running cluster "
+              "and never brings one up", file=sys.stderr)
+        return 2
+    timings = Timings()
+    started = time.monotonic()
+    report = up(spec_path, timings, run_sample_job=False)
+    total = time.monotonic() - started
+    for name, seconds in timings.phases:
+        print(f"  {seconds:7.1f} s  {name}")
+    hosts = len(read_inventory(report.inventory)[1])
+    skipped = report.rollout.skipped_hosts if report.rollout else 0
+    changed = report.rollout.total_changed if report.rollout else -1
+    ok = skipped == hosts and changed == 0
+    print(f"idempotent up of {spec.name}: {total:.1f} s; {skipped} of {hosts} node(s) skipped by their rollout "
+          f"digest, changed={changed}: {'ok' if ok else 'NOT IDEMPOTENT'}")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-cold", action="store_true", help="reuse the shared image cache (no image build)")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="time an idempotent `up` of the running cluster")
+    parser.add_argument("--spec", type=Path, default=ROOT / "examples" / "local.yaml",
+                        help="with --quick: the running cluster's spec")
+    args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("the local cluster needs root", file=sys.stderr)
         return 2
+    if args.quick:
+        return quick(args.spec)
     namespace = "slurmforge" if args.skip_cold else f"slurmforge-bench-{uuid.uuid4().hex[:6]}"
     with tempfile.TemporaryDirectory() as tmp:
         spec = bench_spec(Path(tmp))

@@ -101,8 +101,9 @@ class Podman:
         return subprocess.run([self.binary, "container", "exists", name], capture_output=True).returncode == 0
 
     def exec(self, name: str, argv: list[str], user: str | None = None, timeout: float = 120,
-             check: bool = True) -> subprocess.CompletedProcess[str]:
-        cmd = [self.binary, "exec", *(["-u", user] if user else []), name, "timeout", str(int(timeout)), *argv]
+             check: bool = True, workdir: str | None = None) -> subprocess.CompletedProcess[str]:
+        cmd = [self.binary, "exec", *(["-u", user] if user else []), *(["-w", workdir] if workdir else []), name,
+               "timeout", str(int(timeout)), *argv]
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 15)
         except subprocess.TimeoutExpired:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmforge.local.live import LiveCluster
 from slurmforge.local.up import UpReport, up
 from slurmforge.rollout import Progress
 from slurmforge.spec import Cluster, load_spec
@@ -63,6 +64,22 @@ class Cluster_:
 
     def login(self, command: str, user: str = "alice", **kw: object) -> subprocess.CompletedProcess[str]:
         return self.run(self.report.login, command, user=user, **kw)  # type: ignore[arg-type]
+
+    def live(self, user: str = "alice") -> LiveCluster:
+        """The same cluster for the helpers the benches share (slurmforge.local.live)."""
+        from slurmforge.inventory import read_inventory
+
+        return LiveCluster.of(self.spec, read_inventory(self.report.inventory)[1], user=user)
+
+
+BENCHES = Path(__file__).with_name("test_bench_quick.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The benches' quick modes run after the suite's own tests: they stop slurmctld, kill a
+    node's machine and stop an OSD (each restored), and the other tests expect a cluster
+    nobody has just faulted. The order of everything else is kept."""
+    items.sort(key=lambda item: item.path == BENCHES)
 
 
 def _usable() -> str | None:

@@ -17,7 +17,6 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import pytest
 
 from slurmforge.inventory import read_inventory
+from slurmforge.local.live import wait_until
 from slurmforge.providers.base import HostRole
 from slurmforge.render import controller_name
 from slurmforge.service.main import DEFAULT_PORT
@@ -39,17 +39,6 @@ LOOP_SECONDS = 10
 COLD_START_BOUND = 15
 RESUMED, FALLBACK, CRASHED = "dev-cpu-03", "dev-cpu-04", "dev-cpu-fallback-01"
 _done: dict[str, float] = {}
-
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float = 0.3) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
 
 
 def root(cluster: Cluster_, command: str, timeout: int = 60) -> str:

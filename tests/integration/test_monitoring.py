@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from slurmforge.inventory import read_inventory
+from slurmforge.local.live import wait_until
 from slurmforge.monitoring import (
     ALERTMANAGER_PORT,
     PROMETHEUS_PORT,
@@ -31,7 +32,6 @@ from slurmforge.monitoring import (
 from slurmforge.nodes import node_names
 from slurmforge.render import controller_name
 from tests.integration.conftest import Cluster_
-from tests.integration.test_elastic import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -23,44 +23,34 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
-from slurmforge.render import controller_name
-from slurmforge.service.main import DEFAULT_PORT
+from slurmforge.local.faults import JobNodes, controller_outage, dead_node
+from slurmforge.local.live import wait_until
 from tests.integration.conftest import SPEC, Cluster_, QuietPhases
-from tests.integration.test_elastic import container_running, root, wait_until
+from tests.integration.test_elastic import root
 
 pytestmark = pytest.mark.integration
 
 OUTAGE_SECONDS = int(os.environ.get("SLURMFORGE_OUTAGE_SECONDS", "90"))
 DEAD_NODE_BOUND = 60
 """Seconds from a node's machine dying to its job leaving RUNNING (docs/service.md)."""
-STATIC = ("dev-cpu-01", "dev-cpu-02", "dev-gpu-01")
+TWO_NODES = JobNodes("ml-cpu", "dev-cpu-[01-02]", victim="dev-cpu-02")
 
 
 def sacct_states(cluster: Cluster_, *jobs: str) -> dict[str, str]:
-    out = root(cluster, f"sacct -n -X -P -j {','.join(jobs)} -o JobID,State")
-    return dict(line.split("|", 1) for line in out.split())
+    return cluster.live().sacct_states(*jobs)
 
 
 def submit(cluster: Cluster_, args: str) -> str:
-    res = cluster.login(f"sbatch --parsable {args}")
-    assert res.returncode == 0, res.stderr
-    return res.stdout.strip().split(";")[0]
+    return cluster.live().submit(args)
 
 
 def squeue_state(cluster: Cluster_, job: str) -> str:
-    return root(cluster, f"squeue -h -j {job} -o %T 2>/dev/null || true").strip()
-
-
-def metrics(cluster: Cluster_) -> str:
-    address = cluster.run(controller_name(cluster.spec), "hostname -i").stdout.split()[0]
-    with urllib.request.urlopen(f"http://{address}:{DEFAULT_PORT}/metrics", timeout=10) as answer:
-        return str(answer.read().decode())
+    return cluster.live().squeue_state(job)
 
 
 def up_with(cluster: Cluster_, spec_text: str, tmp_path: Path) -> None:
@@ -73,30 +63,13 @@ def up_with(cluster: Cluster_, spec_text: str, tmp_path: Path) -> None:
 
 
 def test_a_controller_outage_terminates_nothing(cluster: Cluster_) -> None:
-    controller = controller_name(cluster.spec)
-    running = submit(cluster, f"-N 2 -p ml-cpu -w dev-cpu-[01-02] -o nd-%j.out --wrap 'sleep {OUTAGE_SECONDS + 20}'")
-    wait_until(lambda: squeue_state(cluster, running) == "RUNNING", 60, "the 2-node job running")
-    before = {n: container_running(n) for n in STATIC}
-    assert all(before.values()), before
-    since = root(cluster, "date '+%Y-%m-%d %H:%M:%S'").strip()
-    cluster.run(controller, "systemctl stop slurmctld")
-    try:
-        deadline = time.monotonic() + OUTAGE_SECONDS
-        held = False
-        while time.monotonic() < deadline:
-            assert all(container_running(n) for n in STATIC), "a machine was stopped during the outage"
-            held = held or 'slurmforge_service_holding{reason="slurm-view"} 1' in metrics(cluster)
-            time.sleep(5)
-        assert held, "the service never said it was holding back while slurmctld was down"
-        log = cluster.run(controller, f"journalctl -u slurmforge-service --no-pager --since '{since}'").stdout
-        assert "terminate" not in log and "holding" in log, log[-2000:]
-    finally:
-        cluster.run(controller, "systemctl start slurmctld")
-    wait_until(lambda: cluster.run(controller, "scontrol ping").stdout.count("UP") > 0, 60, "slurmctld back")
-    pending = submit(cluster, "-p ml-cpu -o nd-%j.out --wrap 'hostname'")
-    wait_until(lambda: set(sacct_states(cluster, running, pending).values()) == {"COMPLETED"},
-               OUTAGE_SECONDS + 120, "both jobs COMPLETED")
-    assert all(container_running(n) for n in STATIC)
+    """The pending job, submitted before the outage, becomes eligible halfway through it."""
+    outage = controller_outage(cluster.live(), OUTAGE_SECONDS, TWO_NODES)
+    assert not outage.stopped, f"machines stopped during the outage: {outage.stopped}"
+    assert not outage.terminations, outage.terminations
+    assert outage.holding, "the service never said it was holding back while slurmctld was down"
+    assert "holding" in outage.log, outage.log[-2000:]
+    assert set(outage.jobs.values()) == {"COMPLETED"}, outage.jobs
 
 
 def policy_spec() -> str:
@@ -186,17 +159,7 @@ def test_a_config_slurm_refuses_keeps_the_old_one_running(cluster: Cluster_, tmp
 
 
 def test_a_dead_node_machine_releases_its_job_within_the_bound(cluster: Cluster_) -> None:
-    job = submit(cluster, "-N 2 -p ml-cpu -w dev-cpu-[01-02] -o nd-%j.out --requeue --wrap 'sleep 600'")
-    wait_until(lambda: squeue_state(cluster, job) == "RUNNING", 60, "the 2-node job running")
-    try:
-        subprocess.run(["podman", "kill", "dev-cpu-02"], check=True, capture_output=True)
-        killed = time.monotonic()
-        wait_until(lambda: squeue_state(cluster, job) != "RUNNING", DEAD_NODE_BOUND, "the job leaving RUNNING",
-                   every=1)
-        print(f"dead node -> job left RUNNING in {time.monotonic() - killed:.1f} s "
-              f"(now {squeue_state(cluster, job) or 'gone'})")
-    finally:
-        root(cluster, f"scancel {job}")
-        subprocess.run(["podman", "start", "dev-cpu-02"], capture_output=True)
-    wait_until(lambda: root(cluster, "sinfo -h -N -n dev-cpu-02 -o %T").strip() in ("idle", "mixed", "allocated"),
-               180, "dev-cpu-02 back in service")
+    """dead_node starts the machine again and waits until the node is back in service."""
+    dead = dead_node(cluster.live(), TWO_NODES, limit=DEAD_NODE_BOUND)
+    assert dead.seconds is not None, f"job {dead.job} still RUNNING {DEAD_NODE_BOUND} s after its node died"
+    print(f"dead node -> job left RUNNING in {dead.seconds:.1f} s (now {dead.after or 'gone'})")

@@ -1,0 +1,131 @@
+"""Controller outages and dead node machines on the running local cluster, measured.
+
+Issue 16: a controller outage or a dead machine never takes the cluster down.
+
+1. controller outage, --runs times: slurmctld stopped in the controller for --outage
+   seconds under a running 2-node job and a pending one (eligible halfway through); counted:
+   the cluster's machines that stopped or vanished meanwhile (`podman ps -a --filter
+   label=slurmforge.cluster=NAME`), the scheduler service's log lines that terminate
+   machines (`journalctl -u slurmforge-service`), whether it said on /metrics that it held
+   back, and how both jobs ended in sacct;
+2. dead node, --runs times: one node's container killed (`podman kill`) under a running
+   2-node `--requeue` job; the seconds until the job leaves RUNNING. The container is
+   started again and the node awaited back in service before the next run.
+
+    .venv/bin/python bench/never_down_bench.py [--cluster dev] [--outage 300] [--runs 5]
+        [--partition ml-cpu] [--quick]
+
+The jobs run as the spec's first user, submitted on the login node, on the first two static
+nodes of the partition (default: the spec's default partition); the second one dies. Each
+fault restores what it changed, also when it fails (slurmforge/local/faults.py, shared with
+tests/integration/test_never_down.py). Goals: 0 machines terminated over all outages and
+every job COMPLETED; a dead node's job leaves RUNNING within 60 s. Exits 1 when a goal is
+missed, 2 when the cluster cannot be used. `--quick` (tests/integration/test_bench_quick.py):
+one 30 s outage and one dead node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+from slurmforge.errors import SlurmforgeError
+from slurmforge.local.faults import DeadNode, JobNodes, Outage, controller_outage, dead_node
+from slurmforge.local.host import require_root
+from slurmforge.local.live import LiveCluster
+from slurmforge.local.manage import find_cluster
+
+DEAD_NODE_GOAL = 60.0
+DEAD_NODE_LIMIT = 180.0
+"""How long a dead node's job is watched (past the goal, to measure a miss)."""
+QUICK_OUTAGE = 30
+
+
+def outages(live: LiveCluster, where: JobNodes, seconds: float, runs: int) -> list[Outage | str]:
+    """One result a run, or why the run failed."""
+    results: list[Outage | str] = []
+    print(f"{'outage':>6} {'seconds':>8} {'machines stopped':>17} {'terminate lines':>16} {'held back':>10} "
+          f"{'jobs COMPLETED':>15}", flush=True)
+    for run in range(1, runs + 1):
+        try:
+            o = controller_outage(live, seconds, where)
+        except SlurmforgeError as exc:
+            print(f"{run:>6} failed: {exc}", flush=True)
+            results.append(str(exc))
+            continue
+        results.append(o)
+        print(f"{run:>6} {o.seconds:8.1f} {len(o.stopped):>17} {len(o.terminations):>16} "
+              f"{'yes' if o.holding else 'no':>10} {o.jobs_completed:>13}/{len(o.jobs)}"
+              + (f"  stopped: {', '.join(o.stopped)}" if o.stopped else "")
+              + (f"  jobs: {o.jobs}" if o.jobs_completed < len(o.jobs) else ""), flush=True)
+        for line in o.terminations:
+            print(f"       {line}")
+    return results
+
+
+def dead_nodes(live: LiveCluster, where: JobNodes, runs: int) -> list[DeadNode | str]:
+    results: list[DeadNode | str] = []
+    print(f"\n{'dead node':>9} {'job left RUNNING after':>23}  then", flush=True)
+    for run in range(1, runs + 1):
+        try:
+            d = dead_node(live, where, limit=DEAD_NODE_LIMIT)
+        except SlurmforgeError as exc:
+            print(f"{run:>9} failed: {exc}", flush=True)
+            results.append(str(exc))
+            continue
+        results.append(d)
+        took = f"{d.seconds:.1f} s" if d.seconds is not None else f"> {DEAD_NODE_LIMIT:.0f} s"
+        print(f"{run:>9} {took:>23}  {d.after or 'left the queue'}", flush=True)
+    return results
+
+
+def verdict(outage_results: list[Outage | str], dead_results: list[DeadNode | str]) -> bool:
+    """Prints the goals; True when all are met."""
+    done = [o for o in outage_results if isinstance(o, Outage)]
+    terminated = sum(o.machines_terminated for o in done)
+    completed, jobs = sum(o.jobs_completed for o in done), sum(len(o.jobs) for o in done)
+    failed = len(outage_results) - len(done) + sum(1 for d in dead_results if isinstance(d, str))
+    times = [d.seconds for d in dead_results if isinstance(d, DeadNode)]
+    measured = [t for t in times if t is not None]
+    ok_outage = terminated == 0 and completed == jobs and len(done) == len(outage_results)
+    ok_dead = bool(times) and len(measured) == len(times) and max(measured) <= DEAD_NODE_GOAL
+    print(f"\nmachines terminated over {len(done)} outage(s): {terminated} (goal 0); jobs COMPLETED "
+          f"{completed}/{jobs}: {'ok' if ok_outage else 'MISSED'}")
+    spread = f"median {statistics.median(measured):.1f} s, max {max(measured):.1f} s" if measured else "-"
+    if len(measured) < len(times):
+        spread += f", {len(times) - len(measured)} still RUNNING after {DEAD_NODE_LIMIT:.0f} s"
+    print(f"dead node -> job leaves RUNNING over {len(times)} run(s): {spread} (goal <= {DEAD_NODE_GOAL:.0f} s): "
+          f"{'ok' if ok_dead else 'MISSED'}")
+    if failed:
+        print(f"{failed} run(s) failed before measuring (see above)")
+    return ok_outage and ok_dead
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cluster", help="the local cluster (default: the only one)")
+    parser.add_argument("--outage", type=float, default=300, help="seconds slurmctld stays stopped")
+    parser.add_argument("--runs", type=int, default=5, help="outages, and dead nodes")
+    parser.add_argument("--partition", help="where the jobs run (default: the spec's default partition)")
+    parser.add_argument("--quick", action="store_true", help=f"one {QUICK_OUTAGE} s outage and one dead node")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.outage, args.runs = QUICK_OUTAGE, 1
+    try:
+        require_root()
+        spec, hosts = find_cluster(args.cluster)
+        where = JobNodes.of(spec, hosts, args.partition)
+        live = LiveCluster.of(spec, hosts)
+    except SlurmforgeError as exc:
+        print(f"never_down_bench: {exc}", file=sys.stderr)
+        return 2
+    print(f"cluster {spec.name}: jobs of {live.user} on {where.nodes} ({where.partition}); {args.runs} outage(s) "
+          f"of {args.outage:.0f} s, then {args.runs} dead {where.victim}\n", flush=True)
+    outage_results = outages(live, where, args.outage, args.runs)
+    dead_results = dead_nodes(live, where, args.runs)
+    return 0 if verdict(outage_results, dead_results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""A running local cluster seen from the host: commands as root in the controller, batch jobs
+submitted by a user on the login node and their states in squeue and sacct, the cluster's
+containers, the scheduler service's /metrics. Used by the integration tests and by the
+benches that act on a live cluster; the faults they inject are in slurmforge/local/faults.py.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from slurmforge.errors import ProvisionError
+from slurmforge.local.podman import Podman
+from slurmforge.monitoring import SERVICE_PORT, controller_address
+from slurmforge.providers.base import Host, HostRole
+from slurmforge.providers.local import LABEL
+from slurmforge.render import controller_name
+from slurmforge.spec import Cluster
+
+T = TypeVar("T")
+
+IN_SERVICE = ("idle", "mixed", "allocated")
+"""`sinfo %T` of a node that takes jobs."""
+
+
+def wait_until(check: Callable[[], T], timeout: float, what: str, every: float = 0.3) -> T:
+    """Poll `check` until it returns something true; that value. ProvisionError after
+    `timeout` seconds, naming `what` was awaited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise ProvisionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
+@dataclass
+class LiveCluster:
+    name: str
+    controller: str
+    login: str
+    user: str
+    """Who submits the jobs (on the login node, from their home directory)."""
+    address: str
+    """The controller's address (the scheduler service listens there)."""
+    podman: Podman = field(default_factory=Podman)
+
+    @classmethod
+    def of(cls, spec: Cluster, hosts: Sequence[Host], user: str | None = None,
+           podman: Podman | None = None) -> LiveCluster:
+        """The cluster of an inventory (`read_inventory`, `find_cluster`); jobs by `user`,
+        else the spec's first user."""
+        login = next(h.name for h in hosts if h.role is HostRole.LOGIN)
+        return cls(spec.name, controller_name(spec), login, user or spec.users[0].name, controller_address(hosts),
+                   podman or Podman())
+
+    def root(self, command: str, timeout: float = 60) -> str:
+        """`command` (bash) as root in the controller; its output. ProvisionError when it fails."""
+        return self.podman.exec(self.controller, ["bash", "-lc", command], timeout=timeout).stdout
+
+    def submit(self, args: str) -> str:
+        """`sbatch --parsable ARGS` as the user on the login node; the job id."""
+        out = self.podman.exec(self.login, ["bash", "-lc", f"sbatch --parsable {args}"], user=self.user,
+                               workdir=f"/home/{self.user}", timeout=60).stdout
+        return out.strip().split(";")[0]
+
+    def squeue_state(self, job: str) -> str:
+        """The job's state in squeue; "" once squeue no longer lists it."""
+        return self.root(f"squeue -h -j {job} -o %T 2>/dev/null || true").strip()
+
+    def sacct_states(self, *jobs: str) -> dict[str, str]:
+        """Job id -> its state in sacct ("COMPLETED", "CANCELLED by 0", ...)."""
+        out = self.root(f"sacct -n -X -P -j {','.join(jobs)} -o JobID,State")
+        return dict(line.strip().split("|", 1) for line in out.splitlines() if "|" in line)
+
+    def slurm_state(self, node: str) -> str:
+        return self.root(f"sinfo -h -N -n {node} -o %T").strip()
+
+    def nodes_in_transition(self) -> list[str]:
+        """Nodes powering up (#) or down (%, ! queued): a machine may start or stop any moment."""
+        rows = (line.split() for line in self.root("sinfo -h -N -o '%N %T'").splitlines())
+        return sorted({row[0] for row in rows if len(row) == 2 and row[1].endswith(("#", "%", "!"))})
+
+    def controller_up(self) -> bool:
+        return "is UP" in self.root("scontrol ping || true")
+
+    def running_containers(self) -> set[str]:
+        """The cluster's containers (podman label slurmforge.cluster) that run now."""
+        return {c.name for c in self.podman.containers(f"{LABEL}={self.name}") if c.is_running}
+
+    def metrics(self) -> str:
+        """The scheduler service's /metrics; "" when it does not answer."""
+        try:
+            with urllib.request.urlopen(f"http://{self.address}:{SERVICE_PORT}/metrics", timeout=10) as answer:
+                return str(answer.read().decode())
+        except OSError:
+            return ""
+
+    def is_holding(self, reason: str = "slurm-view") -> bool:
+        """The service says on /metrics that it holds actions back for `reason`."""
+        return f'slurmforge_service_holding{{reason="{reason}"}} 1' in self.metrics()

@@ -1,0 +1,45 @@
+"""The benches that need the live local cluster keep working: each one's quick mode runs here
+as a subprocess against the suite's cluster (up through the `cluster` fixture) and must exit
+0. None brings up or tears down a cluster, and each restores what it changes (a node powered
+up is powered down again, slurmctld is started again, a killed node is started and back in
+service, a stopped OSD is started). They run after the suite's other tests (conftest.py
+orders them last): those expect a cluster nobody has just faulted. The benches that need no
+cluster run their quick modes in tests/unit/test_bench_quick.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.integration.conftest import ROOT, SPEC, Cluster_
+
+pytestmark = pytest.mark.integration
+
+QUICK_TIMEOUT = 300
+"""Each quick mode takes under a minute on an idle machine (never_down: a 30 s outage and a
+dead node, about 2-3 minutes); the rest is room for a loaded one."""
+
+
+def quick_args(cluster: Cluster_, bench: str) -> list[str]:
+    return {
+        "coldstart": ["--cluster", cluster.spec.name],
+        "local": ["--spec", str(SPEC)],
+        "ceph": [str(SPEC)],
+        "monitoring": ["--inventory", str(cluster.report.inventory)],
+        "never_down": ["--cluster", cluster.spec.name],
+    }[bench]
+
+
+@pytest.mark.parametrize("bench", ["local", "monitoring", "coldstart", "ceph", "never_down"])
+def test_live_bench_quick_mode_passes(cluster: Cluster_, bench: str) -> None:
+    argv = [sys.executable, str(ROOT / "bench" / f"{bench}_bench.py"), "--quick", *quick_args(cluster, bench)]
+    timeout = 2 * QUICK_TIMEOUT if bench == "never_down" else QUICK_TIMEOUT
+    # this tree's package, whatever the venv installed
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env, check=False)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
