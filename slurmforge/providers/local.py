@@ -55,6 +55,8 @@ LABEL = "slurmforge.cluster"
 INIT = "exec unshare --time --boottime -$(cut -d. -f1 /proc/uptime) /sbin/init"
 FIRST_HOST_OFFSET = 10
 API_LABEL = "slurmforge.podman-api"
+DB_LABEL = "slurmforge.mariadb"
+MARIADB_DATADIR = "/var/lib/mysql"
 FAIL_POOLS_FILE = "/var/lib/slurmforge/service/fail-pools"
 
 
@@ -92,6 +94,10 @@ class LocalProvider(Provider):
     def ceph_data(self, name: str) -> Path:
         """A Ceph host's /var/lib/ceph on this machine."""
         return self.root / "ceph" / name
+
+    def db_dir(self) -> Path | None:
+        """The controller's MariaDB data directory on this machine (local database only)."""
+        return self.root / "mariadb" if self.spec.accounting.database.kind == "local" else None
 
     def ceph_names(self) -> list[str]:
         ceph = self.spec.storage.ceph
@@ -183,6 +189,8 @@ class LocalProvider(Provider):
         os.chmod(self.nas_dir, 0o755)
         for name in self.ceph_names():
             self.ceph_data(name).mkdir(parents=True, exist_ok=True)
+        if (db := self.db_dir()) is not None:
+            db.mkdir(parents=True, exist_ok=True)
 
     def _ensure_container(self, host: Host, hosts: list[Host], info: ContainerInfo | None,
                           start: bool = True) -> None:
@@ -191,7 +199,9 @@ class LocalProvider(Provider):
         else:
             stale = (info.image != self.image or info.labels.get("slurmforge.address") != host.address
                      or info.labels.get("slurmforge.mac") != mac_address(host.address)
-                     or (host.role is HostRole.CONTROLLER and API_LABEL not in info.labels))
+                     or (host.role is HostRole.CONTROLLER and API_LABEL not in info.labels)
+                     or (host.role is HostRole.CONTROLLER
+                         and info.labels.get(DB_LABEL, "") != str(self.db_dir() or "")))
             if stale or info.is_dead:
                 log.info("recreating %s (%s)", host.name, "stale" if stale else "dead process")
                 self.podman.remove_container(host.name)
@@ -234,6 +244,8 @@ class LocalProvider(Provider):
         if host.role is HostRole.CONTROLLER:
             # the scheduler service starts and stops pool containers through the host's API
             args += ["--label", f"{API_LABEL}={API_SOCKET}", "-v", f"{API_SOCKET_DIR}:{API_SOCKET_DIR}"]
+            if (db := self.db_dir()) is not None:  # accounting outlives the container (new image, dead process)
+                args += ["--label", f"{DB_LABEL}={db}", "-v", f"{db}:{MARIADB_DATADIR}"]
         # the rollout's public key: sshd lets Ansible in as root, as on a real server
         args += ["-v", f"{self.root / 'secrets' / SSH_KEY}.pub:/root/.ssh/authorized_keys:ro"]
         return [*args, self.image, "sh", "-c", INIT]

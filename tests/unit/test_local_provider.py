@@ -1,0 +1,59 @@
+"""The local provider's containers: what a recreated controller keeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from slurmforge.local.podman import ContainerInfo
+from slurmforge.providers.base import HostRole
+from slurmforge.providers.local import API_LABEL, DB_LABEL, MARIADB_DATADIR, LocalProvider, mac_address
+from slurmforge.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL = ROOT / "examples" / "local.yaml"
+
+
+class Recorder:
+    """The podman calls _ensure_container makes, nothing run."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def remove_container(self, name: str) -> None:
+        self.calls.append(["rm", name])
+
+    def run(self, args: list[str], check: bool = True) -> str:
+        self.calls.append(args)
+        return ""
+
+
+def _controller(provider: LocalProvider) -> tuple[Any, list[Any]]:
+    hosts = provider.hosts()
+    return next(h for h in hosts if h.role is HostRole.CONTROLLER), hosts
+
+
+def test_the_controller_keeps_its_database_on_the_host(tmp_path: Path) -> None:
+    spec = load_spec(LOCAL)
+    provider = LocalProvider(spec, "img", state_root=tmp_path)
+    controller, hosts = _controller(provider)
+    args = provider._run_args(controller, hosts)
+    assert f"{tmp_path / spec.name / 'mariadb'}:{MARIADB_DATADIR}" in args
+    login = next(h for h in hosts if h.role is HostRole.LOGIN)
+    assert not any(a.endswith(f":{MARIADB_DATADIR}") for a in provider._run_args(login, hosts))
+
+
+def test_a_controller_without_the_database_volume_is_recreated_with_it(tmp_path: Path) -> None:
+    spec = load_spec(LOCAL)
+    recorder = Recorder()
+    provider = LocalProvider(spec, "img", podman=recorder, state_root=tmp_path)  # type: ignore[arg-type]
+    controller, hosts = _controller(provider)
+    labels = {"slurmforge.address": controller.address, "slurmforge.mac": mac_address(controller.address),
+              API_LABEL: "sock"}
+    old = ContainerInfo(controller.name, "exited", 0, labels, "img")
+    provider._ensure_container(controller, hosts, old)
+    assert recorder.calls[0] == ["rm", controller.name] and recorder.calls[1][0] == "run"
+    current = ContainerInfo(controller.name, "exited", 0, {**labels, DB_LABEL: str(provider.db_dir())}, "img")
+    recorder.calls.clear()
+    provider._ensure_container(controller, hosts, current)
+    assert recorder.calls == [["start", controller.name]]  # current: started, not recreated
