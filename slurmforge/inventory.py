@@ -25,7 +25,14 @@ from slurmforge.errors import ProvisionError
 from slurmforge.monitoring import has_real_gpus, render_monitoring
 from slurmforge.nodes import pool_hardware
 from slurmforge.providers.base import Host, HostRole
-from slurmforge.render import SLURMCTLD_LOG, controller_name, render_all, state_save_location
+from slurmforge.render import (
+    SLURMCTLD_LOG,
+    controller_name,
+    controller_names,
+    render_all,
+    service_shared_dir,
+    state_save_location,
+)
 from slurmforge.rollout import DIGEST_FILE
 from slurmforge.spec import Cluster, load_spec
 from slurmforge.upgrade import BEFORE_MARKER, STATE_FILES, STATE_MARKER
@@ -72,7 +79,8 @@ def hosts_document(spec: Cluster, hosts: list[Host]) -> dict[str, Any]:
             pools.setdefault(group_name(host.pool), {"hosts": {}})["hosts"][host.name] = None
             if (by_role[host.role][host.name].get("slurmforge_gpus") or 0) > 0:
                 gpu[host.name] = None
-    controller = {name: None for name in by_role[HostRole.CONTROLLER]}
+    # slurmdbd (and MariaDB when local) live on the primary controller only
+    controller = {name: None for name in by_role[HostRole.CONTROLLER] if name == controller_name(spec)}
     children: dict[str, Any] = {
         "slurm_controller": {"hosts": by_role[HostRole.CONTROLLER]},
         "slurm_login": {"hosts": by_role[HostRole.LOGIN]},
@@ -105,6 +113,9 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host]) -> dict[
         "slurmforge_cluster_name": spec.name,
         "slurmforge_target": spec.target.kind,
         "slurmforge_controller": controller_name(spec),
+        # every slurmctld host, primary first: slurmd's --conf-server list, the service's leader rule
+        "slurmforge_controllers": controller_names(spec),
+        "slurmforge_service_shared_dir": service_shared_dir(spec),
         "slurmforge_rendered_dir": str((inventory_dir / RENDERED).resolve()),
         "slurmforge_secrets_dir": str(secrets_dir(spec.name)),
         "slurmforge_groups": [g.model_dump() for g in spec.groups],

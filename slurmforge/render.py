@@ -41,9 +41,25 @@ SLURMCTLD_LOG = "/var/log/slurm/slurmctld.log"
 """SlurmctldLogFile; the rollout reads why slurmctld refused a config there."""
 
 
+SLURMCTLD_TIMEOUT = 10
+"""With a backup controller: seconds without an answer from the primary before the backup
+takes control. The backup pings every SlurmctldTimeout/3 s and, since 23.02, also wants
+the primary's heartbeat file (StateSaveLocation/heartbeat, rewritten every
+SlurmctldTimeout/4 s) to have stopped changing, so a busy primary that still writes it
+is never taken over: a short timeout costs no false takeovers. Takeover lands about
+10 + 2 x 3.3 s after the primary dies (bench/failover_bench.py measures it); Slurm's
+default of 120 s would leave a cluster without a controller for over two minutes."""
+
+
+class Lines(tuple[str, ...]):
+    """A slurm.conf key written once per value, on its own line (SlurmctldHost)."""
+
+
 @cache
 def environment() -> jinja2.Environment:
-    return make_environment(slurm_kv=slurm_kv, slurm_value=slurm_value)
+    env = make_environment(slurm_kv=slurm_kv, slurm_value=slurm_value)
+    env.tests["lines"] = lambda value: isinstance(value, Lines)
+    return env
 
 
 def slurm_value(value: Any) -> str:
@@ -68,9 +84,24 @@ def slurm_kv(items: Mapping[str, Any], sep: str = " ") -> str:
 
 
 def controller_name(spec: Cluster) -> str:
+    """The primary controller: slurmctld in control while it runs, slurmdbd and MariaDB."""
     if isinstance(spec.target, StaticTarget):
         return spec.target.controller.name
     return f"{spec.name}-controller"
+
+
+def service_shared_dir(spec: Cluster) -> str:
+    """The scheduler service's launch records and leader lock (service.leader): on the NAS,
+    beside Slurm's state, where every controller finds them."""
+    return f"{spec.storage.nas.mounts.slurm_state.rstrip('/')}/slurmforge-service"
+
+
+def controller_names(spec: Cluster) -> list[str]:
+    """Every slurmctld host in Slurm's order: the primary, then the backup (head.backup_controller)."""
+    if isinstance(spec.target, StaticTarget):
+        backup = spec.target.backup_controller
+        return [spec.target.controller.name, *([backup.name] if backup and spec.head.backup_controller else [])]
+    return [controller_name(spec), *([f"{spec.name}-controller-backup"] if spec.head.backup_controller else [])]
 
 
 def login_names(spec: Cluster) -> list[str]:
@@ -175,7 +206,8 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
     static_nodes = [s.hostlist for p in spec.pools for s in node_sets(spec, p) if not s.dynamic]
     settings: dict[str, Any] = {
         "ClusterName": spec.name,
-        "SlurmctldHost": controller_name(spec),
+        "SlurmctldHost": Lines(controller_names(spec)),
+        "SlurmctldTimeout": SLURMCTLD_TIMEOUT if len(controller_names(spec)) > 1 else None,
         "SlurmUser": "slurm",
         "AuthType": "auth/munge",
         "StateSaveLocation": state_dir,

@@ -63,6 +63,10 @@ class LiveCluster:
         """`command` (bash) as root in the controller; its output. ProvisionError when it fails."""
         return self.podman.exec(self.controller, ["bash", "-lc", command], timeout=timeout).stdout
 
+    def on(self, node: str, command: str, timeout: float = 60) -> str:
+        """`command` (bash) as root on `node`; its output. ProvisionError when it fails."""
+        return self.podman.exec(node, ["bash", "-lc", command], timeout=timeout).stdout
+
     def submit(self, args: str) -> str:
         """`sbatch --parsable ARGS` as the user on the login node; the job id."""
         out = self.podman.exec(self.login, ["bash", "-lc", f"sbatch --parsable {args}"], user=self.user,

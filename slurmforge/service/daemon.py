@@ -27,7 +27,8 @@ from slurmforge.service import handoff
 from slurmforge.service.actions import Action
 from slurmforge.service.classify import Context, Tunables, World, classify, plan_launches
 from slurmforge.service.executor import ActReport, Executor
-from slurmforge.service.guard import VIEW_REASONS, Decision, Doubt, Guard, HoldReason
+from slurmforge.service.guard import VIEW_REASONS, Decision, Doubt, Guard, Hold, HoldReason
+from slurmforge.service.leader import Leadership
 from slurmforge.service.slurm import Job, NodeState, SlurmClient, jobs_by_node
 from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot, cooling_links
 from slurmforge.service.state import Event, InterruptionRecord, Store
@@ -69,13 +70,16 @@ class LoopReport:
     error: str = ""
     held: int = 0
     """Actions the guard held back (service.guard)."""
+    standby: str = ""
+    """Why this service did not act: the other controller's service leads (service.leader)."""
 
 
 class Daemon:
     def __init__(self, config: DaemonConfig, slurm: SlurmClient, provider: Provider, store: Store,
-                 load_spec: Callable[[Path], Cluster], clock: Callable[[], float] = time.time) -> None:
+                 load_spec: Callable[[Path], Cluster], clock: Callable[[], float] = time.time,
+                 leadership: Leadership | None = None) -> None:
         self.config, self.slurm, self.provider, self.store = config, slurm, provider, store
-        self.load_spec, self.clock = load_spec, clock
+        self.load_spec, self.clock, self.leadership = load_spec, clock, leadership
         self.executor = Executor(slurm, provider, store, clock)
         self.spec: Cluster | None = None
         self.topology: Topology | None = None
@@ -110,6 +114,9 @@ class Daemon:
         topo = self.read_spec()
         if topo is None:
             return LoopReport(started, self.clock() - started, error="no valid spec yet")
+        standing = self.leadership.check() if self.leadership is not None else None
+        if standing is not None and not standing.acting:
+            return self.stand_by(topo, started, standing.why)
         self.take_handoffs()
         self.take_interruptions()
         world, doubts = self.observe(topo)
@@ -121,6 +128,16 @@ class Daemon:
         self.publish(world, seconds, trusted=not doubts)
         return LoopReport(started, seconds, len(decision.run), len(act.launched), len(act.failed), passes,
                           held=decision.held)
+
+    def stand_by(self, topo: Topology, started: float, why: str) -> LoopReport:
+        """Not the leader: touch nothing (not the cloud, not Slurm, not the shared store);
+        the page says who leads."""
+        now = self.clock()
+        if self.last is None or self.last.standby != why:
+            log.info("%s", why)
+        hold = Hold(HoldReason.STANDBY, why, now)
+        self.snapshot = build_snapshot(topo, [], {}, [], now, now - started, holds=[hold])
+        return LoopReport(started, now - started, standby=why)
 
     def wait(self, stop: threading.Event) -> None:
         """Until the next loop is due, or at once when a hand-off arrives."""

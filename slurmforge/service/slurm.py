@@ -37,6 +37,7 @@ from typing import Any
 
 from slurmforge.errors import SlurmAnswerError, SlurmCommandError
 from slurmforge.hostlists import compress, expand
+from slurmforge.service.leader import parse_ping
 
 log = logging.getLogger(__name__)
 
@@ -363,6 +364,16 @@ class SlurmClient:
 
     def nodes(self) -> list[NodeState]:
         return parse_nodes(self.run(*NODES_COMMAND), " ".join(NODES_COMMAND))
+
+    def ping(self) -> dict[str, bool]:
+        """Every controller -> whether its slurmctld answers (service.leader). scontrol exits
+        non-zero when one is down: its JSON still says which."""
+        cmd = [self._bin + "scontrol", "ping", "--json"]
+        result = self._runner(cmd)
+        try:
+            return parse_ping(result.stdout)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SlurmCommandError(cmd, result.returncode, result.stderr or str(exc)) from exc
 
     def jobs(self) -> list[Job]:
         return parse_jobs(self.run("squeue", "--json"))

@@ -204,6 +204,8 @@ class StaticHost(Model):
 class StaticTarget(Model):
     kind: Literal["static"]
     controller: StaticHost
+    backup_controller: StaticHost | None = None
+    """The second controller's machine (with head.backup_controller: true)."""
     login: list[StaticHost] = Field(default_factory=list)
     nodes: dict[str, list[StaticHost]] = Field(default_factory=dict)
     """Per pool, the machines that are its nodes (names as Slurm will call them)."""

@@ -20,7 +20,7 @@ from slurmforge.monitoring import (
 )
 from slurmforge.nodes import node_names, pool_hardware
 from slurmforge.providers.base import HostRole
-from slurmforge.render import MAIL_PROGRAM, render
+from slurmforge.render import MAIL_PROGRAM, controller_name, render
 from tests.infra.conftest import LiveCluster, digest
 
 
@@ -62,10 +62,15 @@ def test_daemons_run_only_where_they_belong(live: LiveCluster) -> None:
         HostRole.COMPUTE: {"slurmctld": False, "slurmdbd": False, "mariadb": False, "slurmd": True,
                            "prometheus": False, "prometheus-alertmanager": False},
     }
+    # a backup controller runs slurmctld only: slurmdbd, MariaDB and monitoring live on the primary
+    backup = {"slurmctld": True, "slurmdbd": False, "mariadb": False, "slurmd": False, "prometheus": False,
+              "prometheus-alertmanager": False}
     wrong = []
     for host in live.up_hosts:
         node = live.connect(host)
-        for daemon, should_run in wanted[host.role].items():
+        daemons = backup if host.role is HostRole.CONTROLLER and host.name != controller_name(live.spec) \
+            else wanted[host.role]
+        for daemon, should_run in daemons.items():
             if node.service(daemon).is_running != should_run:
                 wrong.append(f"{host.name}:{daemon} {'not running' if should_run else 'running'}")
     assert not wrong, ", ".join(wrong)

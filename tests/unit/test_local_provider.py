@@ -53,7 +53,8 @@ def test_a_controller_without_the_database_volume_is_recreated_with_it(tmp_path:
     old = ContainerInfo(controller.name, "exited", 0, labels, "img")
     provider._ensure_container(controller, hosts, old)
     assert recorder.calls[0] == ["rm", controller.name] and recorder.calls[1][0] == "run"
-    current = ContainerInfo(controller.name, "exited", 0, {**labels, DB_LABEL: str(provider.db_dir())}, "img")
+    labels[DB_LABEL] = str(provider.db_dir(controller.name))
+    current = ContainerInfo(controller.name, "exited", 0, labels, "img")
     recorder.calls.clear()
     provider._ensure_container(controller, hosts, current)
     assert recorder.calls == [["start", controller.name]]  # current: started, not recreated

@@ -86,3 +86,13 @@ def fields_lines(text: str) -> set[str]:
 
 def test_slurm_kv_drops_none_joins_lists_and_spells_booleans() -> None:
     assert slurm_kv({"A": None, "B": [], "C": ["x", "y"], "D": True, "E": False, "F": 3}) == "C=x,y D=YES E=NO F=3"
+
+
+def test_a_backup_controller_is_a_second_slurmctld_host_with_a_short_timeout() -> None:
+    conf = render_all(load_spec(ROOT / "examples/local.yaml"))["slurm.conf"]
+    hosts = [line.split("=", 1)[1] for line in conf.splitlines() if line.startswith("SlurmctldHost=")]
+    assert hosts == ["dev-controller", "dev-controller-backup"]  # Slurm's order: primary first
+    assert "\nSlurmctldTimeout=10\n" in conf
+    single = render_all(load_spec(ROOT / "examples/lab.yaml"))["slurm.conf"]
+    assert [line for line in single.splitlines() if line.startswith("SlurmctldHost=")] == ["SlurmctldHost=lab-ctl"]
+    assert "SlurmctldTimeout" not in single  # Slurm's default: there is no backup to take over
