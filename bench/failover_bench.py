@@ -24,10 +24,8 @@ import sys
 import time
 
 from slurmforge.errors import SlurmforgeError
-from slurmforge.local.faults import Failover, JobNodes, controller_failover
-from slurmforge.local.host import require_root
+from slurmforge.local.faults import Failover, JobNodes, controller_failover, repeat, target
 from slurmforge.local.live import LiveCluster, wait_until
-from slurmforge.local.manage import find_cluster
 from slurmforge.render import controller_names
 
 TAKEOVER_GOAL = 30.0
@@ -35,20 +33,14 @@ RESTART_GOAL = 10.0
 
 
 def failovers(live: LiveCluster, backup: str, where: JobNodes, cycles: int) -> list[Failover | str]:
-    results: list[Failover | str] = []
     print(f"{'cycle':>5} {'takeover s':>11} {'handback s':>11} {'jobs COMPLETED':>15} {'service led':>20}", flush=True)
-    for cycle in range(1, cycles + 1):
-        try:
-            f = controller_failover(live, backup, where)
-        except SlurmforgeError as exc:
-            print(f"{cycle:>5} failed: {exc}", flush=True)
-            results.append(str(exc))
-            continue
-        results.append(f)
-        led = f"backup{'+' if f.backup_led else '-'} primary{'+' if f.primary_leads else '-'}"
-        print(f"{cycle:>5} {f.takeover:11.1f} {f.handback:11.1f} {len(f.jobs) - f.lost:>13}/{len(f.jobs)} {led:>20}"
-              + (f"  jobs: {f.jobs}" if f.lost else ""), flush=True)
-    return results
+
+    def row(f: Failover) -> str:
+        led = f"backup{'+' if f.led[0] else '-'} primary{'+' if f.led[1] else '-'}"
+        return (f"{f.takeover:11.1f} {f.handback:11.1f} {len(f.jobs) - f.lost:>13}/{len(f.jobs)} {led:>20}"
+                + (f"  jobs: {f.jobs}" if f.lost else ""))
+
+    return repeat(cycles, lambda: controller_failover(live, backup, where), row)
 
 
 def restarts(live: LiveCluster, cycles: int) -> list[float]:
@@ -71,7 +63,7 @@ def verdict(results: list[Failover | str], back: list[float]) -> bool:
     takeovers = [f.takeover for f in done]
     lost, jobs = sum(f.lost for f in done), sum(len(f.jobs) for f in done)
     ok_takeover = bool(done) and len(done) == len(results) and max(takeovers) <= TAKEOVER_GOAL
-    ok_jobs = bool(done) and lost == 0 and all(f.backup_led and f.primary_leads for f in done)
+    ok_jobs = bool(done) and lost == 0 and all(all(f.led) for f in done)
     ok_back = bool(back) and max(back) <= RESTART_GOAL
     if takeovers:
         handbacks = [f.handback for f in done]
@@ -97,14 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.cycles = 1
     try:
-        require_root()
-        spec, hosts = find_cluster(args.cluster)
+        spec, where, live = target(args.cluster, args.partition)
         names = controller_names(spec)
         if len(names) < 2:
             raise SlurmforgeError(f"cluster {spec.name} has no backup controller: set head.backup_controller: true "
                                   "and run `slurmforge up --local` again")
-        where = JobNodes.of(spec, hosts, args.partition)
-        live = LiveCluster.of(spec, hosts)
     except SlurmforgeError as exc:
         print(f"failover_bench: {exc}", file=sys.stderr)
         return 2

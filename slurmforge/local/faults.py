@@ -21,14 +21,17 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
-from slurmforge.errors import ProvisionError
+from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.hostlists import compress
 from slurmforge.local.live import IN_SERVICE, LiveCluster, wait_until
 from slurmforge.providers.base import Host, HostRole
 from slurmforge.spec import Cluster
+
+T = TypeVar("T")
 
 SERVICE_UNIT = "slurmforge-service"
 TERMINATION = re.compile(r"\bterminat(?:e|ing)\b")
@@ -162,20 +165,47 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180) -> DeadNod
 
 @dataclass(frozen=True)
 class Failover:
+    """One failover cycle: `takeover` (s) from the primary's container killed to the backup
+    accepting a submission, `handback` (s) from the primary's container started to its
+    slurmctld in control again, every job of the cycle (array tasks, the job submitted to
+    the backup) -> its sacct state, and where the scheduler service took the lead
+    (`led`: the backup while the primary was gone, the primary again afterwards)."""
+
     takeover: float
-    """From the primary's container killed to the backup accepting a submission (s)."""
     handback: float
-    """From the primary's container started to its slurmctld in control again (s)."""
     jobs: dict[str, str]
-    """Every job of the cycle (array tasks, the job submitted to the backup) -> its sacct state."""
-    backup_led: bool
-    """The backup's scheduler service took the lead while the primary was gone."""
-    primary_leads: bool
-    """The primary's service leads again afterwards."""
+    led: tuple[bool, bool]
 
     @property
     def lost(self) -> int:
         return sum(1 for state in self.jobs.values() if state != "COMPLETED")
+
+
+def target(cluster: str | None, partition: str | None) -> tuple[Cluster, JobNodes, LiveCluster]:
+    """The local cluster named `cluster` (default: the only one), where its 2-node jobs run
+    and its live view, for a bench run as root on the host. SlurmforgeError otherwise."""
+    from slurmforge.local.host import require_root
+    from slurmforge.local.manage import find_cluster
+
+    require_root()
+    spec, hosts = find_cluster(cluster)
+    return spec, JobNodes.of(spec, hosts, partition), LiveCluster.of(spec, hosts)
+
+
+def repeat(runs: int, once: Callable[[], T], row: Callable[[T], str]) -> list[T | str]:
+    """`once` run `runs` times, a row printed for each (the run's number, then `row` of its
+    result, or why it failed); every result, or the failure's message."""
+    results: list[T | str] = []
+    for run in range(1, runs + 1):
+        try:
+            result = once()
+        except SlurmforgeError as exc:
+            print(f"{run:>5} failed: {exc}", flush=True)
+            results.append(str(exc))
+            continue
+        results.append(result)
+        print(f"{run:>5} {row(result)}", flush=True)
+    return results
 
 
 def ping(live: LiveCluster, node: str) -> dict[str, bool]:
@@ -221,7 +251,7 @@ def controller_failover(live: LiveCluster, backup: str, where: JobNodes, tasks: 
         wait_until(lambda: _all_completed(live, jobs, tasks), limit, "every job COMPLETED in sacct", every=2)
     primary_leads = wait_until(lambda: "taking the lead" in live.root(
         f"journalctl -u {SERVICE_UNIT} --no-pager -q -b"), 60, "the primary's service leading", every=1)
-    return Failover(takeover, handback, _states(live, jobs), "taking the lead" in backup_log, bool(primary_leads))
+    return Failover(takeover, handback, _states(live, jobs), ("taking the lead" in backup_log, bool(primary_leads)))
 
 
 def _try_submit(live: LiveCluster, args: str) -> str:
