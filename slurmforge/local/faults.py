@@ -229,7 +229,7 @@ def controller_failover(live: LiveCluster, backup: str, where: JobNodes, tasks: 
         wait_until(lambda: "RUNNING" in live.root(f"squeue -h -j {array} -o %T"), 60, f"array {array} running")
         # slurmctld saves job state a few seconds after a change; a SIGKILL before that loses
         # what it had not written (Slurm's own limit): kill once the running tasks are on disk
-        state = f"{live.root('scontrol show config | sed -n s/^StateSaveLocation *= *//p').strip()}/job_state"
+        state = live.root("scontrol show config | sed -n 's/^StateSaveLocation *= *//p'").strip() + "/job_state"
         running_at = float(live.root("date +%s.%N"))
         wait_until(lambda: float(live.root(f"stat -c %.9Y {state}")) > running_at, 30, "the array's state saved")
         since = live.on(backup, "date '+%Y-%m-%d %H:%M:%S'").strip()

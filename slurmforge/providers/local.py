@@ -56,6 +56,10 @@ INIT = "exec unshare --time --boottime -$(cut -d. -f1 /proc/uptime) /sbin/init"
 FIRST_HOST_OFFSET = 10
 API_LABEL = "slurmforge.podman-api"
 DB_LABEL = "slurmforge.mariadb"
+HOSTS_LABEL = "slurmforge.hosts-file"
+"""On Slurm hosts /etc/hosts is the node's own file, written by the rollout (roles/common) as on
+every target: podman's file (--add-host) is fixed when a container is created, so a host added
+later (a backup controller, a grown pool) stayed unknown to the nodes that existed before."""
 MARIADB_DATADIR = "/var/lib/mysql"
 FAIL_POOLS_FILE = "/var/lib/slurmforge/service/fail-pools"
 
@@ -202,7 +206,8 @@ class LocalProvider(Provider):
             stale = (info.image != self.image or info.labels.get("slurmforge.address") != host.address
                      or info.labels.get("slurmforge.mac") != mac_address(host.address)
                      or (host.role is HostRole.CONTROLLER and API_LABEL not in info.labels)
-                     or info.labels.get(DB_LABEL, "") != str(self.db_dir(host.name) or ""))
+                     or info.labels.get(DB_LABEL, "") != str(self.db_dir(host.name) or "")
+                     or (host.role is not HostRole.CEPH and HOSTS_LABEL not in info.labels))
             if stale or info.is_dead:
                 log.info("recreating %s (%s)", host.name, "stale" if stale else "dead process")
                 self.podman.remove_container(host.name)
@@ -235,11 +240,11 @@ class LocalProvider(Provider):
                 "--label", f"slurmforge.address={host.address}"]
         if host.pool:
             args += ["--label", f"slurmforge.pool={host.pool}", "--label", f"slurmforge.dynamic={host.dynamic}"]
-        for other in hosts:
-            args += ["--add-host", f"{other.name}:{other.address}"]
-        if host.role is HostRole.CEPH:
+        if host.role is HostRole.CEPH:  # not rolled out by cluster.yml: podman's /etc/hosts
+            args += [arg for other in hosts for arg in ("--add-host", f"{other.name}:{other.address}")]
             args += ["-v", f"{self.ceph_data(host.name)}:/var/lib/ceph"]
         else:
+            args += ["--no-hosts", "--label", f"{HOSTS_LABEL}=rollout"]
             for source, target in self.nas_binds():
                 args += ["-v", f"{source}:{target}"]
         if host.role is HostRole.CONTROLLER:
