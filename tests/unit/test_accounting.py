@@ -282,3 +282,15 @@ def test_examples_render_their_accounting() -> None:
         spec = validate_data(yaml.safe_load(path.read_text()), path.name)
         desired = desired_state(spec)
         assert {a["name"] for a in desired["accounts"]} == {a.name.lower() for a in spec.accounting.accounts}
+
+
+def test_a_budget_without_a_limit_is_refused() -> None:
+    from slurmforge.errors import SpecError
+
+    data = base()
+    data["accounting"]["accounts"] = [{"name": "ml", "budget": {}}]
+    with pytest.raises(SpecError) as info:
+        validate_data(data, "x")
+    assert [p.line() for p in info.value.problems] == [
+        "accounting.accounts[0].budget: a budget without a limit; fix: set gpu_hours, cpu_hours or billing_hours "
+        "(or remove budget)"]
