@@ -418,10 +418,14 @@ class _Planner:
         """Every association may ask for every spec QoS (`sbatch --qos=`): the cluster's
         root association lists them, and the associations below inherit the list."""
         root = self.account_assoc.get(ROOT)
-        wanted = self.desired["qos_access"]
         # a cluster added by this plan gets a root association that may use normal only
-        if (root.qos if root is not None else {NORMAL_QOS}) != set(wanted):
-            listed = ",".join(wanted)
+        current = root.qos if root is not None else {NORMAL_QOS}
+        wanted = set(self.desired["qos_access"])
+        # a QoS the spec dropped stays usable while jobs use it (or nobody can tell)
+        dropped = current - wanted
+        wanted |= dropped if self.jobs is None else dropped & self.jobs.qos
+        if current != wanted:
+            listed = ",".join(sorted(wanted))
             self.add(f"modify account root on {self.cluster}: QOS={listed} (every account may use every QoS)",
                      "modify", "account", "where", f"name={ROOT}", f"cluster={self.cluster}", "set", f"QOS={listed}")
 

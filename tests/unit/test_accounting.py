@@ -294,3 +294,16 @@ def test_a_budget_without_a_limit_is_refused() -> None:
     assert [p.line() for p in info.value.problems] == [
         "accounting.accounts[0].budget: a budget without a limit; fix: set gpu_hours, cpu_hours or billing_hours "
         "(or remove budget)"]
+
+
+def test_a_qos_jobs_use_stays_usable_and_is_kept() -> None:
+    """Its jobs would otherwise lose the QoS they asked for: the root association keeps
+    listing it, and it is not removed."""
+    jobs = parse_active_jobs("research|alice|scratch|PENDING\n")
+    plan = make_plan(desired_state(spec_b()), sample_state(), jobs)
+    assert not any("QOS=" in line for line in plan.report()["changes"])
+    assert "remove qos scratch" not in plan.report()["changes"]
+    assert "kept qos scratch: active jobs use it (removed by a rollout after they end)" in plan.kept
+    # slurmctld does not answer: nobody can tell, the list stays as it is
+    assert not any("QOS=" in line for line in make_plan(desired_state(spec_b()), sample_state(), None,
+                                                          phase="before").report()["changes"])
