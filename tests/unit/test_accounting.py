@@ -28,6 +28,7 @@ from slurmforge.accounting import (
     parse_tres_counts,
     read_state,
 )
+from slurmforge.render import render_all
 from slurmforge.spec import validate_data
 from tests.accounting_specs import B_FROM_A, ROOT, base, data_a, spec_a, spec_b
 
@@ -239,6 +240,28 @@ def test_the_program_prints_its_report_as_json(tmp_path: Path, capsys: pytest.Ca
         accounting.run_command = original
     report = json.loads(capsys.readouterr().out)
     assert report == {"changed": False, "changes": [], "kept": [], "deferred": [], "dry_run": True}
+
+
+def test_budgets_reset_with_their_period_and_limits_are_enforced() -> None:
+    """Budgets count usage since the period began: PriorityUsageResetPeriod only when an
+    account has one; AccountingStorageTRES counts GPUs where a pool has them and the
+    default enforcement holds limits (tests/slurm/test_accounting_converges.py: slurmctld
+    enforces them)."""
+    def settings(data: dict[str, object]) -> dict[str, str]:
+        conf = render_all(validate_data(data, "x"))["slurm.conf"]
+        return dict(line.split("=", 1) for line in conf.splitlines() if "=" in line and " " not in line)
+
+    data = data_a()
+    assert settings(data)["PriorityUsageResetPeriod"] == "MONTHLY"
+    assert settings(data)["PriorityDecayHalfLife"] == "0"
+    assert settings(data)["AccountingStorageTRES"] == "gres/gpu"
+    data["accounting"]["budget_period"] = "week"
+    assert settings(data)["PriorityUsageResetPeriod"] == "WEEKLY"
+    for account in data["accounting"]["accounts"]:
+        account.pop("budget", None)
+    assert "PriorityUsageResetPeriod" not in settings(data)
+    local = settings(yaml.safe_load((ROOT / "examples/local.yaml").read_text()))
+    assert set(local["AccountingStorageEnforce"].split(",")) >= {"limits", "qos"}
 
 
 # --------------------------------------------------------------------------- the desired state

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import hostlist
 import pytest
-import yaml
 
 from slurmforge.render import CONFIG_FILES, render_all, slurm_kv
-from slurmforge.spec import load_spec, parse_spec, validate_data
+from slurmforge.spec import load_spec, parse_spec
 
 pytestmark = pytest.mark.unit
 
@@ -87,27 +86,3 @@ def fields_lines(text: str) -> set[str]:
 
 def test_slurm_kv_drops_none_joins_lists_and_spells_booleans() -> None:
     assert slurm_kv({"A": None, "B": [], "C": ["x", "y"], "D": True, "E": False, "F": 3}) == "C=x,y D=YES E=NO F=3"
-
-
-def test_budgets_reset_with_their_period_and_limits_are_enforced() -> None:
-    """Budgets count usage since the period began: PriorityUsageResetPeriod only when an
-    account has one; AccountingStorageTRES counts GPUs where a pool has them and the
-    default enforcement holds limits (tests/slurm/test_accounting_converges.py: slurmctld
-    enforces them)."""
-    from tests.accounting_specs import data_a
-
-    def settings(data: dict[str, object]) -> dict[str, str]:
-        conf = render_all(validate_data(data, "x"))["slurm.conf"]
-        return dict(line.split("=", 1) for line in conf.splitlines() if "=" in line and " " not in line)
-
-    data = data_a()
-    assert settings(data)["PriorityUsageResetPeriod"] == "MONTHLY"
-    assert settings(data)["PriorityDecayHalfLife"] == "0"
-    assert settings(data)["AccountingStorageTRES"] == "gres/gpu"
-    data["accounting"]["budget_period"] = "week"
-    assert settings(data)["PriorityUsageResetPeriod"] == "WEEKLY"
-    for account in data["accounting"]["accounts"]:
-        account.pop("budget", None)
-    assert "PriorityUsageResetPeriod" not in settings(data)
-    local = settings(yaml.safe_load((ROOT / "examples/local.yaml").read_text()))
-    assert set(local["AccountingStorageEnforce"].split(",")) >= {"limits", "qos"}
