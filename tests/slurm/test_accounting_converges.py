@@ -258,6 +258,10 @@ def test_slurm_enforces_what_was_applied(accounting: Accounting) -> None:
     while accounting.slurm("root", "squeue", "-h", "-j", small, "-o", "%T")[1] == "PENDING":
         assert time.monotonic() < deadline, accounting.slurm("root", "squeue", "-h", "-j", small, "-o", "%r")[1]
         time.sleep(0.5)
+    # it holds 30 of ml's 60 GPU-minutes until it ends: 40 more would overspend the budget
+    rc, spent = accounting.submit("alice", "-A", "ml", "-p", "ml-gpu", "--gres=gpu:1", "--time=40")
+    assert rc == 0, spent
+    assert accounting.reason(spent, "AssocGrpGRESMinutes") == "PENDING AssocGrpGRESMinutes"
 
 
 def test_the_rollouts_plays_run_it_and_report_each_change(accounting: Accounting, tmp_path: Path) -> None:
