@@ -103,6 +103,12 @@ def _need_local(local: bool, command: str) -> None:
         raise typer.Exit(2)
 
 
+def _print_accounting(lines: list[str]) -> None:
+    """What the rollout changed in slurmdbd (QoS, accounts, users, limits), kept or left waiting."""
+    for line in lines:
+        out.print(f"accounting: {line}", markup=False, highlight=False)
+
+
 @app.command()
 def up(
     spec: SpecArg = Path("examples/local.yaml"),
@@ -124,6 +130,7 @@ def up(
                                             full_rollout=full_rollout),
                            interrupted="interrupted; what was created stays: `slurmforge down --local` removes it")
     changed = report.rollout.total_changed if report.rollout else 0
+    _print_accounting(report.rollout.accounting if report.rollout else [])
     out.print(f"\ncluster [bold]{report.cluster}[/bold] is up - rollout changed {changed} thing(s); "
               f"inventory {report.inventory}; log {report.log}")
     if report.job_output:
@@ -226,6 +233,7 @@ def rollout(
             result = roll_out(inventory_dir.resolve(), ceph, log, display.event,
                               limit=[h.name for h in hosts if not h.dynamic],
                               digest=rollout_digest(inventory_dir.resolve()))
+        _print_accounting(result.accounting)
         out.print(f"rollout changed {result.total_changed} thing(s) in {result.seconds:.0f} s; log {log}")
 
     report_errors(run)

@@ -5,6 +5,7 @@ inventories/<cluster>/
   group_vars/all/slurmforge.yml  spec-derived variables the roles read (no secrets)
   rendered/*.conf                the renderer's output, shipped verbatim by the roles
   rendered/monitoring/*.yml      Prometheus config and alert rules (slurmforge.monitoring)
+  rendered/accounting.json       QoS, accounts, users and limits (slurmforge.accounting)
                                  (ceph.conf too when the spec has Ceph)
   cluster.yaml                   the spec it was made from
 
@@ -14,11 +15,13 @@ validation run unchanged on any target.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from slurmforge.accounting import desired_state
 from slurmforge.ceph import CEPH_CONF, ceph_hosts, ceph_vars, mds_hosts, monitors, render_ceph_conf
 from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
@@ -43,6 +46,8 @@ RENDERED = "rendered"
 MONITORING = "monitoring"
 """rendered/monitoring/: prometheus.yml and alerts.yml (slurmforge.monitoring)"""
 SPEC_COPY = "cluster.yaml"
+ACCOUNTING_JSON = "accounting.json"
+"""rendered/accounting.json: QoS, accounts and users as slurmdbd must have them (slurmforge.accounting)"""
 
 # Where per-cluster secrets live on the machine that runs the rollout: outside the
 # repo, 0700 directory, 0600 files. Roles read them with `lookup('file', ...)` + no_log.
@@ -122,8 +127,6 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host]) -> dict[
         "slurmforge_users": [u.model_dump() for u in spec.users],
         "slurmforge_accounting": spec.accounting.enabled,
         "slurmforge_db": spec.accounting.database.model_dump(),
-        "slurmforge_accounts": [a.model_dump() for a in spec.accounting.accounts],
-        "slurmforge_qos": [q.model_dump() for q in spec.scheduling.qos],
         "slurmforge_nas": {"kind": nas.kind, "server": nas.server, "export": nas.export,
                            "mounts": nas.mounts.model_dump()},
         "slurmforge_ceph": ceph_vars(spec, hosts),
@@ -159,6 +162,8 @@ def write_inventory(spec: Cluster, spec_path: Path, hosts: list[Host], inventory
     _dump(inventory_dir / VARS_FILE, cluster_vars(spec, inventory_dir, hosts))
     rendered = render_all(spec, source=spec_path.name) | {
         f"{MONITORING}/{name}": text for name, text in render_monitoring(spec, hosts, spec_path.name).items()}
+    if spec.accounting.enabled:  # what roles/slurmdbd makes slurmdbd's accounting equal to
+        rendered[ACCOUNTING_JSON] = json.dumps(desired_state(spec), indent=1) + "\n"
     if spec.storage.ceph is not None:
         if not ceph_hosts(hosts):
             raise ProvisionError(f"storage.ceph: no Ceph hosts among the {spec.target.kind} target's machines "

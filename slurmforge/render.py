@@ -198,6 +198,14 @@ def _gres_types(spec: Cluster) -> list[str]:
     return sorted(names)
 
 
+USAGE_RESET = {"day": "DAILY", "week": "WEEKLY", "month": "MONTHLY", "quarter": "QUARTERLY", "year": "YEARLY"}
+"""accounting.budget_period -> PriorityUsageResetPeriod."""
+
+
+def has_budgets(spec: Cluster) -> bool:
+    return spec.accounting.enabled and any(a.budget is not None for a in spec.accounting.accounts)
+
+
 def slurm_settings(spec: Cluster) -> dict[str, Any]:
     """Cluster-wide slurm.conf keys, in the order they are written."""
     sched, prio = spec.scheduling, spec.scheduling.priority
@@ -239,6 +247,8 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
             "PriorityWeightTRES": None,
             "PriorityDecayHalfLife": prio.decay_half_life,
             "PriorityMaxAge": prio.max_age,
+            # budgets (GrpTRESMins) count usage since the period began (checks: decay 0)
+            "PriorityUsageResetPeriod": USAGE_RESET[spec.accounting.budget_period] if has_budgets(spec) else None,
         }
     if sched.preemption.type != "none":
         settings |= {

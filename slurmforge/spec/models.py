@@ -409,12 +409,38 @@ class Database(Model):
     user: PosixName = "slurm"
 
 
+# Budget hours become GrpTRESMins (minutes, 64 bits in Slurm): keep them far below that.
+BUDGET_HOURS_MAX = 10**12
+BudgetHours = Annotated[float, BeforeValidator(_not_a_boolean), Field(ge=0, le=BUDGET_HOURS_MAX, allow_inf_nan=False)]
+
+
+class Budget(Model):
+    """What an account (with the accounts below it) may use per accounting.budget_period:
+    Slurm's GrpTRESMins on the account's association. Spent, its jobs pend with
+    AssocGrpGRESMinutes / AssocGrpCPUMinutes / AssocGrpBillingMinutes."""
+
+    gpu_hours: BudgetHours | None = None
+    """GPU-hours (each accelerator kind the cluster has counts on its own)."""
+    cpu_hours: BudgetHours | None = None
+    """CPU-hours (allocated CPUs x hours)."""
+    billing_hours: BudgetHours | None = None
+    """Billing units x hours: a job's billing TRES (TRESBillingWeights of its partition) per hour."""
+
+    @model_validator(mode="after")
+    def _something(self) -> Budget:
+        if self.gpu_hours is None and self.cpu_hours is None and self.billing_hours is None:
+            raise field_error("budget_empty", "a budget without a limit",
+                              "set gpu_hours, cpu_hours or billing_hours (or remove budget)")
+        return self
+
+
 class Account(Model):
     name: SlurmName
     description: Text = ""
     organization: Text = ""
     parent: SlurmName | None = None
     fairshare: Annotated[Count, Field(ge=1, le=FAIRSHARE_MAX)] = 1
+    budget: Budget | None = None
 
 
 class Accounting(Model):
@@ -422,6 +448,9 @@ class Accounting(Model):
     database: Database = Database()
     accounts: list[Account] = Field(default_factory=list)
     enforce: list[Literal["associations", "limits", "qos", "safe"]] = ["associations", "limits", "qos"]
+    budget_period: Literal["day", "week", "month", "quarter", "year"] = "month"
+    """When Slurm sets every association's usage back to 0 (PriorityUsageResetPeriod), so
+    budgets start again: at 00:00 on the first day of the period, controller time."""
 
 
 class Group(Model):

@@ -66,11 +66,13 @@ class RunDir:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, slurmd_port: int) -> str:
+def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, slurmd_port: int,
+                  slurmdbd_port: int | None = None) -> str:
     """The rendered slurm.conf, changed only where running in a temp dir needs it.
 
     NodeName and PartitionName lines, and every key not named here, pass through as
-    rendered (the test checks that).
+    rendered (the test checks that). `slurmdbd_port`: a slurmdbd runs in the judge
+    (start_slurmdbd): AccountingStorage* stay, pointed at it.
     """
     override = {
         # slurmctld only starts on the host SlurmctldHost names: the judge container
@@ -98,6 +100,11 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
     }
     # no slurmdbd runs here: slurmctld refuses AccountingStorageTRES/Enforce without it
     drop_prefix = "AccountingStorage"
+    if slurmdbd_port is not None:
+        drop_prefix = "-"  # no key starts with it
+        # slurmctld, sacctmgr and squeue reach the judge's slurmdbd with the private munged
+        override |= {"AccountingStorageHost": host, "AccountingStoragePort": str(slurmdbd_port),
+                     "AccountingStoragePass": str(run.munge_socket)}
 
     lines = rendered.splitlines()
     seen: set[str] = set()
@@ -114,6 +121,54 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
     missing = [f"{k}={v}" for k, v in override.items() if k not in seen]
     header = 1 if out and out[0].startswith("#") else 0
     return "\n".join([*out[:header], *missing, *out[header:]]) + "\n"
+
+
+def adapt_slurmdbd_conf(rendered: str, run: RunDir, host: str, port: int, password: str) -> str:
+    """The rendered slurmdbd.conf, changed only where running in a temp dir needs it: host,
+    user, port, log and pid files, munge socket, and the password the rollout would put in
+    the included file (the MariaDB in the judge: start_mariadb)."""
+    override = {"DbdHost": host, "DbdPort": str(port), "SlurmUser": "root", "LogFile": str(run.root / "slurmdbd.log"),
+                "PidFile": str(run.root / "slurmdbd.pid"), "AuthInfo": f"socket={run.munge_socket}"}
+    out = []
+    for line in rendered.splitlines():
+        key = line.split("=", 1)[0] if "=" in line and not line.startswith("#") else ""
+        if line.startswith("Include "):
+            out.append(f"StoragePass={password}")
+        elif key not in override:
+            out.append(line)
+    return "\n".join([*out, *(f"{k}={v}" for k, v in override.items())]) + "\n"
+
+
+def start_mariadb(judge: Judge, run: RunDir, database: str, user: str, password: str) -> None:
+    """The node image's MariaDB, in the container's own /var/lib/mysql (as roles/slurmdbd
+    makes it: root through the unix socket only), with the accounting database and user."""
+    judge.run(["mariadb-install-db", "--user=mysql", "--datadir=/var/lib/mysql", "--skip-test-db"], timeout=120,
+              check=True)
+    judge.run(["install", "-d", "-o", "mysql", "/run/mysqld"], check=True)
+    judge.spawn(["mariadbd", "--user=mysql", "--datadir=/var/lib/mysql"], run.root / "mariadb.out")
+    deadline = time.monotonic() + START_TIMEOUT
+    while judge.run(["test", "-S", "/run/mysqld/mysqld.sock"]).returncode != 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"mariadbd did not start:\n{(run.root / 'mariadb.out').read_text(errors='replace')}")
+        time.sleep(0.2)
+    judge.run(["mariadb", "-e", f"CREATE DATABASE {database}; CREATE USER '{user}'@'localhost' IDENTIFIED BY "
+               f"'{password}'; GRANT ALL ON {database}.* TO '{user}'@'localhost';"], check=True)
+
+
+def start_slurmdbd(judge: Judge, run: RunDir) -> None:
+    """slurmdbd reads slurmdbd.conf next to slurm.conf (SLURM_CONF's directory): root's, 0600."""
+    (run.root / "slurmdbd.conf").chmod(0o600)
+    judge.spawn(["env", f"SLURM_CONF={run.conf}", "slurmdbd", "-D"], run.root / "slurmdbd.out")
+    deadline = time.monotonic() + START_TIMEOUT
+    while "slurmdbd version" not in _text(run.root / "slurmdbd.log"):
+        if time.monotonic() > deadline or not judge.is_running("slurmdbd -D"):
+            raise RuntimeError(f"slurmdbd did not start:\n{_text(run.root / 'slurmdbd.out')}\n"
+                               f"{_text(run.root / 'slurmdbd.log')}")
+        time.sleep(0.2)
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def power_stub_script() -> str:
