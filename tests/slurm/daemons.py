@@ -66,6 +66,9 @@ class RunDir:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+BACKUP_ADDRESS = "0.0.0.1"
+
+
 def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, slurmd_port: int,
                   slurmdbd_port: int | None = None) -> str:
     """The rendered slurm.conf, changed only where running in a temp dir needs it.
@@ -112,6 +115,11 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
     for line in lines:
         key = line.split("=", 1)[0] if "=" in line and not line.startswith("#") else ""
         if key.startswith(drop_prefix):
+            continue
+        if key == "SlurmctldHost" and key in seen:
+            # a backup controller keeps its name, at an address where nothing listens: the
+            # judge's slurmctld is the primary and finds no backup to hand control to
+            out.append(f"{line.split('(', 1)[0]}({BACKUP_ADDRESS})")
             continue
         if key in override or key in only_if_rendered:
             seen.add(key)

@@ -54,6 +54,8 @@ KNOWN_ERRORS = [
     (r"Job accounting information gathered, but not stored", "no slurmdbd"),
     (r"Even though we are collecting accounting information", "no slurmdbd"),
     (r"PriorityWeight(Age|Fairshare) can only be used with SlurmDBD", "no slurmdbd"),
+    # the backup controller of a spec that has one is not running here (tests/slurm/daemons.py)
+    (r"_shutdown_bu_thread:send/recv \S+-controller-backup: Connection refused", "no backup here"),
     # a new, empty StateSaveLocation
     (r"Could not open \w+ state file|NOTE: Trying backup state save file", "fresh state dir"),
 ]
@@ -256,3 +258,18 @@ def test_the_nodes_ready_workaround_is_rechecked_when_slurm_moves() -> None:
     assert release_tuple(version) <= release_tuple(NODES_READY_NEEDED_THROUGH), (
         f"the node image runs Slurm {version}: re-check PERIODIC_TIMEOUT in its slurmctld (see this test's docstring)")
     assert needs_nodes_ready(load_spec(ROOT / "examples/local.yaml"))
+
+
+def test_a_backup_controller_is_what_slurmctld_reads(controller: Controller) -> None:
+    """With head.backup_controller (examples/local.yaml) slurmctld knows both hosts, primary
+    first, and the short SlurmctldTimeout; without one, a single host and Slurm's default."""
+    rc, out, err = scontrol(controller.judge, controller.run, "show", "config")
+    assert rc == 0, err
+    hosts = re.findall(r"^SlurmctldHost\[\d\]\s*=\s*(\S+)", out, re.M)
+    timeout = re.search(r"^SlurmctldTimeout\s*=\s*(\d+)", out, re.M)
+    assert timeout is not None, out
+    if controller.spec.head.backup_controller:
+        assert len(hosts) == 2 and hosts[1].startswith(f"{controller.spec.name}-controller-backup"), hosts
+        assert timeout.group(1) == "10"
+    else:
+        assert len(hosts) == 1 and timeout.group(1) == "120", (hosts, timeout.group(1))
