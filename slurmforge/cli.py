@@ -271,6 +271,7 @@ def cost(
     csv_out: Annotated[bool, typer.Option("--csv", help="CSV on stdout instead of the table.")] = False,
     plot_path: Annotated[Path | None, typer.Option(
         "--plot", help="Also draw spend per day, stacked by group, into this PNG.")] = None,
+    top: Annotated[int, typer.Option(help="Table rows: the groups that cost most, the rest in one row; 0: all.")] = 40,
 ) -> None:
     """Spend per user, account, partition or pool over a period, from Slurm's accounting
     (sacct) and the catalog's prices: the same money Slurm bills (TRES billing)."""
@@ -302,7 +303,7 @@ def cost(
     if csv_out:
         sys.stdout.write(c.csv_text(report))
     else:
-        out.print(c.cost_table(report))
+        out.print(c.cost_table(report, top))
     if plot_path is not None:
         err.print(f"wrote {plot_path}")
 

@@ -174,6 +174,8 @@ class Pricing:
         """(pool, share of the job) for a sacct NodeList; ('(none)', 1) for nodes the spec
         does not name (a pool removed since)."""
         found = self._nodes.get(nodelist)
+        if found is None and "[" not in nodelist and "," not in nodelist and nodelist in self.node_pool:
+            found = self._nodes[nodelist] = ((self.node_pool[nodelist], 1.0),)
         if found is None:
             try:
                 names = expand(nodelist) if nodelist and not nodelist.startswith("None") else []
@@ -375,9 +377,13 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.3f}"
 
 
-def cost_table(report: CostReport) -> Table:
-    """The report as a table: one row per group, spend first, a total row, and where the
-    prices came from in the caption."""
+TOP_ROWS = 40
+"""The table shows the groups that cost most; the rest as one row (all of them in CSV)."""
+
+
+def cost_table(report: CostReport, top: int = TOP_ROWS) -> Table:
+    """The report as a table: the `top` groups by spend (0: all), the rest as one row, a
+    total row, and where the prices came from in the caption."""
     total = report.total()
     caption = [f"{report.records:,} sacct records; {report.period.label()}"]
     caption += [f"prices: {note}" for note in report.notes]
@@ -389,7 +395,15 @@ def cost_table(report: CostReport) -> Table:
         table.add_column(name.capitalize())
     for header in ("Jobs", "CPU-hours", "GPU-hours", "Spend (USD)", "Share"):
         table.add_column(header, justify="right")
-    for key, t in report.rows():
+    rows = report.rows()
+    shown = rows if top <= 0 else rows[:top]
+    if len(shown) < len(rows):
+        rest = Totals()
+        for _, totals in rows[len(shown):]:
+            rest.add(totals)
+        shown = [*shown, ((f"{len(rows) - len(shown):,} more (--top 0 or --csv: all)",
+                           *([""] * (len(report.by) - 1))), rest)]
+    for key, t in shown:
         share = f"{100 * t.dollars / total.dollars:.1f}%" if total.dollars else "-"
         spend = money(t.dollars) if t.jobs > t.unpriced_jobs else "-"
         table.add_row(*(escape(k or "-") for k in key), _num(round(t.jobs, 3)), hours(t.cpu_seconds),
