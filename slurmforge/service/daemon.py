@@ -84,6 +84,7 @@ class Daemon:
         self.guard = Guard()
         self.decision = Decision([])
         self._job_users: dict[int, str] = {}
+        self._job_accounts: dict[int, str] = {}
         self._jobs: list[Job] = []
         self._nodes: list[NodeState] = []
         """Slurm's nodes as last read: what the pool page shows while Slurm does not answer."""
@@ -176,6 +177,7 @@ class Daemon:
             self._nodes = nodes
         if jobs is not None:
             self._jobs, self._job_users = jobs, {j.id: j.user for j in jobs}
+            self._job_accounts = {j.id: j.account for j in jobs if j.account}
         world = World(nodes=nodes or [], instances=instances or [], state=self.store.snapshot(), topology=topo,
                       now=self.clock(), jobs=jobs_by_node(jobs or []), tunables=self.config.tunables)
         doubts += self.guard.doubts(world, nodes is not None and jobs is not None, instances is not None)
@@ -195,7 +197,7 @@ class Daemon:
 
     def act(self, world: World, actions: Sequence[Action]) -> ActReport:
         return self.executor.execute(actions, world.topology, world.instances, self._job_users,
-                                     world.state.node_jobs)
+                                     world.state.node_jobs, self._job_accounts)
 
     def fall_back(self, world: World, report: ActReport) -> int:
         """Nodes whose link just failed go to the next link now, not in 10 s; when the
@@ -207,7 +209,7 @@ class Daemon:
             retry = replace(world, state=self.store.snapshot(), now=self.clock())
             actions = plan_launches(Context(retry), sorted(failed))
             again = self.executor.execute(actions, world.topology, world.instances, self._job_users,
-                                          retry.state.node_jobs)
+                                          retry.state.node_jobs, self._job_accounts)
             failed = dict(again.failed)
             launched.update(again.launched)
         report.launched.update(launched)

@@ -52,8 +52,10 @@ class Executor:
         self.slurm, self.provider, self.store, self.clock = slurm, provider, store, clock
 
     def execute(self, actions: Sequence[a.Action], topology: Topology, instances: Sequence[Instance] = (),
-                job_users: Mapping[int, str] | None = None, node_jobs: Mapping[str, int] | None = None) -> ActReport:
-        run = _Run(self, topology, {i.id: i for i in instances}, job_users or {}, node_jobs or {})
+                job_users: Mapping[int, str] | None = None, node_jobs: Mapping[str, int] | None = None,
+                job_accounts: Mapping[int, str] | None = None) -> ActReport:
+        """job_users, job_accounts: who submitted each job and under which account (tags)."""
+        run = _Run(self, topology, {i.id: i for i in instances}, job_users or {}, node_jobs or {}, job_accounts or {})
         for phase in PHASES:
             batch = [x for x in actions if isinstance(x, phase)]
             if batch:
@@ -65,9 +67,9 @@ class _Run:
     """One execute() call: the handlers per action type."""
 
     def __init__(self, ex: Executor, topology: Topology, instances: dict[str, Instance],
-                 job_users: Mapping[int, str], node_jobs: Mapping[str, int]) -> None:
+                 job_users: Mapping[int, str], node_jobs: Mapping[str, int], job_accounts: Mapping[int, str]) -> None:
         self.ex, self.store, self.topology, self.instances = ex, ex.store, topology, instances
-        self.job_users, self.node_jobs = job_users, node_jobs
+        self.job_users, self.node_jobs, self.job_accounts = job_users, node_jobs, job_accounts
         self.report = ActReport()
         self.now = ex.clock()
 
@@ -196,9 +198,11 @@ class _Run:
     def launch_one(self, x: a.Launch) -> None:
         self.store.begin_launch(LaunchRecord(x.token, x.pool, x.link, x.nodes, x.jobs, self.now))
         node_jobs = {n: self.node_jobs[n] for n in x.nodes if n in self.node_jobs}
-        users = {j: self.job_users[j] for j in x.jobs if j in self.job_users}
+        jobs = set(x.jobs) | set(node_jobs.values())
+        users = {j: self.job_users[j] for j in jobs if j in self.job_users}
+        accounts = {j: self.job_accounts[j] for j in jobs if j in self.job_accounts}
         request = LaunchRequest(pool=x.pool, nodes=x.nodes, token=x.token, jobs=x.jobs, link=x.link,
-                                node_jobs=node_jobs, job_users=users)
+                                node_jobs=node_jobs, job_users=users, job_accounts=accounts)
         try:
             result = self.ex.provider.start(request)
         except Exception:
