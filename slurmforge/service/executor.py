@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmforge.errors import SlurmCommandError
+from slurmforge.hostlists import compress
 from slurmforge.providers.base import THROTTLED, Instance, InstanceState, LaunchRequest, LaunchResult, Provider
 from slurmforge.service import actions as a
+from slurmforge.service import when
 from slurmforge.service.slurm import SlurmClient
 from slurmforge.service.state import Binding, Cooldown, Event, LaunchRecord, Store
 from slurmforge.service.topology import Topology
@@ -220,7 +222,10 @@ class _Run:
         if result.launched:
             self.store.count("slurmforge_launched_nodes_total", {"pool": x.pool, "link": x.link},
                              len(result.launched))
-            self.event("launch", x.pool, x.link, len(result.launched), f"token {x.token}")
+            ids = set(x.jobs) | {self.node_jobs[n] for n in result.launched if n in self.node_jobs}
+            jobs = ", ".join(str(j) for j in sorted(ids))
+            self.event("launch", x.pool, x.link, len(result.launched),
+                       compress(result.launched) + (f" for job {jobs}" if jobs else ""))
         failed = {n: code for n, code in result.failed.items() if code != THROTTLED}
         for code, nodes in _group(failed).items():
             self.store.count("slurmforge_launch_failures_total", {"pool": x.pool, "link": x.link, "code": code},
@@ -228,7 +233,8 @@ class _Run:
             self.event("launch-failed", x.pool, x.link, len(nodes), code)
         if failed:
             cooldown = self.store.cool_down(x.link, sorted(set(failed.values()))[0], self.now)
-            self.event("cooldown", x.pool, x.link, 0, f"until {cooldown.until:.0f} ({cooldown.last_error})")
+            self.event("cooldown", x.pool, x.link, 0, f"{cooldown.last_error}: not tried again for "
+                       f"{when.duration(cooldown.until - self.now)}, until {when.clock(cooldown.until)}")
             self.report.failed.update(failed)
         elif result.launched:
             self.store.link_succeeded(x.link)
