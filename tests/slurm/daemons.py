@@ -16,7 +16,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,11 +66,14 @@ class RunDir:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, slurmd_port: int) -> str:
+def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, slurmd_port: int,
+                  settings: Mapping[str, str] | None = None, slurmdbd: bool = False) -> str:
     """The rendered slurm.conf, changed only where running in a temp dir needs it.
 
     NodeName and PartitionName lines, and every key not named here, pass through as
-    rendered (the test checks that).
+    rendered (the test checks that). `settings`: more keys to set (tests/slurm/accounting.py
+    runs jobs without systemd's cgroups); `slurmdbd`: a slurmdbd runs, so accounting and
+    GRES billing weights stay.
     """
     override = {
         # slurmctld only starts on the host SlurmctldHost names: the judge container
@@ -86,6 +89,7 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
         "SlurmdPort": str(slurmd_port),
         # slurmctld and scontrol talk to the private munged, not /run/munge
         "AuthInfo": f"socket={run.munge_socket}",
+        **(settings or {}),
     }
     only_if_rendered = {
         # power saving needs executable programs or slurmctld disables it (and skips
@@ -96,10 +100,10 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
         # the real program, from the role that installs it (copied into the run dir)
         "PrologSlurmctld": str(run.nodes_ready),
     }
-    # no slurmdbd runs here: slurmctld refuses AccountingStorageTRES/Enforce without it
-    drop_prefix = "AccountingStorage"
+    # without slurmdbd, slurmctld refuses AccountingStorageTRES/Enforce
+    drop_prefix = "AccountingStorage" if not slurmdbd else "\0"
 
-    lines = [without_gres_weights(line) for line in rendered.splitlines()]
+    lines = [line if slurmdbd else without_gres_weights(line) for line in rendered.splitlines()]
     seen: set[str] = set()
     out: list[str] = []
     for line in lines:

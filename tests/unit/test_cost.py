@@ -197,3 +197,16 @@ def test_cli_table_csv_plot_and_errors(tmp_path: Path) -> None:
     assert res.exit_code == 10 and "cannot read" in res.output
     res = runner.invoke(app, ["cost", "--inventory", str(tmp_path)])
     assert res.exit_code == 2 and "not a slurmforge inventory" in res.output
+
+
+def test_real_sacct_output_of_slurm_24_11() -> None:
+    """sacct -a -X -P as 24.11.5 wrote it for four jobs on the local example's GPU node
+    (tests/slurm/test_billing.py: slurmdbd, slurmctld and slurmd in the node image)."""
+    lines = (Path(__file__).parent / "slurm_json/sacct-24.11.5.txt").read_text().splitlines()
+    starts = [int(line.split("|")[7]) for line in lines[1:]]
+    period = Period(min(starts) - 60, max(starts) + 60)
+    rep = aggregate(lines, Pricing(load_spec(LOCAL)), period, ("account", "pool"))
+    totals = rep.groups[("research", "gpu")]
+    # billing 10,000 + 20,000 + 15,000 + 20,000 for 2 s each ($1/h is 10,000)
+    assert totals.jobs == 4 and totals.dollars == pytest.approx(65_000 * 2 / 36_000_000)
+    assert totals.gpu_seconds == 3 * 2 and totals.cpu_seconds == 6 * 2
