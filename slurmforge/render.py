@@ -17,6 +17,7 @@ from typing import Any
 
 import jinja2
 
+from slurmforge.billing import BillingWeights, billing_weights
 from slurmforge.distro import distro, release_tuple
 from slurmforge.nodes import NodeHardware, node_sets, pool_hardware, pool_hostlist
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Partition, StaticTarget
@@ -170,8 +171,11 @@ def _partition_nodes(spec: Cluster, part: Partition) -> str:
     return ",".join(pool_hostlist(spec, spec.pool(name)) for name in part.pools)
 
 
-def partition_fields(spec: Cluster, part: Partition) -> dict[str, Any]:
+def partition_fields(spec: Cluster, part: Partition,
+                     weights: Mapping[str, BillingWeights] | None = None) -> dict[str, Any]:
+    """One PartitionName line; `weights`: billing_weights(spec), when the caller has it."""
     pools = [spec.pool(name) for name in part.pools]
+    billing = (billing_weights(spec) if weights is None else weights).get(part.name)
     cloud = is_cloud(spec) and any(p.max_nodes > p.min_nodes or isinstance(spec.target, AwsTarget)
                                    for p in pools)
     return {
@@ -190,6 +194,8 @@ def partition_fields(spec: Cluster, part: Partition) -> dict[str, Any]:
         "MaxNodes": part.max_nodes,
         # the highest SuspendTime of a node's partitions wins (man slurm.conf)
         "SuspendTime": max(p.idle_seconds for p in pools) if cloud else None,
+        # a job's billing TRES = its cost per hour (slurmforge/billing.py)
+        "TRESBillingWeights": billing.text() if billing else None,
     }
 
 
@@ -250,6 +256,10 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
             # budgets (GrpTRESMins) count usage since the period began (checks: decay 0)
             "PriorityUsageResetPeriod": USAGE_RESET[spec.accounting.budget_period] if has_budgets(spec) else None,
         }
+    if billing_weights(spec):
+        # billing = the largest weighted TRES, not their sum: a job pays for the share of
+        # a node it takes (slurmforge/billing.py)
+        settings["PriorityFlags"] = "MAX_TRES"
     if sched.preemption.type != "none":
         settings |= {
             "PreemptType": f"preempt/{sched.preemption.type}",
@@ -314,12 +324,13 @@ def needs_nodes_ready(spec: Cluster) -> bool:
 
 
 def slurm_conf_context(spec: Cluster, source: str) -> dict[str, Any]:
+    weights = billing_weights(spec)
     return {
         "source": source,
         "release": slurm_release(spec),
         "settings": slurm_settings(spec),
         "nodes": [line.fields() for line in node_lines(spec)],
-        "partitions": [partition_fields(spec, p) for p in spec.partitions],
+        "partitions": [partition_fields(spec, p, weights) for p in spec.partitions],
     }
 
 

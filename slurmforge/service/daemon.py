@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
+from slurmforge.cost import SACCT_ENV, sacct_argv
 from slurmforge.errors import SlurmforgeError
 from slurmforge.monitoring import NODE_EXPORTER_PORT
 from slurmforge.providers.base import Instance, Provider
@@ -31,6 +32,7 @@ from slurmforge.service.guard import VIEW_REASONS, Decision, Doubt, Guard, Hold,
 from slurmforge.service.leader import Leadership
 from slurmforge.service.slurm import Job, NodeState, SlurmClient, jobs_by_node
 from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot, cooling_links
+from slurmforge.service.spend import SPEND_INTERVAL, SpendTracker
 from slurmforge.service.state import Event, InterruptionRecord, Store
 from slurmforge.service.targets import dynamic_targets, write_targets
 from slurmforge.service.topology import Topology, topology
@@ -57,6 +59,10 @@ class DaemonConfig:
     targets_file: Path | None = None
     """Prometheus file_sd of the dynamic nodes' exporters, rewritten every loop (None: off)."""
     exporter_port: int = NODE_EXPORTER_PORT
+    spend_interval: float = SPEND_INTERVAL
+    """How often the pool page's spend this month is read from sacct."""
+    spend_in_background: bool = True
+    """Read it in a thread of its own (tests: in the loop)."""
 
 
 @dataclass(frozen=True)
@@ -88,9 +94,12 @@ class Daemon:
         self.guard = Guard()
         self.decision = Decision([])
         self._job_users: dict[int, str] = {}
+        self._job_accounts: dict[int, str] = {}
         self._jobs: list[Job] = []
         self._nodes: list[NodeState] = []
         """Slurm's nodes as last read: what the pool page shows while Slurm does not answer."""
+        self.spend = SpendTracker(lambda period, now: slurm.sacct(sacct_argv(period, now), SACCT_ENV).splitlines(),
+                                  config.spend_interval, config.spend_in_background)
 
     # ------------------------------------------------------------------ the loop
 
@@ -193,6 +202,7 @@ class Daemon:
             self._nodes = nodes
         if jobs is not None:
             self._jobs, self._job_users = jobs, {j.id: j.user for j in jobs}
+            self._job_accounts = {j.id: j.account for j in jobs if j.account}
         world = World(nodes=nodes or [], instances=instances or [], state=self.store.snapshot(), topology=topo,
                       now=self.clock(), jobs=jobs_by_node(jobs or []), tunables=self.config.tunables)
         doubts += self.guard.doubts(world, nodes is not None and jobs is not None, instances is not None)
@@ -212,7 +222,7 @@ class Daemon:
 
     def act(self, world: World, actions: Sequence[Action]) -> ActReport:
         return self.executor.execute(actions, world.topology, world.instances, self._job_users,
-                                     world.state.node_jobs)
+                                     world.state.node_jobs, self._job_accounts)
 
     def fall_back(self, world: World, report: ActReport) -> int:
         """Nodes whose link just failed go to the next link now, not in 10 s; when the
@@ -223,8 +233,10 @@ class Daemon:
             passes += 1
             retry = replace(world, state=self.store.snapshot(), now=self.clock())
             actions = plan_launches(Context(retry), sorted(failed))
+            # the nodes' jobs as the loop began: the first launch closed their hand-off requests
+            node_jobs = {**world.state.node_jobs, **retry.state.node_jobs}
             again = self.executor.execute(actions, world.topology, world.instances, self._job_users,
-                                          retry.state.node_jobs)
+                                          node_jobs, self._job_accounts)
             failed = dict(again.failed)
             launched.update(again.launched)
         report.launched.update(launched)
@@ -238,10 +250,12 @@ class Daemon:
         cooldowns = self.store.cooldowns()
         topo, nodes = world.topology, self._nodes
         cooling = {name: len(cooling_links(pool.chain, cooldowns, now)) for name, pool in topo.pools.items()}
+        spend = self.spend.update(self.spec, now) if self.spec is not None else None
         self.snapshot = build_snapshot(topo, nodes, cooldowns, self.store.events(since=now - 3600), now,
                                        seconds, counters=self.store.counters(),
                                        gauges=usage_rows(topo, nodes, self._jobs, now, cooling),
-                                       holds=self.decision.holds, unconfirmed=self.decision.unconfirmed)
+                                       holds=self.decision.holds, unconfirmed=self.decision.unconfirmed,
+                                       jobs=self._jobs, spend=spend)
         if self.config.targets_file is not None and trusted:
             write_targets(self.config.targets_file, dynamic_targets(topo, nodes, self.config.exporter_port))
 

@@ -252,6 +252,8 @@ class Job:
     """When the job could first start (eligible_time, else submit_time)."""
     tres: str = ""
     """tres_alloc_str once allocated, else tres_req_str: `cpu=2,mem=100M,node=1,gres/gpu=1`."""
+    started_at: float = 0.0
+    """start_time: when it started (running), when Slurm expects it to (pending; 0 unknown)."""
 
     def node_names(self) -> list[str]:
         return expand(self.nodes) if self.nodes else []
@@ -274,7 +276,8 @@ def parse_jobs(text: str) -> list[Job]:
                         str(item.get("user_name") or ""), partition=str(item.get("partition") or ""),
                         account=str(item.get("account") or ""), reason=str(item.get("state_reason") or ""),
                         eligible_at=eligible,
-                        tres=str(item.get("tres_alloc_str") or item.get("tres_req_str") or "")))
+                        tres=str(item.get("tres_alloc_str") or item.get("tres_req_str") or ""),
+                        started_at=_number(item.get("start_time"))))
     return jobs
 
 
@@ -377,6 +380,15 @@ class SlurmClient:
 
     def jobs(self) -> list[Job]:
         return parse_jobs(self.run("squeue", "--json"))
+
+    def sacct(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
+        """Accounting records: `argv` as slurmforge.cost.sacct_argv makes it, with env
+        (SLURM_TIME_FORMAT) through env(1), as the runner takes only an argument list."""
+        cmd = ["env", *(f"{k}={v}" for k, v in env.items()), self._bin + argv[0], *argv[1:]]
+        result = self._runner(cmd)
+        if result.returncode != 0:
+            raise SlurmCommandError(cmd, result.returncode, result.stderr or "")
+        return result.stdout
 
     def update_nodes(self, nodes: Sequence[str], *fields: str) -> None:
         for hostlist in hostlist_chunks(nodes):

@@ -52,6 +52,8 @@ SLURM_U16_MAX = 0xFFFD
 SLURM_U32_MAX = 0xFFFFFFFD
 # sacctmgr's Fairshare=parent is stored as 0x7fffffff (SLURMDB_FS_USE_PARENT).
 FAIRSHARE_MAX = 0x7FFFFFFE
+# The dearest EC2 instance costs about $100/h; a tenfold margin for owned clusters' sums.
+MAX_PRICE_PER_HOUR = 1000.0
 # slurmctld allocates a hash table entry per MaxJobCount at start (8 bytes each, twice).
 MAX_JOB_COUNT = 10_000_000
 
@@ -75,6 +77,8 @@ def _not_a_boolean(value: object) -> object:
 
 Count = Annotated[int, BeforeValidator(_not_a_boolean)]
 """A whole number; a boolean is refused (pydantic's lax mode reads true as 1)."""
+Dollars = Annotated[float, BeforeValidator(_not_a_boolean), Field(gt=0, le=MAX_PRICE_PER_HOUR, allow_inf_nan=False)]
+"""US dollars per hour: above 0, finite, not a boolean."""
 
 
 TIME_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED"
@@ -277,6 +281,10 @@ class Pool(Model):
     efa: bool = False
     weight: Annotated[Count | None, Field(ge=0, le=65533)] = None
     """Slurm node Weight: lower is allocated first."""
+    price_per_hour: Dollars | None = None
+    """US dollars one node costs per hour: TRES billing weights and `slurmforge cost`.
+    Default: the catalog's price of the first instance type in the pool's market
+    (slurmforge/data/prices.yaml); pools with explicit hardware have none unless set."""
 
     @field_validator("instance_types", mode="before")
     @classmethod

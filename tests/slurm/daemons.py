@@ -16,7 +16,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,12 +70,13 @@ BACKUP_ADDRESS = "0.0.0.1"
 
 
 def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, slurmd_port: int,
-                  slurmdbd_port: int | None = None) -> str:
+                  settings: Mapping[str, str] | None = None, slurmdbd_port: int | None = None) -> str:
     """The rendered slurm.conf, changed only where running in a temp dir needs it.
 
     NodeName and PartitionName lines, and every key not named here, pass through as
-    rendered (the test checks that). `slurmdbd_port`: a slurmdbd runs in the judge
-    (start_slurmdbd): AccountingStorage* stay, pointed at it.
+    rendered (the test checks that). `settings`: more keys to set (tests/slurm/test_billing.py
+    runs jobs without systemd's cgroups); `slurmdbd_port`: a slurmdbd runs in the judge
+    (start_slurmdbd): AccountingStorage* and GRES billing weights stay, pointed at it.
     """
     override = {
         # slurmctld only starts on the host SlurmctldHost names: the judge container
@@ -91,6 +92,7 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
         "SlurmdPort": str(slurmd_port),
         # slurmctld and scontrol talk to the private munged, not /run/munge
         "AuthInfo": f"socket={run.munge_socket}",
+        **(settings or {}),
     }
     only_if_rendered = {
         # power saving needs executable programs or slurmctld disables it (and skips
@@ -102,14 +104,15 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
         "PrologSlurmctld": str(run.nodes_ready),
     }
     # no slurmdbd runs here: slurmctld refuses AccountingStorageTRES/Enforce without it
+    slurmdbd = slurmdbd_port is not None
     drop_prefix = "AccountingStorage"
     if slurmdbd_port is not None:
-        drop_prefix = "-"  # no key starts with it
+        drop_prefix = "\0"  # no key starts with it
         # slurmctld, sacctmgr and squeue reach the judge's slurmdbd with the private munged
         override |= {"AccountingStorageHost": host, "AccountingStoragePort": str(slurmdbd_port),
                      "AccountingStoragePass": str(run.munge_socket)}
 
-    lines = rendered.splitlines()
+    lines = [line if slurmdbd else without_gres_weights(line) for line in rendered.splitlines()]
     seen: set[str] = set()
     out: list[str] = []
     for line in lines:
@@ -177,6 +180,21 @@ def start_slurmdbd(judge: Judge, run: RunDir) -> None:
 
 def _text(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
+
+
+def without_gres_weights(line: str) -> str:
+    """A PartitionName line without the GRES/... items of its TRESBillingWeights: GRES
+    TRES exist only through AccountingStorageTRES, which needs slurmdbd (slurmctld exits
+    on a weight for a TRES it lacks). tests/slurm/test_billing.py judges them with slurmdbd."""
+    if not line.startswith("PartitionName=") or "TRESBillingWeights=" not in line:
+        return line
+    fields = []
+    for part in line.split(" "):
+        if part.startswith("TRESBillingWeights="):
+            key, _, value = part.partition("=")
+            part = f"{key}=" + ",".join(w for w in value.split(",") if not w.upper().startswith("GRES/"))
+        fields.append(part)
+    return " ".join(fields)
 
 
 def power_stub_script() -> str:

@@ -20,13 +20,14 @@ import hostlist
 import pytest
 import yaml
 
+from slurmforge.billing import billing_weights, partition_weights, pool_price
 from slurmforge.distro import release_tuple
 from slurmforge.local.image import slurm_version
 from slurmforge.local.podman import Podman
 from slurmforge.nodes import NodeHardware, index_width, pool_hardware
 from slurmforge.render import NODES_READY_NEEDED_THROUGH, needs_nodes_ready, render_all
 from slurmforge.spec import Cluster, load_spec, validate_data
-from slurmforge.spec.models import AwsTarget
+from slurmforge.spec.models import AwsTarget, Partition
 from slurmforge.spec.slurmtime import parse_slurm_time
 from tests.judge import Judge, node_image
 from tests.slurm.daemons import (
@@ -41,6 +42,7 @@ from tests.slurm.daemons import (
     start_munged,
     start_slurmctld,
     wait_until_up,
+    without_gres_weights,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +60,8 @@ KNOWN_ERRORS = [
     (r"_shutdown_bu_thread:send/recv \S+-controller-backup: Connection refused", "no backup here"),
     # a new, empty StateSaveLocation
     (r"Could not open \w+ state file|NOTE: Trying backup state save file", "fresh state dir"),
+    # the machine is busy (slurmctld times its clock at start): load, not the config
+    (r"High latency for 1000 calls to gettimeofday", "a loaded machine"),
 ]
 
 
@@ -89,6 +93,7 @@ class ExpectedNode:
     partitions: frozenset[str]
     weight: int
     cloud: bool
+    pool: str = ""
 
 
 def expected_nodes(spec: Cluster) -> dict[str, ExpectedNode]:
@@ -104,7 +109,7 @@ def expected_nodes(spec: Cluster) -> dict[str, ExpectedNode]:
             # nodes above min_nodes (on AWS: all nodes) start on demand: Slurm CLOUD nodes
             cloud = aws or i > pool.min_nodes
             nodes[f"{spec.node_prefix(pool)}-{i:0{width}d}"] = ExpectedNode(
-                hw, features, partitions, pool.weight or 1, cloud)
+                hw, features, partitions, pool.weight or 1, cloud, pool.name)
     return nodes
 
 
@@ -162,9 +167,11 @@ def config_lines(text: str) -> list[str]:
 
 
 def test_only_settings_were_adapted(controller: Controller) -> None:
-    """Node and partition lines reach slurmctld exactly as rendered; so do gres.conf and cgroup.conf."""
+    """Node and partition lines reach slurmctld exactly as rendered (but for GRES billing
+    weights, which need slurmdbd: see without_gres_weights); so do gres.conf and cgroup.conf."""
     adapted = controller.run.conf.read_text()
-    assert config_lines(adapted) == config_lines(controller.rendered["slurm.conf"])
+    rendered = config_lines(controller.rendered["slurm.conf"])
+    assert config_lines(adapted) == [without_gres_weights(line) for line in rendered]
     for name in ("gres.conf", "cgroup.conf"):
         assert (controller.run.root / name).read_text() == controller.rendered[name]
 
@@ -236,6 +243,37 @@ def test_cloud_nodes_are_powered_down(controller: Controller) -> None:
             assert {"CLOUD", "POWERED_DOWN"} <= flags, f"{name}: {shown[name]['State']}"
         else:
             assert not flags & {"CLOUD", "POWERED_DOWN"}, f"{name}: {shown[name]['State']}"
+
+
+def test_billing_is_what_a_node_costs(controller: Controller) -> None:
+    """slurmctld's own billing of each whole node (its CfgTRES billing: the highest
+    MAX_TRES-weighted value over the node's partitions) is what the node costs per hour,
+    in hundredths of a cent; partitions without prices bill CPUs (Slurm's default)."""
+    spec, weights = controller.spec, billing_weights(controller.spec)
+    parts, shown = controller.show("partition"), controller.show("node")
+    for part in spec.partitions:
+        want = weights.get(part.name)
+        got = parts[part.name].get("TRESBillingWeights")
+        assert got == (without_gres_weights(f"PartitionName=x TRESBillingWeights={want.text()}").split("=", 2)[2]
+                       if want else None), part.name
+    priced = 0
+    for name, node in expected_nodes(spec).items():
+        billing = int(dict(i.split("=", 1) for i in shown[name]["CfgTRES"].split(","))["billing"])
+        hw = node.hardware
+        # no slurmdbd here, so no GRES TRES: only CPU and memory weights reach slurmctld
+        bills = [w.billing(hw.cpus, hw.memory_mb) for p in node.partitions if (w := weights.get(p))]
+        assert billing == (max(bills) if bills else hw.cpus), name
+        cost = pool_price(spec.pool(node.pool))
+        if not bills or cost is None:
+            continue
+        # never billed below its price; exactly its price where its pool sets every rate
+        # of its partitions (a pool dearer per CPU, MB or GPU in a shared partition bills more)
+        own = partition_weights(spec, Partition(name="own", pools=[node.pool]))
+        assert billing >= int(cost.units_per_hour), (name, billing, cost)
+        if all(weights.get(p) == own for p in node.partitions):
+            assert billing == int(cost.units_per_hour), (name, billing, cost)
+            priced += 1
+    assert priced or not weights, "no node checked against its price"
 
 
 def test_slurmctld_logs_no_config_errors(controller: Controller) -> None:
