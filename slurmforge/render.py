@@ -21,6 +21,7 @@ from slurmforge.billing import BillingWeights, billing_weights
 from slurmforge.distro import distro, release_tuple
 from slurmforge.nodes import NodeHardware, node_sets, pool_hardware, pool_hostlist
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Partition, StaticTarget
+from slurmforge.spec.slurmtime import parse_slurm_time
 from slurmforge.templating import make_environment
 
 CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "slurmdbd.conf", "dma.conf")
@@ -253,8 +254,12 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
             "PriorityWeightTRES": None,
             "PriorityDecayHalfLife": prio.decay_half_life,
             "PriorityMaxAge": prio.max_age,
-            # budgets (GrpTRESMins) count usage since the period began (checks: decay 0)
-            "PriorityUsageResetPeriod": USAGE_RESET[spec.accounting.budget_period] if has_budgets(spec) else None,
+            # budgets (GrpTRESMins) count usage since the period began (checks: decay 0); and
+            # without decay Slurm wants a reset period or refuses the config ("You have to
+            # either have PriorityDecayHalfLife != 0 or PriorityUsageResetPeriod set"): every
+            # budget_period then, budgets or not
+            "PriorityUsageResetPeriod": USAGE_RESET[spec.accounting.budget_period]
+            if has_budgets(spec) or parse_slurm_time(prio.decay_half_life) == 0 else None,
         }
     if billing_weights(spec):
         # billing = the largest weighted TRES, not their sum: a job pays for the share of

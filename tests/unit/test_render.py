@@ -96,3 +96,14 @@ def test_a_backup_controller_is_a_second_slurmctld_host_with_a_short_timeout() -
     single = render_all(load_spec(ROOT / "examples/lab.yaml"))["slurm.conf"]
     assert [line for line in single.splitlines() if line.startswith("SlurmctldHost=")] == ["SlurmctldHost=lab-ctl"]
     assert "SlurmctldTimeout" not in single  # Slurm's default: there is no backup to take over
+
+
+def test_no_decay_always_comes_with_a_usage_reset() -> None:
+    """Slurm 24.11 refuses PriorityDecayHalfLife=0 without PriorityUsageResetPeriod (sacctmgr:
+    "You have to either have PriorityDecayHalfLife != 0 or PriorityUsageResetPeriod set"),
+    budgets or not: seen when a spec turned decay off and removed its last budget."""
+    text = (ROOT / "examples/local.yaml").read_text()
+    spec = parse_spec(text.replace("scheduling:\n", 'scheduling:\n  priority: {decay_half_life: "0"}\n', 1))
+    conf = render_all(spec)["slurm.conf"]
+    assert "\nPriorityDecayHalfLife=0\n" in conf and "\nPriorityUsageResetPeriod=MONTHLY\n" in conf
+    assert "PriorityUsageResetPeriod" not in render_all(load_spec(ROOT / "examples/local.yaml"))["slurm.conf"]
