@@ -243,8 +243,8 @@ def test_the_program_prints_its_report_as_json(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_budgets_reset_with_their_period_and_limits_are_enforced() -> None:
-    """Budgets count usage since the period began: PriorityUsageResetPeriod only when an
-    account has one; AccountingStorageTRES counts GPUs where a pool has them and the
+    """Budgets count usage since the period began: PriorityUsageResetPeriod when an account
+    has one (or when usage never decays); AccountingStorageTRES counts GPUs where a pool has them and the
     default enforcement holds limits (tests/slurm/test_accounting_converges.py: slurmctld
     enforces them)."""
     def settings(data: dict[str, object]) -> dict[str, str]:
@@ -259,6 +259,9 @@ def test_budgets_reset_with_their_period_and_limits_are_enforced() -> None:
     assert settings(data)["PriorityUsageResetPeriod"] == "WEEKLY"
     for account in data["accounting"]["accounts"]:
         account.pop("budget", None)
+    # no budget left, decay still 0: Slurm wants a reset period anyway (tests/unit/test_render.py)
+    assert settings(data)["PriorityUsageResetPeriod"] == "WEEKLY"
+    data["scheduling"]["priority"]["decay_half_life"] = "7-00:00:00"
     assert "PriorityUsageResetPeriod" not in settings(data)
     local = settings(yaml.safe_load((ROOT / "examples/local.yaml").read_text()))
     assert set(local["AccountingStorageEnforce"].split(",")) >= {"limits", "qos"}
