@@ -100,7 +100,7 @@ class DeadNode:
 
 
 def controller_outage(live: LiveCluster, seconds: float, where: JobNodes) -> Outage:
-    """slurmctld stopped for `seconds` under a running 2-node job and a pending job (eligible
+    """Every slurmctld stopped for `seconds` under a running 2-node job and a pending job (eligible
     halfway through the outage); then both are awaited to COMPLETED in sacct."""
     # a node Slurm is powering down now would stop during the outage for a reason of its own
     wait_until(lambda: not live.nodes_in_transition(), 180, "no node powering up or down", every=2)
@@ -123,7 +123,10 @@ def _outage(live: LiveCluster, seconds: float, jobs: list[str]) -> Outage:
     since = live.root("date '+%Y-%m-%d %H:%M:%S'").strip()
     stopped: set[str] = set()
     holding = False
-    live.root("systemctl stop slurmctld")
+    # every slurmctld: with a backup controller, stopping the primary alone is a failover
+    # (controller_failover), not an outage; the backup first, so it never takes over
+    for host in (*live.backups, live.controller):
+        live.on(host, "systemctl stop slurmctld")
     started = time.monotonic()
     try:
         while time.monotonic() - started < seconds:
@@ -132,7 +135,8 @@ def _outage(live: LiveCluster, seconds: float, jobs: list[str]) -> Outage:
             holding = holding or live.is_holding()
         log = live.root(f"journalctl -u {SERVICE_UNIT} --no-pager -q --since '{since}'")
     finally:
-        live.root("systemctl start slurmctld")
+        for host in (live.controller, *live.backups):
+            live.on(host, "systemctl start slurmctld")
     took = time.monotonic() - started
     wait_until(live.controller_up, 60, "slurmctld back")
     with contextlib.suppress(ProvisionError):  # the states say which did not
@@ -220,8 +224,8 @@ def controller_failover(live: LiveCluster, backup: str, where: JobNodes, tasks: 
                         task_seconds: int = 20, limit: float = 120) -> Failover:
     """The primary controller's container killed (SIGKILL) under a running job array, a job
     submitted while the backup is in control, the primary's container started again; then
-    every job is awaited in sacct. The primary's container runs again afterwards, whatever
-    happens."""
+    every job is awaited in sacct. The primary's container runs again, in control, afterwards,
+    whatever happens."""
     array = live.submit(f"-p {where.partition} -w {where.nodes} --array=1-{tasks} -o fo-%A_%a.out "
                         f"--wrap 'sleep {task_seconds}'")
     jobs = [array]
@@ -242,8 +246,13 @@ def controller_failover(live: LiveCluster, backup: str, where: JobNodes, tasks: 
         wait_until(lambda: not live.on(live.login, f"squeue -h -j {','.join(jobs)} -o %i || true").strip(),
                    task_seconds + limit, "every job done while the backup is in control", every=1)
         backup_log = live.on(backup, f"journalctl -u {SERVICE_UNIT} --no-pager -q --since '{since}'")
-    finally:
+    except BaseException:
+        # whatever failed, the cluster is left as found: the primary running and in control
         live.podman.run(["start", live.controller], check=False)
+        with contextlib.suppress(ProvisionError):
+            wait_until(lambda: _primary_in_control(live, backup), limit, "the primary back in control", every=0.5)
+        raise
+    live.podman.run(["start", live.controller], check=False)
     started = time.monotonic()
     wait_until(lambda: _primary_in_control(live, backup), limit, "the primary back in control", every=0.5)
     handback = time.monotonic() - started

@@ -125,7 +125,7 @@ class Daemon:
             return LoopReport(started, self.clock() - started, error="no valid spec yet")
         standing = self.leadership.check() if self.leadership is not None else None
         if standing is not None and not standing.acting:
-            return self.stand_by(topo, started, standing.why)
+            return self.stand_by(topo, started, standing.why, standing.reason)
         self.take_handoffs()
         self.take_interruptions()
         world, doubts = self.observe(topo)
@@ -138,13 +138,14 @@ class Daemon:
         return LoopReport(started, seconds, len(decision.run), len(act.launched), len(act.failed), passes,
                           held=decision.held)
 
-    def stand_by(self, topo: Topology, started: float, why: str) -> LoopReport:
+    def stand_by(self, topo: Topology, started: float, why: str,
+                 reason: HoldReason = HoldReason.STANDBY) -> LoopReport:
         """Not the leader: touch nothing (not the cloud, not Slurm, not the shared store);
         the page says who leads."""
         now = self.clock()
         if self.last is None or self.last.standby != why:
             log.info("%s", why)
-        hold = Hold(HoldReason.STANDBY, why, now)
+        hold = Hold(reason, why, now)
         self.snapshot = build_snapshot(topo, [], {}, [], now, now - started, holds=[hold])
         return LoopReport(started, now - started, standby=why)
 

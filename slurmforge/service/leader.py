@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from slurmforge.service.guard import HoldReason
 
 log = logging.getLogger(__name__)
 
@@ -44,17 +45,14 @@ def in_control(controllers: Sequence[str], answering: Mapping[str, bool]) -> str
     return next((host for host in controllers if answering.get(host, False)), None)
 
 
-def parse_ping(text: str) -> dict[str, bool]:
-    """`scontrol ping --json` (24.11): {"pings": [{"hostname", "responding", ...}]}."""
-    data = json.loads(text)
-    return {str(p["hostname"]): bool(p.get("responding", p.get("pinged") == "UP")) for p in data["pings"]}
-
-
 @dataclass(frozen=True)
 class Standing:
     acting: bool
     why: str
     """Why this service does not act (empty when it does)."""
+    reason: HoldReason = HoldReason.STANDBY
+    """What the page and /metrics call the hold: slurm-view when no slurmctld answers at all
+    (the same outage a single controller has), standby when another service leads."""
 
 
 class Leadership:
@@ -75,14 +73,15 @@ class Leadership:
             answering = self.ping()
         except Exception as exc:  # no view of the controllers: nobody is known to be in control
             self.release()
-            return Standing(False, f"scontrol ping failed: {type(exc).__name__}: {exc}"[:200])
+            return Standing(False, f"scontrol ping failed: {type(exc).__name__}: {exc}"[:200], HoldReason.SLURM_VIEW)
         leader = in_control(self.controllers, answering)
         if leader != self.me:
             if self.held:
                 log.warning("letting go of the lead: slurmctld on %s is in control", leader or "no controller")
             self.release()
-            return Standing(False, f"standby: slurmctld on {leader} is in control" if leader
-                            else "standby: no slurmctld answers")
+            if leader is None:
+                return Standing(False, "standby: no slurmctld answers", HoldReason.SLURM_VIEW)
+            return Standing(False, f"standby: slurmctld on {leader} is in control")
         if not self.held and not self._acquire():
             return Standing(False, f"standby: the service that led before still holds {self.lock_path}")
         return Standing(True, "")

@@ -37,7 +37,6 @@ from typing import Any
 
 from slurmforge.errors import SlurmAnswerError, SlurmCommandError
 from slurmforge.hostlists import compress, expand
-from slurmforge.service.leader import parse_ping
 
 log = logging.getLogger(__name__)
 
@@ -449,3 +448,9 @@ def hostlist_chunks(nodes: Sequence[str]) -> list[str]:
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+def parse_ping(text: str) -> dict[str, bool]:
+    """`scontrol ping --json` (24.11): {"pings": [{"hostname", "responding", ...}]}."""
+    data = json.loads(text)
+    return {str(p["hostname"]): bool(p.get("responding", p.get("pinged") == "UP")) for p in data["pings"]}

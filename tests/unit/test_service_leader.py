@@ -10,8 +10,9 @@ import signal
 import time
 from pathlib import Path
 
-from slurmforge.service.leader import Leadership, in_control, parse_ping
-from slurmforge.service.slurm import SlurmClient
+from slurmforge.service.guard import HoldReason
+from slurmforge.service.leader import Leadership, in_control
+from slurmforge.service.slurm import SlurmClient, parse_ping
 
 HOSTS = ["dev-controller", "dev-controller-backup"]
 # `scontrol ping --json` of Slurm 24.11 with the primary down (trimmed: meta, errors, warnings)
@@ -55,6 +56,16 @@ def test_the_backup_acts_only_while_the_primary_is_down_and_hands_back(tmp_path:
     assert not backup.check().acting and not backup.held
 
 
+def test_no_controller_answering_is_held_as_an_outage_not_a_standby(tmp_path: Path) -> None:
+    """Both slurmctlds down is the outage a single controller has: the page and /metrics say
+    slurm-view (never-down's hold), not that another service leads."""
+    lead = Leadership("dev-controller", HOSTS, tmp_path, lambda: {h: False for h in HOSTS})
+    standing = lead.check()
+    assert not standing.acting and standing.reason is HoldReason.SLURM_VIEW
+    other = Leadership("dev-controller-backup", HOSTS, tmp_path, lambda: dict.fromkeys(HOSTS, True))
+    assert other.check().reason is HoldReason.STANDBY
+
+
 def test_a_failed_ping_lets_go(tmp_path: Path) -> None:
     answers: list[dict[str, bool]] = [{"dev-controller": True}]
 
@@ -67,6 +78,7 @@ def test_a_failed_ping_lets_go(tmp_path: Path) -> None:
     assert lead.check().acting
     standing = lead.check()
     assert not standing.acting and "scontrol ping failed" in standing.why and not lead.held
+    assert standing.reason is HoldReason.SLURM_VIEW
 
 
 # ----------------------------------------------------------------------------- two processes
