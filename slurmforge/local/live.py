@@ -89,9 +89,14 @@ class LiveCluster:
         return self.root(f"sinfo -h -N -n {node} -o %T").strip()
 
     def nodes_in_transition(self) -> list[str]:
-        """Nodes powering up (#) or down (%, ! queued): a machine may start or stop any moment."""
-        rows = (line.split() for line in self.root("sinfo -h -N -o '%N %T'").splitlines())
-        return sorted({row[0] for row in rows if len(row) == 2 and row[1].endswith(("#", "%", "!"))})
+        """Nodes powering up (#) or down (%, ! queued), and powered-down nodes (~) whose
+        machine still runs (the service releases it on its next loop, as after `up` rolled
+        it out): a machine may start or stop any moment."""
+        rows = [row for row in (line.split() for line in self.root("sinfo -h -N -o '%N %T'").splitlines())
+                if len(row) == 2]
+        moving = {name for name, state in rows if state.endswith(("#", "%", "!"))}
+        resting = {name for name, state in rows if state.endswith("~")}
+        return sorted(moving | (resting & self.running_containers() if resting else set()))
 
     def controller_up(self) -> bool:
         """The primary's slurmctld answers (with a backup, `scontrol ping` names both)."""
