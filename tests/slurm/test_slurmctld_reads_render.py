@@ -25,8 +25,9 @@ from slurmforge.local.image import slurm_version
 from slurmforge.local.podman import Podman
 from slurmforge.nodes import NodeHardware, index_width, pool_hardware
 from slurmforge.render import NODES_READY_NEEDED_THROUGH, needs_nodes_ready, render_all
+from slurmforge.routing import JOB_SUBMIT_SCRIPT, routing
 from slurmforge.spec import Cluster, load_spec, validate_data
-from slurmforge.spec.models import AwsTarget
+from slurmforge.spec.models import AwsTarget, Partition
 from slurmforge.spec.slurmtime import parse_slurm_time
 from tests.judge import Judge, node_image
 from tests.slurm.daemons import (
@@ -69,12 +70,33 @@ def mixed_spec() -> Cluster:
     return validate_data(data, "mixed")
 
 
+def suspend_spec() -> Cluster:
+    """local.yaml with partition tiers that suspend (gang scheduling) and one that requeues,
+    and the default memory per CPU suspending needs."""
+    data = yaml.safe_load((ROOT / "examples/local.yaml").read_text())
+    data["partitions"][2] |= {"preempt_mode": "SUSPEND"}
+    data["partitions"].append({"name": "requeue", "pools": ["cpu"], "priority_tier": 0, "preempt_mode": "REQUEUE"})
+    data["scheduling"] |= {"preemption": {"type": "partition_prio", "mode": "SUSPEND,GANG"},
+                           "default_mem_per_cpu_mb": 512}
+    return validate_data(data, "suspend")
+
+
+def qos_spec() -> Cluster:
+    """local.yaml with QoS preemption (the QoS themselves live in slurmdbd, not run here)."""
+    data = yaml.safe_load((ROOT / "examples/local.yaml").read_text())
+    data["scheduling"] |= {"preemption": {"type": "qos", "mode": "REQUEUE", "exempt_time": "00:01:00"},
+                           "qos": [{"name": "urgent", "priority": 100, "preempt": ["normal"]}]}
+    return validate_data(data, "qos")
+
+
 SPECS: dict[str, Callable[[], Cluster]] = {
     "local": lambda: load_spec(ROOT / "examples/local.yaml"),
     "lab": lambda: load_spec(ROOT / "examples/lab.yaml"),
     # every node CLOUD (powered down until the service starts it); render needs no AWS access
     "pools-aws": lambda: load_spec(ROOT / "examples/pools-aws.yaml"),
     "mixed": mixed_spec,
+    "suspend": suspend_spec,
+    "qos": qos_spec,
 }
 
 
@@ -126,7 +148,7 @@ class Controller:
 
 def write_config(spec: Cluster, rendered: dict[str, str], run: RunDir, judge: Judge) -> None:
     run.conf.write_text(adapt_for_tmp(rendered["slurm.conf"], run, judge.hostname, free_port(), free_port()))
-    for name in ("gres.conf", "cgroup.conf"):
+    for name in AS_RENDERED:
         (run.root / name).write_text(rendered[name])
     run.power_stub.write_text(power_stub_script())
     run.power_stub.chmod(0o755)
@@ -155,15 +177,20 @@ def controller(request: pytest.FixtureRequest) -> Iterator[Controller]:
         run.remove()
 
 
+# files slurmctld reads next to slurm.conf, used as rendered
+AS_RENDERED = ("gres.conf", "cgroup.conf", JOB_SUBMIT_SCRIPT)
+
+
 def config_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith(("NodeName=", "PartitionName="))]
 
 
 def test_only_settings_were_adapted(controller: Controller) -> None:
-    """Node and partition lines reach slurmctld exactly as rendered; so do gres.conf and cgroup.conf."""
+    """Node and partition lines reach slurmctld exactly as rendered; so do gres.conf,
+    cgroup.conf and job_submit.lua."""
     adapted = controller.run.conf.read_text()
     assert config_lines(adapted) == config_lines(controller.rendered["slurm.conf"])
-    for name in ("gres.conf", "cgroup.conf"):
+    for name in AS_RENDERED:
         assert (controller.run.root / name).read_text() == controller.rendered[name]
 
 
@@ -188,6 +215,39 @@ def test_partitions_as_in_spec(controller: Controller) -> None:
         assert set(got["AllowAccounts"].split(",")) == set(part.allow_accounts or ["ALL"]), part.name
         assert got["Default"] == ("YES" if part.default else "NO"), part.name
         assert got["State"] == part.state.value, part.name
+        assert int(got["PriorityTier"]) == (1 if part.priority_tier is None else part.priority_tier), part.name
+        assert set(got["PreemptMode"].split(",")) == partition_preempt_mode(spec, part), part.name
+
+
+def partition_preempt_mode(spec: Cluster, part: Partition) -> set[str]:
+    """What scontrol shows as a partition's PreemptMode: its own, else the cluster's (GANG
+    included); OFF without preemption."""
+    pre = spec.scheduling.preemption
+    if pre.type == "none":
+        return {part.preempt_mode or "OFF"}
+    return set((part.preempt_mode or pre.mode).split(","))
+
+
+def show_config(controller: Controller) -> dict[str, str]:
+    rc, out, err = scontrol(controller.judge, controller.run, "show", "config")
+    assert rc == 0, err
+    return {key.strip(): value.strip() for key, _, value in (line.partition("=") for line in out.splitlines())}
+
+
+def test_policy_as_in_spec(controller: Controller) -> None:
+    """Default pools, priority and preemption settings as slurmctld took them."""
+    spec, config = controller.spec, show_config(controller)
+    sched, pre = controller.spec.scheduling, controller.spec.scheduling.preemption
+    assert config["JobSubmitPlugins"] == ("lua" if routing(spec).active else "(null)")
+    assert config["PreemptType"] == ("(null)" if pre.type == "none" else f"preempt/{pre.type}")
+    if pre.type != "none":
+        assert set(config["PreemptMode"].split(",")) == set(pre.mode.split(","))
+    assert parse_slurm_time(config["PreemptExemptTime"]) == parse_slurm_time(pre.exempt_time or "0")
+    assert parse_slurm_time(config["PriorityCalcPeriod"]) == parse_slurm_time(sched.priority.calc_period or "5")
+    if sched.default_mem_per_cpu_mb is None:
+        assert config["DefMemPerNode"] == "UNLIMITED"
+    else:
+        assert config["DefMemPerCPU"] == str(sched.default_mem_per_cpu_mb)
 
 
 def _null_set(value: str) -> set[str]:
