@@ -16,15 +16,21 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.judge import Judge
+from slurmforge.nodes import node_names
+from slurmforge.routing import JOB_SUBMIT_SCRIPT
+from slurmforge.spec import Cluster
+from tests.judge import Judge, node_image
 
 NODES_READY_SOURCE = Path(__file__).resolve().parents[2] / "roles/slurm_controller/files/slurmforge-nodes-ready"
 START_TIMEOUT = 30.0
 COMMAND_TIMEOUT = 15
+AS_RENDERED = ("gres.conf", "cgroup.conf", JOB_SUBMIT_SCRIPT)
+"""Files slurmctld reads next to slurm.conf, used as rendered."""
 
 def free_port() -> int:
     """A port free on this machine (the judge's network namespace has nothing else)."""
@@ -195,3 +201,37 @@ def parse_oneliner(line: str) -> dict[str, str]:
 def parse_records(text: str, key: str) -> dict[str, dict[str, str]]:
     records = [parse_oneliner(line) for line in text.splitlines() if line.strip()]
     return {r[key]: r for r in records}
+
+
+def write_config(spec: Cluster, rendered: Mapping[str, str], run: RunDir, judge: Judge) -> None:
+    """The rendered files in the run dir (slurm.conf adapted), the programs slurm.conf
+    names, and the spec's node names and groups in the judge's /etc."""
+    run.conf.write_text(adapt_for_tmp(rendered["slurm.conf"], run, judge.hostname, free_port(), free_port()))
+    for name in AS_RENDERED:
+        (run.root / name).write_text(rendered[name])
+    run.power_stub.write_text(power_stub_script())
+    run.power_stub.chmod(0o755)
+    shutil.copy2(NODES_READY_SOURCE, run.nodes_ready)
+    names = [name for pool in spec.pools for name in node_names(spec, pool)]
+    install_etc(judge, run, names, ((g.name, g.gid) for g in spec.groups))
+
+
+@contextmanager
+def running_slurmctld(spec: Cluster, rendered: Mapping[str, str], judge: Judge | None = None
+                      ) -> Iterator[tuple[Judge, RunDir]]:
+    """slurmctld up on the rendered config, in `judge` or a judge container of its own
+    (removed after); RuntimeError (with its log) when it does not come up. Several may run
+    in one judge (each on its own ports, munged and state)."""
+    own = judge is None
+    box = Judge(node_image()) if judge is None else judge
+    run = RunDir.create()
+    try:
+        write_config(spec, rendered, run, box)
+        start_munged(box, run)
+        start_slurmctld(box, run)
+        wait_until_up(box, run)
+        yield box, run
+    finally:
+        if own:
+            box.remove()
+        run.remove()

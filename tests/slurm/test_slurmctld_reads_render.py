@@ -11,7 +11,6 @@ tests end.
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,24 +24,12 @@ from slurmforge.local.image import slurm_version
 from slurmforge.local.podman import Podman
 from slurmforge.nodes import NodeHardware, index_width, pool_hardware
 from slurmforge.render import NODES_READY_NEEDED_THROUGH, needs_nodes_ready, render_all
-from slurmforge.routing import JOB_SUBMIT_SCRIPT, routing
+from slurmforge.routing import routing
 from slurmforge.spec import Cluster, load_spec, validate_data
 from slurmforge.spec.models import AwsTarget, Partition
 from slurmforge.spec.slurmtime import parse_slurm_time
 from tests.judge import Judge, node_image
-from tests.slurm.daemons import (
-    NODES_READY_SOURCE,
-    RunDir,
-    adapt_for_tmp,
-    free_port,
-    install_etc,
-    parse_records,
-    power_stub_script,
-    scontrol,
-    start_munged,
-    start_slurmctld,
-    wait_until_up,
-)
+from tests.slurm.daemons import AS_RENDERED, RunDir, parse_records, running_slurmctld, scontrol
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -146,39 +133,16 @@ class Controller:
         return self.run.ctld_log.read_text(errors="replace") if self.run.ctld_log.exists() else ""
 
 
-def write_config(spec: Cluster, rendered: dict[str, str], run: RunDir, judge: Judge) -> None:
-    run.conf.write_text(adapt_for_tmp(rendered["slurm.conf"], run, judge.hostname, free_port(), free_port()))
-    for name in AS_RENDERED:
-        (run.root / name).write_text(rendered[name])
-    run.power_stub.write_text(power_stub_script())
-    run.power_stub.chmod(0o755)
-    shutil.copy2(NODES_READY_SOURCE, run.nodes_ready)
-    install_etc(judge, run, expected_nodes(spec), ((g.name, g.gid) for g in spec.groups))
-
-
 @pytest.fixture(scope="module", params=sorted(SPECS))
 def controller(request: pytest.FixtureRequest) -> Iterator[Controller]:
     name: str = request.param
     spec = SPECS[name]()
     rendered = render_all(spec, source=f"{name}.yaml")
-    run = RunDir.create()
-    judge = Judge(node_image())
     try:
-        write_config(spec, rendered, run, judge)
-        start_munged(judge, run)
-        start_slurmctld(judge, run)
-        try:
-            wait_until_up(judge, run)
-        except RuntimeError as exc:
-            pytest.fail(str(exc), pytrace=False)
-        yield Controller(name, spec, rendered, run, judge)
-    finally:
-        judge.remove()
-        run.remove()
-
-
-# files slurmctld reads next to slurm.conf, used as rendered
-AS_RENDERED = ("gres.conf", "cgroup.conf", JOB_SUBMIT_SCRIPT)
+        with running_slurmctld(spec, rendered) as (judge, run):
+            yield Controller(name, spec, rendered, run, judge)
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 def config_lines(text: str) -> list[str]:
