@@ -13,36 +13,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from slurmforge.render import render_all
-from slurmforge.spec import Cluster, load_spec
-from tests.judge import Judge
-from tests.slurm.daemons import RunDir, running_slurmctld
+from slurmforge.spec import load_spec
+from tests.slurm.daemons import SlurmInJudge, running_slurmctld
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMAND_TIMEOUT = 30
 
 pytestmark = [pytest.mark.slurm]
 
 
-@dataclass(frozen=True)
-class Controller:
-    spec: Cluster
-    run: RunDir
-    judge: Judge
-
-    def slurm(self, *argv: str) -> str:
-        done = self.judge.run(argv, env={"SLURM_CONF": str(self.run.conf)}, timeout=COMMAND_TIMEOUT)
-        assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr or done.stdout}\n{self.log()}"
-        return done.stdout
-
-    def log(self) -> str:
-        return self.run.ctld_log.read_text(errors="replace") if self.run.ctld_log.exists() else ""
-
+class Controller(SlurmInJudge):
     def partition_of(self, name: str, timeout: float = 20) -> str:
         """The partition of the job called `name`, once it exists."""
         deadline = time.monotonic() + timeout

@@ -30,6 +30,7 @@ from slurmforge.spec.models import AwsTarget, Partition
 from slurmforge.spec.slurmtime import parse_slurm_time
 from tests.judge import Judge, node_image
 from tests.slurm.daemons import AS_RENDERED, RunDir, parse_records, running_slurmctld, scontrol
+from tests.slurm.specs import qos_spec, suspend_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,25 +56,6 @@ def mixed_spec() -> Cluster:
     data["pools"][1] |= {"features": ["nvlink"], "weight": 100}
     data["partitions"].append({"name": "all", "pools": ["cpu", "gpu"], "allow_groups": ["ml-users", "guests"]})
     return validate_data(data, "mixed")
-
-
-def suspend_spec() -> Cluster:
-    """local.yaml with partition tiers that suspend (gang scheduling) and one that requeues,
-    and the default memory per CPU suspending needs."""
-    data = yaml.safe_load((ROOT / "examples/local.yaml").read_text())
-    data["partitions"][2] |= {"preempt_mode": "SUSPEND"}
-    data["partitions"].append({"name": "requeue", "pools": ["cpu"], "priority_tier": 0, "preempt_mode": "REQUEUE"})
-    data["scheduling"] |= {"preemption": {"type": "partition_prio", "mode": "SUSPEND,GANG"},
-                           "default_mem_per_cpu_mb": 512}
-    return validate_data(data, "suspend")
-
-
-def qos_spec() -> Cluster:
-    """local.yaml with QoS preemption (the QoS themselves live in slurmdbd, not run here)."""
-    data = yaml.safe_load((ROOT / "examples/local.yaml").read_text())
-    data["scheduling"] |= {"preemption": {"type": "qos", "mode": "REQUEUE", "exempt_time": "00:01:00"},
-                           "qos": [{"name": "urgent", "priority": 100, "preempt": ["normal"]}]}
-    return validate_data(data, "qos")
 
 
 SPECS: dict[str, Callable[[], Cluster]] = {

@@ -91,26 +91,28 @@ def suspend_needs_gang(spec: Cluster) -> Iterator[Problem]:
 
 
 @check
-def suspend_needs_memory_default(spec: Cluster) -> Iterator[Problem]:
+def suspend_needs_memory_room(spec: Cluster) -> Iterator[Problem]:
     """Suspending preempted jobs while Slurm schedules memory needs a default memory per
-    CPU: a suspended job keeps its memory, and a job that asks for none holds its node's
-    whole memory, so no job could ever take its place."""
+    CPU of at most half a node's memory per CPU: a suspended job keeps its memory, so the
+    job taking its place must fit beside it (a job that asks for no memory otherwise holds
+    its node's whole memory, or with a larger default, too much of it)."""
     sched = spec.scheduling
-    if not sched.select_parameters.endswith("_Memory") or sched.default_mem_per_cpu_mb is not None:
+    found = suspending(spec) if sched.select_parameters.endswith("_Memory") else []
+    halves = [(p, hw, hw.memory_mb // (2 * hw.cpus)) for p in spec.pools for hw in [pool_hardware(p)] if hw]
+    if not found or not halves:
         return
-    found = suspending(spec)
-    if found:
+    pool, hw, half = min(halves, key=lambda phh: phh[2])
+    per_cpu = sched.default_mem_per_cpu_mb
+    fix = (f"set scheduling.default_mem_per_cpu_mb to at most {half} (half of pool {pool.name}'s memory per CPU), "
+           "or select_parameters CR_CPU or CR_Core")
+    if per_cpu is None:
         path, mode = found[0]
-        most = _most_mem_per_cpu(spec)
-        yield Problem(path, "suspended jobs keep their memory, and a job that asks for none holds its node's "
-                      "whole memory: no job could take its place", "set scheduling.default_mem_per_cpu_mb"
-                      + (f" (at most {most} here)" if most else ""), mode)
-
-
-def _most_mem_per_cpu(spec: Cluster) -> int | None:
-    """The largest default memory per CPU every pool can give all its CPUs."""
-    per_cpu = [hw.memory_mb // hw.cpus for hw in (pool_hardware(p) for p in spec.pools) if hw]
-    return min(per_cpu) if per_cpu else None
+        yield Problem(path, "suspended jobs keep their memory, and a job that asks for none holds its node's whole "
+                      "memory: no job could take its place", fix, mode)
+    elif per_cpu > half:
+        yield Problem("scheduling.default_mem_per_cpu_mb", f"a job on all {hw.cpus} CPUs of a {pool.name} node "
+                      f"holds {per_cpu * hw.cpus} of its {hw.memory_mb} MB while suspended: one like it cannot take "
+                      "its place", fix, per_cpu)
 
 
 @check
