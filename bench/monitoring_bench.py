@@ -10,7 +10,7 @@ median of 5 runs after one warm-up:
     usage        the Slurm usage gauges (allocation per pool/account, queue, unavailable nodes)
     targets      the file_sd groups of powered dynamic nodes
     total        the three above: what monitoring adds to a loop
-    snapshot     the pool snapshot the loop already built (for comparison)
+    snapshot     the pool snapshot (nodes, and jobs per pool for the page): built every loop
     metrics      /metrics rendered from the snapshot (what every scrape costs)
 
     .venv/bin/python bench/monitoring_bench.py [--nodes 20000] [--runs 5] [--quick]
@@ -92,7 +92,7 @@ def one_loop(topo: Topology, sinfo: str, squeue: str) -> dict[str, Any]:
     t2 = time.perf_counter()
     groups = dynamic_targets(topo, nodes)
     t3 = time.perf_counter()
-    snap = build_snapshot(topo, nodes, {}, [], NOW, gauges=gauges)
+    snap = build_snapshot(topo, nodes, {}, [], NOW, gauges=gauges, jobs=jobs)
     t4 = time.perf_counter()
     text = metrics_text(snap)  # per scrape, not per loop
     t5 = time.perf_counter()

@@ -31,10 +31,8 @@ import statistics
 import sys
 
 from slurmforge.errors import SlurmforgeError
-from slurmforge.local.faults import DeadNode, JobNodes, Outage, controller_outage, dead_node
-from slurmforge.local.host import require_root
+from slurmforge.local.faults import DeadNode, JobNodes, Outage, controller_outage, dead_node, repeat, target
 from slurmforge.local.live import LiveCluster
-from slurmforge.local.manage import find_cluster
 
 DEAD_NODE_GOAL = 60.0
 DEAD_NODE_LIMIT = 180.0
@@ -44,40 +42,27 @@ QUICK_OUTAGE = 30
 
 def outages(live: LiveCluster, where: JobNodes, seconds: float, runs: int) -> list[Outage | str]:
     """One result a run, or why the run failed."""
-    results: list[Outage | str] = []
-    print(f"{'outage':>6} {'seconds':>8} {'machines stopped':>17} {'terminate lines':>16} {'held back':>10} "
+    print(f"{'run':>5} {'seconds':>8} {'machines stopped':>17} {'terminate lines':>16} {'held back':>10} "
           f"{'jobs COMPLETED':>15}", flush=True)
-    for run in range(1, runs + 1):
-        try:
-            o = controller_outage(live, seconds, where)
-        except SlurmforgeError as exc:
-            print(f"{run:>6} failed: {exc}", flush=True)
-            results.append(str(exc))
-            continue
-        results.append(o)
-        print(f"{run:>6} {o.seconds:8.1f} {len(o.stopped):>17} {len(o.terminations):>16} "
-              f"{'yes' if o.holding else 'no':>10} {o.jobs_completed:>13}/{len(o.jobs)}"
-              + (f"  stopped: {', '.join(o.stopped)}" if o.stopped else "")
-              + (f"  jobs: {o.jobs}" if o.jobs_completed < len(o.jobs) else ""), flush=True)
-        for line in o.terminations:
-            print(f"       {line}")
-    return results
+
+    def row(o: Outage) -> str:
+        return (f"{o.seconds:8.1f} {len(o.stopped):>17} {len(o.terminations):>16} "
+                f"{'yes' if o.holding else 'no':>10} {o.jobs_completed:>13}/{len(o.jobs)}"
+                + (f"  stopped: {', '.join(o.stopped)}" if o.stopped else "")
+                + (f"  jobs: {o.jobs}" if o.jobs_completed < len(o.jobs) else "")
+                + "".join(f"\n       {line}" for line in o.terminations))
+
+    return repeat(runs, lambda: controller_outage(live, seconds, where), row)
 
 
 def dead_nodes(live: LiveCluster, where: JobNodes, runs: int) -> list[DeadNode | str]:
-    results: list[DeadNode | str] = []
-    print(f"\n{'dead node':>9} {'job left RUNNING after':>23}  then", flush=True)
-    for run in range(1, runs + 1):
-        try:
-            d = dead_node(live, where, limit=DEAD_NODE_LIMIT)
-        except SlurmforgeError as exc:
-            print(f"{run:>9} failed: {exc}", flush=True)
-            results.append(str(exc))
-            continue
-        results.append(d)
+    print(f"\n{'dead node':>5} {'job left RUNNING after':>23}  then", flush=True)
+
+    def row(d: DeadNode) -> str:
         took = f"{d.seconds:.1f} s" if d.seconds is not None else f"> {DEAD_NODE_LIMIT:.0f} s"
-        print(f"{run:>9} {took:>23}  {d.after or 'left the queue'}", flush=True)
-    return results
+        return f"{took:>23}  {d.after or 'left the queue'}"
+
+    return repeat(runs, lambda: dead_node(live, where, limit=DEAD_NODE_LIMIT), row)
 
 
 def verdict(outage_results: list[Outage | str], dead_results: list[DeadNode | str]) -> bool:
@@ -113,10 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.outage, args.runs = QUICK_OUTAGE, 1
     try:
-        require_root()
-        spec, hosts = find_cluster(args.cluster)
-        where = JobNodes.of(spec, hosts, args.partition)
-        live = LiveCluster.of(spec, hosts)
+        spec, where, live = target(args.cluster, args.partition)
     except SlurmforgeError as exc:
         print(f"never_down_bench: {exc}", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ raises typed errors that `main` turns into one line and an exit code."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
@@ -103,6 +104,12 @@ def _need_local(local: bool, command: str) -> None:
         raise typer.Exit(2)
 
 
+def _print_accounting(lines: list[str]) -> None:
+    """What the rollout changed in slurmdbd (QoS, accounts, users, limits), kept or left waiting."""
+    for line in lines:
+        out.print(f"accounting: {line}", markup=False, highlight=False)
+
+
 @app.command()
 def up(
     spec: SpecArg = Path("examples/local.yaml"),
@@ -124,6 +131,7 @@ def up(
                                             full_rollout=full_rollout),
                            interrupted="interrupted; what was created stays: `slurmforge down --local` removes it")
     changed = report.rollout.total_changed if report.rollout else 0
+    _print_accounting(report.rollout.accounting if report.rollout else [])
     out.print(f"\ncluster [bold]{report.cluster}[/bold] is up - rollout changed {changed} thing(s); "
               f"inventory {report.inventory}; log {report.log}")
     if report.job_output:
@@ -226,6 +234,7 @@ def rollout(
             result = roll_out(inventory_dir.resolve(), ceph, log, display.event,
                               limit=[h.name for h in hosts if not h.dynamic],
                               digest=rollout_digest(inventory_dir.resolve()))
+        _print_accounting(result.accounting)
         out.print(f"rollout changed {result.total_changed} thing(s) in {result.seconds:.0f} s; log {log}")
 
     report_errors(run)
@@ -254,6 +263,57 @@ def report(
         out.print(f"wrote {done.html_path} ({len(done.images)} plots, last {since}, from {url})")
 
     report_errors(run)
+
+
+@app.command()
+def cost(
+    spec: SpecArg = DEFAULT_SPEC,
+    inventory_dir: Annotated[Path | None, typer.Option(
+        "--inventory", help="Run sacct on this inventory's controller (its spec prices the jobs).")] = None,
+    sacct_file: Annotated[Path | None, typer.Option(
+        "--sacct-file", help="Read saved `sacct -a -X -P --format=...` output instead (docs/cost.md).")] = None,
+    by: Annotated[str, typer.Option(help="Group by user, account, partition or pool; commas for several.")] = "account",
+    since: Annotated[str | None, typer.Option(
+        help="Start: YYYY-MM-DD[THH:MM] (local time) or a duration back (7d). Default: this month.")] = None,
+    until: Annotated[str | None, typer.Option(help="End, in the same forms (default: now).")] = None,
+    csv_out: Annotated[bool, typer.Option("--csv", help="CSV on stdout instead of the table.")] = False,
+    plot_path: Annotated[Path | None, typer.Option(
+        "--plot", help="Also draw spend per day, stacked by group, into this PNG.")] = None,
+    top: Annotated[int, typer.Option(help="Table rows: the groups that cost most, the rest in one row; 0: all.")] = 40,
+) -> None:
+    """Spend per user, account, partition or pool over a period, from Slurm's accounting
+    (sacct) and the catalog's prices: the same money Slurm bills (TRES billing)."""
+    import time
+
+    from slurmforge import cost as c
+
+    now = time.time()
+    options = report_errors(lambda: c.read_options(by, since, until, inventory_dir, sacct_file, now))
+
+    def run() -> c.CostReport:
+        lines: Iterable[str]
+        if inventory_dir is not None:
+            require_inventory(inventory_dir)
+            cluster, lines = c.sacct_on_controller(inventory_dir, options.period, now)
+            source = f"sacct on {cluster.name}'s controller"
+        else:
+            assert sacct_file is not None
+            cluster, lines, source = load(spec), c.read_sacct_file(sacct_file), str(sacct_file)
+        report = c.aggregate(lines, c.Pricing(cluster), options.period, options.by, daily=plot_path is not None,
+                             source=source)
+        report.notes = c.price_notes(cluster)
+        if plot_path is not None:
+            c.plot(report, plot_path, f"{cluster.name}: spend per day by {', '.join(options.by)}, "
+                                      f"{options.period.label()}")
+        return report
+
+    report = report_errors(run)
+    if csv_out:
+        sys.stdout.write(c.csv_text(report))
+    else:
+        out.print(c.cost_table(report, top))
+    if plot_path is not None:
+        err.print(f"wrote {plot_path}")
 
 
 def main() -> None:

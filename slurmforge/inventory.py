@@ -5,6 +5,7 @@ inventories/<cluster>/
   group_vars/all/slurmforge.yml  spec-derived variables the roles read (no secrets)
   rendered/*.conf                the renderer's output, shipped verbatim by the roles
   rendered/monitoring/*.yml      Prometheus config and alert rules (slurmforge.monitoring)
+  rendered/accounting.json       QoS, accounts, users and limits (slurmforge.accounting)
                                  (ceph.conf too when the spec has Ceph)
   cluster.yaml                   the spec it was made from
 
@@ -14,18 +15,27 @@ validation run unchanged on any target.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from slurmforge.accounting import desired_state
 from slurmforge.ceph import CEPH_CONF, ceph_hosts, ceph_vars, mds_hosts, monitors, render_ceph_conf
 from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
 from slurmforge.monitoring import has_real_gpus, render_monitoring
 from slurmforge.nodes import pool_hardware
 from slurmforge.providers.base import Host, HostRole
-from slurmforge.render import SLURMCTLD_LOG, controller_name, render_all, state_save_location
+from slurmforge.render import (
+    SLURMCTLD_LOG,
+    controller_name,
+    controller_names,
+    render_all,
+    service_shared_dir,
+    state_save_location,
+)
 from slurmforge.rollout import DIGEST_FILE
 from slurmforge.spec import Cluster, load_spec
 from slurmforge.upgrade import BEFORE_MARKER, STATE_FILES, STATE_MARKER
@@ -36,6 +46,8 @@ RENDERED = "rendered"
 MONITORING = "monitoring"
 """rendered/monitoring/: prometheus.yml and alerts.yml (slurmforge.monitoring)"""
 SPEC_COPY = "cluster.yaml"
+ACCOUNTING_JSON = "accounting.json"
+"""rendered/accounting.json: QoS, accounts and users as slurmdbd must have them (slurmforge.accounting)"""
 
 # Where per-cluster secrets live on the machine that runs the rollout: outside the
 # repo, 0700 directory, 0600 files. Roles read them with `lookup('file', ...)` + no_log.
@@ -72,7 +84,8 @@ def hosts_document(spec: Cluster, hosts: list[Host]) -> dict[str, Any]:
             pools.setdefault(group_name(host.pool), {"hosts": {}})["hosts"][host.name] = None
             if (by_role[host.role][host.name].get("slurmforge_gpus") or 0) > 0:
                 gpu[host.name] = None
-    controller = {name: None for name in by_role[HostRole.CONTROLLER]}
+    # slurmdbd (and MariaDB when local) live on the primary controller only
+    controller = {name: None for name in by_role[HostRole.CONTROLLER] if name == controller_name(spec)}
     children: dict[str, Any] = {
         "slurm_controller": {"hosts": by_role[HostRole.CONTROLLER]},
         "slurm_login": {"hosts": by_role[HostRole.LOGIN]},
@@ -105,14 +118,15 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host]) -> dict[
         "slurmforge_cluster_name": spec.name,
         "slurmforge_target": spec.target.kind,
         "slurmforge_controller": controller_name(spec),
+        # every slurmctld host, primary first: slurmd's --conf-server list, the service's leader rule
+        "slurmforge_controllers": controller_names(spec),
+        "slurmforge_service_shared_dir": service_shared_dir(spec),
         "slurmforge_rendered_dir": str((inventory_dir / RENDERED).resolve()),
         "slurmforge_secrets_dir": str(secrets_dir(spec.name)),
         "slurmforge_groups": [g.model_dump() for g in spec.groups],
         "slurmforge_users": [u.model_dump() for u in spec.users],
         "slurmforge_accounting": spec.accounting.enabled,
         "slurmforge_db": spec.accounting.database.model_dump(),
-        "slurmforge_accounts": [a.model_dump() for a in spec.accounting.accounts],
-        "slurmforge_qos": [q.model_dump() for q in spec.scheduling.qos],
         "slurmforge_nas": {"kind": nas.kind, "server": nas.server, "export": nas.export,
                            "mounts": nas.mounts.model_dump()},
         "slurmforge_ceph": ceph_vars(spec, hosts),
@@ -148,6 +162,8 @@ def write_inventory(spec: Cluster, spec_path: Path, hosts: list[Host], inventory
     _dump(inventory_dir / VARS_FILE, cluster_vars(spec, inventory_dir, hosts))
     rendered = render_all(spec, source=spec_path.name) | {
         f"{MONITORING}/{name}": text for name, text in render_monitoring(spec, hosts, spec_path.name).items()}
+    if spec.accounting.enabled:  # what roles/slurmdbd makes slurmdbd's accounting equal to
+        rendered[ACCOUNTING_JSON] = json.dumps(desired_state(spec), indent=1) + "\n"
     if spec.storage.ceph is not None:
         if not ceph_hosts(hosts):
             raise ProvisionError(f"storage.ceph: no Ceph hosts among the {spec.target.kind} target's machines "

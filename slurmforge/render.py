@@ -17,10 +17,12 @@ from typing import Any
 
 import jinja2
 
+from slurmforge.billing import BillingWeights, billing_weights
 from slurmforge.distro import distro, release_tuple
 from slurmforge.nodes import NodeHardware, node_sets, pool_hardware, pool_hostlist
 from slurmforge.routing import JOB_SUBMIT_SCRIPT, routing
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Partition, StaticTarget
+from slurmforge.spec.slurmtime import parse_slurm_time
 from slurmforge.templating import make_environment
 
 CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "slurmdbd.conf", "dma.conf", JOB_SUBMIT_SCRIPT)
@@ -42,9 +44,25 @@ SLURMCTLD_LOG = "/var/log/slurm/slurmctld.log"
 """SlurmctldLogFile; the rollout reads why slurmctld refused a config there."""
 
 
+SLURMCTLD_TIMEOUT = 10
+"""With a backup controller: seconds without an answer from the primary before the backup
+takes control. The backup pings every SlurmctldTimeout/3 s and, since 23.02, also wants
+the primary's heartbeat file (StateSaveLocation/heartbeat, rewritten every
+SlurmctldTimeout/4 s) to have stopped changing, so a busy primary that still writes it
+is never taken over: a short timeout costs no false takeovers. Takeover lands about
+10 + 2 x 3.3 s after the primary dies (bench/failover_bench.py measures it); Slurm's
+default of 120 s would leave a cluster without a controller for over two minutes."""
+
+
+class Lines(tuple[str, ...]):
+    """A slurm.conf key written once per value, on its own line (SlurmctldHost)."""
+
+
 @cache
 def environment() -> jinja2.Environment:
-    return make_environment(slurm_kv=slurm_kv, slurm_value=slurm_value, lua_string=lua_string)
+    env = make_environment(slurm_kv=slurm_kv, slurm_value=slurm_value, lua_string=lua_string)
+    env.tests["lines"] = lambda value: isinstance(value, Lines)
+    return env
 
 
 def slurm_value(value: Any) -> str:
@@ -77,9 +95,24 @@ def slurm_kv(items: Mapping[str, Any], sep: str = " ") -> str:
 
 
 def controller_name(spec: Cluster) -> str:
+    """The primary controller: slurmctld in control while it runs, slurmdbd and MariaDB."""
     if isinstance(spec.target, StaticTarget):
         return spec.target.controller.name
     return f"{spec.name}-controller"
+
+
+def service_shared_dir(spec: Cluster) -> str:
+    """The scheduler service's launch records and leader lock (service.leader): on the NAS,
+    beside Slurm's state, where every controller finds them."""
+    return f"{spec.storage.nas.mounts.slurm_state.rstrip('/')}/slurmforge-service"
+
+
+def controller_names(spec: Cluster) -> list[str]:
+    """Every slurmctld host in Slurm's order: the primary, then the backup (head.backup_controller)."""
+    if isinstance(spec.target, StaticTarget):
+        backup = spec.target.backup_controller
+        return [spec.target.controller.name, *([backup.name] if backup and spec.head.backup_controller else [])]
+    return [controller_name(spec), *([f"{spec.name}-controller-backup"] if spec.head.backup_controller else [])]
 
 
 def login_names(spec: Cluster) -> list[str]:
@@ -148,8 +181,11 @@ def _partition_nodes(spec: Cluster, part: Partition) -> str:
     return ",".join(pool_hostlist(spec, spec.pool(name)) for name in part.pools)
 
 
-def partition_fields(spec: Cluster, part: Partition) -> dict[str, Any]:
+def partition_fields(spec: Cluster, part: Partition,
+                     weights: Mapping[str, BillingWeights] | None = None) -> dict[str, Any]:
+    """One PartitionName line; `weights`: billing_weights(spec), when the caller has it."""
     pools = [spec.pool(name) for name in part.pools]
+    billing = (billing_weights(spec) if weights is None else weights).get(part.name)
     cloud = is_cloud(spec) and any(p.max_nodes > p.min_nodes or isinstance(spec.target, AwsTarget)
                                    for p in pools)
     return {
@@ -168,12 +204,22 @@ def partition_fields(spec: Cluster, part: Partition) -> dict[str, Any]:
         "MaxNodes": part.max_nodes,
         # the highest SuspendTime of a node's partitions wins (man slurm.conf)
         "SuspendTime": max(p.idle_seconds for p in pools) if cloud else None,
+        # a job's billing TRES = its cost per hour (slurmforge/billing.py)
+        "TRESBillingWeights": billing.text() if billing else None,
     }
 
 
 def _gres_types(spec: Cluster) -> list[str]:
     names = {hw.gres_name for hw in (pool_hardware(p) for p in spec.pools) if hw and hw.gres_name}
     return sorted(names)
+
+
+USAGE_RESET = {"day": "DAILY", "week": "WEEKLY", "month": "MONTHLY", "quarter": "QUARTERLY", "year": "YEARLY"}
+"""accounting.budget_period -> PriorityUsageResetPeriod."""
+
+
+def has_budgets(spec: Cluster) -> bool:
+    return spec.accounting.enabled and any(a.budget is not None for a in spec.accounting.accounts)
 
 
 def slurm_settings(spec: Cluster) -> dict[str, Any]:
@@ -184,7 +230,8 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
     static_nodes = [s.hostlist for p in spec.pools for s in node_sets(spec, p) if not s.dynamic]
     settings: dict[str, Any] = {
         "ClusterName": spec.name,
-        "SlurmctldHost": controller_name(spec),
+        "SlurmctldHost": Lines(controller_names(spec)),
+        "SlurmctldTimeout": SLURMCTLD_TIMEOUT if len(controller_names(spec)) > 1 else None,
         "SlurmUser": "slurm",
         "AuthType": "auth/munge",
         "StateSaveLocation": state_dir,
@@ -220,7 +267,17 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
             "PriorityDecayHalfLife": prio.decay_half_life,
             "PriorityCalcPeriod": prio.calc_period,
             "PriorityMaxAge": prio.max_age,
+            # budgets (GrpTRESMins) count usage since the period began (checks: decay 0); and
+            # without decay Slurm wants a reset period or refuses the config ("You have to
+            # either have PriorityDecayHalfLife != 0 or PriorityUsageResetPeriod set"): every
+            # budget_period then, budgets or not
+            "PriorityUsageResetPeriod": USAGE_RESET[spec.accounting.budget_period]
+            if has_budgets(spec) or parse_slurm_time(prio.decay_half_life) == 0 else None,
         }
+    if billing_weights(spec):
+        # billing = the largest weighted TRES, not their sum: a job pays for the share of
+        # a node it takes (slurmforge/billing.py)
+        settings["PriorityFlags"] = "MAX_TRES"
     if sched.preemption.type != "none":
         settings |= {
             "PreemptType": f"preempt/{sched.preemption.type}",
@@ -285,12 +342,13 @@ def needs_nodes_ready(spec: Cluster) -> bool:
 
 
 def slurm_conf_context(spec: Cluster, source: str) -> dict[str, Any]:
+    weights = billing_weights(spec)
     return {
         "source": source,
         "release": slurm_release(spec),
         "settings": slurm_settings(spec),
         "nodes": [line.fields() for line in node_lines(spec)],
-        "partitions": [partition_fields(spec, p) for p in spec.partitions],
+        "partitions": [partition_fields(spec, p, weights) for p in spec.partitions],
     }
 
 

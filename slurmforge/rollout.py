@@ -23,6 +23,9 @@ PLAYBOOKS = REPO / "playbooks"
 ROLES = REPO / "roles"
 CEPH_PLAYBOOK, CLUSTER_PLAYBOOK = "ceph.yml", "cluster.yml"
 """site.yml imports both, one after the other; roll_out runs them at the same time."""
+ACCOUNTING_REPORT_TASK = "Accounting - what changed, what was kept, what waits"
+"""roles/slurmdbd/tasks/accounts.yml's task that lists, one loop item each, what the
+accounting pass changed in slurmdbd; the CLI repeats those lines after the rollout."""
 DIGEST_FILE = "/etc/slurmforge/rollout.digest"
 """Each host's rollout mark (playbooks/rollout_mark.yml): removed before a rollout changes
 the host, this rollout's digest once every play succeeded there."""
@@ -50,6 +53,8 @@ class RolloutResult:
     """Hosts left out because their last rollout was this exact one."""
     plays: dict[str, float] = field(default_factory=dict)
     """Seconds per play, by play name (e.g. the Ceph bring-up within the rollout)."""
+    accounting: list[str] = field(default_factory=list)
+    """What the accounting passes changed in slurmdbd, kept, or left waiting (one line each)."""
 
     @property
     def total_changed(self) -> int:
@@ -264,6 +269,8 @@ def _apply(event: dict[str, Any], progress: Progress, result: RolloutResult) -> 
         res = data.get("res", {})
         result.failures.append((data.get("host", "?"), data.get("task", "?"),
                                 "unreachable: " + _failure_message(res)))
+    elif kind == "runner_item_on_ok" and data.get("task") == ACCOUNTING_REPORT_TASK:
+        result.accounting.append(str(data.get("res", {}).get("msg", "")))
     elif kind == "playbook_on_stats":
         result.changed = {h: int(n) for h, n in (data.get("changed") or {}).items()}
 

@@ -18,7 +18,7 @@ from slurmforge import aws_inventory as out
 from slurmforge.distro import distro
 from slurmforge.errors import Problem, SpecError
 from slurmforge.nodes import pool_hostlist
-from slurmforge.render import controller_name, login_names
+from slurmforge.render import controller_name, controller_names, login_names
 from slurmforge.spec.models import AwsTarget, Cluster
 from stacks.ceph import CephStorage, CephStorageArgs
 from stacks.cluster_secrets import Secrets, SecretsArgs
@@ -39,12 +39,6 @@ def aws_target(spec: Cluster) -> AwsTarget:
                                  "use target kind: aws (local and static targets need no stack)",
                                  spec.target.kind)])
     return spec.target
-
-
-def controller_names(spec: Cluster) -> list[str]:
-    """The controller, then the backup controller (in another zone) when asked for."""
-    main = controller_name(spec)
-    return [main, f"{main}-backup"] if spec.head.backup_controller else [main]
 
 
 def nas_paths(spec: Cluster) -> dict[str, str]:

@@ -5,7 +5,11 @@
   pending one; which of the cluster's machines stopped meanwhile, what the scheduler
   service logged, whether it said it was holding back, how the jobs ended in sacct;
 - a dead node machine: its container killed under a running 2-node `--requeue` job; how
-  long the job stays RUNNING.
+  long the job stays RUNNING;
+- a dead primary controller (issue 13): its container killed under a running job array;
+  how long until the backup takes submissions, how long until the primary is back in
+  control once its container starts again, where the scheduler service led, and whether
+  every job (the array's tasks and one submitted to the backup) is COMPLETED in sacct.
 
 Each restores what it changed (slurmctld started, jobs cancelled, the container started and
 back in service) even when it fails half-way. Used by tests/integration/test_never_down.py
@@ -17,14 +21,17 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
-from slurmforge.errors import ProvisionError
+from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.hostlists import compress
 from slurmforge.local.live import IN_SERVICE, LiveCluster, wait_until
 from slurmforge.providers.base import Host, HostRole
 from slurmforge.spec import Cluster
+
+T = TypeVar("T")
 
 SERVICE_UNIT = "slurmforge-service"
 TERMINATION = re.compile(r"\bterminat(?:e|ing)\b")
@@ -93,7 +100,7 @@ class DeadNode:
 
 
 def controller_outage(live: LiveCluster, seconds: float, where: JobNodes) -> Outage:
-    """slurmctld stopped for `seconds` under a running 2-node job and a pending job (eligible
+    """Every slurmctld stopped for `seconds` under a running 2-node job and a pending job (eligible
     halfway through the outage); then both are awaited to COMPLETED in sacct."""
     # a node Slurm is powering down now would stop during the outage for a reason of its own
     wait_until(lambda: not live.nodes_in_transition(), 180, "no node powering up or down", every=2)
@@ -116,7 +123,10 @@ def _outage(live: LiveCluster, seconds: float, jobs: list[str]) -> Outage:
     since = live.root("date '+%Y-%m-%d %H:%M:%S'").strip()
     stopped: set[str] = set()
     holding = False
-    live.root("systemctl stop slurmctld")
+    # every slurmctld: with a backup controller, stopping the primary alone is a failover
+    # (controller_failover), not an outage; the backup first, so it never takes over
+    for host in (*live.backups, live.controller):
+        live.on(host, "systemctl stop slurmctld")
     started = time.monotonic()
     try:
         while time.monotonic() - started < seconds:
@@ -125,7 +135,8 @@ def _outage(live: LiveCluster, seconds: float, jobs: list[str]) -> Outage:
             holding = holding or live.is_holding()
         log = live.root(f"journalctl -u {SERVICE_UNIT} --no-pager -q --since '{since}'")
     finally:
-        live.root("systemctl start slurmctld")
+        for host in (live.controller, *live.backups):
+            live.on(host, "systemctl start slurmctld")
     took = time.monotonic() - started
     wait_until(live.controller_up, 60, "slurmctld back")
     with contextlib.suppress(ProvisionError):  # the states say which did not
@@ -154,3 +165,126 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180) -> DeadNod
         live.podman.run(["start", where.victim], check=False)
     wait_until(lambda: live.slurm_state(where.victim) in IN_SERVICE, 180, f"{where.victim} back in service", every=2)
     return DeadNode(job, seconds, after)
+
+
+@dataclass(frozen=True)
+class Failover:
+    """One failover cycle: `takeover` (s) from the primary's container killed to the backup
+    accepting a submission, `handback` (s) from the primary's container started to its
+    slurmctld in control again, every job of the cycle (array tasks, the job submitted to
+    the backup) -> its sacct state, and where the scheduler service took the lead
+    (`led`: the backup while the primary was gone, the primary again afterwards)."""
+
+    takeover: float
+    handback: float
+    jobs: dict[str, str]
+    led: tuple[bool, bool]
+
+    @property
+    def lost(self) -> int:
+        return sum(1 for state in self.jobs.values() if state != "COMPLETED")
+
+
+def target(cluster: str | None, partition: str | None) -> tuple[Cluster, JobNodes, LiveCluster]:
+    """The local cluster named `cluster` (default: the only one), where its 2-node jobs run
+    and its live view, for a bench run as root on the host. SlurmforgeError otherwise."""
+    from slurmforge.local.host import require_root
+    from slurmforge.local.manage import find_cluster
+
+    require_root()
+    spec, hosts = find_cluster(cluster)
+    return spec, JobNodes.of(spec, hosts, partition), LiveCluster.of(spec, hosts)
+
+
+def repeat(runs: int, once: Callable[[], T], row: Callable[[T], str]) -> list[T | str]:
+    """`once` run `runs` times, a row printed for each (the run's number, then `row` of its
+    result, or why it failed); every result, or the failure's message."""
+    results: list[T | str] = []
+    for run in range(1, runs + 1):
+        try:
+            result = once()
+        except SlurmforgeError as exc:
+            print(f"{run:>5} failed: {exc}", flush=True)
+            results.append(str(exc))
+            continue
+        results.append(result)
+        print(f"{run:>5} {row(result)}", flush=True)
+    return results
+
+
+def ping(live: LiveCluster, node: str) -> dict[str, bool]:
+    """`scontrol ping --json` from `node`: every controller -> whether it answers."""
+    import json
+
+    out = live.on(node, "scontrol ping --json || true")
+    return {p["hostname"]: bool(p["responding"]) for p in json.loads(out)["pings"]}
+
+
+def controller_failover(live: LiveCluster, backup: str, where: JobNodes, tasks: int = 4,
+                        task_seconds: int = 20, limit: float = 120) -> Failover:
+    """The primary controller's container killed (SIGKILL) under a running job array, a job
+    submitted while the backup is in control, the primary's container started again; then
+    every job is awaited in sacct. The primary's container runs again, in control, afterwards,
+    whatever happens."""
+    array = live.submit(f"-p {where.partition} -w {where.nodes} --array=1-{tasks} -o fo-%A_%a.out "
+                        f"--wrap 'sleep {task_seconds}'")
+    jobs = [array]
+    try:
+        wait_until(lambda: "RUNNING" in live.root(f"squeue -h -j {array} -o %T"), 60, f"array {array} running")
+        # slurmctld saves job state a few seconds after a change; a SIGKILL before that loses
+        # what it had not written (Slurm's own limit): kill once the running tasks are on disk
+        state = live.root("scontrol show config | sed -n 's/^StateSaveLocation *= *//p'").strip() + "/job_state"
+        running_at = float(live.root("date +%s.%N"))
+        wait_until(lambda: float(live.root(f"stat -c %.9Y {state}")) > running_at, 30, "the array's state saved")
+        since = live.on(backup, "date '+%Y-%m-%d %H:%M:%S'").strip()
+        live.podman.run(["kill", "-s", "KILL", live.controller])
+        killed = time.monotonic()
+        submitted = wait_until(lambda: _try_submit(live, f"-p {where.partition} -o fo-%j.out --wrap hostname"),
+                               limit, "the backup to take a submission", every=0.5)
+        takeover = time.monotonic() - killed
+        jobs.append(submitted)
+        wait_until(lambda: not live.on(live.login, f"squeue -h -j {','.join(jobs)} -o %i || true").strip(),
+                   task_seconds + limit, "every job done while the backup is in control", every=1)
+        backup_log = live.on(backup, f"journalctl -u {SERVICE_UNIT} --no-pager -q --since '{since}'")
+    except BaseException:
+        # whatever failed, the cluster is left as found: the primary running and in control
+        live.podman.run(["start", live.controller], check=False)
+        with contextlib.suppress(ProvisionError):
+            wait_until(lambda: _primary_in_control(live, backup), limit, "the primary back in control", every=0.5)
+        raise
+    live.podman.run(["start", live.controller], check=False)
+    started = time.monotonic()
+    wait_until(lambda: _primary_in_control(live, backup), limit, "the primary back in control", every=0.5)
+    handback = time.monotonic() - started
+    with contextlib.suppress(ProvisionError):  # the states say which did not
+        wait_until(lambda: _all_completed(live, jobs, tasks), limit, "every job COMPLETED in sacct", every=2)
+    primary_leads = wait_until(lambda: "taking the lead" in live.root(
+        f"journalctl -u {SERVICE_UNIT} --no-pager -q -b"), 60, "the primary's service leading", every=1)
+    return Failover(takeover, handback, _states(live, jobs), ("taking the lead" in backup_log, bool(primary_leads)))
+
+
+def _try_submit(live: LiveCluster, args: str) -> str:
+    """A job id, or "" while no controller takes submissions."""
+    try:
+        return live.submit(args)
+    except ProvisionError:
+        return ""
+
+
+def _primary_in_control(live: LiveCluster, backup: str) -> bool:
+    try:
+        answers = ping(live, backup)
+    except (ProvisionError, ValueError, KeyError):
+        return False
+    return bool(answers.get(live.controller)) and "is UP" in live.root("scontrol ping || true")
+
+
+def _states(live: LiveCluster, jobs: Sequence[str]) -> dict[str, str]:
+    """Every job and array task -> its sacct state."""
+    out = live.on(live.login, f"sacct -n -X -P -j {','.join(jobs)} -o JobID,State || true")
+    return dict(line.strip().split("|", 1) for line in out.splitlines() if "|" in line)
+
+
+def _all_completed(live: LiveCluster, jobs: Sequence[str], tasks: int) -> bool:
+    states = _states(live, jobs)
+    return len(states) >= tasks + len(jobs) - 1 and set(states.values()) == {"COMPLETED"}

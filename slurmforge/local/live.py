@@ -17,7 +17,7 @@ from slurmforge.local.podman import Podman
 from slurmforge.monitoring import SERVICE_PORT, controller_address
 from slurmforge.providers.base import Host, HostRole
 from slurmforge.providers.local import LABEL
-from slurmforge.render import controller_name
+from slurmforge.render import controller_names
 from slurmforge.spec import Cluster
 
 T = TypeVar("T")
@@ -49,6 +49,8 @@ class LiveCluster:
     address: str
     """The controller's address (the scheduler service listens there)."""
     podman: Podman = field(default_factory=Podman)
+    backups: tuple[str, ...] = ()
+    """The backup controllers (head.backup_controller), in Slurm's order."""
 
     @classmethod
     def of(cls, spec: Cluster, hosts: Sequence[Host], user: str | None = None,
@@ -56,12 +58,17 @@ class LiveCluster:
         """The cluster of an inventory (`read_inventory`, `find_cluster`); jobs by `user`,
         else the spec's first user."""
         login = next(h.name for h in hosts if h.role is HostRole.LOGIN)
-        return cls(spec.name, controller_name(spec), login, user or spec.users[0].name, controller_address(hosts),
-                   podman or Podman())
+        primary, *backups = controller_names(spec)
+        return cls(spec.name, primary, login, user or spec.users[0].name, controller_address(hosts),
+                   podman or Podman(), tuple(backups))
 
     def root(self, command: str, timeout: float = 60) -> str:
         """`command` (bash) as root in the controller; its output. ProvisionError when it fails."""
         return self.podman.exec(self.controller, ["bash", "-lc", command], timeout=timeout).stdout
+
+    def on(self, node: str, command: str, timeout: float = 60) -> str:
+        """`command` (bash) as root on `node`; its output. ProvisionError when it fails."""
+        return self.podman.exec(node, ["bash", "-lc", command], timeout=timeout).stdout
 
     def submit(self, args: str) -> str:
         """`sbatch --parsable ARGS` as the user on the login node; the job id."""
@@ -87,7 +94,8 @@ class LiveCluster:
         return sorted({row[0] for row in rows if len(row) == 2 and row[1].endswith(("#", "%", "!"))})
 
     def controller_up(self) -> bool:
-        return "is UP" in self.root("scontrol ping || true")
+        """The primary's slurmctld answers (with a backup, `scontrol ping` names both)."""
+        return f"at {self.controller} is UP" in self.root("scontrol ping || true")
 
     def running_containers(self) -> set[str]:
         """The cluster's containers (podman label slurmforge.cluster) that run now."""

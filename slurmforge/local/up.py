@@ -25,7 +25,7 @@ from slurmforge.local.image import NAMESPACE, ensure_images, slurm_version
 from slurmforge.local.podman import Podman
 from slurmforge.providers.base import Host, HostRole, InstanceState
 from slurmforge.providers.local import LABEL, LocalProvider
-from slurmforge.render import controller_name, state_save_location
+from slurmforge.render import controller_name, controller_names, state_save_location
 from slurmforge.rollout import (
     DIGEST_FILE,
     EventSink,
@@ -114,7 +114,8 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
     with ui.phase("power down dynamic nodes"):
         _rest(podman, provider, spec, hosts)
     with ui.phase("scheduler service"):
-        podman.exec(controller_name(spec), ["systemctl", "start", SERVICE_UNIT], timeout=60)
+        for controller in controller_names(spec):  # the one beside the slurmctld in control leads
+            podman.exec(controller, ["systemctl", "start", SERVICE_UNIT], timeout=60)
     if validate is not None:
         with ui.phase("validate the live cluster (testinfra)"):
             validate(report.inventory)
@@ -176,9 +177,10 @@ def _powered_down_nodes(provider: LocalProvider) -> set[str]:
 def _pause_service(podman: Podman, spec: Cluster) -> None:
     """The scheduler service stops machines Slurm sees as powered down: it pauses while
     `up` boots those nodes for the rollout, and starts again once they rest."""
-    info = podman.container(controller_name(spec))
-    if info is not None and info.is_running:
-        podman.exec(controller_name(spec), ["systemctl", "stop", SERVICE_UNIT], check=False, timeout=60)
+    for controller in controller_names(spec):
+        info = podman.container(controller)
+        if info is not None and info.is_running:
+            podman.exec(controller, ["systemctl", "stop", SERVICE_UNIT], check=False, timeout=60)
 
 
 def _settle(podman: Podman, spec: Cluster, timeout: float = 45) -> None:

@@ -11,8 +11,8 @@
   A RequestLimitExceeded that happens anyway backs off exponentially with jitter.
 - Partial fleets are handled per node: nodes without an instance get the fleet's error
   code (InsufficientInstanceCapacity, ...) and the service tries the next link for them.
-- Tags: cluster, pool, link, token, jobs and users on the fleet's instances at launch;
-  each instance's node (and its job and user) by CreateTags right after, from a
+- Tags: cluster, pool, link, token, jobs, users and accounts on the fleet's instances at
+  launch; each instance's node (and its job, user and account) by CreateTags right after, from a
   background queue so a large launch is not held up by the tagging rate.
 - Spot interruption warnings arrive through EventBridge on an SQS queue (stack output).
 """
@@ -34,6 +34,7 @@ from typing import Any, cast
 
 from slurmforge.errors import Problem, ProvisionError, SpecError
 from slurmforge.providers.base import (
+    TAG_ACCOUNT,
     TAG_CLUSTER,
     TAG_JOB,
     TAG_LINK,
@@ -308,12 +309,15 @@ class AwsProvider(Provider):
     def fleet_tags(self, request: LaunchRequest, nodes: Sequence[str]) -> dict[str, str]:
         jobs = sorted({request.node_jobs[n] for n in nodes if n in request.node_jobs} or set(request.jobs))
         users = sorted({request.job_users[j] for j in jobs if j in request.job_users})
+        accounts = sorted({request.job_accounts[j] for j in jobs if j in request.job_accounts})
         tags = {TAG_CLUSTER: self.spec.name, TAG_POOL: request.pool, TAG_LINK: request.capacity_pool,
                 TAG_TOKEN: request.token}
         if jobs:
             tags[TAG_JOB] = _fit(",".join(str(j) for j in jobs))
         if users:
             tags[TAG_USER] = _fit(",".join(users))
+        if accounts:
+            tags[TAG_ACCOUNT] = _fit(",".join(accounts))
         return tags
 
     def zones(self, pool: Pool) -> list[str]:
@@ -341,6 +345,8 @@ class AwsProvider(Provider):
             tags[TAG_JOB] = str(job)
             if job in request.job_users:
                 tags[TAG_USER] = request.job_users[job]
+            if job in request.job_accounts:
+                tags[TAG_ACCOUNT] = request.job_accounts[job]
         return tags
 
     # ------------------------------------------------------------------ node tags

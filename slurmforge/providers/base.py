@@ -19,6 +19,7 @@ TAG_LINK = "slurmforge:link"
 TAG_NODE = "slurmforge:node"
 TAG_JOB = "slurmforge:job"
 TAG_USER = "slurmforge:user"
+TAG_ACCOUNT = "slurmforge:account"
 TAG_TOKEN = "slurmforge:token"
 """Instance tags (or labels) a provider sets on pool machines; the token tag marks a
 machine as launched by the scheduler service even before its node tag is visible."""
@@ -87,6 +88,8 @@ class LaunchRequest:
     """node -> the job it starts for (from SLURM_RESUME_FILE), for tags."""
     job_users: dict[int, str] = field(default_factory=dict)
     """job -> the user who submitted it, for tags."""
+    job_accounts: dict[int, str] = field(default_factory=dict)
+    """job -> the Slurm account it runs under, for tags (cost allocation)."""
 
     @property
     def capacity_pool(self) -> str:

@@ -42,7 +42,7 @@ from slurmforge.providers.base import (
     LaunchResult,
     Provider,
 )
-from slurmforge.render import controller_name, login_names
+from slurmforge.render import controller_name, controller_names, login_names
 from slurmforge.secrets import SSH_KEY
 from slurmforge.spec import Cluster
 from slurmforge.spec.models import LocalTarget
@@ -56,6 +56,10 @@ INIT = "exec unshare --time --boottime -$(cut -d. -f1 /proc/uptime) /sbin/init"
 FIRST_HOST_OFFSET = 10
 API_LABEL = "slurmforge.podman-api"
 DB_LABEL = "slurmforge.mariadb"
+HOSTS_LABEL = "slurmforge.hosts-file"
+"""On Slurm hosts /etc/hosts is the node's own file, written by the rollout (roles/common) as on
+every target: podman's file (--add-host) is fixed when a container is created, so a host added
+later (a backup controller, a grown pool) stayed unknown to the nodes that existed before."""
 MARIADB_DATADIR = "/var/lib/mysql"
 FAIL_POOLS_FILE = "/var/lib/slurmforge/service/fail-pools"
 
@@ -95,9 +99,11 @@ class LocalProvider(Provider):
         """A Ceph host's /var/lib/ceph on this machine."""
         return self.root / "ceph" / name
 
-    def db_dir(self) -> Path | None:
-        """The controller's MariaDB data directory on this machine (local database only)."""
-        return self.root / "mariadb" if self.spec.accounting.database.kind == "local" else None
+    def db_dir(self, host: str) -> Path | None:
+        """The MariaDB data directory on this machine of `host`: the primary controller's with a
+        local database, None for every other host."""
+        local = self.spec.accounting.enabled and self.spec.accounting.database.kind == "local"
+        return self.root / "mariadb" if local and host == controller_name(self.spec) else None
 
     def ceph_names(self) -> list[str]:
         ceph = self.spec.storage.ceph
@@ -108,7 +114,7 @@ class LocalProvider(Provider):
         (they start first, so CephFS clients find their monitors at boot)."""
         wanted: list[tuple[str, HostRole, str | None, bool]] = [(n, HostRole.CEPH, None, False)
                                                                  for n in self.ceph_names()]
-        wanted += [(controller_name(self.spec), HostRole.CONTROLLER, None, False)]
+        wanted += [(name, HostRole.CONTROLLER, None, False) for name in controller_names(self.spec)]
         wanted += [(name, HostRole.LOGIN, None, False) for name in login_names(self.spec)]
         for pool in self.spec.pools:
             for nodeset in node_sets(self.spec, pool):
@@ -189,7 +195,7 @@ class LocalProvider(Provider):
         os.chmod(self.nas_dir, 0o755)
         for name in self.ceph_names():
             self.ceph_data(name).mkdir(parents=True, exist_ok=True)
-        if (db := self.db_dir()) is not None:
+        if (db := self.db_dir(controller_name(self.spec))) is not None:
             db.mkdir(parents=True, exist_ok=True)
 
     def _ensure_container(self, host: Host, hosts: list[Host], info: ContainerInfo | None,
@@ -200,8 +206,8 @@ class LocalProvider(Provider):
             stale = (info.image != self.image or info.labels.get("slurmforge.address") != host.address
                      or info.labels.get("slurmforge.mac") != mac_address(host.address)
                      or (host.role is HostRole.CONTROLLER and API_LABEL not in info.labels)
-                     or (host.role is HostRole.CONTROLLER
-                         and info.labels.get(DB_LABEL, "") != str(self.db_dir() or "")))
+                     or info.labels.get(DB_LABEL, "") != str(self.db_dir(host.name) or "")
+                     or (host.role is not HostRole.CEPH and HOSTS_LABEL not in info.labels))
             if stale or info.is_dead:
                 log.info("recreating %s (%s)", host.name, "stale" if stale else "dead process")
                 self.podman.remove_container(host.name)
@@ -234,17 +240,17 @@ class LocalProvider(Provider):
                 "--label", f"slurmforge.address={host.address}"]
         if host.pool:
             args += ["--label", f"slurmforge.pool={host.pool}", "--label", f"slurmforge.dynamic={host.dynamic}"]
-        for other in hosts:
-            args += ["--add-host", f"{other.name}:{other.address}"]
-        if host.role is HostRole.CEPH:
+        if host.role is HostRole.CEPH:  # not rolled out by cluster.yml: podman's /etc/hosts
+            args += [arg for other in hosts for arg in ("--add-host", f"{other.name}:{other.address}")]
             args += ["-v", f"{self.ceph_data(host.name)}:/var/lib/ceph"]
         else:
+            args += ["--no-hosts", "--label", f"{HOSTS_LABEL}=rollout"]
             for source, target in self.nas_binds():
                 args += ["-v", f"{source}:{target}"]
         if host.role is HostRole.CONTROLLER:
             # the scheduler service starts and stops pool containers through the host's API
             args += ["--label", f"{API_LABEL}={API_SOCKET}", "-v", f"{API_SOCKET_DIR}:{API_SOCKET_DIR}"]
-            if (db := self.db_dir()) is not None:  # accounting outlives the container (new image, dead process)
+            if (db := self.db_dir(host.name)) is not None:  # accounting outlives the container (new image, restore)
                 args += ["--label", f"{DB_LABEL}={db}", "-v", f"{db}:{MARIADB_DATADIR}"]
         # the rollout's public key: sshd lets Ansible in as root, as on a real server
         args += ["-v", f"{self.root / 'secrets' / SSH_KEY}.pub:/root/.ssh/authorized_keys:ro"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
+from slurmforge.cost import SACCT_ENV, sacct_argv
 from slurmforge.errors import SlurmforgeError
 from slurmforge.monitoring import NODE_EXPORTER_PORT
 from slurmforge.providers.base import Instance, Provider
@@ -27,9 +28,11 @@ from slurmforge.service import handoff
 from slurmforge.service.actions import Action
 from slurmforge.service.classify import Context, Tunables, World, classify, plan_launches
 from slurmforge.service.executor import ActReport, Executor
-from slurmforge.service.guard import VIEW_REASONS, Decision, Doubt, Guard, HoldReason
+from slurmforge.service.guard import VIEW_REASONS, Decision, Doubt, Guard, Hold, HoldReason
+from slurmforge.service.leader import Leadership
 from slurmforge.service.slurm import Job, NodeState, SlurmClient, jobs_by_node
 from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot, cooling_links
+from slurmforge.service.spend import SPEND_INTERVAL, SpendTracker
 from slurmforge.service.state import Event, InterruptionRecord, Store
 from slurmforge.service.targets import dynamic_targets, write_targets
 from slurmforge.service.topology import Topology, topology
@@ -56,6 +59,10 @@ class DaemonConfig:
     targets_file: Path | None = None
     """Prometheus file_sd of the dynamic nodes' exporters, rewritten every loop (None: off)."""
     exporter_port: int = NODE_EXPORTER_PORT
+    spend_interval: float = SPEND_INTERVAL
+    """How often the pool page's spend this month is read from sacct."""
+    spend_in_background: bool = True
+    """Read it in a thread of its own (tests: in the loop)."""
 
 
 @dataclass(frozen=True)
@@ -69,13 +76,16 @@ class LoopReport:
     error: str = ""
     held: int = 0
     """Actions the guard held back (service.guard)."""
+    standby: str = ""
+    """Why this service did not act: the other controller's service leads (service.leader)."""
 
 
 class Daemon:
     def __init__(self, config: DaemonConfig, slurm: SlurmClient, provider: Provider, store: Store,
-                 load_spec: Callable[[Path], Cluster], clock: Callable[[], float] = time.time) -> None:
+                 load_spec: Callable[[Path], Cluster], clock: Callable[[], float] = time.time,
+                 leadership: Leadership | None = None) -> None:
         self.config, self.slurm, self.provider, self.store = config, slurm, provider, store
-        self.load_spec, self.clock = load_spec, clock
+        self.load_spec, self.clock, self.leadership = load_spec, clock, leadership
         self.executor = Executor(slurm, provider, store, clock)
         self.spec: Cluster | None = None
         self.topology: Topology | None = None
@@ -84,9 +94,12 @@ class Daemon:
         self.guard = Guard()
         self.decision = Decision([])
         self._job_users: dict[int, str] = {}
+        self._job_accounts: dict[int, str] = {}
         self._jobs: list[Job] = []
         self._nodes: list[NodeState] = []
         """Slurm's nodes as last read: what the pool page shows while Slurm does not answer."""
+        self.spend = SpendTracker(lambda period, now: slurm.sacct(sacct_argv(period, now), SACCT_ENV).splitlines(),
+                                  config.spend_interval, config.spend_in_background)
 
     # ------------------------------------------------------------------ the loop
 
@@ -110,6 +123,9 @@ class Daemon:
         topo = self.read_spec()
         if topo is None:
             return LoopReport(started, self.clock() - started, error="no valid spec yet")
+        standing = self.leadership.check() if self.leadership is not None else None
+        if standing is not None and not standing.acting:
+            return self.stand_by(topo, started, standing.why, standing.reason)
         self.take_handoffs()
         self.take_interruptions()
         world, doubts = self.observe(topo)
@@ -121,6 +137,17 @@ class Daemon:
         self.publish(world, seconds, trusted=not doubts)
         return LoopReport(started, seconds, len(decision.run), len(act.launched), len(act.failed), passes,
                           held=decision.held)
+
+    def stand_by(self, topo: Topology, started: float, why: str,
+                 reason: HoldReason = HoldReason.STANDBY) -> LoopReport:
+        """Not the leader: touch nothing (not the cloud, not Slurm, not the shared store);
+        the page says who leads."""
+        now = self.clock()
+        if self.last is None or self.last.standby != why:
+            log.info("%s", why)
+        hold = Hold(reason, why, now)
+        self.snapshot = build_snapshot(topo, [], {}, [], now, now - started, holds=[hold])
+        return LoopReport(started, now - started, standby=why)
 
     def wait(self, stop: threading.Event) -> None:
         """Until the next loop is due, or at once when a hand-off arrives."""
@@ -176,6 +203,7 @@ class Daemon:
             self._nodes = nodes
         if jobs is not None:
             self._jobs, self._job_users = jobs, {j.id: j.user for j in jobs}
+            self._job_accounts = {j.id: j.account for j in jobs if j.account}
         world = World(nodes=nodes or [], instances=instances or [], state=self.store.snapshot(), topology=topo,
                       now=self.clock(), jobs=jobs_by_node(jobs or []), tunables=self.config.tunables)
         doubts += self.guard.doubts(world, nodes is not None and jobs is not None, instances is not None)
@@ -195,7 +223,7 @@ class Daemon:
 
     def act(self, world: World, actions: Sequence[Action]) -> ActReport:
         return self.executor.execute(actions, world.topology, world.instances, self._job_users,
-                                     world.state.node_jobs)
+                                     world.state.node_jobs, self._job_accounts)
 
     def fall_back(self, world: World, report: ActReport) -> int:
         """Nodes whose link just failed go to the next link now, not in 10 s; when the
@@ -206,8 +234,10 @@ class Daemon:
             passes += 1
             retry = replace(world, state=self.store.snapshot(), now=self.clock())
             actions = plan_launches(Context(retry), sorted(failed))
+            # the nodes' jobs as the loop began: the first launch closed their hand-off requests
+            node_jobs = {**world.state.node_jobs, **retry.state.node_jobs}
             again = self.executor.execute(actions, world.topology, world.instances, self._job_users,
-                                          retry.state.node_jobs)
+                                          node_jobs, self._job_accounts)
             failed = dict(again.failed)
             launched.update(again.launched)
         report.launched.update(launched)
@@ -221,10 +251,12 @@ class Daemon:
         cooldowns = self.store.cooldowns()
         topo, nodes = world.topology, self._nodes
         cooling = {name: len(cooling_links(pool.chain, cooldowns, now)) for name, pool in topo.pools.items()}
+        spend = self.spend.update(self.spec, now) if self.spec is not None else None
         self.snapshot = build_snapshot(topo, nodes, cooldowns, self.store.events(since=now - 3600), now,
                                        seconds, counters=self.store.counters(),
                                        gauges=usage_rows(topo, nodes, self._jobs, now, cooling),
-                                       holds=self.decision.holds, unconfirmed=self.decision.unconfirmed)
+                                       holds=self.decision.holds, unconfirmed=self.decision.unconfirmed,
+                                       jobs=self._jobs, spend=spend)
         if self.config.targets_file is not None and trusted:
             write_targets(self.config.targets_file, dynamic_targets(topo, nodes, self.config.exporter_port))
 

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmforge.errors import SlurmCommandError
+from slurmforge.hostlists import compress
 from slurmforge.providers.base import THROTTLED, Instance, InstanceState, LaunchRequest, LaunchResult, Provider
 from slurmforge.service import actions as a
+from slurmforge.service import when
 from slurmforge.service.slurm import SlurmClient
 from slurmforge.service.state import Binding, Cooldown, Event, LaunchRecord, Store
 from slurmforge.service.topology import Topology
@@ -52,8 +54,10 @@ class Executor:
         self.slurm, self.provider, self.store, self.clock = slurm, provider, store, clock
 
     def execute(self, actions: Sequence[a.Action], topology: Topology, instances: Sequence[Instance] = (),
-                job_users: Mapping[int, str] | None = None, node_jobs: Mapping[str, int] | None = None) -> ActReport:
-        run = _Run(self, topology, {i.id: i for i in instances}, job_users or {}, node_jobs or {})
+                job_users: Mapping[int, str] | None = None, node_jobs: Mapping[str, int] | None = None,
+                job_accounts: Mapping[int, str] | None = None) -> ActReport:
+        """job_users, job_accounts: who submitted each job and under which account (tags)."""
+        run = _Run(self, topology, {i.id: i for i in instances}, job_users or {}, node_jobs or {}, job_accounts or {})
         for phase in PHASES:
             batch = [x for x in actions if isinstance(x, phase)]
             if batch:
@@ -65,9 +69,9 @@ class _Run:
     """One execute() call: the handlers per action type."""
 
     def __init__(self, ex: Executor, topology: Topology, instances: dict[str, Instance],
-                 job_users: Mapping[int, str], node_jobs: Mapping[str, int]) -> None:
+                 job_users: Mapping[int, str], node_jobs: Mapping[str, int], job_accounts: Mapping[int, str]) -> None:
         self.ex, self.store, self.topology, self.instances = ex, ex.store, topology, instances
-        self.job_users, self.node_jobs = job_users, node_jobs
+        self.job_users, self.node_jobs, self.job_accounts = job_users, node_jobs, job_accounts
         self.report = ActReport()
         self.now = ex.clock()
 
@@ -196,9 +200,11 @@ class _Run:
     def launch_one(self, x: a.Launch) -> None:
         self.store.begin_launch(LaunchRecord(x.token, x.pool, x.link, x.nodes, x.jobs, self.now))
         node_jobs = {n: self.node_jobs[n] for n in x.nodes if n in self.node_jobs}
-        users = {j: self.job_users[j] for j in x.jobs if j in self.job_users}
+        jobs = set(x.jobs) | set(node_jobs.values())
+        users = {j: self.job_users[j] for j in jobs if j in self.job_users}
+        accounts = {j: self.job_accounts[j] for j in jobs if j in self.job_accounts}
         request = LaunchRequest(pool=x.pool, nodes=x.nodes, token=x.token, jobs=x.jobs, link=x.link,
-                                node_jobs=node_jobs, job_users=users)
+                                node_jobs=node_jobs, job_users=users, job_accounts=accounts)
         try:
             result = self.ex.provider.start(request)
         except Exception:
@@ -216,7 +222,10 @@ class _Run:
         if result.launched:
             self.store.count("slurmforge_launched_nodes_total", {"pool": x.pool, "link": x.link},
                              len(result.launched))
-            self.event("launch", x.pool, x.link, len(result.launched), f"token {x.token}")
+            ids = set(x.jobs) | {self.node_jobs[n] for n in result.launched if n in self.node_jobs}
+            jobs = ", ".join(str(j) for j in sorted(ids))
+            self.event("launch", x.pool, x.link, len(result.launched),
+                       compress(result.launched) + (f" for job {jobs}" if jobs else ""))
         failed = {n: code for n, code in result.failed.items() if code != THROTTLED}
         for code, nodes in _group(failed).items():
             self.store.count("slurmforge_launch_failures_total", {"pool": x.pool, "link": x.link, "code": code},
@@ -224,7 +233,8 @@ class _Run:
             self.event("launch-failed", x.pool, x.link, len(nodes), code)
         if failed:
             cooldown = self.store.cool_down(x.link, sorted(set(failed.values()))[0], self.now)
-            self.event("cooldown", x.pool, x.link, 0, f"until {cooldown.until:.0f} ({cooldown.last_error})")
+            self.event("cooldown", x.pool, x.link, 0, f"{cooldown.last_error}: not tried again for "
+                       f"{when.duration(cooldown.until - self.now)}, until {when.clock(cooldown.until)}")
             self.report.failed.update(failed)
         elif result.launched:
             self.store.link_succeeded(x.link)

@@ -48,6 +48,8 @@ class HoldReason(StrEnum):
     """More confirmed repairs than a loop may run."""
     RELEASE_RATE = "release-rate"
     """More released machines than a loop may terminate: the rest wait for the next loop."""
+    STANDBY = "standby"
+    """The other controller's service leads (service.leader): this one does nothing."""
 
 
 VIEW_REASONS = frozenset({HoldReason.SLURM_VIEW, HoldReason.SLURM_PARTIAL, HoldReason.CLOUD_VIEW,

@@ -16,6 +16,7 @@ import importlib
 import json
 import logging
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -25,8 +26,10 @@ from typing import Any, cast
 from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.monitoring import SERVICE_PORT
 from slurmforge.providers.base import Provider
+from slurmforge.render import controller_names
 from slurmforge.service import handoff, web
 from slurmforge.service.daemon import LOOP_INTERVAL, Daemon, DaemonConfig
+from slurmforge.service.leader import Leadership
 from slurmforge.service.slurm import SlurmClient
 from slurmforge.service.state import Store
 from slurmforge.spec.models import Cluster
@@ -59,7 +62,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="slurmforge-service", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, required=True, help="the cluster spec (re-read every loop)")
     parser.add_argument("--provider-config", type=Path, help="JSON options for the provider")
-    parser.add_argument("--state-dir", type=Path, default=STATE_DIR)
+    parser.add_argument("--state-dir", type=Path, default=STATE_DIR, help="this host's own files (heartbeat)")
+    parser.add_argument("--shared-dir", type=Path, help="the launch records and the leader lock, on storage "
+                        "every controller mounts (default: the state dir)")
+    parser.add_argument("--host", default=socket.gethostname(), help="this controller's name, as SlurmctldHost has it")
     parser.add_argument("--spool", type=Path, default=handoff.spool_dir())
     parser.add_argument("--listen", default=f"127.0.0.1:{DEFAULT_PORT}", help="host:port of /metrics and the "
                         "pool page; empty to disable")
@@ -87,8 +93,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return getattr(exc, "exit_code", 1)
     config = DaemonConfig(spec_path=args.spec, spool=args.spool, heartbeat=args.state_dir / "heartbeat",
                           interval=args.interval, targets_file=args.targets_file)
-    daemon = Daemon(config, SlurmClient(bin_dir=args.slurm_bin), provider, Store(args.state_dir / "state.db"),
-                    load_spec)
+    shared = args.shared_dir or args.state_dir
+    slurm = SlurmClient(bin_dir=args.slurm_bin)
+    controllers = controller_names(spec)
+    leadership = Leadership(args.host, controllers, shared, slurm.ping) if len(controllers) > 1 else None
+    # with two controllers the store lives on shared storage, one host at a time (the lock):
+    # a rollback journal, not WAL, whose index is shared memory of one host
+    store = Store(shared / "state.db", wal=leadership is None)
+    daemon = Daemon(config, slurm, provider, store, load_spec, leadership=leadership)
     server = None
     if args.listen:
         host, _, port = args.listen.rpartition(":")

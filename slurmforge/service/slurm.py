@@ -251,6 +251,8 @@ class Job:
     """When the job could first start (eligible_time, else submit_time)."""
     tres: str = ""
     """tres_alloc_str once allocated, else tres_req_str: `cpu=2,mem=100M,node=1,gres/gpu=1`."""
+    started_at: float = 0.0
+    """start_time: when it started (running), when Slurm expects it to (pending; 0 unknown)."""
 
     def node_names(self) -> list[str]:
         return expand(self.nodes) if self.nodes else []
@@ -273,7 +275,8 @@ def parse_jobs(text: str) -> list[Job]:
                         str(item.get("user_name") or ""), partition=str(item.get("partition") or ""),
                         account=str(item.get("account") or ""), reason=str(item.get("state_reason") or ""),
                         eligible_at=eligible,
-                        tres=str(item.get("tres_alloc_str") or item.get("tres_req_str") or "")))
+                        tres=str(item.get("tres_alloc_str") or item.get("tres_req_str") or ""),
+                        started_at=_number(item.get("start_time"))))
     return jobs
 
 
@@ -364,8 +367,27 @@ class SlurmClient:
     def nodes(self) -> list[NodeState]:
         return parse_nodes(self.run(*NODES_COMMAND), " ".join(NODES_COMMAND))
 
+    def ping(self) -> dict[str, bool]:
+        """Every controller -> whether its slurmctld answers (service.leader). scontrol exits
+        non-zero when one is down: its JSON still says which."""
+        cmd = [self._bin + "scontrol", "ping", "--json"]
+        result = self._runner(cmd)
+        try:
+            return parse_ping(result.stdout)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SlurmCommandError(cmd, result.returncode, result.stderr or str(exc)) from exc
+
     def jobs(self) -> list[Job]:
         return parse_jobs(self.run("squeue", "--json"))
+
+    def sacct(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
+        """Accounting records: `argv` as slurmforge.cost.sacct_argv makes it, with env
+        (SLURM_TIME_FORMAT) through env(1), as the runner takes only an argument list."""
+        cmd = ["env", *(f"{k}={v}" for k, v in env.items()), self._bin + argv[0], *argv[1:]]
+        result = self._runner(cmd)
+        if result.returncode != 0:
+            raise SlurmCommandError(cmd, result.returncode, result.stderr or "")
+        return result.stdout
 
     def update_nodes(self, nodes: Sequence[str], *fields: str) -> None:
         for hostlist in hostlist_chunks(nodes):
@@ -426,3 +448,9 @@ def hostlist_chunks(nodes: Sequence[str]) -> list[str]:
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+def parse_ping(text: str) -> dict[str, bool]:
+    """`scontrol ping --json` (24.11): {"pings": [{"hostname", "responding", ...}]}."""
+    data = json.loads(text)
+    return {str(p["hostname"]): bool(p.get("responding", p.get("pinged") == "UP")) for p in data["pings"]}

@@ -11,6 +11,7 @@ and `pools_table(snapshot)`, the same numbers as a rich table for the CLI.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -21,8 +22,9 @@ from typing import Any
 import jinja2
 from rich.table import Table
 
+from slurmforge.service import when
 from slurmforge.service.guard import HoldReason
-from slurmforge.service.snapshot import NODE_STATES, ClusterSnapshot, PoolSnapshot
+from slurmforge.service.snapshot import NODE_STATES, ClusterSnapshot, JobRow, PoolSnapshot
 from slurmforge.service.usage import HELP as USAGE_HELP
 from slurmforge.templating import templates_dir
 
@@ -50,6 +52,10 @@ def metrics_text(snap: ClusterSnapshot) -> str:
     lines += _gauge("slurmforge_pool_gpus", "GPUs of a pool: in use, free on running nodes, powered off.",
                     (({"pool": p.name, "state": k}, v) for p in snap.pools
                      for k, v in (("used", p.gpus_used), ("free", p.gpus_free), ("off", p.gpus_off))))
+    lines += _gauge("slurmforge_pool_gpus_wanted", "GPUs the pool's pending jobs ask for.",
+                    (({"pool": p.name}, p.gpus_wanted) for p in snap.pools))
+    lines += _gauge("slurmforge_pool_spend_dollars", "What the pool's jobs cost this month (TRES billing, sacct).",
+                    (({"pool": p.name}, round(p.spend, 4)) for p in snap.pools if p.spend is not None))
     lines += _gauge("slurmforge_pool_recent_launches", f"Nodes launched in the last {snap.window_seconds:.0f} s.",
                     (({"pool": p.name}, p.launches) for p in snap.pools))
     lines += _gauge("slurmforge_pool_recent_launch_failures",
@@ -112,16 +118,22 @@ def environment() -> jinja2.Environment:
 
 
 def page_context(snap: ClusterSnapshot) -> dict[str, Any]:
+    now = snap.taken_at
+    spend = snap.spend
     return {
         "cluster": snap.cluster,
         "updated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(snap.taken_at)),
         "loop_ms": round(snap.loop_seconds * 1000),
         "window_minutes": round(snap.window_seconds / 60),
-        "pools": [_pool_context(p, snap.taken_at) for p in snap.pools],
-        "events": [{"when": time.strftime("%H:%M:%S", time.gmtime(e.at)), "kind": e.kind, "pool": e.pool,
-                    "link": e.link, "count": e.count, "detail": e.detail} for e in snap.events[:30]],
+        "pools": [_pool_context(p, now) for p in snap.pools],
+        "events": [{"when": when.clock(e.at), "ago": when.relative(e.at, now), "kind": e.kind, "pool": e.pool,
+                    "link": e.link, "count": e.count, "detail": readable_detail(e.detail, now)}
+                   for e in snap.events[:30]],
         "holds": [{"reason": h.reason.value, "detail": h.detail, "held": h.held,
-                   "since": time.strftime("%H:%M:%S UTC", time.gmtime(h.since))} for h in snap.holds],
+                   "since": f"{when.clock(h.since)} ({when.relative(h.since, now)})"} for h in snap.holds],
+        "spend": None if spend is None else {
+            "since": when.day(spend.since), "read": when.relative(spend.at, now), "error": spend.error,
+            "total": _money(sum(spend.pools.values()))},
     }
 
 
@@ -130,11 +142,42 @@ def _pool_context(p: PoolSnapshot, now: float) -> dict[str, Any]:
         "name": p.name, "kind": p.kind, "market": p.market, "chain": list(p.chain), "total": p.total,
         "min_nodes": p.min_nodes, "max_nodes": p.max_nodes,
         "states": [(s.replace("_", " "), p.count(s)) for s in NODE_STATES if p.count(s)],
-        "gpus_used": p.gpus_used, "gpus_free": p.gpus_free, "gpus_off": p.gpus_off,
+        "gpus_used": p.gpus_used, "gpus_free": p.gpus_free, "gpus_off": p.gpus_off, "gpus_wanted": p.gpus_wanted,
         "gpus_total": p.gpus_used + p.gpus_free + p.gpus_off, "launches": p.launches, "failures": p.failures,
-        "cooling": [{"link": c.link, "seconds_left": max(round(c.until - now), 0), "failures": c.failures,
-                     "last_error": c.last_error} for c in p.cooling],
+        "cooling": [{"link": c.link, "left": when.duration(c.until - now), "until": when.clock(c.until),
+                     "failures": c.failures, "last_error": c.last_error} for c in p.cooling],
+        "running": p.jobs_running, "pending": p.jobs_pending,
+        "reasons": [{"reason": r, "count": n} for r, n in p.pending_reasons],
+        "jobs": [{"id": j.id, "user": j.user, "account": j.account, "state": j.state.lower(), "gpus": j.gpus,
+                  "what": _job_what(j, now)} for j in p.jobs],
+        "more_jobs": p.jobs_running + p.jobs_pending - len(p.jobs),
+        "spend": None if p.spend is None else _money(p.spend),
     }
+
+
+def _job_what(job: JobRow, now: float) -> str:
+    """'waiting 12 min: Resources' / 'running 2 h 05 min'."""
+    if job.state == "PENDING":
+        waited = f"waiting {when.duration(now - job.since)}" if job.since else "waiting"
+        return f"{waited}: {job.reason}"
+    ran = f"{job.state.lower()} {when.duration(now - job.since)}" if job.since else job.state.lower()
+    return f"{ran}: {job.reason}" if job.reason else ran
+
+
+def _money(dollars: float) -> str:
+    return f"${dollars:,.2f}"
+
+
+_UNTIL = re.compile(r"\buntil (\d{9,11})(?:\.\d+)?\b")
+_TOKEN = re.compile(r"^token \S+$")
+
+
+def readable_detail(detail: str, now: float) -> str:
+    """An event's detail with what only the service reads made readable: epoch times as
+    clock times ('until 1795449835' from older releases), launch tokens dropped."""
+    if _TOKEN.match(detail):
+        return ""
+    return _UNTIL.sub(lambda m: f"until {when.clock(float(m[1]))} ({when.relative(float(m[1]), now)})", detail)
 
 
 def render_page(snap: ClusterSnapshot) -> str:
@@ -151,16 +194,21 @@ def pools_table(snap: ClusterSnapshot) -> Table:
                                      f"{time.strftime('%H:%M:%S', time.gmtime(h.since))}: {h.reason.value}: {h.detail}"
                                      for h in snap.holds) or None, caption_justify="left")
     for header in ("Pool", "Kind", "Market", "Nodes", "Idle", "Busy", "Starting", "Off", "Down/drain",
-                   "GPUs used", "GPUs free", "Launched", "Failed", "Cooling down"):
+                   "Jobs run", "Jobs wait", "GPUs used", "GPUs wanted", "GPUs free", "Spend", "Launched", "Failed",
+                   "Cooling down"):
         table.add_column(header, justify="left" if header in ("Pool", "Kind", "Market", "Cooling down") else "right")
     for p in snap.pools:
-        cooling = ", ".join(f"{c.link} ({max(round(c.until - snap.taken_at), 0)} s)" for c in p.cooling)
+        cooling = ", ".join(f"{c.link} ({when.duration(c.until - snap.taken_at)})" for c in p.cooling)
         table.add_row(
             p.name, p.kind, p.market, str(p.total), str(p.count("idle")),
             str(p.count("allocated") + p.count("mixed")), str(p.count("powering_up")),
             str(p.count("powered_down") + p.count("powering_down")),
-            str(p.count("down") + p.count("drained") + p.count("draining")),
-            str(p.gpus_used), str(p.gpus_free), str(p.launches), str(p.failures), cooling or "-")
+            str(p.count("down") + p.count("drained") + p.count("draining")), str(p.jobs_running),
+            str(p.jobs_pending), str(p.gpus_used), str(p.gpus_wanted), str(p.gpus_free),
+            "-" if p.spend is None else _money(p.spend), str(p.launches), str(p.failures), cooling or "-")
+    if snap.spend is not None:
+        line = f"spend since {when.day(snap.spend.since)} (read {when.relative(snap.spend.at, snap.taken_at)})"
+        table.caption = f"{table.caption}\n{line}" if table.caption else line
     return table
 
 

@@ -319,10 +319,14 @@ def _fix_for(kind: str, ctx: dict[str, Any]) -> str:
         return "use a YAML list (one '- item' per line, or a flow list)"
     if kind in ("literal_error", "enum"):
         return f"use {ctx.get('expected', 'an allowed value')}"
-    if kind in ("greater_than_equal", "greater_than"):
-        return f"use a value >= {ctx.get('ge', ctx.get('gt'))}"
+    if kind == "greater_than":
+        return f"use a value above {ctx.get('gt')}"
+    if kind == "greater_than_equal":
+        return f"use a value >= {ctx.get('ge')}"
     if kind in ("less_than_equal", "less_than"):
         return f"use a value <= {ctx.get('le', ctx.get('lt'))}"
+    if kind in ("float_parsing", "float_type", "finite_number"):
+        return "write a number of US dollars, e.g. 0.096"
     if kind == "too_short":
         return "add at least one entry"
     return "see docs/spec.md for this key"

@@ -52,6 +52,8 @@ SLURM_U16_MAX = 0xFFFD
 SLURM_U32_MAX = 0xFFFFFFFD
 # sacctmgr's Fairshare=parent is stored as 0x7fffffff (SLURMDB_FS_USE_PARENT).
 FAIRSHARE_MAX = 0x7FFFFFFE
+# The dearest EC2 instance costs about $100/h; a tenfold margin for owned clusters' sums.
+MAX_PRICE_PER_HOUR = 1000.0
 # slurmctld allocates a hash table entry per MaxJobCount at start (8 bytes each, twice).
 MAX_JOB_COUNT = 10_000_000
 
@@ -75,6 +77,8 @@ def _not_a_boolean(value: object) -> object:
 
 Count = Annotated[int, BeforeValidator(_not_a_boolean)]
 """A whole number; a boolean is refused (pydantic's lax mode reads true as 1)."""
+Dollars = Annotated[float, BeforeValidator(_not_a_boolean), Field(gt=0, le=MAX_PRICE_PER_HOUR, allow_inf_nan=False)]
+"""US dollars per hour: above 0, finite, not a boolean."""
 
 
 TIME_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED"
@@ -216,6 +220,8 @@ class StaticHost(Model):
 class StaticTarget(Model):
     kind: Literal["static"]
     controller: StaticHost
+    backup_controller: StaticHost | None = None
+    """The second controller's machine (with head.backup_controller: true)."""
     login: list[StaticHost] = Field(default_factory=list)
     nodes: dict[str, list[StaticHost]] = Field(default_factory=dict)
     """Per pool, the machines that are its nodes (names as Slurm will call them)."""
@@ -287,6 +293,10 @@ class Pool(Model):
     efa: bool = False
     weight: Annotated[Count | None, Field(ge=0, le=65533)] = None
     """Slurm node Weight: lower is allocated first."""
+    price_per_hour: Dollars | None = None
+    """US dollars one node costs per hour: TRES billing weights and `slurmforge cost`.
+    Default: the catalog's price of the first instance type in the pool's market
+    (slurmforge/data/prices.yaml); pools with explicit hardware have none unless set."""
 
     @field_validator("instance_types", mode="before")
     @classmethod
@@ -427,12 +437,38 @@ class Database(Model):
     user: PosixName = "slurm"
 
 
+# Budget hours become GrpTRESMins (minutes, 64 bits in Slurm): keep them far below that.
+BUDGET_HOURS_MAX = 10**12
+BudgetHours = Annotated[float, BeforeValidator(_not_a_boolean), Field(ge=0, le=BUDGET_HOURS_MAX, allow_inf_nan=False)]
+
+
+class Budget(Model):
+    """What an account (with the accounts below it) may use per accounting.budget_period:
+    Slurm's GrpTRESMins on the account's association. Spent, its jobs pend with
+    AssocGrpGRESMinutes / AssocGrpCPUMinutes / AssocGrpBillingMinutes."""
+
+    gpu_hours: BudgetHours | None = None
+    """GPU-hours (each accelerator kind the cluster has counts on its own)."""
+    cpu_hours: BudgetHours | None = None
+    """CPU-hours (allocated CPUs x hours)."""
+    billing_hours: BudgetHours | None = None
+    """Billing units x hours: a job's billing TRES (TRESBillingWeights of its partition) per hour."""
+
+    @model_validator(mode="after")
+    def _something(self) -> Budget:
+        if self.gpu_hours is None and self.cpu_hours is None and self.billing_hours is None:
+            raise field_error("budget_empty", "a budget without a limit",
+                              "set gpu_hours, cpu_hours or billing_hours (or remove budget)")
+        return self
+
+
 class Account(Model):
     name: SlurmName
     description: Text = ""
     organization: Text = ""
     parent: SlurmName | None = None
     fairshare: Annotated[Count, Field(ge=1, le=FAIRSHARE_MAX)] = 1
+    budget: Budget | None = None
 
 
 class Accounting(Model):
@@ -440,6 +476,9 @@ class Accounting(Model):
     database: Database = Database()
     accounts: list[Account] = Field(default_factory=list)
     enforce: list[Literal["associations", "limits", "qos", "safe"]] = ["associations", "limits", "qos"]
+    budget_period: Literal["day", "week", "month", "quarter", "year"] = "month"
+    """When Slurm sets every association's usage back to 0 (PriorityUsageResetPeriod), so
+    budgets start again: at 00:00 on the first day of the period, controller time."""
 
 
 class Group(Model):

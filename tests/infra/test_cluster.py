@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from slurmforge.accounting import desired_state
 from slurmforge.monitoring import (
     ALERTMANAGER_PORT,
     NODE_EXPORTER_PORT,
@@ -20,7 +21,7 @@ from slurmforge.monitoring import (
 )
 from slurmforge.nodes import node_names, pool_hardware
 from slurmforge.providers.base import HostRole
-from slurmforge.render import MAIL_PROGRAM, render
+from slurmforge.render import MAIL_PROGRAM, controller_name, render
 from tests.infra.conftest import LiveCluster, digest
 
 
@@ -62,10 +63,15 @@ def test_daemons_run_only_where_they_belong(live: LiveCluster) -> None:
         HostRole.COMPUTE: {"slurmctld": False, "slurmdbd": False, "mariadb": False, "slurmd": True,
                            "prometheus": False, "prometheus-alertmanager": False},
     }
+    # a backup controller runs slurmctld only: slurmdbd, MariaDB and monitoring live on the primary
+    backup = {"slurmctld": True, "slurmdbd": False, "mariadb": False, "slurmd": False, "prometheus": False,
+              "prometheus-alertmanager": False}
     wrong = []
     for host in live.up_hosts:
         node = live.connect(host)
-        for daemon, should_run in wanted[host.role].items():
+        daemons = backup if host.role is HostRole.CONTROLLER and host.name != controller_name(live.spec) \
+            else wanted[host.role]
+        for daemon, should_run in daemons.items():
             if node.service(daemon).is_running != should_run:
                 wrong.append(f"{host.name}:{daemon} {'not running' if should_run else 'running'}")
     assert not wrong, ", ".join(wrong)
@@ -171,6 +177,20 @@ def test_accounting_answers(live: LiveCluster, command: str) -> None:
     assert res.rc == 0, res.stderr
     if "cluster" in command:
         assert live.spec.name in res.stdout
+
+
+def test_accounting_is_what_the_spec_says(live: LiveCluster) -> None:
+    """slurmdbd's QoS, accounts, users and limits are the spec's: the rollout's program,
+    asked for its plan on the controller, has nothing left to change (docs/accounting.md)."""
+    if not live.spec.accounting.enabled:
+        pytest.skip("accounting disabled in the spec")
+    controller = live.controller()
+    shipped = json.loads(controller.file("/etc/slurm/slurmforge-accounting.json").content_string)
+    assert shipped == desired_state(live.spec), "the controller's accounting.json is not this spec's (roll out)"
+    res = controller.run("slurmforge-accounting --desired /etc/slurm/slurmforge-accounting.json --dry-run")
+    assert res.rc == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert plan["changes"] == [] and plan["deferred"] == [], f"slurmdbd differs from the spec: {plan}"
 
 
 def test_every_node_has_the_identical_package_set(live: LiveCluster) -> None:

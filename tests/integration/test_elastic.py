@@ -26,14 +26,13 @@ import pytest
 from slurmforge.inventory import read_inventory
 from slurmforge.local.live import wait_until
 from slurmforge.providers.base import HostRole
-from slurmforge.render import controller_name
+from slurmforge.render import controller_name, service_shared_dir
 from slurmforge.service.main import DEFAULT_PORT
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration
 
 SPOOL = "/var/spool/slurmforge/handoff"
-STATE_DB = "/var/lib/slurmforge/service/state.db"
 FAIL_POOLS = "/var/lib/slurmforge/service/fail-pools"
 LOOP_SECONDS = 10
 COLD_START_BOUND = 15
@@ -163,8 +162,9 @@ def test_service_killed_mid_launch_leaves_no_orphan_and_no_duplicate(cluster: Cl
     orphans = [n for n, s in states.items() if s.endswith("~")]
     assert not orphans, states
     assert ours.count(CRASHED) == 1
+    db = f"{service_shared_dir(cluster.spec)}/state.db"
     pending = root(cluster, f"/opt/slurmforge/venv/bin/python -c \"import sqlite3; print(sqlite3.connect("
-                            f"'{STATE_DB}').execute(\\\"select count(*) from launches where status='pending'\\\")"
+                            f"'{db}').execute(\\\"select count(*) from launches where status='pending'\\\")"
                             ".fetchone()[0])\"")
     assert pending.strip() == "0"
     wait_until(lambda: job_state(cluster, job) == "COMPLETED", 30, f"job {job} to complete")

@@ -210,3 +210,30 @@ def test_bad_input_is_one_line_and_publishes_nothing(published: Published, tmp_p
     after = (published.node.run(["find", f"{published.root}/modulefiles", f"{published.root}/install",
                                  "-maxdepth", "4"]).stdout, published.manifest())
     assert after == before
+
+
+def test_a_change_that_missed_its_cache_refresh_is_healed_by_the_next_rollout(published: Published) -> None:
+    """A modulefile copied in by hand (or a `modules` run killed between its write and its
+    cache refresh) leaves every node answering from a stale cache; the next `up` rebuilds
+    it (roles/lmod) when it runs Ansible: `up --full-rollout`, the way to repair drift (a
+    plain `up` skips nodes that already have this rollout). The copy is removed afterwards
+    and the cache refreshed again."""
+    from slurmforge.local.up import up
+    from slurmforge.modules.lmod import DEBIAN_LIBEXEC
+    from tests.integration.conftest import SPEC, QuietPhases
+
+    tree = f"{published.root}/modulefiles"
+    stray = f"{tree}/{PYTHON.rsplit('/', 1)[0]}/3.99.lua"
+    refresh = [f"{DEBIAN_LIBEXEC}/update_lmod_system_cache_files", "-d", f"{published.root}/.cache",
+               "-t", f"{published.root}/.cache/timestamp", tree]
+    copied = published.node.run(["cp", f"{tree}/{PYTHON}.lua", stray])
+    assert copied.ok, copied.stderr
+    try:
+        assert "apps/python/3.99" not in published.avail(), "the copy should not be in the cache yet"
+        report = up(SPEC, QuietPhases(), run_sample_job=False, full_rollout=True)
+        assert report.rollout is not None and report.rollout.ok
+        assert "apps/python/3.99" in published.avail().split(), "the rollout left the spider cache stale"
+    finally:
+        published.node.run(["rm", "-f", stray])
+        assert published.node.run(refresh).ok
+    assert "apps/python/3.99" not in published.avail()

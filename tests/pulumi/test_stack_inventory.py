@@ -22,7 +22,7 @@ from slurmforge.aws_inventory import fetch_stack_secrets, inventory_from_stack_o
 from slurmforge.errors import ProvisionError
 from slurmforge.inventory import HOSTS_FILE, read_inventory
 from slurmforge.providers.base import HostRole
-from slurmforge.render import controller_name
+from slurmforge.render import controller_name, controller_names
 from tests.pulumi.conftest import DB_PASSWORD, LAB_AWS, MUNGE_B64, POOLS_AWS, RecordingMocks, StackRun
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
@@ -62,9 +62,10 @@ def test_round_trip_gives_the_same_groups(written: tuple[StackRun, Path]) -> Non
     by_role = {role: sorted(h["name"] for h in run.outputs["hosts"] if h["role"] == role.value) for role in HostRole}
     assert sorted(groups["slurm_controller"]["hosts"]) == by_role[HostRole.CONTROLLER]
     assert sorted(groups["slurm_login"]["hosts"]) == by_role[HostRole.LOGIN]
-    # slurmdbd runs on the controller(s) whether MariaDB is local or RDS
-    assert sorted(groups["slurm_dbd"]["hosts"]) == by_role[HostRole.CONTROLLER]
-    assert controller_name(run.spec) in groups["slurm_controller"]["hosts"]
+    # both controllers run slurmctld (primary first in slurm.conf); slurmdbd only the primary,
+    # whether MariaDB is local or RDS
+    assert sorted(groups["slurm_dbd"]["hosts"]) == [controller_name(run.spec)]
+    assert sorted(groups["slurm_controller"]["hosts"]) == sorted(controller_names(run.spec))
 
 
 def test_private_hosts_are_reached_through_the_login_node(written: tuple[StackRun, Path]) -> None:

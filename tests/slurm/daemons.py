@@ -83,13 +83,19 @@ class RunDir:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+BACKUP_ADDRESS = "0.0.0.1"
+
+
 def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, slurmd_port: int,
+                  settings: Mapping[str, str] | None = None, slurmdbd_port: int | None = None,
                   slurmd: bool = False) -> str:
     """The rendered slurm.conf, changed only where running in a temp dir needs it (and,
     with `slurmd`, where a slurmd in the judge container needs it).
 
     NodeName and PartitionName lines, and every key not named here, pass through as
-    rendered (the test checks that).
+    rendered (the test checks that). `settings`: more keys to set (tests/slurm/test_billing.py
+    runs jobs without systemd's cgroups); `slurmdbd_port`: a slurmdbd runs in the judge
+    (start_slurmdbd): AccountingStorage* and GRES billing weights stay, pointed at it.
     """
     override: dict[str, str | None] = {
         # slurmctld only starts on the host SlurmctldHost names: the judge container
@@ -105,6 +111,7 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
         "SlurmdPort": str(slurmd_port),
         # slurmctld and scontrol talk to the private munged, not /run/munge
         "AuthInfo": f"socket={run.munge_socket}",
+        **(settings or {}),
     }
     if slurmd:
         override |= {"SlurmdUser": "root", "SlurmdSpoolDir": str(run.slurmd_spool),
@@ -120,14 +127,25 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
         "PrologSlurmctld": str(run.nodes_ready),
     }
     # no slurmdbd runs here: slurmctld refuses AccountingStorageTRES/Enforce without it
+    slurmdbd = slurmdbd_port is not None
     drop_prefix = "AccountingStorage"
+    if slurmdbd_port is not None:
+        drop_prefix = "\0"  # no key starts with it
+        # slurmctld, sacctmgr and squeue reach the judge's slurmdbd with the private munged
+        override |= {"AccountingStorageHost": host, "AccountingStoragePort": str(slurmdbd_port),
+                     "AccountingStoragePass": str(run.munge_socket)}
 
-    lines = rendered.splitlines()
+    lines = [line if slurmdbd else without_gres_weights(line) for line in rendered.splitlines()]
     seen: set[str] = set()
     out: list[str] = []
     for line in lines:
         key = line.split("=", 1)[0] if "=" in line and not line.startswith("#") else ""
         if key.startswith(drop_prefix):
+            continue
+        if key == "SlurmctldHost" and key in seen:
+            # a backup controller keeps its name, at an address where nothing listens: the
+            # judge's slurmctld is the primary and finds no backup to hand control to
+            out.append(f"{line.split('(', 1)[0]}({BACKUP_ADDRESS})")
             continue
         if key in override or key in only_if_rendered:
             seen.add(key)
@@ -139,6 +157,69 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
     missing = [f"{k}={v}" for k, v in override.items() if k not in seen and v is not None]
     header = 1 if out and out[0].startswith("#") else 0
     return "\n".join([*out[:header], *missing, *out[header:]]) + "\n"
+
+
+def adapt_slurmdbd_conf(rendered: str, run: RunDir, host: str, port: int, password: str) -> str:
+    """The rendered slurmdbd.conf, changed only where running in a temp dir needs it: host,
+    user, port, log and pid files, munge socket, and the password the rollout would put in
+    the included file (the MariaDB in the judge: start_mariadb)."""
+    override = {"DbdHost": host, "DbdPort": str(port), "SlurmUser": "root", "LogFile": str(run.root / "slurmdbd.log"),
+                "PidFile": str(run.root / "slurmdbd.pid"), "AuthInfo": f"socket={run.munge_socket}"}
+    out = []
+    for line in rendered.splitlines():
+        key = line.split("=", 1)[0] if "=" in line and not line.startswith("#") else ""
+        if line.startswith("Include "):
+            out.append(f"StoragePass={password}")
+        elif key not in override:
+            out.append(line)
+    return "\n".join([*out, *(f"{k}={v}" for k, v in override.items())]) + "\n"
+
+
+def start_mariadb(judge: Judge, run: RunDir, database: str, user: str, password: str) -> None:
+    """The node image's MariaDB, in the container's own /var/lib/mysql (as roles/slurmdbd
+    makes it: root through the unix socket only), with the accounting database and user."""
+    judge.run(["mariadb-install-db", "--user=mysql", "--datadir=/var/lib/mysql", "--skip-test-db"], timeout=120,
+              check=True)
+    judge.run(["install", "-d", "-o", "mysql", "/run/mysqld"], check=True)
+    judge.spawn(["mariadbd", "--user=mysql", "--datadir=/var/lib/mysql"], run.root / "mariadb.out")
+    deadline = time.monotonic() + START_TIMEOUT
+    while judge.run(["test", "-S", "/run/mysqld/mysqld.sock"]).returncode != 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"mariadbd did not start:\n{(run.root / 'mariadb.out').read_text(errors='replace')}")
+        time.sleep(0.2)
+    judge.run(["mariadb", "-e", f"CREATE DATABASE {database}; CREATE USER '{user}'@'localhost' IDENTIFIED BY "
+               f"'{password}'; GRANT ALL ON {database}.* TO '{user}'@'localhost';"], check=True)
+
+
+def start_slurmdbd(judge: Judge, run: RunDir) -> None:
+    """slurmdbd reads slurmdbd.conf next to slurm.conf (SLURM_CONF's directory): root's, 0600."""
+    (run.root / "slurmdbd.conf").chmod(0o600)
+    judge.spawn(["env", f"SLURM_CONF={run.conf}", "slurmdbd", "-D"], run.root / "slurmdbd.out")
+    deadline = time.monotonic() + START_TIMEOUT
+    while "slurmdbd version" not in _text(run.root / "slurmdbd.log"):
+        if time.monotonic() > deadline or not judge.is_running("slurmdbd -D"):
+            raise RuntimeError(f"slurmdbd did not start:\n{_text(run.root / 'slurmdbd.out')}\n"
+                               f"{_text(run.root / 'slurmdbd.log')}")
+        time.sleep(0.2)
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def without_gres_weights(line: str) -> str:
+    """A PartitionName line without the GRES/... items of its TRESBillingWeights: GRES
+    TRES exist only through AccountingStorageTRES, which needs slurmdbd (slurmctld exits
+    on a weight for a TRES it lacks). tests/slurm/test_billing.py judges them with slurmdbd."""
+    if not line.startswith("PartitionName=") or "TRESBillingWeights=" not in line:
+        return line
+    fields = []
+    for part in line.split(" "):
+        if part.startswith("TRESBillingWeights="):
+            key, _, value = part.partition("=")
+            part = f"{key}=" + ",".join(w for w in value.split(",") if not w.upper().startswith("GRES/"))
+        fields.append(part)
+    return " ".join(fields)
 
 
 def power_stub_script() -> str:
@@ -243,7 +324,8 @@ class SlurmInJudge:
 def write_config(spec: Cluster, rendered: Mapping[str, str], run: RunDir, judge: Judge, slurmd: bool = False) -> None:
     """The rendered files in the run dir (slurm.conf adapted), the programs slurm.conf
     names, and the spec's node names and groups in the judge's /etc."""
-    run.conf.write_text(adapt_for_tmp(rendered["slurm.conf"], run, judge.hostname, free_port(), free_port(), slurmd))
+    run.conf.write_text(adapt_for_tmp(rendered["slurm.conf"], run, judge.hostname, free_port(), free_port(),
+                                           slurmd=slurmd))
     for name in AS_RENDERED:
         (run.root / name).write_text(rendered[name])
     run.power_stub.write_text(power_stub_script())

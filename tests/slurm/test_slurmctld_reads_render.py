@@ -19,6 +19,7 @@ import hostlist
 import pytest
 import yaml
 
+from slurmforge.billing import billing_weights, partition_weights, pool_price
 from slurmforge.distro import release_tuple
 from slurmforge.local.image import slurm_version
 from slurmforge.local.podman import Podman
@@ -29,7 +30,14 @@ from slurmforge.spec import Cluster, load_spec, validate_data
 from slurmforge.spec.models import AwsTarget, Partition
 from slurmforge.spec.slurmtime import parse_slurm_time
 from tests.judge import Judge, node_image
-from tests.slurm.daemons import AS_RENDERED, RunDir, parse_records, running_slurmctld, scontrol
+from tests.slurm.daemons import (
+    AS_RENDERED,
+    RunDir,
+    parse_records,
+    running_slurmctld,
+    scontrol,
+    without_gres_weights,
+)
 from tests.slurm.specs import qos_spec, suspend_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,8 +51,12 @@ KNOWN_ERRORS = [
     (r"Job accounting information gathered, but not stored", "no slurmdbd"),
     (r"Even though we are collecting accounting information", "no slurmdbd"),
     (r"PriorityWeight(Age|Fairshare) can only be used with SlurmDBD", "no slurmdbd"),
+    # the backup controller of a spec that has one is not running here (tests/slurm/daemons.py)
+    (r"_shutdown_bu_thread:send/recv \S+-controller-backup: Connection refused", "no backup here"),
     # a new, empty StateSaveLocation
     (r"Could not open \w+ state file|NOTE: Trying backup state save file", "fresh state dir"),
+    # the machine is busy (slurmctld times its clock at start): load, not the config
+    (r"High latency for 1000 calls to gettimeofday", "a loaded machine"),
 ]
 
 
@@ -78,6 +90,7 @@ class ExpectedNode:
     partitions: frozenset[str]
     weight: int
     cloud: bool
+    pool: str = ""
 
 
 def expected_nodes(spec: Cluster) -> dict[str, ExpectedNode]:
@@ -93,7 +106,7 @@ def expected_nodes(spec: Cluster) -> dict[str, ExpectedNode]:
             # nodes above min_nodes (on AWS: all nodes) start on demand: Slurm CLOUD nodes
             cloud = aws or i > pool.min_nodes
             nodes[f"{spec.node_prefix(pool)}-{i:0{width}d}"] = ExpectedNode(
-                hw, features, partitions, pool.weight or 1, cloud)
+                hw, features, partitions, pool.weight or 1, cloud, pool.name)
     return nodes
 
 
@@ -132,10 +145,12 @@ def config_lines(text: str) -> list[str]:
 
 
 def test_only_settings_were_adapted(controller: Controller) -> None:
-    """Node and partition lines reach slurmctld exactly as rendered; so do gres.conf,
-    cgroup.conf and job_submit.lua."""
+    """Node and partition lines reach slurmctld exactly as rendered (but for GRES billing
+    weights, which need slurmdbd: see without_gres_weights); so do gres.conf, cgroup.conf
+    and job_submit.lua."""
     adapted = controller.run.conf.read_text()
-    assert config_lines(adapted) == config_lines(controller.rendered["slurm.conf"])
+    rendered = config_lines(controller.rendered["slurm.conf"])
+    assert config_lines(adapted) == [without_gres_weights(line) for line in rendered]
     for name in AS_RENDERED:
         assert (controller.run.root / name).read_text() == controller.rendered[name]
 
@@ -242,6 +257,37 @@ def test_cloud_nodes_are_powered_down(controller: Controller) -> None:
             assert not flags & {"CLOUD", "POWERED_DOWN"}, f"{name}: {shown[name]['State']}"
 
 
+def test_billing_is_what_a_node_costs(controller: Controller) -> None:
+    """slurmctld's own billing of each whole node (its CfgTRES billing: the highest
+    MAX_TRES-weighted value over the node's partitions) is what the node costs per hour,
+    in hundredths of a cent; partitions without prices bill CPUs (Slurm's default)."""
+    spec, weights = controller.spec, billing_weights(controller.spec)
+    parts, shown = controller.show("partition"), controller.show("node")
+    for part in spec.partitions:
+        want = weights.get(part.name)
+        got = parts[part.name].get("TRESBillingWeights")
+        assert got == (without_gres_weights(f"PartitionName=x TRESBillingWeights={want.text()}").split("=", 2)[2]
+                       if want else None), part.name
+    priced = 0
+    for name, node in expected_nodes(spec).items():
+        billing = int(dict(i.split("=", 1) for i in shown[name]["CfgTRES"].split(","))["billing"])
+        hw = node.hardware
+        # no slurmdbd here, so no GRES TRES: only CPU and memory weights reach slurmctld
+        bills = [w.billing(hw.cpus, hw.memory_mb) for p in node.partitions if (w := weights.get(p))]
+        assert billing == (max(bills) if bills else hw.cpus), name
+        cost = pool_price(spec.pool(node.pool))
+        if not bills or cost is None:
+            continue
+        # never billed below its price; exactly its price where its pool sets every rate
+        # of its partitions (a pool dearer per CPU, MB or GPU in a shared partition bills more)
+        own = partition_weights(spec, Partition(name="own", pools=[node.pool]))
+        assert billing >= int(cost.units_per_hour), (name, billing, cost)
+        if all(weights.get(p) == own for p in node.partitions):
+            assert billing == int(cost.units_per_hour), (name, billing, cost)
+            priced += 1
+    assert priced or not weights, "no node checked against its price"
+
+
 def test_slurmctld_logs_no_config_errors(controller: Controller) -> None:
     log = controller.log()
     assert "Running as primary controller" in log, log
@@ -262,3 +308,18 @@ def test_the_nodes_ready_workaround_is_rechecked_when_slurm_moves() -> None:
     assert release_tuple(version) <= release_tuple(NODES_READY_NEEDED_THROUGH), (
         f"the node image runs Slurm {version}: re-check PERIODIC_TIMEOUT in its slurmctld (see this test's docstring)")
     assert needs_nodes_ready(load_spec(ROOT / "examples/local.yaml"))
+
+
+def test_a_backup_controller_is_what_slurmctld_reads(controller: Controller) -> None:
+    """With head.backup_controller (examples/local.yaml) slurmctld knows both hosts, primary
+    first, and the short SlurmctldTimeout; without one, a single host and Slurm's default."""
+    rc, out, err = scontrol(controller.judge, controller.run, "show", "config")
+    assert rc == 0, err
+    hosts = re.findall(r"^SlurmctldHost\[\d\]\s*=\s*(\S+)", out, re.M)
+    timeout = re.search(r"^SlurmctldTimeout\s*=\s*(\d+)", out, re.M)
+    assert timeout is not None, out
+    if controller.spec.head.backup_controller:
+        assert len(hosts) == 2 and hosts[1].startswith(f"{controller.spec.name}-controller-backup"), hosts
+        assert timeout.group(1) == "10"
+    else:
+        assert len(hosts) == 1 and timeout.group(1) == "120", (hosts, timeout.group(1))

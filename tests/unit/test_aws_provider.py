@@ -26,6 +26,7 @@ from test_service_world import POWERED_DOWN, POWERING_UP, SPEC, Clock, node, spe
 from slurmforge.errors import ProvisionError, SpecError
 from slurmforge.providers.aws import AwsProvider, TokenBucket, parse_interruption
 from slurmforge.providers.base import (
+    TAG_ACCOUNT,
     TAG_CLUSTER,
     TAG_JOB,
     TAG_LINK,
@@ -37,6 +38,7 @@ from slurmforge.providers.base import (
     InstanceState,
     LaunchRequest,
 )
+from slurmforge.service import handoff
 from slurmforge.service.daemon import Daemon, DaemonConfig
 from slurmforge.service.slurm import Job
 from slurmforge.service.state import Store
@@ -180,7 +182,7 @@ def provider(ec2: Ec2, **kw: Any) -> AwsProvider:
 
 def request(nodes: list[str], pool: str = "spot", link: str | None = None, token: str = "sf-abc") -> LaunchRequest:
     return LaunchRequest(pool=pool, nodes=tuple(nodes), token=token, jobs=(7,), link=link,
-                         node_jobs=dict.fromkeys(nodes, 7), job_users={7: "alice"})
+                         node_jobs=dict.fromkeys(nodes, 7), job_users={7: "alice"}, job_accounts={7: "vision"})
 
 
 def tags_of(ec2: Ec2, iid: str) -> dict[str, str]:
@@ -211,11 +213,12 @@ def test_fleet_request_is_what_ec2_should_get(ec2: Ec2) -> None:
         "TagSpecifications": [{"ResourceType": "instance", "Tags": [
             {"Key": TAG_CLUSTER, "Value": ec2.cluster.name}, {"Key": TAG_POOL, "Value": "spot"},
             {"Key": TAG_LINK, "Value": "spot"}, {"Key": TAG_TOKEN, "Value": "sf-abc"}, {"Key": TAG_JOB, "Value": "7"},
-            {"Key": TAG_USER, "Value": "alice"}]}],
+            {"Key": TAG_USER, "Value": "alice"}, {"Key": TAG_ACCOUNT, "Value": "vision"}]}],
     }
     for name, inst in result.launched.items():
         assert tags_of(ec2, inst.id) == {"Name": name, TAG_NODE: name, TAG_CLUSTER: ec2.cluster.name, TAG_POOL: "spot",
-                                         TAG_LINK: "spot", TAG_TOKEN: "sf-abc", TAG_JOB: "7", TAG_USER: "alice"}
+                                         TAG_LINK: "spot", TAG_TOKEN: "sf-abc", TAG_JOB: "7", TAG_USER: "alice",
+                                         TAG_ACCOUNT: "vision"}
     tagged = [p for op, p in ec2.calls if op == "CreateTags"]
     assert sorted(p["Resources"][0] for p in tagged) == sorted(i.id for i in result.launched.values())
     listed = {i.node: i for i in aws.list_instances()}
@@ -420,6 +423,38 @@ def test_daemon_launches_through_ec2_and_handles_a_notice(ec2: Ec2, tmp_path: Pa
     assert slurm.called("drain") == [((f"{prefix}-spot-01",), "slurmforge: spot interruption notice")]
     assert slurm.called("signal") == [((31,), "USR1")]
     assert len([op for op, _ in ec2.calls if op == "CreateFleet"]) == 2  # od-01 by hand, spot-01 by the daemon
+
+
+def test_daemon_tags_a_launched_instance_with_its_jobs_account(ec2: Ec2, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole path on moto: Slurm resumes two nodes for two jobs of different accounts
+    (SLURM_RESUME_FILE), the daemon launches them with EC2 Fleet, and each instance
+    carries its own job's id, user and account; the fleet's tags list both accounts."""
+    spec_file = tmp_path / "cluster.yaml"
+    spec_file.write_text(SPEC.replace("name: t\n", f"name: {ec2.cluster.name}\n"))
+    prefix = ec2.cluster.name
+    s1, s2 = f"{prefix}-spot-01", f"{prefix}-spot-02"
+    nodes = [node(n, POWERING_UP if n in (s1, s2) else POWERED_DOWN) for n in topology(ec2.cluster).nodes]
+    slurm = FakeSlurm(nodes, [Job(41, "CONFIGURING", s1, "dana", account="vision"),
+                              Job(42, "CONFIGURING", s2, "erik", account="nlp")])
+    resume_file = tmp_path / "resume-file"
+    resume_file.write_text(json.dumps({"jobs": [{"job_id": 41, "nodes": s1}, {"job_id": 42, "nodes": s2}]}))
+    monkeypatch.setenv("SLURM_RESUME_FILE", str(resume_file))
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    handoff.record(handoff.HandoffKind.RESUME, [f"{prefix}-spot-[01-02]"], spool)
+    aws = provider(ec2)
+    config = DaemonConfig(spec_path=spec_file, spool=spool, heartbeat=tmp_path / "beat")
+    daemon = Daemon(config, slurm, aws, Store(tmp_path / "state.db"), load_spec, Clock(time.time()))
+    assert daemon.loop_once().launched == 2
+    aws.flush_tags()
+    by_node = {i.node: i for i in aws.list_instances()}
+    for name, job, user, account in ((s1, "41", "dana", "vision"), (s2, "42", "erik", "nlp")):
+        tags = tags_of(ec2, by_node[name].id)
+        assert (tags[TAG_JOB], tags[TAG_USER], tags[TAG_ACCOUNT], tags[TAG_NODE]) == (job, user, account, name)
+    (fleet,) = ec2.fleets()
+    fleet_tags = {t["Key"]: t["Value"] for t in fleet["TagSpecifications"][0]["Tags"]}
+    assert fleet_tags[TAG_ACCOUNT] == "nlp,vision" and fleet_tags[TAG_JOB] == "41,42"
 
 
 # --------------------------------------------------------------------------- a list that fails

@@ -43,12 +43,19 @@ class ScriptedCluster(LiveCluster):
     """Answers from a script; records every root command and submission."""
 
     def __init__(self, containers: list[set[str]], sacct: dict[str, str], squeue: dict[str, list[str]],
-                 fail_kill: bool = False) -> None:
+                 fail_kill: bool = False, backups: tuple[str, ...] = ()) -> None:
         podman: Any = FakePodman(fail_kill)
-        super().__init__("dev", "dev-controller", "dev-login", "alice", "10.89.7.2", podman)
+        super().__init__("dev", "dev-controller", "dev-login", "alice", "10.89.7.2", podman, backups)
         self.containers, self.sacct, self.squeue = containers, sacct, squeue
         self.commands: list[str] = []
+        self.elsewhere: list[tuple[str, str]] = []
+        """(node, command) of every command on a node other than the primary, in order with
+        the primary's (which are also in `commands`)."""
         self.submitted: list[str] = []
+
+    def on(self, node: str, command: str, timeout: float = 60) -> str:
+        self.elsewhere.append((node, command))
+        return self.root(command) if node == self.controller else ""
 
     def root(self, command: str, timeout: float = 60) -> str:
         self.commands.append(command)
@@ -124,6 +131,19 @@ def test_an_outage_that_fails_half_way_starts_slurmctld_and_cancels_the_jobs() -
     with pytest.raises(ProvisionError, match="podman ps failed"):
         controller_outage(cluster, 0.05, WHERE)
     assert cluster.commands[-2:] == ["systemctl start slurmctld", "scancel 101 102 2>/dev/null || true"]
+
+
+def test_an_outage_with_a_backup_controller_stops_both_slurmctlds() -> None:
+    """Stopping the primary alone would be a failover: the backup is stopped first (so it
+    never takes over) and started last."""
+    cluster = ScriptedCluster([{"dev-controller"}], {"101": "COMPLETED", "102": "COMPLETED"},
+                              {"101": ["RUNNING"], "102": ["PENDING"]}, backups=("dev-controller-backup",))
+    controller_outage(cluster, 0.05, WHERE)
+    slurmctld = [(node, cmd) for node, cmd in cluster.elsewhere if cmd.endswith(" slurmctld")]
+    assert slurmctld == [("dev-controller-backup", "systemctl stop slurmctld"),
+                         ("dev-controller", "systemctl stop slurmctld"),
+                         ("dev-controller", "systemctl start slurmctld"),
+                         ("dev-controller-backup", "systemctl start slurmctld")]
 
 
 def test_a_pending_job_that_already_runs_is_refused() -> None:

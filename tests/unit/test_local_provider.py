@@ -7,7 +7,14 @@ from typing import Any
 
 from slurmforge.local.podman import ContainerInfo
 from slurmforge.providers.base import HostRole
-from slurmforge.providers.local import API_LABEL, DB_LABEL, MARIADB_DATADIR, LocalProvider, mac_address
+from slurmforge.providers.local import (
+    API_LABEL,
+    DB_LABEL,
+    HOSTS_LABEL,
+    MARIADB_DATADIR,
+    LocalProvider,
+    mac_address,
+)
 from slurmforge.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,11 +56,29 @@ def test_a_controller_without_the_database_volume_is_recreated_with_it(tmp_path:
     provider = LocalProvider(spec, "img", podman=recorder, state_root=tmp_path)  # type: ignore[arg-type]
     controller, hosts = _controller(provider)
     labels = {"slurmforge.address": controller.address, "slurmforge.mac": mac_address(controller.address),
-              API_LABEL: "sock"}
+              API_LABEL: "sock", HOSTS_LABEL: "rollout"}
     old = ContainerInfo(controller.name, "exited", 0, labels, "img")
     provider._ensure_container(controller, hosts, old)
     assert recorder.calls[0] == ["rm", controller.name] and recorder.calls[1][0] == "run"
-    current = ContainerInfo(controller.name, "exited", 0, {**labels, DB_LABEL: str(provider.db_dir())}, "img")
+    labels[DB_LABEL] = str(provider.db_dir(controller.name))
+    current = ContainerInfo(controller.name, "exited", 0, labels, "img")
     recorder.calls.clear()
     provider._ensure_container(controller, hosts, current)
     assert recorder.calls == [["start", controller.name]]  # current: started, not recreated
+
+
+def test_slurm_hosts_keep_their_own_hosts_file_and_ceph_hosts_get_podmans(tmp_path: Path) -> None:
+    """The rollout writes /etc/hosts on Slurm hosts (a host added later reaches every node);
+    a container made before that layout is recreated once."""
+    spec = load_spec(LOCAL)
+    recorder = Recorder()
+    provider = LocalProvider(spec, "img", podman=recorder, state_root=tmp_path)  # type: ignore[arg-type]
+    hosts = provider.hosts()
+    login = next(h for h in hosts if h.role is HostRole.LOGIN)
+    ceph = next(h for h in hosts if h.role is HostRole.CEPH)
+    assert "--no-hosts" in provider._run_args(login, hosts) and "--add-host" not in provider._run_args(login, hosts)
+    assert "--no-hosts" not in provider._run_args(ceph, hosts) and "--add-host" in provider._run_args(ceph, hosts)
+    old = ContainerInfo(login.name, "exited", 0, {"slurmforge.address": login.address,
+                                                  "slurmforge.mac": mac_address(login.address)}, "img")
+    provider._ensure_container(login, hosts, old)
+    assert recorder.calls[0] == ["rm", login.name]

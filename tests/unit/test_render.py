@@ -9,10 +9,11 @@ from pathlib import Path
 
 import hostlist
 import pytest
+import yaml
 
 from slurmforge.render import CONFIG_FILES, render_all, slurm_kv
 from slurmforge.routing import JOB_SUBMIT_SCRIPT
-from slurmforge.spec import load_spec, parse_spec
+from slurmforge.spec import load_spec, parse_spec, validate_data
 
 pytestmark = pytest.mark.unit
 
@@ -108,3 +109,25 @@ def fields_lines(text: str) -> set[str]:
 
 def test_slurm_kv_drops_none_joins_lists_and_spells_booleans() -> None:
     assert slurm_kv({"A": None, "B": [], "C": ["x", "y"], "D": True, "E": False, "F": 3}) == "C=x,y D=YES E=NO F=3"
+
+
+def test_a_backup_controller_is_a_second_slurmctld_host_with_a_short_timeout() -> None:
+    conf = render_all(load_spec(ROOT / "examples/local.yaml"))["slurm.conf"]
+    hosts = [line.split("=", 1)[1] for line in conf.splitlines() if line.startswith("SlurmctldHost=")]
+    assert hosts == ["dev-controller", "dev-controller-backup"]  # Slurm's order: primary first
+    assert "\nSlurmctldTimeout=10\n" in conf
+    single = render_all(load_spec(ROOT / "examples/lab.yaml"))["slurm.conf"]
+    assert [line for line in single.splitlines() if line.startswith("SlurmctldHost=")] == ["SlurmctldHost=lab-ctl"]
+    assert "SlurmctldTimeout" not in single  # Slurm's default: there is no backup to take over
+
+
+def test_no_decay_always_comes_with_a_usage_reset() -> None:
+    """Slurm 24.11 refuses PriorityDecayHalfLife=0 without PriorityUsageResetPeriod (sacctmgr:
+    "You have to either have PriorityDecayHalfLife != 0 or PriorityUsageResetPeriod set"),
+    budgets or not: seen when a spec turned decay off and removed its last budget."""
+    data = yaml.safe_load((ROOT / "examples/local.yaml").read_text())
+    data["scheduling"].setdefault("priority", {})["decay_half_life"] = "0"
+    spec = validate_data(data, "local.yaml")
+    conf = render_all(spec)["slurm.conf"]
+    assert "\nPriorityDecayHalfLife=0\n" in conf and "\nPriorityUsageResetPeriod=MONTHLY\n" in conf
+    assert "PriorityUsageResetPeriod" not in render_all(load_spec(ROOT / "examples/local.yaml"))["slurm.conf"]

@@ -223,6 +223,25 @@ def test_capacity_failure_falls_back_within_the_same_loop(env: dict[str, Path]) 
     assert slurm.called("power_down") == []
 
 
+def test_a_fallback_launch_keeps_its_jobs_tags(env: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first launch closes the hand-off request; the fallback in the same loop still
+    knows the node's job, its user and its account (for the instance's tags)."""
+    clock = Clock()
+    slurm = FakeSlurm(all_nodes(t_spot_01=POWERING_UP, t_od_01=("idle", "CLOUD")),
+                      [Job(9, "CONFIGURING", S1, "alice", account="vision")])
+    cloud = FakeCloud(clock, failing={"spot": "InsufficientInstanceCapacity"})
+    cloud.instances["i-od"] = instance("i-od", OD1, pool="od")
+    resume(env, monkeypatch, S1, f'{{"jobs":[{{"job_id":9,"nodes":"{S1}"}}]}}')
+    daemon = make(env, slurm, cloud, clock)
+    daemon.loop_once()
+    first, fallback = cloud.requests
+    assert (first.link, fallback.link) == ("spot", "od")
+    for request in (first, fallback):
+        assert (request.node_jobs, request.job_users, request.job_accounts) == ({S1: 9}, {9: "alice"}, {9: "vision"})
+    launch = next(e for e in daemon.store.events() if e.kind == "launch")
+    assert launch.detail == f"{S1} for job 9"
+
+
 def test_no_capacity_anywhere_powers_down_and_requeues_at_once(env: dict[str, Path],
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock(time.time())  # the spool file carries the real time

@@ -22,7 +22,9 @@ from test_service_world import (
     topo,
 )
 
+from slurmforge.service.slurm import Job
 from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot, display_state
+from slurmforge.service.spend import Spend
 from slurmforge.service.state import Cooldown, Event
 from slurmforge.service.web import environment, metrics_text, pools_table, render_page, serve
 
@@ -45,10 +47,20 @@ def snapshot() -> ClusterSnapshot:
                  "cpu": Cooldown("cpu", NOW - 1, 1, "expired", NOW - 61)}
     events = [Event(NOW - 30, "launch-failed", "spot", "spot", 3, "InsufficientInstanceCapacity"),
               Event(NOW - 29, "launch", "spot", "od", 3, "token sf-1"),
+              Event(NOW - 28, "cooldown", "spot", "spot", 0, "until 1800000090 (InsufficientInstanceCapacity)"),
+              Event(NOW - 20, "launch", "od", "od", 1, "t-od-02 for job 12"),
               Event(NOW - 7200, "launch", "spot", "spot", 50, "too old for the window"),
               Event(NOW - 5, "power-down", "cpu", "", 1, "<script>alert(1)</script>")]
     counters = [("slurmforge_launched_nodes_total", {"pool": "spot", "link": "od"}, 3.0)]
-    return build_snapshot(topo(), nodes, cooldowns, events, NOW, loop_seconds=0.042, counters=counters)
+    jobs = [Job(11, "RUNNING", "t-spot-[01-02]", "alice", "gpu", "vision", "None", NOW - 4000,
+                "cpu=8,mem=64G,node=2,billing=5,gres/gpu=5", started_at=NOW - 3900),
+            Job(12, "PENDING", "", "bob", "gpu", "nlp", "Resources", NOW - 750, "cpu=4,node=1,gres/gpu=4"),
+            Job(13, "PENDING", "", "carol", "gpu", "nlp", "AssocGrpBillingMinutes", NOW - 90,
+                "cpu=1,node=1,gres/gpu=1"),
+            Job(14, "PENDING", "", "dave", "cpu", "vision", "Priority", NOW - 30, "cpu=1,node=1")]
+    spend = Spend(NOW - 14 * 86400 - 8 * 3600, NOW - 120, {"spot": 1234.5, "od": 0.0, "cpu": 3.25})  # 1 Jan
+    return build_snapshot(topo(), nodes, cooldowns, events, NOW, loop_seconds=0.042, counters=counters, jobs=jobs,
+                          spend=spend)
 
 
 def test_snapshot_counts_by_pool() -> None:
@@ -60,6 +72,13 @@ def test_snapshot_counts_by_pool() -> None:
     assert [c.link for c in spot.cooling] == ["spot"] and cpu.cooling == ()
     assert od.nodes == {"idle": 1, "drained": 1, "down": 1, "powered_down": 1} and od.gpus_free == 4
     assert cpu.total == 3 and cpu.gpus_used == 0
+    # jobs: running where their nodes are, pending in every pool of their partition
+    assert (spot.jobs_running, spot.jobs_pending, spot.gpus_wanted) == (1, 2, 5)
+    assert (od.jobs_running, od.jobs_pending, od.gpus_wanted) == (0, 2, 5)
+    assert (cpu.jobs_running, cpu.jobs_pending, cpu.gpus_wanted) == (0, 1, 0)
+    assert spot.pending_reasons == (("AssocGrpBillingMinutes", 1), ("Resources", 1))
+    assert [j.id for j in spot.jobs] == [12, 13, 11]  # longest waiting first, then running
+    assert (spot.spend, cpu.spend) == (1234.5, 3.25)
 
 
 def test_display_state_order() -> None:
@@ -92,6 +111,8 @@ def test_metrics_text() -> None:
     assert metric(text, "slurmforge_links_cooling") == 1
     assert metric(text, "slurmforge_loop_duration_seconds") == 0.042
     assert metric(text, "slurmforge_launched_nodes_total", link="od", pool="spot") == 3
+    assert metric(text, "slurmforge_pool_gpus_wanted", pool="od") == 5
+    assert metric(text, "slurmforge_pool_spend_dollars", pool="spot") == 1234.5
     assert "# TYPE slurmforge_launch_failures_total counter" in text
     for line in text.splitlines():  # every sample line is name{labels} number
         assert line.startswith("#") or re.fullmatch(r"[a-z_]+(\{[^}]*\})? -?[0-9.e+-]+", line), line
@@ -121,8 +142,14 @@ def test_page_shows_every_pool_and_escapes() -> None:
     cells.feed(html)
     assert cells.found[("spot", "allocated")] == "2" and cells.found[("spot", "powering up")] == "1"
     assert cells.found[("od", "drained")] == "1" and cells.found[("cpu", "powered down")] == "2"
-    assert 'data-gpus-used="5" data-gpus-free="3"' in html
-    assert 'class="cooling" data-link="spot">link spot cooling down for 90 s' in html
+    assert 'data-gpus-used="5" data-gpus-wanted="5"' in html and 'data-gpus-free="3" data-gpus-off="8"' in html
+    assert 'class="cooling" data-link="spot">link spot cooling down for 1 min 30 s, until 08:01:30 UTC' in html
+    assert 'data-jobs-running="1" data-jobs-pending="2"' in html
+    assert "waiting 12 min: Resources" in html and "running 1 h 05 min" in html
+    assert 'data-spend="$1,234.50"' in html and "Spend since 1 Jan 2027" in html
+    # what only the service reads, made readable: no launch tokens, no epoch seconds
+    assert "token sf-1" not in html and "t-od-02 for job 12" in html and "1800000090" not in html
+    assert "until 08:01:30 UTC (in 1 min 30 s) (InsufficientInstanceCapacity)" in html
     assert "falls back to od" in html
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html
 
@@ -137,8 +164,9 @@ def test_pools_table() -> None:
     console.print(pools_table(snapshot()))
     text = console.export_text()
     row = next(line for line in text.splitlines() if " spot " in line and "gpu" in line)
-    assert re.search(r"spot\s+│\s+gpu\s+│\s+spot\s+│\s+4\s+│\s+0\s+│\s+2\s+│\s+1\s+│\s+1\s+│\s+0\s+│\s+5\s+│\s+3\s+│"
-                     r"\s+3\s+│\s+3\s+│\s+spot \(90 s\)", row), row
+    assert re.search(r"spot\s+│\s+gpu\s+│\s+spot\s+│\s+4\s+│\s+0\s+│\s+2\s+│\s+1\s+│\s+1\s+│\s+0\s+│\s+1\s+│\s+2\s+│"
+                     r"\s+5\s+│\s+5\s+│\s+3\s+│\s+\$1,234.50\s+│\s+3\s+│\s+3\s+│\s+spot \(1 min 30 s\)", row), row
+    assert "spend since 1 Jan 2027 (read 2 min ago)" in text
 
 
 def test_server_routes() -> None:

@@ -126,19 +126,19 @@ def user_name_not_group_name(spec: Cluster) -> Iterator[Problem]:
 
 @check
 def unique_account_names(spec: Cluster) -> Iterator[Problem]:
-    """Account names are unique."""
-    names = dupes([a.name for a in spec.accounting.accounts])
+    """Account names are unique, whatever their case (Slurm keeps them in lowercase)."""
+    names = dupes([a.name.lower() for a in spec.accounting.accounts])
     for i, a in enumerate(spec.accounting.accounts):
-        if a.name in names:
+        if a.name.lower() in names:
             yield Problem(f"accounting.accounts[{i}].name", "duplicate account", "define each account once", a.name)
 
 
 @check
 def unique_qos_names(spec: Cluster) -> Iterator[Problem]:
-    """QoS names are unique."""
-    names = dupes([q.name for q in spec.scheduling.qos])
+    """QoS names are unique, whatever their case (Slurm keeps them in lowercase)."""
+    names = dupes([q.name.lower() for q in spec.scheduling.qos])
     for i, q in enumerate(spec.scheduling.qos):
-        if q.name in names:
+        if q.name.lower() in names:
             yield Problem(f"scheduling.qos[{i}].name", "duplicate QoS", "define each QoS once", q.name)
 
 
@@ -161,6 +161,6 @@ def slurm_reserved_names(spec: Cluster) -> Iterator[Problem]:
             yield Problem(f"partitions[{i}].name", "Slurm reads PartitionName=DEFAULT as defaults for the other "
                           "partitions", "pick another name; mark the default partition with default: true", part.name)
     for i, a in enumerate(spec.accounting.accounts):
-        if a.name == "root":
+        if a.name.lower() == "root":
             yield Problem(f"accounting.accounts[{i}].name", "root is Slurm's own top account",
                           "pick another name (accounts without parent already sit under root)", a.name)

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from slurmforge.errors import Problem
+from slurmforge.nodes import pool_hardware
 from slurmforge.spec.checks.registry import check, cycles, is_aws
 from slurmforge.spec.models import Cluster
+from slurmforge.spec.slurmtime import parse_slurm_time
 
 # uid/gid 65534 is nobody/nogroup on Debian; 1000 is taken by the default user ('admin')
 # cloud-init creates on Debian's AWS images.
@@ -107,3 +109,68 @@ def ssh_keys_look_like_keys(spec: Cluster) -> Iterator[Problem]:
             elif not k.strip().isprintable():
                 yield Problem(f"users[{i}].ssh_keys[{j}]", "more than one line (or control characters)",
                               "one key per list item, each the .pub file's one line", show_value=False)
+
+
+@check
+def accounts_need_accounting(spec: Cluster) -> Iterator[Problem]:
+    """Accounts live in the accounting database: without accounting nothing makes them."""
+    if spec.accounting.accounts and not spec.accounting.enabled:
+        yield Problem("accounting.accounts", "accounts need accounting", "set accounting.enabled: true, or remove "
+                      "accounts", show_value=False)
+
+
+def _limited(spec: Cluster) -> list[str]:
+    """The paths of every QoS limit and budget in the spec."""
+    paths = []
+    for i, q in enumerate(spec.scheduling.qos):
+        paths += [f"scheduling.qos[{i}].{key}" for key in ("max_wall", "max_gpus_per_user")
+                  if getattr(q, key) is not None]
+    paths += [f"accounting.accounts[{i}].budget" for i, a in enumerate(spec.accounting.accounts) if a.budget]
+    return paths
+
+
+@check
+def limits_are_enforced(spec: Cluster) -> Iterator[Problem]:
+    """QoS limits and budgets need accounting.enforce to hold limits (or safe, which implies
+    it): without it slurmctld keeps them in the database and ignores them."""
+    enforce = set(spec.accounting.enforce)
+    if not spec.accounting.enabled or enforce & {"limits", "safe"}:
+        return
+    for path in _limited(spec):
+        yield Problem(path, "a limit Slurm would not enforce: accounting.enforce has neither limits nor safe",
+                      "add limits (or safe) to accounting.enforce", show_value=False)
+
+
+@check
+def gpu_limits_need_gpus(spec: Cluster) -> Iterator[Problem]:
+    """A GPU limit (QoS max_gpus_per_user, budget gpu_hours) needs a pool with GPUs: Slurm
+    counts GPUs only when some node has them (AccountingStorageTRES=gres/gpu)."""
+    if any((hw := pool_hardware(p)) is not None and hw.gpus for p in spec.pools):
+        return
+    for i, q in enumerate(spec.scheduling.qos):
+        if q.max_gpus_per_user is not None:
+            yield Problem(f"scheduling.qos[{i}].max_gpus_per_user", "no pool has GPUs: the limit would limit "
+                          "nothing", "remove max_gpus_per_user, or add a GPU pool", q.max_gpus_per_user)
+    for i, a in enumerate(spec.accounting.accounts):
+        if a.budget is not None and a.budget.gpu_hours is not None:
+            yield Problem(f"accounting.accounts[{i}].budget.gpu_hours", "no pool has GPUs: the budget would limit "
+                          "nothing", "remove gpu_hours, or add a GPU pool", a.budget.gpu_hours)
+
+
+@check
+def budgets_count_usage(spec: Cluster) -> Iterator[Problem]:
+    """Budgets count an account's usage since the period began: Slurm records usage only
+    with multifactor priority, and decays it unless decay_half_life is 0 (spent hours
+    would come back before the period ends)."""
+    budgets = [i for i, a in enumerate(spec.accounting.accounts) if a.budget is not None]
+    if not budgets:
+        return
+    prio = spec.scheduling.priority
+    if prio.type != "multifactor":
+        yield Problem("scheduling.priority.type", "budgets need multifactor priority (basic records no usage)",
+                      "set scheduling.priority.type: multifactor", prio.type)
+    elif parse_slurm_time(prio.decay_half_life) != 0:
+        yield Problem("scheduling.priority.decay_half_life", f"accounts have budgets, but Slurm halves recorded "
+                      f"usage every {prio.decay_half_life}: spent hours would come back",
+                      f'set decay_half_life: "0" (usage then resets every {spec.accounting.budget_period}, '
+                      "and fair share counts usage since the period began)", prio.decay_half_life)

@@ -43,7 +43,9 @@ def head_names(spec: Cluster) -> dict[str, str]:
     """Every host name that is not a pool's node, and what it names: controller, login,
     database and Ceph hosts (as render and the providers name them)."""
     if isinstance(spec.target, StaticTarget):
-        return {spec.target.controller.name: "controller", **{h.name: "login host" for h in spec.target.login}}
+        backup = spec.target.backup_controller
+        return {spec.target.controller.name: "controller", **({backup.name: "backup controller"} if backup else {}),
+                **{h.name: "login host" for h in spec.target.login}}
     names = {f"{spec.name}-controller": "controller", f"{spec.name}-db": "database host"}
     if spec.head.backup_controller:
         names[f"{spec.name}-controller-backup"] = "backup controller"

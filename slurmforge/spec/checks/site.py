@@ -154,7 +154,7 @@ def static_target_hosts(spec: Cluster) -> Iterator[Problem]:
     if not isinstance(target, StaticTarget):
         return
     pools = {p.name: p for p in spec.pools}
-    hosts = [target.controller, *target.login]
+    hosts = [target.controller, *([target.backup_controller] if target.backup_controller else []), *target.login]
     for pool_name, members in target.nodes.items():
         if pool_name not in pools:
             yield Problem(f"target.nodes.{pool_name}", "unknown pool", f"use one of: {listing(sorted(pools))}",
@@ -173,6 +173,20 @@ def static_target_hosts(spec: Cluster) -> Iterator[Problem]:
         yield Problem("target", "host named twice", "give each machine one role", name)
     for address in sorted(dupes([h.address for h in hosts])):
         yield Problem("target", "address used twice", "give each machine its own address", address)
+
+
+@check
+def backup_controller_machine(spec: Cluster) -> Iterator[Problem]:
+    """A static target names the backup controller's machine exactly when the spec asks for one."""
+    if not isinstance(spec.target, StaticTarget):
+        return
+    if spec.head.backup_controller and spec.target.backup_controller is None:
+        yield Problem("target.backup_controller", "head.backup_controller is true but no machine is named for it",
+                      "add target.backup_controller with its name and address, or set head.backup_controller: "
+                      "false", show_value=False)
+    if not spec.head.backup_controller and spec.target.backup_controller is not None:
+        yield Problem("head.backup_controller", "false, but target.backup_controller names a machine",
+                      "set head.backup_controller: true, or remove target.backup_controller", show_value=False)
 
 
 @check
