@@ -72,7 +72,7 @@ def render_cmd(
         str | None, typer.Option(help=f"Print one file: {', '.join(CONFIG_FILES)}.")
     ] = None,
 ) -> None:
-    """Render slurm.conf, gres.conf, cgroup.conf and slurmdbd.conf from the spec."""
+    """Render slurm.conf, gres.conf, cgroup.conf, slurmdbd.conf, dma.conf and job_submit.lua from the spec."""
     if show is not None and show not in CONFIG_FILES:
         err.print(f"[red]error[/red] --show {show}: not a config file; use one of {', '.join(CONFIG_FILES)}")
         raise typer.Exit(2)

@@ -20,11 +20,12 @@ import jinja2
 from slurmforge.billing import BillingWeights, billing_weights
 from slurmforge.distro import distro, release_tuple
 from slurmforge.nodes import NodeHardware, node_sets, pool_hardware, pool_hostlist
+from slurmforge.routing import JOB_SUBMIT_SCRIPT, routing
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Partition, StaticTarget
 from slurmforge.spec.slurmtime import parse_slurm_time
 from slurmforge.templating import make_environment
 
-CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "slurmdbd.conf", "dma.conf")
+CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "slurmdbd.conf", "dma.conf", JOB_SUBMIT_SCRIPT)
 
 # Where things live on every node (the roles and the service use the same constants).
 SLURM_ETC = "/etc/slurm"
@@ -59,7 +60,7 @@ class Lines(tuple[str, ...]):
 
 @cache
 def environment() -> jinja2.Environment:
-    env = make_environment(slurm_kv=slurm_kv, slurm_value=slurm_value)
+    env = make_environment(slurm_kv=slurm_kv, slurm_value=slurm_value, lua_string=lua_string)
     env.tests["lines"] = lambda value: isinstance(value, Lines)
     return env
 
@@ -70,6 +71,14 @@ def slurm_value(value: Any) -> str:
     if isinstance(value, list | tuple):
         return ",".join(slurm_value(v) for v in value)
     return str(value)
+
+
+def lua_string(value: str | None) -> str:
+    """A Lua literal: nil, or a double-quoted string (names the spec allows need no escapes
+    beyond these)."""
+    if value is None:
+        return "nil"
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def slurm_kv(items: Mapping[str, Any], sep: str = " ") -> str:
@@ -234,8 +243,11 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
         "SchedulerType": f"sched/{sched.scheduler}",
         "SelectType": "select/cons_tres",
         "SelectTypeParameters": sched.select_parameters,
+        "DefMemPerCPU": sched.default_mem_per_cpu_mb,
         "GresTypes": _gres_types(spec),
         "MaxJobCount": sched.max_job_count,
+        # default pools: jobs that name no partition are routed by job_submit.lua
+        "JobSubmitPlugins": "lua" if routing(spec).active else None,
         # resource limits through cgroups (cores, memory, devices: see cgroup.conf)
         "ProctrackType": "proctrack/cgroup",
         "TaskPlugin": ["task/cgroup", "task/affinity"],
@@ -253,6 +265,7 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
             "PriorityWeightQOS": prio.weight_qos,
             "PriorityWeightTRES": None,
             "PriorityDecayHalfLife": prio.decay_half_life,
+            "PriorityCalcPeriod": prio.calc_period,
             "PriorityMaxAge": prio.max_age,
             # budgets (GrpTRESMins) count usage since the period began (checks: decay 0); and
             # without decay Slurm wants a reset period or refuses the config ("You have to
@@ -339,6 +352,21 @@ def slurm_conf_context(spec: Cluster, source: str) -> dict[str, Any]:
     }
 
 
+def job_submit_context(spec: Cluster, source: str) -> dict[str, Any]:
+    """job_submit.lua next to slurm.conf on the controller (see slurmforge/routing.py)."""
+    route = routing(spec)
+    return {
+        "source": source,
+        "release": slurm_release(spec),
+        "active": route.active,
+        "gpu_partition": route.gpu_partition,
+        "cpu_partition": route.cpu_partition,
+        "gpu_pool": route.gpu_pool,
+        "cpu_pool": route.cpu_pool,
+        "gpu_gres": route.gpu_gres,
+    }
+
+
 def gres_context(spec: Cluster, source: str) -> dict[str, Any]:
     lines = []
     for line in node_lines(spec):
@@ -407,6 +435,7 @@ CONTEXTS = {
     "cgroup.conf": cgroup_context,
     "slurmdbd.conf": slurmdbd_context,
     "dma.conf": mail_context,
+    JOB_SUBMIT_SCRIPT: job_submit_context,
 }
 
 

@@ -110,6 +110,16 @@ def _check_job_time(value: str) -> str:
     return value
 
 
+def _check_whole_minutes(value: str) -> str:
+    """A period Slurm keeps in whole minutes, at least one (PriorityCalcPeriod:
+    time_str2mins, and slurmctld refuses less than 1)."""
+    seconds = parse_slurm_time(value)
+    if seconds == math.inf or seconds < 60 or seconds % 60:
+        raise field_error("whole_minutes", "not a whole number of minutes, at least 1",
+                          'use minutes, e.g. "1" or "00:05:00"')
+    return value
+
+
 def _off(value: object) -> object:
     """OFF is a Slurm word, but YAML reads an unquoted OFF (or no) as false."""
     return "OFF" if value is False else value
@@ -172,6 +182,8 @@ SlurmTime = Annotated[str, BeforeValidator(_check_time)]
 """A Slurm time string (MaxTime, DefaultTime, ...); see slurmtime.py."""
 JobTime = Annotated[SlurmTime, AfterValidator(_check_job_time)]
 """A Slurm time a job runs for: not 0."""
+Minutes = Annotated[SlurmTime, AfterValidator(_check_whole_minutes)]
+"""A Slurm time of whole minutes, at least one."""
 AbsPath = Annotated[str, Field(pattern=ABS_PATH_RE), AfterValidator(_normal_path)]
 """An absolute path, normalised: /home/, //home and /./home are all /home."""
 Cidr = Annotated[str, AfterValidator(_check_cidr)]
@@ -330,6 +342,9 @@ class Priority(Model):
     weight_qos: Annotated[Count, Field(ge=0, le=SLURM_U32_MAX)] = 2000
     decay_half_life: SlurmTime = "7-00:00:00"
     max_age: SlurmTime = "7-00:00:00"
+    calc_period: Minutes | None = None
+    """How often Slurm decays usage and recomputes fair share and job priorities
+    (PriorityCalcPeriod); unset: Slurm's 5 minutes."""
 
 
 class Preemption(Model):
@@ -356,7 +371,12 @@ class Scheduling(Model):
     preemption: Preemption = Preemption()
     qos: list[Qos] = Field(default_factory=list)
     default_cpu_pool: PoolName | None = None
+    """Jobs that name no partition and ask for no GPUs go to this pool's partition."""
     default_gpu_pool: PoolName | None = None
+    """Jobs that name no partition and ask for GPUs go to this pool's partition."""
+    default_mem_per_cpu_mb: Annotated[Count | None, Field(ge=1, le=SLURM_U32_MAX)] = None
+    """Memory a job gets per allocated CPU when it asks for none (DefMemPerCPU); unset:
+    Slurm's default, the node's whole memory."""
     max_job_count: Annotated[Count | None, Field(ge=1, le=MAX_JOB_COUNT)] = None
     resume_timeout: Annotated[Count, Field(ge=30, le=7200)] = 600
     """Seconds Slurm waits for a powered-up node to register (ResumeTimeout)."""

@@ -3,9 +3,9 @@ local cluster, each with jobs in flight and counted in `sacct`:
 
 - slurmctld stopped: the scheduler service holds (says so on /metrics), no machine stops;
   the running job finishes, the pending one starts when slurmctld is back;
-- a policy change (a partition with a new QoS, preemption on) applied with `up` while a
-  2-node job runs: slurmctld takes it live (scontrol reconfigure), sbatch keeps answering,
-  the job completes, the policy is in force;
+- a policy change (a partition with a new QoS, a longer preemption exempt time) applied
+  with `up` while a 2-node job runs: slurmctld takes it live (scontrol reconfigure), sbatch
+  keeps answering, the job completes, the policy is in force;
 - a config Slurm refuses at load time (injected into the rendered slurm.conf, which the
   validator never sees): the rollout fails with Slurm's reason, slurmctld keeps running on
   the old config, /etc/slurm holds the old file, the next `up` converges;
@@ -75,7 +75,8 @@ def test_a_controller_outage_terminates_nothing(cluster: Cluster_) -> None:
 def policy_spec() -> str:
     data = yaml.safe_load(SPEC.read_text())
     data["scheduling"]["qos"] = [{"name": "gpu-small", "priority": 100}, {"name": "urgent", "priority": 1000}]
-    data["scheduling"]["preemption"] = {"type": "partition_prio", "mode": "REQUEUE"}
+    # the example preempts by partition tier already: a longer exempt time is the change
+    data["scheduling"]["preemption"] = {"type": "partition_prio", "mode": "REQUEUE", "exempt_time": "00:01:00"}
     data["partitions"][1]["qos"] = "gpu-small"
     data["partitions"].append({"name": "ml-urgent", "pools": ["cpu"], "priority_tier": 10, "qos": "urgent",
                                "allow_groups": ["ml-users"]})
@@ -127,6 +128,7 @@ def test_a_policy_change_is_applied_live(cluster: Cluster_, tmp_path: Path) -> N
         assert "QoS=urgent" in partition and "PriorityTier=10" in partition, partition
         assert "QoS=gpu-small" in root(cluster, "scontrol show partition ml-gpu -o")
         assert "preempt/partition_prio" in root(cluster, "scontrol show config | grep ^PreemptType")
+        assert "00:01:00" in root(cluster, "scontrol show config | grep ^PreemptExemptTime")
     finally:
         root(cluster, f"scancel {job}")
         up_with(cluster, SPEC.read_text(), tmp_path)  # back to the suite's spec

@@ -16,15 +16,28 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.judge import Judge
+from slurmforge.nodes import node_names
+from slurmforge.routing import JOB_SUBMIT_SCRIPT
+from slurmforge.spec import Cluster
+from tests.judge import Judge, node_image
 
 NODES_READY_SOURCE = Path(__file__).resolve().parents[2] / "roles/slurm_controller/files/slurmforge-nodes-ready"
 START_TIMEOUT = 30.0
 COMMAND_TIMEOUT = 15
+AS_RENDERED = ("gres.conf", "cgroup.conf", JOB_SUBMIT_SCRIPT)
+"""Files slurmctld reads next to slurm.conf, used as rendered."""
+# A judge container has no cgroup hierarchy of its own to give jobs: with a slurmd in it,
+# jobs are found and confined by process instead (None drops the key). These settings only
+# decide how a job's processes are tracked on the node; scheduling, priority and
+# preemption stay as rendered.
+SLURMD_OVERRIDE = {"ProctrackType": "proctrack/linuxproc", "TaskPlugin": "task/none",
+                   "JobAcctGatherType": "jobacct_gather/none", "PrologFlags": None}
+
 
 def free_port() -> int:
     """A port free on this machine (the judge's network namespace has nothing else)."""
@@ -49,6 +62,9 @@ class RunDir:
     munge_out: Path
     power_stub: Path
     nodes_ready: Path
+    slurmd_spool: Path
+    slurmd_log: Path
+    slurmd_out: Path
 
     @classmethod
     def create(cls) -> RunDir:
@@ -60,7 +76,8 @@ class RunDir:
         return cls(root=root, conf=root / "slurm.conf", state=root / "state", ctld_log=root / "slurmctld.log",
                    ctld_pid=root / "slurmctld.pid", ctld_out=root / "slurmctld.out",
                    munge_socket=root / "munge.socket", munge_key=root / "munge.key", munge_out=root / "munged.out",
-                   power_stub=root / "power-stub", nodes_ready=root / "slurmforge-nodes-ready")
+                   power_stub=root / "power-stub", nodes_ready=root / "slurmforge-nodes-ready",
+                   slurmd_spool=root / "spool", slurmd_log=root / "slurmd.log", slurmd_out=root / "slurmd.out")
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -70,15 +87,17 @@ BACKUP_ADDRESS = "0.0.0.1"
 
 
 def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, slurmd_port: int,
-                  settings: Mapping[str, str] | None = None, slurmdbd_port: int | None = None) -> str:
-    """The rendered slurm.conf, changed only where running in a temp dir needs it.
+                  settings: Mapping[str, str] | None = None, slurmdbd_port: int | None = None,
+                  slurmd: bool = False) -> str:
+    """The rendered slurm.conf, changed only where running in a temp dir needs it (and,
+    with `slurmd`, where a slurmd in the judge container needs it).
 
     NodeName and PartitionName lines, and every key not named here, pass through as
     rendered (the test checks that). `settings`: more keys to set (tests/slurm/test_billing.py
     runs jobs without systemd's cgroups); `slurmdbd_port`: a slurmdbd runs in the judge
     (start_slurmdbd): AccountingStorage* and GRES billing weights stay, pointed at it.
     """
-    override = {
+    override: dict[str, str | None] = {
         # slurmctld only starts on the host SlurmctldHost names: the judge container
         "SlurmctldHost": host,
         # the temp dir is root's
@@ -94,6 +113,10 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
         "AuthInfo": f"socket={run.munge_socket}",
         **(settings or {}),
     }
+    if slurmd:
+        override |= {"SlurmdUser": "root", "SlurmdSpoolDir": str(run.slurmd_spool),
+                     "SlurmdLogFile": str(run.slurmd_log), "SlurmdPidFile": str(run.root / "slurmd.pid"),
+                     **SLURMD_OVERRIDE}
     only_if_rendered = {
         # power saving needs executable programs or slurmctld disables it (and skips
         # checking its settings); the service is not installed here: a no-op stub
@@ -126,10 +149,12 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
             continue
         if key in override or key in only_if_rendered:
             seen.add(key)
-            out.append(f"{key}={override.get(key) or only_if_rendered[key]}")
+            value = override[key] if key in override else only_if_rendered[key]
+            if value is not None:
+                out.append(f"{key}={value}")
             continue
         out.append(line)
-    missing = [f"{k}={v}" for k, v in override.items() if k not in seen]
+    missing = [f"{k}={v}" for k, v in override.items() if k not in seen and v is not None]
     header = 1 if out and out[0].startswith("#") else 0
     return "\n".join([*out[:header], *missing, *out[header:]]) + "\n"
 
@@ -276,3 +301,74 @@ def parse_oneliner(line: str) -> dict[str, str]:
 def parse_records(text: str, key: str) -> dict[str, dict[str, str]]:
     records = [parse_oneliner(line) for line in text.splitlines() if line.strip()]
     return {r[key]: r for r in records}
+
+
+@dataclass(frozen=True)
+class SlurmInJudge:
+    """A slurmctld (and maybe a slurmd) running in a judge container: its Slurm commands."""
+
+    spec: Cluster
+    run: RunDir
+    judge: Judge
+
+    def slurm(self, *argv: str, timeout: int = 30) -> str:
+        """A Slurm command's output; AssertionError (with the end of slurmctld's log) if it fails."""
+        done = self.judge.run(argv, env={"SLURM_CONF": str(self.run.conf)}, timeout=timeout)
+        assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr or done.stdout}\n{self.log()[-3000:]}"
+        return done.stdout
+
+    def log(self) -> str:
+        return self.run.ctld_log.read_text(errors="replace") if self.run.ctld_log.exists() else ""
+
+
+def write_config(spec: Cluster, rendered: Mapping[str, str], run: RunDir, judge: Judge, slurmd: bool = False) -> None:
+    """The rendered files in the run dir (slurm.conf adapted), the programs slurm.conf
+    names, and the spec's node names and groups in the judge's /etc."""
+    run.conf.write_text(adapt_for_tmp(rendered["slurm.conf"], run, judge.hostname, free_port(), free_port(),
+                                           slurmd=slurmd))
+    for name in AS_RENDERED:
+        (run.root / name).write_text(rendered[name])
+    run.power_stub.write_text(power_stub_script())
+    run.power_stub.chmod(0o755)
+    shutil.copy2(NODES_READY_SOURCE, run.nodes_ready)
+    names = [name for pool in spec.pools for name in node_names(spec, pool)]
+    install_etc(judge, run, names, ((g.name, g.gid) for g in spec.groups))
+
+
+def start_slurmd(judge: Judge, run: RunDir, node: str) -> None:
+    """A slurmd that is `node` (the judge's /etc/hosts puts every node name on 127.0.0.1),
+    in the foreground; returns once slurmctld has it idle."""
+    run.slurmd_spool.mkdir(exist_ok=True)
+    judge.spawn(["slurmd", "-D", "-N", node, "-f", str(run.conf)], run.slurmd_out)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if scontrol(judge, run, "show", "node", node, "-o")[1].find("State=IDLE") >= 0:
+            return
+        time.sleep(0.2)
+    log = run.slurmd_log.read_text(errors="replace") if run.slurmd_log.exists() else "(no log file)"
+    output = run.slurmd_out.read_text(errors="replace") if run.slurmd_out.exists() else ""
+    raise RuntimeError(f"slurmd {node} did not come up idle\n--- output\n{output}\n--- {run.slurmd_log}\n{log}")
+
+
+@contextmanager
+def running_slurmctld(spec: Cluster, rendered: Mapping[str, str], judge: Judge | None = None,
+                      node: str | None = None) -> Iterator[tuple[Judge, RunDir]]:
+    """slurmctld up on the rendered config, in `judge` or a judge container of its own
+    (removed after); RuntimeError (with its log) when it does not come up. Several may run
+    in one judge (each on its own ports, munged and state). With `node`, a slurmd that is
+    that node runs too, and jobs really run there."""
+    own = judge is None
+    box = Judge(node_image()) if judge is None else judge
+    run = RunDir.create()
+    try:
+        write_config(spec, rendered, run, box, slurmd=node is not None)
+        start_munged(box, run)
+        start_slurmctld(box, run)
+        wait_until_up(box, run)
+        if node is not None:
+            start_slurmd(box, run, node)
+        yield box, run
+    finally:
+        if own:
+            box.remove()
+        run.remove()

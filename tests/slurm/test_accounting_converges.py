@@ -38,6 +38,7 @@ from slurmforge.spec import Cluster, validate_data
 from tests.accounting_specs import B_FROM_A, USERS, data_b, spec_a, spec_b
 from tests.judge import Judge, node_image
 from tests.slurm.daemons import (
+    AS_RENDERED,
     RunDir,
     adapt_for_tmp,
     adapt_slurmdbd_conf,
@@ -121,7 +122,7 @@ def accounting() -> Iterator[Accounting]:
                                           slurmdbd_port=dbd_port))
         (run.root / "slurmdbd.conf").write_text(adapt_slurmdbd_conf(rendered["slurmdbd.conf"], run, judge.hostname,
                                                                     dbd_port, password))
-        for name in ("gres.conf", "cgroup.conf"):
+        for name in AS_RENDERED:  # what slurmctld reads beside slurm.conf (job_submit.lua too)
             (run.root / name).write_text(rendered[name])
         for program in (run.power_stub, run.nodes_ready):  # nodes "power up" and are never ready
             program.write_text(power_stub_script())

@@ -29,6 +29,7 @@ from slurmforge.render import render_all
 from slurmforge.spec import Cluster, load_spec
 from tests.judge import Judge, node_image
 from tests.slurm.daemons import (
+    AS_RENDERED,
     NODES_READY_SOURCE,
     RunDir,
     adapt_for_tmp,
@@ -136,7 +137,7 @@ def accounted() -> Iterator[Accounted]:
         }
         run.conf.write_text(adapt_for_tmp(rendered["slurm.conf"], run, judge.hostname, ctld_port, slurmd_port,
                                           settings, slurmdbd_port=dbd_port))
-        for name in ("gres.conf", "cgroup.conf"):
+        for name in AS_RENDERED:  # what slurmctld reads beside slurm.conf (job_submit.lua too)
             (run.root / name).write_text(rendered[name])
         run.power_stub.write_text(power_stub_script())
         run.power_stub.chmod(0o755)

@@ -11,7 +11,6 @@ tests end.
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,24 +25,20 @@ from slurmforge.local.image import slurm_version
 from slurmforge.local.podman import Podman
 from slurmforge.nodes import NodeHardware, index_width, pool_hardware
 from slurmforge.render import NODES_READY_NEEDED_THROUGH, needs_nodes_ready, render_all
+from slurmforge.routing import routing
 from slurmforge.spec import Cluster, load_spec, validate_data
 from slurmforge.spec.models import AwsTarget, Partition
 from slurmforge.spec.slurmtime import parse_slurm_time
 from tests.judge import Judge, node_image
 from tests.slurm.daemons import (
-    NODES_READY_SOURCE,
+    AS_RENDERED,
     RunDir,
-    adapt_for_tmp,
-    free_port,
-    install_etc,
     parse_records,
-    power_stub_script,
+    running_slurmctld,
     scontrol,
-    start_munged,
-    start_slurmctld,
-    wait_until_up,
     without_gres_weights,
 )
+from tests.slurm.specs import qos_spec, suspend_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,6 +76,8 @@ SPECS: dict[str, Callable[[], Cluster]] = {
     # every node CLOUD (powered down until the service starts it); render needs no AWS access
     "pools-aws": lambda: load_spec(ROOT / "examples/pools-aws.yaml"),
     "mixed": mixed_spec,
+    "suspend": suspend_spec,
+    "qos": qos_spec,
 }
 
 
@@ -131,35 +128,16 @@ class Controller:
         return self.run.ctld_log.read_text(errors="replace") if self.run.ctld_log.exists() else ""
 
 
-def write_config(spec: Cluster, rendered: dict[str, str], run: RunDir, judge: Judge) -> None:
-    run.conf.write_text(adapt_for_tmp(rendered["slurm.conf"], run, judge.hostname, free_port(), free_port()))
-    for name in ("gres.conf", "cgroup.conf"):
-        (run.root / name).write_text(rendered[name])
-    run.power_stub.write_text(power_stub_script())
-    run.power_stub.chmod(0o755)
-    shutil.copy2(NODES_READY_SOURCE, run.nodes_ready)
-    install_etc(judge, run, expected_nodes(spec), ((g.name, g.gid) for g in spec.groups))
-
-
 @pytest.fixture(scope="module", params=sorted(SPECS))
 def controller(request: pytest.FixtureRequest) -> Iterator[Controller]:
     name: str = request.param
     spec = SPECS[name]()
     rendered = render_all(spec, source=f"{name}.yaml")
-    run = RunDir.create()
-    judge = Judge(node_image())
     try:
-        write_config(spec, rendered, run, judge)
-        start_munged(judge, run)
-        start_slurmctld(judge, run)
-        try:
-            wait_until_up(judge, run)
-        except RuntimeError as exc:
-            pytest.fail(str(exc), pytrace=False)
-        yield Controller(name, spec, rendered, run, judge)
-    finally:
-        judge.remove()
-        run.remove()
+        with running_slurmctld(spec, rendered) as (judge, run):
+            yield Controller(name, spec, rendered, run, judge)
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 def config_lines(text: str) -> list[str]:
@@ -168,11 +146,12 @@ def config_lines(text: str) -> list[str]:
 
 def test_only_settings_were_adapted(controller: Controller) -> None:
     """Node and partition lines reach slurmctld exactly as rendered (but for GRES billing
-    weights, which need slurmdbd: see without_gres_weights); so do gres.conf and cgroup.conf."""
+    weights, which need slurmdbd: see without_gres_weights); so do gres.conf, cgroup.conf
+    and job_submit.lua."""
     adapted = controller.run.conf.read_text()
     rendered = config_lines(controller.rendered["slurm.conf"])
     assert config_lines(adapted) == [without_gres_weights(line) for line in rendered]
-    for name in ("gres.conf", "cgroup.conf"):
+    for name in AS_RENDERED:
         assert (controller.run.root / name).read_text() == controller.rendered[name]
 
 
@@ -197,6 +176,39 @@ def test_partitions_as_in_spec(controller: Controller) -> None:
         assert set(got["AllowAccounts"].split(",")) == set(part.allow_accounts or ["ALL"]), part.name
         assert got["Default"] == ("YES" if part.default else "NO"), part.name
         assert got["State"] == part.state.value, part.name
+        assert int(got["PriorityTier"]) == (1 if part.priority_tier is None else part.priority_tier), part.name
+        assert set(got["PreemptMode"].split(",")) == partition_preempt_mode(spec, part), part.name
+
+
+def partition_preempt_mode(spec: Cluster, part: Partition) -> set[str]:
+    """What scontrol shows as a partition's PreemptMode: its own, else the cluster's (GANG
+    included); OFF without preemption."""
+    pre = spec.scheduling.preemption
+    if pre.type == "none":
+        return {part.preempt_mode or "OFF"}
+    return set((part.preempt_mode or pre.mode).split(","))
+
+
+def show_config(controller: Controller) -> dict[str, str]:
+    rc, out, err = scontrol(controller.judge, controller.run, "show", "config")
+    assert rc == 0, err
+    return {key.strip(): value.strip() for key, _, value in (line.partition("=") for line in out.splitlines())}
+
+
+def test_policy_as_in_spec(controller: Controller) -> None:
+    """Default pools, priority and preemption settings as slurmctld took them."""
+    spec, config = controller.spec, show_config(controller)
+    sched, pre = controller.spec.scheduling, controller.spec.scheduling.preemption
+    assert config["JobSubmitPlugins"] == ("lua" if routing(spec).active else "(null)")
+    assert config["PreemptType"] == ("(null)" if pre.type == "none" else f"preempt/{pre.type}")
+    if pre.type != "none":
+        assert set(config["PreemptMode"].split(",")) == set(pre.mode.split(","))
+    assert parse_slurm_time(config["PreemptExemptTime"]) == parse_slurm_time(pre.exempt_time or "0")
+    assert parse_slurm_time(config["PriorityCalcPeriod"]) == parse_slurm_time(sched.priority.calc_period or "5")
+    if sched.default_mem_per_cpu_mb is None:
+        assert config["DefMemPerNode"] == "UNLIMITED"
+    else:
+        assert config["DefMemPerCPU"] == str(sched.default_mem_per_cpu_mb)
 
 
 def _null_set(value: str) -> set[str]:

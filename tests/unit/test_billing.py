@@ -152,7 +152,8 @@ def test_one_unpriced_pool_leaves_its_partition_to_slurms_default() -> None:
     data = yaml.safe_load((ROOT / "examples/local.yaml").read_text())
     del data["pools"][2]["price_per_hour"]  # cpu-fallback, in ml-cpu with cpu
     spec = validate_data(data, "local")
-    assert set(billing_weights(spec)) == {"ml-gpu"}
+    # ml-cpu (cpu + cpu-fallback) goes without; ml-gpu and scavenger (cpu alone) keep theirs
+    assert set(billing_weights(spec)) == {"ml-gpu", "scavenger"}
 
 
 def test_units() -> None:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from slurmforge.errors import Problem, listing
 from slurmforge.nodes import pool_hardware
+from slurmforge.routing import pool_partitions
 from slurmforge.spec.checks.registry import check, dupes, reaching_on_demand
 from slurmforge.spec.models import Cluster, Market, Pool, PoolKind
 from slurmforge.spec.slurmtime import parse_slurm_time
@@ -42,6 +43,22 @@ def default_pools_in_partitions(spec: Cluster) -> Iterator[Problem]:
         if name in known and name not in used:
             yield Problem(f"scheduling.{field}", "pool is in no partition, so no job can reach it",
                           "add it to a partition's pools, or name a pool that is", name)
+
+
+@check
+def default_pools_have_one_partition(spec: Cluster) -> Iterator[Problem]:
+    """A default pool stands for one partition (where jobs naming none go): the one that
+    lists it; of several, the default partition, else the one listing the fewest pools.
+    Two that list equally few are ambiguous."""
+    for field in ("default_cpu_pool", "default_gpu_pool"):
+        name = getattr(spec.scheduling, field)
+        found = pool_partitions(spec, name) if name else []
+        if len(found) > 1:
+            names = [p.name for p in found]
+            yield Problem(f"scheduling.{field}", f"pool is in partitions {listing(names)}, each with "
+                          f"{len(set(found[0].pools))} pool(s): which one takes jobs that name no partition is not "
+                          "clear", "keep the pool in one of them (the default partition wins), or give the one for "
+                          "such jobs fewer pools", name)
 
 
 @check

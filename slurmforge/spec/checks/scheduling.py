@@ -5,44 +5,156 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from slurmforge.errors import Problem
+from slurmforge.nodes import pool_hardware
 from slurmforge.spec.checks.registry import check
-from slurmforge.spec.models import Cluster
+from slurmforge.spec.models import Cluster, Partition
 
 # Slurm's default partition PriorityTier (man slurm.conf).
 DEFAULT_PRIORITY_TIER = 1
 
 
+def _tier(part: Partition) -> int:
+    return DEFAULT_PRIORITY_TIER if part.priority_tier is None else part.priority_tier
+
+
+def preemptible_partitions(spec: Cluster) -> list[int]:
+    """partition_prio: the partitions whose jobs a job of another partition may preempt (a
+    partition of a higher tier shares a pool with them)."""
+    return [i for i, low in enumerate(spec.partitions)
+            if any(_tier(high) > _tier(low) and set(high.pools) & set(low.pools) for high in spec.partitions)]
+
+
+def suspending(spec: Cluster) -> list[tuple[str, str]]:
+    """Where the spec makes Slurm suspend preempted jobs: (path, mode) for each setting that
+    applies SUSPEND to jobs that can be preempted."""
+    pre = spec.scheduling.preemption
+    if pre.type == "qos":  # the QoS have no mode of their own in the spec: the cluster's applies
+        return [("scheduling.preemption.mode", pre.mode)] if pre.mode.startswith("SUSPEND") else []
+    if pre.type != "partition_prio":
+        return []
+    found: dict[str, str] = {}
+    for i in preemptible_partitions(spec):
+        part = spec.partitions[i]
+        path, mode = ((f"partitions[{i}].preempt_mode", part.preempt_mode) if part.preempt_mode
+                      else ("scheduling.preemption.mode", pre.mode))
+        if mode.startswith("SUSPEND"):
+            found.setdefault(path, mode)
+    return list(found.items())
+
+
 @check
 def preempt_mode_needs_preemption(spec: Cluster) -> Iterator[Problem]:
-    """A partition preempt_mode needs scheduling.preemption.type other than none."""
-    if spec.scheduling.preemption.type != "none":
+    """A partition preempt_mode takes effect only with scheduling.preemption.type
+    partition_prio (preempt/qos takes the mode from the cluster)."""
+    kind = spec.scheduling.preemption.type
+    if kind == "partition_prio":
         return
     for i, part in enumerate(spec.partitions):
-        if part.preempt_mode and part.preempt_mode != "OFF":
+        if not part.preempt_mode or part.preempt_mode == "OFF":
+            continue
+        if kind == "none":
             yield Problem(f"partitions[{i}].preempt_mode", "preemption is off cluster-wide",
                           "set scheduling.preemption.type: partition_prio (or qos)", part.preempt_mode)
+        else:
+            yield Problem(f"partitions[{i}].preempt_mode", "ignored: with preemption type qos Slurm takes the mode "
+                          "from scheduling.preemption.mode", "remove it, or use scheduling.preemption.type: "
+                          "partition_prio", part.preempt_mode)
 
 
 @check
 def partition_prio_needs_tiers(spec: Cluster) -> Iterator[Problem]:
-    """partition_prio preemption needs partitions with different priority tiers."""
+    """partition_prio preemption needs partitions of different priority tiers that share a
+    pool (a job preempts only jobs on the nodes it needs)."""
     if spec.scheduling.preemption.type != "partition_prio":
         return
-    tiers = {DEFAULT_PRIORITY_TIER if p.priority_tier is None else p.priority_tier for p in spec.partitions}
-    if len(tiers) < 2:
+    if len({_tier(p) for p in spec.partitions}) < 2:
         yield Problem("scheduling.preemption.type", "partition_prio, but every partition has the same priority_tier",
                       "give the high-priority partition a larger priority_tier", "partition_prio")
+    elif not preemptible_partitions(spec):
+        yield Problem("scheduling.preemption.type", "partition_prio, but no two partitions of different priority_tier "
+                      "share a pool: no job would be preempted", "put a pool in a partition of a higher and one of "
+                      "a lower priority_tier", "partition_prio")
+
+
+@check
+def suspend_needs_gang(spec: Cluster) -> Iterator[Problem]:
+    """A partition that suspends preempted jobs needs gang scheduling, which only the
+    cluster-wide mode SUSPEND,GANG turns on (Slurm resumes suspended jobs through it)."""
+    pre = spec.scheduling.preemption
+    if pre.type != "partition_prio" or pre.mode == "SUSPEND,GANG":
+        return
+    for i, part in enumerate(spec.partitions):
+        if part.preempt_mode == "SUSPEND":
+            yield Problem(f"partitions[{i}].preempt_mode", f"SUSPEND needs gang scheduling, but the cluster's mode is "
+                          f"{pre.mode}: suspended jobs would never resume", "set scheduling.preemption.mode: "
+                          "SUSPEND,GANG (partitions keep their own preempt_mode)", part.preempt_mode)
+
+
+@check
+def suspend_needs_memory_room(spec: Cluster) -> Iterator[Problem]:
+    """Suspending preempted jobs while Slurm schedules memory needs a default memory per
+    CPU of at most half a node's memory per CPU: a suspended job keeps its memory, so the
+    job taking its place must fit beside it (a job that asks for no memory otherwise holds
+    its node's whole memory, or with a larger default, too much of it)."""
+    sched = spec.scheduling
+    found = suspending(spec) if sched.select_parameters.endswith("_Memory") else []
+    halves = [(p, hw, hw.memory_mb // (2 * hw.cpus)) for p in spec.pools for hw in [pool_hardware(p)] if hw]
+    if not found or not halves:
+        return
+    pool, hw, half = min(halves, key=lambda phh: phh[2])
+    per_cpu = sched.default_mem_per_cpu_mb
+    fix = (f"set scheduling.default_mem_per_cpu_mb to at most {half} (half of pool {pool.name}'s memory per CPU), "
+           "or select_parameters CR_CPU or CR_Core")
+    if per_cpu is None:
+        path, mode = found[0]
+        yield Problem(path, "suspended jobs keep their memory, and a job that asks for none holds its node's whole "
+                      "memory: no job could take its place", fix, mode)
+    elif per_cpu > half:
+        yield Problem("scheduling.default_mem_per_cpu_mb", f"a job on all {hw.cpus} CPUs of a {pool.name} node "
+                      f"holds {per_cpu * hw.cpus} of its {hw.memory_mb} MB while suspended: one like it cannot take "
+                      "its place", fix, per_cpu)
+
+
+@check
+def default_mem_per_cpu_fits(spec: Cluster) -> Iterator[Problem]:
+    """default_mem_per_cpu_mb times a node's CPUs fits in its memory (or a job asking for
+    all of a node's CPUs and no memory could not run there)."""
+    per_cpu = spec.scheduling.default_mem_per_cpu_mb
+    if per_cpu is None:
+        return
+    over = [(p, hw) for p in spec.pools for hw in [pool_hardware(p)] if hw and per_cpu * hw.cpus > hw.memory_mb]
+    if over:
+        pool, hw = min(over, key=lambda ph: ph[1].memory_mb // ph[1].cpus)
+        yield Problem("scheduling.default_mem_per_cpu_mb", f"{per_cpu} MB x {hw.cpus} CPUs is more than pool "
+                      f"{pool.name}'s {hw.memory_mb} MB: a job asking for all its CPUs could not run there",
+                      f"use at most {hw.memory_mb // hw.cpus}", per_cpu)
+
+
+@check
+def exempt_time_takes_effect(spec: Cluster) -> Iterator[Problem]:
+    """preemption.exempt_time takes effect only when jobs are preempted, and not with mode
+    SUSPEND,GANG: Slurm's gang scheduler then suspends or requeues a job at once, however
+    short it has run (Slurm 24.11 requeued a job 3 s into a 10 s PreemptExemptTime)."""
+    pre = spec.scheduling.preemption
+    if pre.exempt_time is None:
+        return
+    if pre.type == "none":
+        yield Problem("scheduling.preemption.exempt_time", "ignored: preemption is off (type none)",
+                      "remove it, or set scheduling.preemption.type", pre.exempt_time)
+    elif pre.mode == "SUSPEND,GANG":
+        yield Problem("scheduling.preemption.exempt_time", "not honoured with mode SUSPEND,GANG: the gang scheduler "
+                      "preempts at once", "remove it, or use mode REQUEUE or CANCEL", pre.exempt_time)
 
 
 @check
 def preemption_mode_not_off(spec: Cluster) -> Iterator[Problem]:
-    """With preemption on, some mode actually preempts: the cluster's mode, or a partition's."""
+    """With preemption on, the cluster-wide mode is not OFF: slurmctld refuses PreemptType
+    with PreemptMode=OFF, whatever the partitions say (read_config.c)."""
     pre = spec.scheduling.preemption
-    if pre.type == "none" or pre.mode != "OFF":
-        return
-    if not any(p.preempt_mode not in (None, "OFF") for p in spec.partitions):
-        yield Problem("scheduling.preemption.mode", f"OFF with preemption type {pre.type}: no job would be preempted",
-                      "use REQUEUE, CANCEL or SUSPEND,GANG, or set type: none", pre.mode)
+    if pre.type != "none" and pre.mode == "OFF":
+        yield Problem("scheduling.preemption.mode", f"OFF with preemption type {pre.type}: slurmctld refuses it "
+                      "(partitions may say OFF, the cluster may not)", "use REQUEUE, CANCEL or SUSPEND,GANG, or set "
+                      "type: none", pre.mode)
 
 
 @check
