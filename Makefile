@@ -56,7 +56,7 @@ unit: venv
 # fast tests first, the real local cluster last (it builds or reuses the node image)
 test: setup lint typecheck
 	$(VENV)/bin/pytest -q -m "not integration"
-	$(VENV)/bin/pytest -q -m integration tests/integration
+	$(VENV)/bin/pytest -q -m integration --durations=25 tests/integration
 
 bench: venv
 	$(PY) bench/render_bench.py

@@ -31,7 +31,7 @@ import urllib.request
 from typing import Any
 
 from slurmforge.errors import SlurmforgeError
-from slurmforge.local.live import wait_until
+from slurmforge.local.live import node_state_command, wait_until
 from slurmforge.local.manage import find_cluster
 from slurmforge.local.podman import Podman
 from slurmforge.providers.base import HostRole
@@ -69,7 +69,7 @@ class Bench:
         return res.stdout
 
     def state(self, node: str) -> str:
-        return self.sh(self.ctl, f"sinfo -h -N -n {node} -o %T").strip()
+        return self.sh(self.ctl, node_state_command(node)).strip()
 
     def job_state(self, job: str) -> str:
         return self.sh(self.ctl, f"squeue -h -j {job} -o %T; sacct -n -X -P -j {job} -o State | head -1").strip()

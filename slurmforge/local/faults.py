@@ -185,6 +185,55 @@ class Failover:
         return sum(1 for state in self.jobs.values() if state != "COMPLETED")
 
 
+@dataclass(frozen=True)
+class PowerUpFailover:
+    """A node powering up for a job when the primary controller died: what its state was
+    at the kill, the job's sacct state and node list afterwards, the seconds from the kill
+    to the job's end, and the backup's service log lines about the node."""
+
+    node: str
+    at_kill: str
+    state: str
+    ran_on: str
+    seconds: float
+    backup_lines: tuple[str, ...]
+
+
+def failover_mid_power_up(live: LiveCluster, backup: str, partition: str, node: str,
+                          limit: float = 240) -> PowerUpFailover:
+    """A job for the powered-down `node`; the primary's container SIGKILLed the moment
+    slurmctld has the node powering up (its hand-off written, the launch in flight or just
+    done); the backup's slurmctld and service must bring the node up and run the job. The
+    primary is started again and back in control afterwards, whatever happens."""
+    wait_until(lambda: not live.nodes_in_transition(), 180, "no node powering up or down", every=2)
+    if not (before := live.slurm_state(node)).endswith("~"):
+        raise ProvisionError(f"{node} should be powered down, but is {before or 'unknown'}")
+    since = live.on(backup, "date '+%Y-%m-%d %H:%M:%S'").strip()
+    job = live.submit(f"-p {partition} -w {node} -o pu-%j.out --wrap hostname")
+    try:
+        def powering_up() -> str:
+            state = live.slurm_state(node)
+            return state if state.endswith("#") else ""
+
+        at_kill = wait_until(powering_up, 60, f"{node} powering up", every=0.2)
+        live.podman.run(["kill", "-s", "KILL", live.controller])
+        killed = time.monotonic()
+        wait_until(lambda: not live.on(live.login, f"squeue -h -j {job} -o %i || true").strip(), limit,
+                   f"job {job} done while the backup is in control", every=1)
+        seconds = time.monotonic() - killed
+        log = live.on(backup, f"journalctl -u {SERVICE_UNIT} --no-pager -q --since '{since}'")
+    finally:
+        live.podman.run(["start", live.controller], check=False)
+        with contextlib.suppress(ProvisionError):
+            wait_until(lambda: _primary_in_control(live, backup), 120, "the primary back in control", every=0.5)
+    with contextlib.suppress(ProvisionError):  # the state says which did not
+        wait_until(lambda: _states(live, [job]).get(job) == "COMPLETED", 120, f"job {job} COMPLETED in sacct",
+                   every=2)
+    ran_on = live.on(live.login, f"sacct -n -X -P -j {job} -o NodeList || true").strip()
+    return PowerUpFailover(node, at_kill, _states(live, [job]).get(job, ""), ran_on, seconds,
+                           tuple(line for line in log.splitlines() if node in line))
+
+
 def target(cluster: str | None, partition: str | None) -> tuple[Cluster, JobNodes, LiveCluster]:
     """The local cluster named `cluster` (default: the only one), where its 2-node jobs run
     and its live view, for a bench run as root on the host. SlurmforgeError otherwise."""

@@ -26,6 +26,12 @@ IN_SERVICE = ("idle", "mixed", "allocated")
 """`sinfo %T` of a node that takes jobs."""
 
 
+def node_state_command(node: str) -> str:
+    """The shell command that prints `node`'s `sinfo %T` state once: `sinfo -N` lists a
+    node once per partition it is in (a pool in two partitions printed "idle\nidle")."""
+    return f"sinfo -h -N -n {node} -o %T | head -n 1"
+
+
 def wait_until(check: Callable[[], T], timeout: float, what: str, every: float = 0.3) -> T:
     """Poll `check` until it returns something true; that value. ProvisionError after
     `timeout` seconds, naming `what` was awaited."""
@@ -86,7 +92,7 @@ class LiveCluster:
         return dict(line.strip().split("|", 1) for line in out.splitlines() if "|" in line)
 
     def slurm_state(self, node: str) -> str:
-        return self.root(f"sinfo -h -N -n {node} -o %T").strip()
+        return self.root(node_state_command(node)).strip()
 
     def nodes_in_transition(self) -> list[str]:
         """Nodes powering up (#) or down (%, ! queued), and powered-down nodes (~) whose

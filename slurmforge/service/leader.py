@@ -73,14 +73,15 @@ class Leadership:
             answering = self.ping()
         except Exception as exc:  # no view of the controllers: nobody is known to be in control
             self.release()
-            return Standing(False, f"scontrol ping failed: {type(exc).__name__}: {exc}"[:200], HoldReason.SLURM_VIEW)
+            return Standing(False, f"holding back: scontrol ping failed: {type(exc).__name__}: {exc}"[:200],
+                            HoldReason.SLURM_VIEW)
         leader = in_control(self.controllers, answering)
         if leader != self.me:
             if self.held:
                 log.warning("letting go of the lead: slurmctld on %s is in control", leader or "no controller")
             self.release()
             if leader is None:
-                return Standing(False, "standby: no slurmctld answers", HoldReason.SLURM_VIEW)
+                return Standing(False, "holding back: no slurmctld answers", HoldReason.SLURM_VIEW)
             return Standing(False, f"standby: slurmctld on {leader} is in control")
         if not self.held and not self._acquire():
             return Standing(False, f"standby: the service that led before still holds {self.lock_path}")

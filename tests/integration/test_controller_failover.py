@@ -7,7 +7,9 @@ counted in `sacct`: examples/local.yaml runs a backup controller (dev-controller
 - the primary's container started again: it takes control back, its service leads again,
   and every job of the cycle is COMPLETED in sacct (slurmdbd lives on the primary: the
   backup's slurmctld queued the records and they arrived);
-- slurmdbd stopped while jobs finish: every record is in sacct once it is back.
+- slurmdbd stopped while jobs finish: every record is in sacct once it is back;
+- the primary killed while a node powers up for a job (its launch in flight): the backup's
+  slurmctld and scheduler service bring the node up and the job runs there.
 
 The primary's container is started again whatever happens.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurmforge.local.faults import JobNodes, controller_failover
+from slurmforge.local.faults import JobNodes, controller_failover, failover_mid_power_up
 from slurmforge.local.live import wait_until
 from slurmforge.render import controller_names
 from tests.integration.conftest import Cluster_
@@ -49,3 +51,14 @@ def test_records_made_while_slurmdbd_is_down_reach_sacct(cluster: Cluster_) -> N
         cluster.run(primary, "systemctl start slurmdbd")
     wait_until(lambda: set(sacct_states(cluster, *jobs).values()) == {"COMPLETED"} and
                len(sacct_states(cluster, *jobs)) == len(jobs), 120, "every record in sacct", every=2)
+
+
+def test_a_node_powering_up_when_the_primary_dies_comes_up_under_the_backup(cluster: Cluster_) -> None:
+    """The launch was in flight on the primary (its hand-off spool and its service died with
+    it): the backup's slurmctld has the node powering up or powers it up again, and the
+    backup's service, which now leads, starts its machine; the job runs on that node."""
+    backup = controller_names(cluster.spec)[1]
+    result = failover_mid_power_up(cluster.live(), backup, "ml-cpu", "dev-cpu-03")
+    print(f"{result.node} was {result.at_kill} at the kill; job {result.state} on {result.ran_on} "
+          f"{result.seconds:.1f} s later; backup service: {result.backup_lines}")
+    assert result.state == "COMPLETED" and result.ran_on == "dev-cpu-03", result

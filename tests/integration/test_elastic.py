@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from slurmforge.inventory import read_inventory
-from slurmforge.local.live import wait_until
+from slurmforge.local.live import node_state_command, wait_until
 from slurmforge.providers.base import HostRole
 from slurmforge.render import controller_name, service_shared_dir
 from slurmforge.service.main import DEFAULT_PORT
@@ -47,7 +47,7 @@ def root(cluster: Cluster_, command: str, timeout: int = 60) -> str:
 
 
 def slurm_state(cluster: Cluster_, node: str) -> str:
-    return root(cluster, f"sinfo -h -N -n {node} -o %T").strip()
+    return root(cluster, node_state_command(node)).strip()
 
 
 def job_state(cluster: Cluster_, job: str) -> str:

@@ -61,7 +61,7 @@ def test_no_controller_answering_is_held_as_an_outage_not_a_standby(tmp_path: Pa
     slurm-view (never-down's hold), not that another service leads."""
     lead = Leadership("dev-controller", HOSTS, tmp_path, lambda: {h: False for h in HOSTS})
     standing = lead.check()
-    assert not standing.acting and standing.reason is HoldReason.SLURM_VIEW
+    assert not standing.acting and standing.reason is HoldReason.SLURM_VIEW and "holding" in standing.why
     other = Leadership("dev-controller-backup", HOSTS, tmp_path, lambda: dict.fromkeys(HOSTS, True))
     assert other.check().reason is HoldReason.STANDBY
 
