@@ -58,6 +58,13 @@ def build_provider(spec: Cluster, options: Mapping[str, Any]) -> Provider:
     return cast(Provider, factory(spec, options))
 
 
+def load_provider(spec: Cluster, settings_file: Path | None) -> Provider:
+    """The provider the daemon runs with: the JSON file the rollout wrote (none: empty
+    settings), handed to `build_provider`."""
+    options = json.loads(settings_file.read_text()) if settings_file else {}
+    return build_provider(spec, options)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="slurmforge-service", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, required=True, help="the cluster spec (re-read every loop)")
@@ -86,8 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         spec = load_spec(args.spec)
-        options = json.loads(args.provider_config.read_text()) if args.provider_config else {}
-        provider = build_provider(spec, options)
+        provider = load_provider(spec, args.provider_config)
     except (SlurmforgeError, OSError, ValueError) as exc:
         print(f"slurmforge-service: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 1)

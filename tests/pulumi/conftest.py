@@ -179,7 +179,11 @@ def variant(spec_path: Path, name: str) -> Cluster:
 def run_stack(spec_path: Path, variant_name: str | None = None) -> StackRun:
     """Build the cluster of a spec (or a variant of it) under fresh mocks."""
     spec = load_spec(spec_path) if variant_name is None else variant(spec_path, variant_name)
-    mocks = RecordingMocks()
+    return run_program(spec, RecordingMocks())
+
+
+def run_program(spec: Cluster, mocks: RecordingMocks) -> StackRun:
+    """Build the cluster of `spec` under `mocks` (a RecordingMocks or one that answers more)."""
     pulumi.runtime.settings.reset_options()
     pulumi.runtime.set_mocks(mocks, project="slurmforge", stack="test", preview=False)
     run = StackRun(spec, mocks.resources, mocks.calls)
@@ -191,6 +195,12 @@ def run_stack(spec_path: Path, variant_name: str | None = None) -> StackRun:
     program()
     assert run.outputs, "the program ran but no output was resolved"
     return run
+
+
+def stack_output_json(run: StackRun, show_secrets: bool = False) -> dict[str, Any]:
+    """What `pulumi stack output --json` prints for this run."""
+    shown = {k: v if show_secrets or not run.secret[k] else "[secret]" for k, v in run.outputs.items()}
+    return json.loads(json.dumps(shown))
 
 
 @pytest.fixture(scope="session")

@@ -23,15 +23,17 @@ from slurmforge.errors import ProvisionError
 from slurmforge.inventory import HOSTS_FILE, read_inventory
 from slurmforge.providers.base import HostRole
 from slurmforge.render import controller_name, controller_names
-from tests.pulumi.conftest import DB_PASSWORD, LAB_AWS, MUNGE_B64, POOLS_AWS, RecordingMocks, StackRun
+from tests.pulumi.conftest import (
+    DB_PASSWORD,
+    LAB_AWS,
+    MUNGE_B64,
+    POOLS_AWS,
+    RecordingMocks,
+    StackRun,
+    stack_output_json,
+)
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
-
-
-def stack_output_json(run: StackRun, show_secrets: bool = False) -> dict[str, Any]:
-    """What `pulumi stack output --json` prints for this run."""
-    shown = {k: v if show_secrets or not run.secret[k] else "[secret]" for k, v in run.outputs.items()}
-    return json.loads(json.dumps(shown))
 
 
 def spec_path(run: StackRun) -> Path:
