@@ -30,6 +30,7 @@ import time
 import urllib.request
 from typing import Any
 
+from slurmforge.contract import FAIL_POOLS_FILE
 from slurmforge.errors import SlurmforgeError
 from slurmforge.local.live import node_state_command, wait_until
 from slurmforge.local.manage import find_cluster
@@ -38,7 +39,7 @@ from slurmforge.providers.base import HostRole
 from slurmforge.render import RESUME_PROGRAM, controller_name
 from slurmforge.service.main import DEFAULT_PORT
 
-FAIL_POOLS = "/var/lib/slurmforge/service/fail-pools"
+FAIL_POOLS = FAIL_POOLS_FILE
 QUICK_HANDOFFS = 3
 POWER_DOWN_WAIT = 120
 """Slurm's power-save thread, the service's loop (10 s) and SuspendTimeout (20 s locally)."""

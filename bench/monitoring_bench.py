@@ -145,8 +145,9 @@ def live(prometheus: str, inventory: Path, quick: bool) -> list[str]:
 
 
 def controller_prometheus(inventory: Path) -> str:
+    from slurmforge.contract import PROMETHEUS_PORT
     from slurmforge.inventory import read_inventory
-    from slurmforge.monitoring import PROMETHEUS_PORT, controller_address
+    from slurmforge.monitoring import controller_address
 
     return f"http://{controller_address(read_inventory(inventory)[1])}:{PROMETHEUS_PORT}"
 

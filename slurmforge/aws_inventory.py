@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from slurmforge.contract import AwsProviderSettings, settings_json
 from slurmforge.errors import ProvisionError
 from slurmforge.inventory import secrets_dir, write_inventory
 from slurmforge.providers.base import Host, HostRole
@@ -130,16 +131,13 @@ def hosts_from_outputs(outputs: dict[str, Any]) -> list[Host]:
     return hosts
 
 
-def service_options(outputs: dict[str, Any]) -> dict[str, Any]:
-    """The scheduler service's provider config (`--provider-config`, see
-    slurmforge/service/main.py), which the rollout writes on the controller."""
-    return {
-        "region": outputs[OUT_REGION],
-        "launch_templates": dict(outputs[OUT_LAUNCH_TEMPLATES]),
-        "subnets": dict(outputs[OUT_SUBNETS]),
-        "interruption_queue_url": outputs[OUT_SPOT_QUEUE_URL],
-        "pool_parameters": dict(outputs[OUT_POOL_PARAMETERS]),
-    }
+def service_settings(outputs: dict[str, Any]) -> AwsProviderSettings:
+    """The scheduler service's provider settings: the inventory hands them to the
+    scheduler_service role, which writes them where the daemon's loader reads them."""
+    return AwsProviderSettings(region=str(outputs[OUT_REGION]),
+                               launch_templates={k: str(v) for k, v in outputs[OUT_LAUNCH_TEMPLATES].items()},
+                               subnets={k: str(v) for k, v in outputs[OUT_SUBNETS].items()},
+                               spot_queue_url=outputs[OUT_SPOT_QUEUE_URL])
 
 
 def aws_vars(outputs: dict[str, Any]) -> dict[str, Any]:
@@ -161,7 +159,6 @@ def aws_vars(outputs: dict[str, Any]) -> dict[str, Any]:
         "slurmforge_aws_pool_parameters": dict(outputs[OUT_POOL_PARAMETERS]),
         "slurmforge_aws_private_addresses": addresses,
         "slurmforge_aws_database": outputs.get(OUT_DATABASE),
-        "slurmforge_aws_service_options": service_options(outputs),
     }
 
 
@@ -188,7 +185,8 @@ def inventory_from_stack_outputs(outputs: dict[str, Any], spec_path: str | Path,
     spec_path, out_dir = Path(spec_path), Path(out_dir)
     spec = load_spec(spec_path)
     _check(outputs, spec.name)
-    write_inventory(spec, spec_path, hosts_from_outputs(outputs), out_dir, secrets)
+    write_inventory(spec, spec_path, hosts_from_outputs(outputs), out_dir, secrets,
+                    provider_settings=settings_json(service_settings(outputs)))
     _write(out_dir / AWS_VARS_FILE, aws_vars(outputs))
     if outputs.get(OUT_CEPH_HOSTS):
         _write(out_dir / CEPH_FILE, ceph_document(outputs))

@@ -249,8 +249,9 @@ def report(
         help="Prometheus' URL (default: the controller's, port 9090; on AWS through an SSH tunnel).")] = None,
 ) -> None:
     """A one-page utilization report (HTML + PNG plots) from Prometheus' data."""
+    from slurmforge.contract import PROMETHEUS_PORT
     from slurmforge.inventory import read_inventory
-    from slurmforge.monitoring import PROMETHEUS_PORT, controller_address
+    from slurmforge.monitoring import controller_address
     from slurmforge.report import Prometheus, make_report, parse_duration
 
     require_inventory(inventory_dir)

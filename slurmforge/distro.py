@@ -11,6 +11,9 @@ nothing tests the old image any more.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from slurmforge.contract import node_vars
 
 
 @dataclass(frozen=True)
@@ -28,9 +31,11 @@ class Distro:
     upgrades_from: str
     """The oldest Slurm release whose state and accounting database this Slurm takes over."""
 
-    def image_vars(self) -> dict[str, str]:
-        """What the image playbook needs to know of the distribution (every target)."""
-        return {"slurmforge_python_version": self.python}
+    def image_vars(self) -> dict[str, Any]:
+        """What the image playbook's install tasks need (every target; the inventory holds
+        the same): the distribution's Python, and the on-node paths, ports and the service
+        venv's requirements of slurmforge.contract."""
+        return {"slurmforge_python_version": self.python, **node_vars()}
 
 
 DEBIAN_13 = Distro(base="debian-13", suite="trixie", ami_name="debian-13-amd64-*", slurm_release="24.11", python="3.13",

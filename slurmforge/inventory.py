@@ -23,6 +23,7 @@ import yaml
 
 from slurmforge.accounting import desired_state
 from slurmforge.ceph import CEPH_CONF, ceph_hosts, ceph_vars, mds_hosts, monitors, render_ceph_conf
+from slurmforge.contract import DIGEST_FILE, default_settings
 from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
 from slurmforge.monitoring import has_real_gpus, render_monitoring
@@ -36,7 +37,6 @@ from slurmforge.render import (
     service_shared_dir,
     state_save_location,
 )
-from slurmforge.rollout import DIGEST_FILE
 from slurmforge.spec import Cluster, load_spec
 from slurmforge.upgrade import BEFORE_MARKER, STATE_FILES, STATE_MARKER
 
@@ -110,10 +110,14 @@ def ceph_groups(hosts: list[Host], storage_vars: dict[str, Any]) -> dict[str, An
         "ceph_osd": {"hosts": {h.name: None for h in ceph_hosts(hosts)}}}}
 
 
-def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host]) -> dict[str, Any]:
-    """Everything the roles need from the spec, as plain data (no secrets)."""
+def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host],
+                 provider_settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything the roles need from the spec, as plain data (no secrets), the on-node
+    paths and ports of slurmforge.contract, and the scheduler service's provider settings
+    (`provider_settings`; default: the target's own, contract.default_settings)."""
     nas = spec.storage.nas
     os = distro(spec.images.base)
+    settings = default_settings(spec.target.kind) if provider_settings is None else provider_settings
     return {
         "slurmforge_cluster_name": spec.name,
         "slurmforge_target": spec.target.kind,
@@ -136,6 +140,9 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host]) -> dict[
         "slurmforge_monitoring": {"retention_days": spec.monitoring.retention_days,
                                   "retention_gb": spec.monitoring.retention_gb},
         "slurmforge_rollout_digest_file": DIGEST_FILE,
+        # what the image's install tasks got too (the venv's Python, paths, ports, requirements)
+        **os.image_vars(),
+        "slurmforge_service_provider_settings": settings,
         # what the node image runs and what it takes over (slurmforge/upgrade.py)
         "slurmforge_slurm": {"release": os.slurm_release, "upgrades_from": os.upgrades_from,
                              "state_dir": state_save_location(spec), "state_marker": STATE_MARKER,
@@ -153,13 +160,14 @@ def _dump(path: Path, data: Any) -> None:
 
 
 def write_inventory(spec: Cluster, spec_path: Path, hosts: list[Host], inventory_dir: Path,
-                    secrets: Path | None = None) -> Path:
+                    secrets: Path | None = None, provider_settings: dict[str, Any] | None = None) -> Path:
     """Write (or converge) the inventory directory; unchanged files are not touched.
     `secrets`: the cluster's secrets directory (default secrets_dir), where the Ceph fsid
-    is made once when the spec has Ceph."""
+    is made once when the spec has Ceph; `provider_settings`: the scheduler service's
+    (AWS: from the stack's outputs), default the target's own."""
     inventory_dir.mkdir(parents=True, exist_ok=True)
     _dump(inventory_dir / HOSTS_FILE, hosts_document(spec, hosts))
-    _dump(inventory_dir / VARS_FILE, cluster_vars(spec, inventory_dir, hosts))
+    _dump(inventory_dir / VARS_FILE, cluster_vars(spec, inventory_dir, hosts, provider_settings))
     rendered = render_all(spec, source=spec_path.name) | {
         f"{MONITORING}/{name}": text for name, text in render_monitoring(spec, hosts, spec_path.name).items()}
     if spec.accounting.enabled:  # what roles/slurmdbd makes slurmdbd's accounting equal to

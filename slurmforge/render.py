@@ -18,6 +18,7 @@ from typing import Any
 import jinja2
 
 from slurmforge.billing import BillingWeights, billing_weights
+from slurmforge.contract import NODES_READY_PROGRAM, SERVICE_BIN, SLURMDBD_SECRET_CONF
 from slurmforge.distro import distro, release_tuple
 from slurmforge.nodes import NodeHardware, node_sets, pool_hardware, pool_hostlist
 from slurmforge.routing import JOB_SUBMIT_SCRIPT, routing
@@ -27,15 +28,10 @@ from slurmforge.templating import make_environment
 
 CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "slurmdbd.conf", "dma.conf", JOB_SUBMIT_SCRIPT)
 
-# Where things live on every node (the roles and the service use the same constants).
-SLURM_ETC = "/etc/slurm"
-SLURMDBD_SECRET_CONF = f"{SLURM_ETC}/slurmdbd-storage.conf"
-SERVICE_BIN = "/opt/slurmforge/venv/bin"
+# Where things live on every node: slurmforge.contract (the roles get the same values).
 RESUME_PROGRAM = f"{SERVICE_BIN}/slurmforge-resume"
 SUSPEND_PROGRAM = f"{SERVICE_BIN}/slurmforge-suspend"
 RESUME_FAIL_PROGRAM = f"{SERVICE_BIN}/slurmforge-resume-fail"
-# installed by the slurm_controller role (roles/slurm_controller/files/slurmforge-nodes-ready)
-NODES_READY_PROGRAM = "/usr/local/sbin/slurmforge-nodes-ready"
 LOCAL_SUSPEND_TIMEOUT = 20
 # job mail: slurmctld runs bsd-mailx, which hands the message to dma (the controller's
 # sendmail, configured by dma.conf; installed by the slurm_controller role)

@@ -26,9 +26,6 @@ CEPH_PLAYBOOK, CLUSTER_PLAYBOOK = "ceph.yml", "cluster.yml"
 ACCOUNTING_REPORT_TASK = "Accounting - what changed, what was kept, what waits"
 """roles/slurmdbd/tasks/accounts.yml's task that lists, one loop item each, what the
 accounting pass changed in slurmdbd; the CLI repeats those lines after the rollout."""
-DIGEST_FILE = "/etc/slurmforge/rollout.digest"
-"""Each host's rollout mark (playbooks/rollout_mark.yml): removed before a rollout changes
-the host, this rollout's digest once every play succeeded there."""
 
 
 @dataclass

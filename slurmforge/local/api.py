@@ -20,19 +20,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from slurmforge.contract import PODMAN_API_SOCKET, SERVICE_GID
 from slurmforge.errors import ProvisionError
 from slurmforge.local.podman import ContainerInfo
 
 log = logging.getLogger(__name__)
 
 API = "/v4.0.0/libpod"
-API_SOCKET_DIR = "/run/podman"
-"""The host's API socket lives here; the controller sees the same directory (a directory,
-not the socket file: a restarted API service makes a new socket)."""
-API_SOCKET = f"{API_SOCKET_DIR}/podman.sock"
-SERVICE_GID = 9110
-"""The scheduler service's group in the controller (roles/scheduler_service/defaults:
-scheduler_service_gid); it owns the socket, so the service needs no root."""
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -108,7 +102,7 @@ def _message(body: bytes) -> str:
         return body[:200].decode(errors="replace")
 
 
-def ensure_api_service(socket_path: str = API_SOCKET, gid: int = SERVICE_GID, binary: str = "podman",
+def ensure_api_service(socket_path: str = PODMAN_API_SOCKET, gid: int = SERVICE_GID, binary: str = "podman",
                        timeout: float = 20) -> None:
     """Start `podman system service` on the host unless it answers already (a killed
     session leaves a dead socket file behind: it is replaced). Idempotent."""

@@ -57,13 +57,15 @@ def base_tag(namespace: str = NAMESPACE, os: Distro = DEBIAN_13) -> str:
 _JINJA_NAME = re.compile(r"{{\s*([A-Za-z_][A-Za-z0-9_]*)")
 
 
-def node_tag(base: str, namespace: str = NAMESPACE, repo: Path = REPO) -> str:
-    """Hash of the base tag, the image playbook, every role's install tasks and the role
-    defaults those tasks use (directly or through another default). Other defaults are
-    configuration applied at rollout: changing them must not rebuild the image."""
+def node_tag(base: str, namespace: str = NAMESPACE, repo: Path = REPO, os: Distro = DEBIAN_13) -> str:
+    """Hash of the base tag, the image playbook and its variables (`Distro.image_vars`:
+    the contract's paths, the service venv's requirements), every role's install tasks and
+    the role defaults those tasks use (directly or through another default). Other defaults
+    are configuration applied at rollout: changing them must not rebuild the image."""
     installs = sorted((repo / "roles").glob("*/tasks/install.yml"))
     files = [repo / IMAGE_PLAYBOOK, *installs]
-    parts = [base.encode()] + [f.relative_to(repo).as_posix().encode() + f.read_bytes() for f in files]
+    parts = [base.encode(), json.dumps(os.image_vars(), sort_keys=True).encode()]
+    parts += [f.relative_to(repo).as_posix().encode() + f.read_bytes() for f in files]
     defaults: dict[str, object] = {}
     for path in sorted((repo / "roles").glob("*/defaults/main.yml")):
         defaults.update(yaml.safe_load(path.read_text()) or {})
@@ -144,7 +146,7 @@ def ensure_images(podman: Podman, run_playbook: Callable[[str], None], namespace
     """The node image's tag, building base and node images only when missing. One build at a
     time on this machine: a second `up` waits for the first and then reuses its image."""
     base = base_tag(namespace, os)
-    node = node_tag(base, namespace)
+    node = node_tag(base, namespace, os=os)
     if podman.image_exists(base) and podman.image_exists(node):
         return node
     lock.parent.mkdir(parents=True, exist_ok=True)

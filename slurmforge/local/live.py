@@ -12,9 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from slurmforge.contract import SERVICE_PORT
 from slurmforge.errors import ProvisionError
 from slurmforge.local.podman import Podman
-from slurmforge.monitoring import SERVICE_PORT, controller_address
+from slurmforge.monitoring import controller_address
 from slurmforge.providers.base import Host, HostRole
 from slurmforge.providers.local import LABEL
 from slurmforge.render import controller_names

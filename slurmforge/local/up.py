@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from slurmforge.contract import DIGEST_FILE, HOLD_FILE
 from slurmforge.distro import Distro, distro, release_tuple
 from slurmforge.inventory import write_inventory
 from slurmforge.local.api import ensure_api_service
@@ -27,7 +28,6 @@ from slurmforge.providers.base import Host, HostRole, InstanceState
 from slurmforge.providers.local import LABEL, LocalProvider
 from slurmforge.render import controller_name, controller_names, state_save_location
 from slurmforge.rollout import (
-    DIGEST_FILE,
     EventSink,
     Progress,
     RolloutResult,
@@ -42,7 +42,6 @@ from slurmforge.upgrade import BEFORE_MARKER, check_takeover, state_release
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORIES = REPO / "inventories"
-HOLD_FILE = "/etc/slurmforge/hold"
 SERVICE_UNIT = "slurmforge-service"
 CEPH_PLAY = "Ceph"
 """playbooks/site.yml's Ceph play starts with this."""

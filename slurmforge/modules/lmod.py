@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slurmforge.contract import LMOD_LIBEXEC
 from slurmforge.errors import ModuleError
 from slurmforge.modules.executor import Executor
 
-DEBIAN_LIBEXEC = "/usr/share/lmod/lmod/libexec"
+DEBIAN_LIBEXEC = LMOD_LIBEXEC
 
 
 @dataclass(frozen=True)

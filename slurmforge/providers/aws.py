@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
+from slurmforge.contract import AwsProviderSettings
 from slurmforge.errors import Problem, ProvisionError, SpecError
 from slurmforge.providers.base import (
     TAG_ACCOUNT,
@@ -138,7 +139,7 @@ class AwsProvider(Provider):
                  throttle_budget: float = 8.0, max_bucket_wait: float = 2.0, list_page_size: int = 1000) -> None:
         problems = check_options(spec, launch_templates, subnets)
         if problems:
-            raise SpecError(problems, "provider options")
+            raise SpecError(problems, "provider settings")
         self.spec, self.ec2, self.sqs, self.queue_url = spec, ec2, sqs, queue_url
         self.templates, self.subnets = dict(launch_templates), dict(subnets)
         self.zone_of = {subnet: zone for zone, subnet in subnets.items()}
@@ -155,21 +156,21 @@ class AwsProvider(Provider):
         self._checked: set[str] = set()
 
     @classmethod
-    def from_options(cls, spec: Cluster, options: Mapping[str, Any]) -> AwsProvider:
-        """`options` is the stack's outputs (`pulumi stack output --json`), or the subset
-        the service needs: launch_templates (pool -> id), private_subnets (zone -> id),
-        spot_queue_url."""
+    def from_settings(cls, spec: Cluster, settings: AwsProviderSettings) -> AwsProvider:
+        """The service's provider, with its clients, from the settings `slurmforge inventory`
+        wrote from the stack's outputs (launch templates, private subnets, spot queue)."""
         import boto3  # type: ignore[import-untyped]
         from botocore.config import Config  # type: ignore[import-untyped]
 
-        from slurmforge.aws_inventory import OUT_LAUNCH_TEMPLATES, OUT_SPOT_QUEUE_URL, OUT_SUBNETS
-
         assert isinstance(spec.target, AwsTarget)
-        session = boto3.session.Session(region_name=spec.target.region)
+        if settings.region != spec.target.region:
+            raise ProvisionError(f"the provider settings are for region {settings.region}, the spec's target is "
+                                 f"{spec.target.region}; fix: write the inventory from this cluster's stack outputs")
+        session = boto3.session.Session(region_name=settings.region)
         # retries are ours (token-bucket aware), not botocore's
         ec2 = session.client("ec2", config=Config(retries={"total_max_attempts": 1, "mode": "standard"}))
-        queue_url = options.get(OUT_SPOT_QUEUE_URL)
-        return cls(spec, ec2, options.get(OUT_LAUNCH_TEMPLATES, {}), options.get(OUT_SUBNETS, {}),
+        queue_url = settings.spot_queue_url
+        return cls(spec, ec2, settings.launch_templates, settings.subnets,
                    sqs=session.client("sqs") if queue_url else None, queue_url=queue_url)
 
     # ------------------------------------------------------------------ interface
@@ -492,13 +493,14 @@ def check_options(spec: Cluster, templates: Mapping[str, str], subnets: Mapping[
     for i, pool in enumerate(spec.pools):
         if pool.name not in templates:
             problems.append(Problem(f"launch_templates.{pool.name}", f"no launch template for pool {pool.name}",
-                                    "take it from the stack outputs (launch_template_ids)"))
+                                    "write the inventory from the stack outputs (`slurmforge inventory`)"))
         for zone in pool.zones:
             if zone not in subnets:
                 problems.append(Problem(f"pools[{i}].zones", f"no subnet for zone {zone}",
                                         "add a private subnet in that zone, or drop the zone", value=zone))
     if not subnets:
-        problems.append(Problem("subnets", "no subnets", "take them from the stack outputs (private_subnet_ids)"))
+        problems.append(Problem("subnets", "no subnets",
+                                "write the inventory from the stack outputs (`slurmforge inventory`)"))
     return problems
 
 

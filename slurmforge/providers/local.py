@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurmforge.contract import PODMAN_API_DIR, PODMAN_API_SOCKET, LocalProviderSettings, read_settings
 from slurmforge.errors import ProvisionError
 from slurmforge.inventory import SECRETS_ROOT
-from slurmforge.local.api import API_SOCKET, API_SOCKET_DIR, PodmanApi
+from slurmforge.local.api import PodmanApi
 from slurmforge.local.podman import ContainerInfo, Podman
 from slurmforge.nodes import ceph_host_name, node_sets
 from slurmforge.providers.base import (
@@ -61,7 +62,6 @@ HOSTS_LABEL = "slurmforge.hosts-file"
 every target: podman's file (--add-host) is fixed when a container is created, so a host added
 later (a backup controller, a grown pool) stayed unknown to the nodes that existed before."""
 MARIADB_DATADIR = "/var/lib/mysql"
-FAIL_POOLS_FILE = "/var/lib/slurmforge/service/fail-pools"
 
 
 @dataclass(frozen=True)
@@ -249,7 +249,7 @@ class LocalProvider(Provider):
                 args += ["-v", f"{source}:{target}"]
         if host.role is HostRole.CONTROLLER:
             # the scheduler service starts and stops pool containers through the host's API
-            args += ["--label", f"{API_LABEL}={API_SOCKET}", "-v", f"{API_SOCKET_DIR}:{API_SOCKET_DIR}"]
+            args += ["--label", f"{API_LABEL}={PODMAN_API_SOCKET}", "-v", f"{PODMAN_API_DIR}:{PODMAN_API_DIR}"]
             if (db := self.db_dir(host.name)) is not None:  # accounting outlives the container (new image, restore)
                 args += ["--label", f"{DB_LABEL}={db}", "-v", f"{db}:{MARIADB_DATADIR}"]
         # the rollout's public key: sshd lets Ansible in as root, as on a real server
@@ -385,17 +385,14 @@ class PoolMachines(Provider):
         return self.api.logs(node, lines)
 
 
-def service_provider(spec: Cluster, options: Mapping[str, Any]) -> Provider:
-    """The scheduler service's provider: options `socket` (the API socket), `fail_pools`
-    (list) and `fail_pools_file`."""
+def service_provider(spec: Cluster, settings: Mapping[str, Any]) -> Provider:
+    """The scheduler service's provider, from its settings (contract.LocalProviderSettings:
+    the API socket, the pools told to fail)."""
     if not isinstance(spec.target, LocalTarget):
         raise ProvisionError(f"the local provider needs target kind local, not {spec.target.kind}")
-    fail_file = options.get("fail_pools_file", FAIL_POOLS_FILE)
-    fail_pools = options.get("fail_pools") or []
-    if not isinstance(fail_pools, list) or not all(isinstance(p, str) for p in fail_pools):
-        raise ProvisionError("provider option fail_pools must be a list of pool names")
-    return PoolMachines(spec, PodmanApi(str(options.get("socket", API_SOCKET))), fail_pools,
-                        Path(fail_file) if fail_file else None)
+    local = read_settings(LocalProviderSettings, dict(settings))
+    return PoolMachines(spec, PodmanApi(local.socket), local.fail_pools,
+                        Path(local.fail_pools_file) if local.fail_pools_file else None)
 
 
 def mac_address(address: str) -> str:

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
+from slurmforge.contract import HEARTBEAT_FILE, NODE_EXPORTER_PORT
 from slurmforge.cost import SACCT_ENV, sacct_argv
 from slurmforge.errors import SlurmforgeError
-from slurmforge.monitoring import NODE_EXPORTER_PORT
 from slurmforge.providers.base import Instance, Provider
 from slurmforge.service import handoff
 from slurmforge.service.actions import Action
@@ -53,7 +53,7 @@ WAKE_POLL = 0.25
 class DaemonConfig:
     spec_path: Path
     spool: Path = handoff.SPOOL_DIR
-    heartbeat: Path = Path("/var/lib/slurmforge/service/heartbeat")
+    heartbeat: Path = Path(HEARTBEAT_FILE)
     interval: float = LOOP_INTERVAL
     tunables: Tunables = field(default_factory=Tunables)
     targets_file: Path | None = None

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-SPOOL_DIR = Path("/var/spool/slurmforge/handoff")
+from slurmforge import contract
+
+SPOOL_DIR = Path(contract.SPOOL_DIR)
 """Written by SlurmUser (slurmctld runs the programs), read and emptied by the service.
 The role creates it owned by slurm, group of the service user, mode 2770 (slurmctld's
 umask makes the files 0640: the setgid group is how the service reads them)."""

@@ -1,12 +1,13 @@
 """`slurmforge-service`: the daemon's entry point (run by systemd on the controller).
 
     slurmforge-service --spec /etc/slurmforge/cluster.yaml \\
-        --provider-config /etc/slurmforge/provider.json --listen 0.0.0.0:9110
+        --provider-settings /etc/slurmforge/provider.json --listen 10.0.0.2:9110
 
-The provider config is JSON the rollout writes: for AWS the stack's outputs
-(`pulumi stack output --json`; the provider reads launch_templates, private_subnets and
-spot_queue_url), for other targets what their `service_provider` asks for. Clients are
-built here, never at import.
+The provider settings are JSON the rollout writes from the inventory
+(`slurmforge_service_provider_settings`): the target's dataclass in slurmforge.contract,
+whose keys the inventory writer and this loader share (AWS: region, launch templates,
+private subnets and the spot queue, from the stack's outputs). Clients are built here,
+never at import.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from slurmforge.contract import SERVICE_PORT, SERVICE_STATE_DIR, AwsProviderSettings, read_settings
 from slurmforge.errors import ProvisionError, SlurmforgeError
-from slurmforge.monitoring import SERVICE_PORT
 from slurmforge.providers.base import Provider
 from slurmforge.render import controller_names
 from slurmforge.service import handoff, web
@@ -36,39 +37,41 @@ from slurmforge.spec.models import Cluster
 
 log = logging.getLogger(__name__)
 
-STATE_DIR = Path("/var/lib/slurmforge/service")
+STATE_DIR = Path(SERVICE_STATE_DIR)
 DEFAULT_PORT = SERVICE_PORT  # Prometheus' scrape config names the same port
 
 
-def build_provider(spec: Cluster, options: Mapping[str, Any]) -> Provider:
+def build_provider(spec: Cluster, settings: Mapping[str, Any]) -> Provider:
     """aws: the EC2 provider here; any other target: `slurmforge.providers.<kind>` must
-    offer `service_provider(spec, options) -> Provider`."""
+    offer `service_provider(spec, settings) -> Provider`."""
     kind = spec.target.kind
     if kind == "aws":
         from slurmforge.providers.aws import AwsProvider
 
-        return AwsProvider.from_options(spec, options)
+        return AwsProvider.from_settings(spec, read_settings(AwsProviderSettings, dict(settings)))
     try:
         module = importlib.import_module(f"slurmforge.providers.{kind}")
     except ImportError as exc:
         raise ProvisionError(f"no '{kind}' provider for the scheduler service: {exc}") from exc
     factory = getattr(module, "service_provider", None)
     if factory is None:
-        raise ProvisionError(f"slurmforge.providers.{kind} has no service_provider(spec, options)")
-    return cast(Provider, factory(spec, options))
+        raise ProvisionError(f"slurmforge.providers.{kind} has no service_provider(spec, settings)")
+    return cast(Provider, factory(spec, settings))
 
 
 def load_provider(spec: Cluster, settings_file: Path | None) -> Provider:
-    """The provider the daemon runs with: the JSON file the rollout wrote (none: empty
+    """The provider the daemon runs with: the settings file the rollout wrote (none: empty
     settings), handed to `build_provider`."""
-    options = json.loads(settings_file.read_text()) if settings_file else {}
-    return build_provider(spec, options)
+    settings = json.loads(settings_file.read_text()) if settings_file else {}
+    if not isinstance(settings, dict):
+        raise ProvisionError(f"{settings_file}: provider settings must be a JSON object")
+    return build_provider(spec, settings)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="slurmforge-service", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, required=True, help="the cluster spec (re-read every loop)")
-    parser.add_argument("--provider-config", type=Path, help="JSON options for the provider")
+    parser.add_argument("--provider-settings", type=Path, help="the provider's settings (JSON)")
     parser.add_argument("--state-dir", type=Path, default=STATE_DIR, help="this host's own files (heartbeat)")
     parser.add_argument("--shared-dir", type=Path, help="the launch records and the leader lock, on storage "
                         "every controller mounts (default: the state dir)")
@@ -93,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         spec = load_spec(args.spec)
-        provider = load_provider(spec, args.provider_config)
+        provider = load_provider(spec, args.provider_settings)
     except (SlurmforgeError, OSError, ValueError) as exc:
         print(f"slurmforge-service: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 1)

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from slurmforge.monitoring import NODE_EXPORTER_PORT
+from slurmforge.contract import NODE_EXPORTER_PORT
 from slurmforge.service.slurm import NodeState
 from slurmforge.service.topology import Topology
 

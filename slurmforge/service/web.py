@@ -22,6 +22,7 @@ from typing import Any
 import jinja2
 from rich.table import Table
 
+from slurmforge.contract import SERVICE_PORT
 from slurmforge.service import when
 from slurmforge.service.guard import HoldReason
 from slurmforge.service.snapshot import NODE_STATES, ClusterSnapshot, JobRow, PoolSnapshot
@@ -249,7 +250,7 @@ ROUTES: dict[str, tuple[str, Callable[[ClusterSnapshot], str]]] = {
 }
 
 
-def serve(source: SnapshotSource, host: str = "127.0.0.1", port: int = 9110) -> ThreadingHTTPServer:
+def serve(source: SnapshotSource, host: str = "127.0.0.1", port: int = SERVICE_PORT) -> ThreadingHTTPServer:
     """Start serving in a background thread; `server.shutdown()` stops it."""
     handler = type("Handler", (_Handler,), {"source": staticmethod(source)})
     server = ThreadingHTTPServer((host, port), handler)

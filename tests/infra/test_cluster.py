@@ -10,15 +10,16 @@ from typing import Any
 import pytest
 
 from slurmforge.accounting import desired_state
-from slurmforge.monitoring import (
+from slurmforge.contract import (
+    ACCOUNTING_DESIRED,
+    ACCOUNTING_PROGRAM,
     ALERTMANAGER_PORT,
     NODE_EXPORTER_PORT,
     PROMETHEUS_PORT,
     SERVICE_PORT,
-    TARGETS_DIR,
-    alert_rules,
-    controller_address,
+    TARGETS_FILE,
 )
+from slurmforge.monitoring import alert_rules, controller_address
 from slurmforge.nodes import node_names, pool_hardware
 from slurmforge.providers.base import HostRole
 from slurmforge.render import MAIL_PROGRAM, controller_name, render
@@ -185,9 +186,9 @@ def test_accounting_is_what_the_spec_says(live: LiveCluster) -> None:
     if not live.spec.accounting.enabled:
         pytest.skip("accounting disabled in the spec")
     controller = live.controller()
-    shipped = json.loads(controller.file("/etc/slurm/slurmforge-accounting.json").content_string)
+    shipped = json.loads(controller.file(ACCOUNTING_DESIRED).content_string)
     assert shipped == desired_state(live.spec), "the controller's accounting.json is not this spec's (roll out)"
-    res = controller.run("slurmforge-accounting --desired /etc/slurm/slurmforge-accounting.json --dry-run")
+    res = controller.run(f"{ACCOUNTING_PROGRAM} --desired {ACCOUNTING_DESIRED} --dry-run")
     assert res.rc == 0, res.stderr
     plan = json.loads(res.stdout)
     assert plan["changes"] == [] and plan["deferred"] == [], f"slurmdbd differs from the spec: {plan}"
@@ -255,8 +256,8 @@ def stray_targets(live: LiveCluster, persist: float) -> set[str]:
 def test_prometheus_reads_the_dynamic_targets(live: LiveCluster) -> None:
     """The service's file_sd is readable by Prometheus' user (else dynamic nodes are never
     scraped, silently: Prometheus only logs it)."""
-    res = live.controller().run(f"runuser -u prometheus -- cat {TARGETS_DIR}/nodes.json")
-    assert res.rc == 0, f"prometheus cannot read {TARGETS_DIR}/nodes.json: {res.stderr.strip()}"
+    res = live.controller().run(f"runuser -u prometheus -- cat {TARGETS_FILE}")
+    assert res.rc == 0, f"prometheus cannot read {TARGETS_FILE}: {res.stderr.strip()}"
     assert isinstance(json.loads(res.stdout), list)
 
 

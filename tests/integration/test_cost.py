@@ -14,8 +14,9 @@ import urllib.request
 import pytest
 
 from slurmforge.billing import billing_weights
+from slurmforge.contract import SERVICE_PORT
 from slurmforge.inventory import read_inventory
-from slurmforge.monitoring import SERVICE_PORT, controller_address
+from slurmforge.monitoring import controller_address
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from slurmforge.contract import FAIL_POOLS_FILE, SERVICE_BIN, SPOOL_DIR
 from slurmforge.inventory import read_inventory
 from slurmforge.local.live import node_state_command, wait_until
 from slurmforge.providers.base import HostRole
@@ -32,8 +33,7 @@ from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration
 
-SPOOL = "/var/spool/slurmforge/handoff"
-FAIL_POOLS = "/var/lib/slurmforge/service/fail-pools"
+SPOOL, FAIL_POOLS = SPOOL_DIR, FAIL_POOLS_FILE
 LOOP_SECONDS = 10
 COLD_START_BOUND = 15
 RESUMED, FALLBACK, CRASHED = "dev-cpu-03", "dev-cpu-04", "dev-cpu-fallback-01"
@@ -163,7 +163,7 @@ def test_service_killed_mid_launch_leaves_no_orphan_and_no_duplicate(cluster: Cl
     assert not orphans, states
     assert ours.count(CRASHED) == 1
     db = f"{service_shared_dir(cluster.spec)}/state.db"
-    pending = root(cluster, f"/opt/slurmforge/venv/bin/python -c \"import sqlite3; print(sqlite3.connect("
+    pending = root(cluster, f"{SERVICE_BIN}/python -c \"import sqlite3; print(sqlite3.connect("
                             f"'{db}').execute(\\\"select count(*) from launches where status='pending'\\\")"
                             ".fetchone()[0])\"")
     assert pending.strip() == "0"

@@ -67,7 +67,7 @@ def test_monitoring_ports_only_from_cluster_members(any_stack: StackRun) -> None
     """Prometheus (9090), Alertmanager (9093), node exporter (9100), the service's /metrics
     (9110) and DCGM (9400): any rule that lets them in admits only members of the cluster
     group, no CIDR."""
-    from slurmforge.monitoring import (
+    from slurmforge.contract import (
         ALERTMANAGER_PORT,
         DCGM_EXPORTER_PORT,
         NODE_EXPORTER_PORT,

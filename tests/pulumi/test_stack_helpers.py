@@ -8,6 +8,7 @@ import shlex
 import pytest
 import yaml
 
+from slurmforge.contract import SERVICE_VENV
 from slurmforge.distro import DEBIAN_13
 from slurmforge.spec.models import Ceph
 from stacks.ceph import ceph_placements, osd_device
@@ -68,7 +69,9 @@ def test_component_runs_the_image_playbook_with_the_distributions_vars() -> None
     commands = next(s for s in steps if s["name"] == "RunImagePlaybook")["inputs"]["commands"]
     run = next(c for c in commands if IMAGE_PLAYBOOK in c)
     extravars = json.loads(shlex.split(run.split(IMAGE_PLAYBOOK, 1)[1])[1])
-    assert extravars == DEBIAN_13.image_vars() == {"slurmforge_python_version": "3.13"}
+    assert extravars == DEBIAN_13.image_vars()
+    assert extravars["slurmforge_python_version"] == "3.13"
+    assert extravars["slurmforge_paths"]["service_venv"] == SERVICE_VENV  # the contract, as the inventory has it
 
 
 def test_first_ami_refuses_an_image_without_ami() -> None:

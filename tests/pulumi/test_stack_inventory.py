@@ -19,8 +19,9 @@ import yaml
 
 from slurmforge import aws_inventory
 from slurmforge.aws_inventory import fetch_stack_secrets, inventory_from_stack_outputs, read_stack_outputs
+from slurmforge.contract import AwsProviderSettings, read_settings
 from slurmforge.errors import ProvisionError
-from slurmforge.inventory import HOSTS_FILE, read_inventory
+from slurmforge.inventory import HOSTS_FILE, VARS_FILE, read_inventory
 from slurmforge.providers.base import HostRole
 from slurmforge.render import controller_name, controller_names
 from tests.pulumi.conftest import (
@@ -93,11 +94,11 @@ def test_aws_vars_and_ceph_hosts_are_written(written: tuple[StackRun, Path]) -> 
     assert aws_vars["slurmforge_aws_spot_queue_url"] == run.outputs["spot_queue_url"]
     assert aws_vars["slurmforge_aws_secret_arns"] == run.outputs["secret_arns"]
     assert aws_vars["slurmforge_aws_efs_dns"] == run.outputs["efs"]["dns_name"]
-    assert aws_vars["slurmforge_aws_service_options"] == {
-        "region": run.spec.target.region, "launch_templates": run.outputs["launch_templates"],
-        "subnets": {s.zone: f"{run.spec.name}-private-{i + 1}-id"
-                    for i, s in enumerate(run.spec.network.private_subnets)},
-        "interruption_queue_url": run.outputs["spot_queue_url"], "pool_parameters": run.outputs["pool_parameters"]}
+    settings = yaml.safe_load((out / VARS_FILE).read_text())["slurmforge_service_provider_settings"]
+    assert read_settings(AwsProviderSettings, settings) == AwsProviderSettings(
+        region=run.spec.target.region, launch_templates=run.outputs["launch_templates"],
+        subnets={s.zone: f"{run.spec.name}-private-{i + 1}-id" for i, s in enumerate(run.spec.network.private_subnets)},
+        spot_queue_url=run.outputs["spot_queue_url"])
     ceph = yaml.safe_load((out / aws_inventory.CEPH_FILE).read_text())["all"]["children"]["ceph"]["hosts"]
     assert sorted(ceph) == [h["name"] for h in run.outputs["ceph_hosts"]]
     assert all(v["ansible_ssh_common_args"].startswith("-o ProxyJump=admin@") for v in ceph.values())

@@ -10,7 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from moto.core.botocore_stubber import BotocoreStubber
 from test_service_daemon import FakeSlurm
 from test_service_world import POWERED_DOWN, POWERING_UP, SPEC, Clock, node, spec
 
+from slurmforge.contract import AwsProviderSettings
 from slurmforge.errors import ProvisionError, SpecError
 from slurmforge.providers.aws import AwsProvider, TokenBucket, parse_interruption
 from slurmforge.providers.base import (
@@ -379,16 +380,18 @@ def test_no_queue_no_notices(ec2: Ec2) -> None:
     assert provider(ec2).interruptions() == []
 
 
-def test_from_options_builds_clients_without_io(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_from_settings_builds_clients_without_io(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    outputs = {"cluster": "t", "launch_templates": {"spot": "lt-1", "od": "lt-2", "cpu": "lt-3"},
-               "private_subnets": {"us-east-1a": "subnet-a", "us-east-1b": "subnet-b"},
-               "spot_queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/t-spot"}
-    aws = AwsProvider.from_options(spec(), outputs)  # the stack's outputs as they are
-    assert aws.ec2.meta.region_name == "us-east-1" and aws.queue_url == outputs["spot_queue_url"]
+    settings = AwsProviderSettings(region="us-east-1", launch_templates={"spot": "lt-1", "od": "lt-2", "cpu": "lt-3"},
+                                   subnets={"us-east-1a": "subnet-a", "us-east-1b": "subnet-b"},
+                                   spot_queue_url="https://sqs.us-east-1.amazonaws.com/123456789012/t-spot")
+    aws = AwsProvider.from_settings(spec(), settings)
+    assert aws.ec2.meta.region_name == "us-east-1" and aws.queue_url == settings.spot_queue_url
     assert aws.templates["od"] == "lt-2" and aws.subnets["us-east-1b"] == "subnet-b"
     assert aws.ec2.meta.config.retries["total_max_attempts"] == 1  # retries are the provider's own
+    with pytest.raises(ProvisionError, match="settings are for region eu-west-1"):
+        AwsProvider.from_settings(spec(), replace(settings, region="eu-west-1"))
 
 
 # --------------------------------------------------------------------------- with the daemon

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmforge import contract
 from slurmforge.distro import DEBIAN_13
 from slurmforge.errors import ProvisionError
 from slurmforge.local.image import REPO, SLURM_VERSION_LABEL, base_tag, ensure_images, node_tag
@@ -61,6 +62,15 @@ def test_configuration_defaults_do_not_rebuild(repo: Path) -> None:
 
 def test_a_base_image_change_changes_the_tag(repo: Path) -> None:
     assert node_tag("localhost/slurmforge-base:y", repo=repo) != tag(repo)
+
+
+def test_the_image_playbooks_variables_change_the_tag(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The venv's Python, the contract's paths and the service's requirements come from
+    Python (Distro.image_vars), not from the role defaults the tag already covers."""
+    before = tag(repo)
+    assert node_tag("localhost/slurmforge-base:x", repo=repo, os=replace(DEBIAN_13, python="3.14")) != before
+    monkeypatch.setattr(contract, "service_requirements", lambda: ("pydantic>=2.7,<3",))
+    assert tag(repo) != before
 
 
 class FakePodman:

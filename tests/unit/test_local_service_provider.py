@@ -1,6 +1,6 @@
 """The local provider the scheduler service uses inside the controller: podman's REST API
 over a unix socket (here a stub server on a real socket that records every call), the
-fail-pools switch, option checks; and the role's baked dependencies match the wheel's."""
+fail-pools switch, settings checks (the venv's requirements: tests/unit/test_contract.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import json
 import re
 import socketserver
 import threading
-import tomllib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -16,7 +15,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-import yaml
 
 from slurmforge.errors import ProvisionError
 from slurmforge.local.api import PodmanApi
@@ -165,8 +163,3 @@ def test_service_provider_from_options(tmp_path: Path) -> None:
     with pytest.raises(ProvisionError, match="up --local"):
         provider.provision()
 
-
-def test_role_bakes_exactly_the_wheel_dependencies() -> None:
-    wanted = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    defaults = yaml.safe_load((ROOT / "roles" / "scheduler_service" / "defaults" / "main.yml").read_text())
-    assert sorted(defaults["scheduler_service_dependencies"]) == sorted(wanted)

@@ -107,10 +107,9 @@ def test_a_missing_container_is_one_error(tmp_path: Path, monkeypatch: pytest.Mo
 def test_the_lmod_role_and_the_cli_name_the_same_cache_and_libexec() -> None:
     """The rollout (roles/lmod) and `slurmforge modules` refresh the same spider cache with
     the same tool: a drift would leave one of them refreshing a cache nobody reads."""
-    import yaml
+    from test_contract import role_default
 
     from slurmforge.modules.lmod import DEBIAN_LIBEXEC, cluster_cache_dir
 
-    defaults = yaml.safe_load((Path(__file__).parents[2] / "roles/lmod/defaults/main.yml").read_text())
-    assert defaults["lmod_libexec"] == DEBIAN_LIBEXEC
-    assert defaults["lmod_cache_dir"] == cluster_cache_dir("{{ slurmforge_modules_root }}")
+    assert role_default("lmod", "lmod_libexec") == DEBIAN_LIBEXEC
+    assert role_default("lmod", "lmod_cache_dir", {"slurmforge_modules_root": "/sw"}) == cluster_cache_dir("/sw")

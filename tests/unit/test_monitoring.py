@@ -15,15 +15,9 @@ import yaml
 from test_service_world import SPEC as AWS_SPEC
 from test_service_world import spec as aws_spec
 
+from slurmforge.contract import ALERT_RULES_FILE, ALERTMANAGER_PORT, TARGETS_FILE
 from slurmforge.inventory import hosts_document
-from slurmforge.monitoring import (
-    ALERTMANAGER_PORT,
-    RULES_PATH,
-    TARGETS_DIR,
-    alert_rules,
-    render_monitoring,
-    shared_mounts,
-)
+from slurmforge.monitoring import alert_rules, render_monitoring, shared_mounts
 from slurmforge.nodes import node_sets
 from slurmforge.providers.base import Host, HostRole
 from slurmforge.render import controller_name, login_names
@@ -77,7 +71,8 @@ def test_prometheus_config_passes_promtool(judge: Judge, tmp_path: Path, which: 
     files = render_monitoring(spec, hosts_of(spec))
     (tmp_path / "alerts.yml").write_text(files["alerts.yml"])
     # the one difference from the installed file: the rules' path on this machine
-    (tmp_path / "prometheus.yml").write_text(files["prometheus.yml"].replace(RULES_PATH, str(tmp_path / "alerts.yml")))
+    rules = str(tmp_path / "alerts.yml")
+    (tmp_path / "prometheus.yml").write_text(files["prometheus.yml"].replace(ALERT_RULES_FILE, rules))
     checked = promtool(judge, "check", "config", "prometheus.yml", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 7 rules found" in checked.stdout
@@ -95,7 +90,7 @@ def test_static_hosts_listed_dynamic_nodes_from_the_service() -> None:
     static = {h.name for h in hosts_of(spec) if not h.dynamic}
     assert instances == static and f"{spec.name}-controller" in instances
     assert not instances & {h.name for h in hosts_of(spec) if h.dynamic}
-    assert node["file_sd_configs"] == [{"files": [f"{TARGETS_DIR}/nodes.json"]}]
+    assert node["file_sd_configs"] == [{"files": [TARGETS_FILE]}]
 
 
 def test_dcgm_only_where_gpus_are_real() -> None:

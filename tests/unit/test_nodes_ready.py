@@ -9,9 +9,9 @@ import subprocess
 import time
 from pathlib import Path
 
-import yaml
+from test_contract import role_default
 
-from slurmforge.render import NODES_READY_PROGRAM
+from slurmforge.contract import NODES_READY_PROGRAM
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "slurm_controller"
 PROGRAM = ROLE / "files" / "slurmforge-nodes-ready"
@@ -69,8 +69,7 @@ def test_never_fails_the_job(tmp_path: Path) -> None:
 
 
 def test_the_role_installs_it_where_slurm_conf_names_it() -> None:
-    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    assert defaults["slurm_controller_nodes_ready_program"] == NODES_READY_PROGRAM
+    assert role_default("slurm_controller", "slurm_controller_nodes_ready_program") == NODES_READY_PROGRAM
     assert os.access(PROGRAM, os.X_OK)
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slurmforge.contract import DIGEST_FILE
 from slurmforge.errors import RolloutError
 from slurmforge.rollout import (
     CEPH_PLAYBOOK,
     CLUSTER_PLAYBOOK,
-    DIGEST_FILE,
     PLAYBOOKS,
     run_playbook,
     stale_hosts,

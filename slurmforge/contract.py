@@ -1,0 +1,214 @@
+"""The contract between the Python code and the Ansible roles, defined once.
+
+- Every on-node path and port both sides use: the service's venv, config, state and spool
+  directories, the hold file, the Prometheus file_sd targets, the ports of Prometheus,
+  Alertmanager, the exporters and the service, the service's account.
+- What the service's venv holds: the project's run-time requirements plus its `service`
+  extra (boto3 for the AWS provider), read from pyproject.toml.
+- The scheduler service's provider settings: one dataclass per target, the keys the
+  inventory writes and the only keys the daemon's loader accepts.
+
+The generated inventory hands the values to the roles (`node_vars`, in
+group_vars/all/slurmforge.yml; the image playbook gets the same through
+`Distro.image_vars`). Role defaults only name them (`scheduler_service_venv: "{{
+slurmforge_paths.service_venv }}"`); tests/unit/test_contract.py fails when a role spells
+one of these values again.
+
+Standard library only: the power-saving programs (service/handoff.py) import it and
+slurmctld waits for them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from functools import cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+from slurmforge.errors import ProvisionError
+
+# ------------------------------------------------------------------ ports (cluster address)
+
+PROMETHEUS_PORT = 9090
+ALERTMANAGER_PORT = 9093
+NODE_EXPORTER_PORT = 9100
+DCGM_EXPORTER_PORT = 9400
+"""NVIDIA's DCGM exporter listens here by itself; only the scrape config names it."""
+SERVICE_PORT = 9110
+"""The scheduler service's pool page, /pools.json and /metrics."""
+
+# ------------------------------------------------------------------ the service's account
+
+SERVICE_USER = "slurmforge"
+SERVICE_UID = 9110
+SERVICE_GID = 9110
+"""Fixed: on the local target this group owns the host's podman API socket, so the service
+needs no root to start and stop node containers."""
+
+# ------------------------------------------------------------------ paths on the nodes
+
+ETC_DIR = "/etc/slurmforge"
+"""The service's spec copy and provider settings (the role names the files), the rollout
+mark, the hold file."""
+HOLD_FILE = f"{ETC_DIR}/hold"
+"""While it exists slurmd does not start (a powered-down node booted for a rollout)."""
+DIGEST_FILE = f"{ETC_DIR}/rollout.digest"
+"""Each host's rollout mark (playbooks/rollout_mark.yml)."""
+SERVICE_VENV = "/opt/slurmforge/venv"
+SERVICE_BIN = f"{SERVICE_VENV}/bin"
+SERVICE_STATE_DIR = "/var/lib/slurmforge/service"
+"""The service's own files on its host (heartbeat, the local target's fail-pools file)."""
+HEARTBEAT_FILE = f"{SERVICE_STATE_DIR}/heartbeat"
+FAIL_POOLS_FILE = f"{SERVICE_STATE_DIR}/fail-pools"
+SPOOL_DIR = "/var/spool/slurmforge/handoff"
+"""slurmforge-resume/-suspend write here (as SlurmUser), the service reads."""
+TARGETS_DIR = "/var/lib/slurmforge-targets"
+"""Not under /var/lib/slurmforge (0750, the service's own): Prometheus' user must traverse it."""
+TARGETS_FILE = f"{TARGETS_DIR}/nodes.json"
+"""Prometheus file_sd of the powered dynamic nodes' exporters, rewritten by the service."""
+ALERT_RULES_FILE = "/etc/prometheus/slurmforge-alerts.yml"
+NODES_READY_PROGRAM = "/usr/local/sbin/slurmforge-nodes-ready"
+"""PrologSlurmctld (roles/slurm_controller/files/slurmforge-nodes-ready)."""
+SLURMDBD_SECRET_CONF = "/etc/slurm/slurmdbd-storage.conf"
+"""slurmdbd.conf's Include: the database password, never in the rendered file."""
+ACCOUNTING_PROGRAM = "/usr/local/sbin/slurmforge-accounting"
+ACCOUNTING_DESIRED = "/etc/slurm/slurmforge-accounting.json"
+"""The rendered accounting.json the program makes slurmdbd equal to."""
+LMOD_LIBEXEC = "/usr/share/lmod/lmod/libexec"
+"""Debian's lmod tools (/usr/share/lmod/lmod links to the version: survives an upgrade)."""
+PODMAN_API_DIR = "/run/podman"
+"""The local target: the host's podman API socket directory, bind-mounted into the controller
+(a directory, not the socket file: a restarted API service makes a new socket)."""
+PODMAN_API_SOCKET = f"{PODMAN_API_DIR}/podman.sock"
+
+PATHS: Mapping[str, str] = {
+    "etc": ETC_DIR,
+    "hold_file": HOLD_FILE,
+    "service_venv": SERVICE_VENV,
+    "service_state": SERVICE_STATE_DIR,
+    "service_spool": SPOOL_DIR,
+    "targets_dir": TARGETS_DIR,
+    "targets_file": TARGETS_FILE,
+    "alert_rules": ALERT_RULES_FILE,
+    "nodes_ready_program": NODES_READY_PROGRAM,
+    "slurmdbd_secret_conf": SLURMDBD_SECRET_CONF,
+    "accounting_program": ACCOUNTING_PROGRAM,
+    "accounting_desired": ACCOUNTING_DESIRED,
+    "lmod_libexec": LMOD_LIBEXEC,
+}
+"""What the roles read as `slurmforge_paths.<key>`."""
+PORTS: Mapping[str, int] = {
+    "prometheus": PROMETHEUS_PORT,
+    "alertmanager": ALERTMANAGER_PORT,
+    "node_exporter": NODE_EXPORTER_PORT,
+    "dcgm_exporter": DCGM_EXPORTER_PORT,
+    "service": SERVICE_PORT,
+}
+"""What the roles read as `slurmforge_ports.<key>`."""
+
+REPO = Path(__file__).resolve().parents[1]
+SERVICE_EXTRA = "service"
+"""pyproject.toml's optional dependencies the service's venv holds beyond the run-time ones."""
+
+
+@cache
+def service_requirements(pyproject: Path = REPO / "pyproject.toml") -> tuple[str, ...]:
+    """What the service's venv installs (offline, from wheels the rollout machine downloads):
+    the project's dependencies and its `service` extra, as pyproject.toml has them. pip
+    resolves their whole closure when it downloads them."""
+    import tomllib
+
+    project = tomllib.loads(pyproject.read_text())["project"]
+    return (*project["dependencies"], *project["optional-dependencies"][SERVICE_EXTRA])
+
+
+def node_vars() -> dict[str, Any]:
+    """The inventory variables the roles take these values from (at image time too)."""
+    return {
+        "slurmforge_paths": dict(PATHS),
+        "slurmforge_ports": dict(PORTS),
+        "slurmforge_service_account": {"user": SERVICE_USER, "uid": SERVICE_UID, "gid": SERVICE_GID},
+        "slurmforge_service_requirements": list(service_requirements()),
+    }
+
+
+# ------------------------------------------------------------------ provider settings
+
+
+@dataclass(frozen=True)
+class LocalProviderSettings:
+    """The local target: the host's podman API socket, and the pools told to fail their
+    launches (the local stand-in for a region without capacity): a list, and a file of one
+    pool a line, re-read on every launch ("" for no file)."""
+
+    socket: str = PODMAN_API_SOCKET
+    fail_pools: tuple[str, ...] = ()
+    fail_pools_file: str = FAIL_POOLS_FILE
+
+
+@dataclass(frozen=True)
+class AwsProviderSettings:
+    """The AWS target, from the stack's outputs (slurmforge.aws_inventory)."""
+
+    region: str
+    launch_templates: dict[str, str] = field(default_factory=dict)
+    """pool -> its launch template id"""
+    subnets: dict[str, str] = field(default_factory=dict)
+    """zone -> the private subnet id there"""
+    spot_queue_url: str | None = None
+    """The SQS queue EventBridge puts spot interruption warnings on."""
+
+
+ProviderSettings = LocalProviderSettings | AwsProviderSettings
+SETTINGS_BY_TARGET: Mapping[str, type[ProviderSettings]] = {"local": LocalProviderSettings,
+                                                            "aws": AwsProviderSettings}
+Settings = TypeVar("Settings", LocalProviderSettings, AwsProviderSettings)
+
+
+def settings_json(settings: ProviderSettings) -> dict[str, Any]:
+    """The settings as the inventory holds them and provider.json has them."""
+    return dict(json.loads(json.dumps(asdict(settings))))
+
+
+def default_settings(target: str) -> dict[str, Any]:
+    """What a target's inventory holds when no stack says more: the local target's
+    defaults; nothing for others (AWS settings come from the stack's outputs)."""
+    return settings_json(LocalProviderSettings()) if target == "local" else {}
+
+
+def read_settings(kind: type[Settings], data: object) -> Settings:
+    """`data` (provider.json) as `kind`; ProvisionError naming every key that is unknown,
+    missing or of the wrong type."""
+    what = f"provider settings ({kind.__name__})"
+    if not isinstance(data, dict):
+        raise ProvisionError(f"{what}: expected a JSON object, got {type(data).__name__}")
+    known = {f.name: f for f in fields(kind)}
+    problems = [f"unknown key {key!r}" for key in data if key not in known]
+    problems += [f"missing key {name!r}" for name, f in known.items()
+                 if name not in data and f.default is MISSING and f.default_factory is MISSING]
+    values = {}
+    for key, value in data.items():
+        if key in known:
+            ok, values[key] = _checked(value, str(known[key].type))
+            if not ok:
+                problems.append(f"{key!r} is not {known[key].type}: {value!r}")
+    if problems:
+        raise ProvisionError(f"{what}: {'; '.join(problems)} (keys: {', '.join(known)})")
+    return kind(**values)
+
+
+def _checked(value: Any, annotation: str) -> tuple[bool, Any]:
+    """Is `value` what a field of that annotation holds, and the value as the field wants it."""
+    if annotation == "str":
+        return isinstance(value, str), value
+    if annotation == "str | None":
+        return value is None or isinstance(value, str), value
+    if annotation == "tuple[str, ...]":
+        ok = isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+        return ok, tuple(value) if ok else value
+    if annotation == "dict[str, str]":
+        ok = isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+        return ok, dict(value) if ok else value
+    raise TypeError(f"no check for {annotation}")

@@ -1,0 +1,146 @@
+"""The scheduler service's provider settings, end to end, on one machine: the Pulumi
+program under mocks whose VPC, subnets and launch templates are real in moto -> `pulumi
+stack output --json` -> `slurmforge inventory` -> the scheduler_service role's settings
+tasks (real ansible-playbook, connection local, into a temporary directory) -> the
+daemon's own loader -> the AWS provider -> a launch on moto: instances of the pool's
+launch template in the pool's subnets.
+
+Each hop is the code that runs for a real cluster; only EC2 is moto and the node is a
+directory here."""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+from moto import mock_aws
+from pulumi.runtime import MockResourceArgs
+from typer.testing import CliRunner
+
+from slurmforge import inventory
+from slurmforge.cli import app
+from slurmforge.providers.aws import AwsProvider
+from slurmforge.providers.base import TAG_NODE, LaunchRequest
+from slurmforge.render import controller_name
+from slurmforge.rollout import run_playbook
+from slurmforge.service.main import load_provider
+from slurmforge.spec import load_spec
+from tests.pulumi.conftest import GOLDEN_AMI, POOLS_AWS, RecordingMocks, run_program, stack_output_json
+
+pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
+
+REGION = "us-east-1"  # examples/pools-aws.yaml's
+
+
+def _ec2_shape(value: Any) -> Any:
+    """Pulumi's inputs (camelCase keys, numbers as floats) as EC2's API takes them."""
+    if isinstance(value, dict):
+        return {k[:1].upper() + k[1:]: _ec2_shape(v) for k, v in value.items()}
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+class MotoMocks(RecordingMocks):
+    """The recording mocks, except that the VPC, its subnets and the pool launch templates
+    are created in moto from the program's inputs: their ids in the stack outputs are
+    moto's, as a real stack's are EC2's."""
+
+    def __init__(self, ec2: Any) -> None:
+        super().__init__()
+        self.ec2 = ec2
+
+    def new_resource(self, args: MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        name, state = super().new_resource(args)
+        inputs = self.resources[-1].inputs
+        if args.typ == "aws:ec2/vpc:Vpc":
+            name = self.ec2.create_vpc(CidrBlock=inputs["cidrBlock"])["Vpc"]["VpcId"]
+        elif args.typ == "aws:ec2/subnet:Subnet":
+            name = self.ec2.create_subnet(VpcId=inputs["vpcId"], CidrBlock=inputs["cidrBlock"],
+                                          AvailabilityZone=inputs["availabilityZone"])["Subnet"]["SubnetId"]
+        elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            data = {"ImageId": inputs["imageId"], "InstanceType": inputs["instanceType"],
+                    "MetadataOptions": _ec2_shape(inputs["metadataOptions"])}
+            name = self.ec2.create_launch_template(LaunchTemplateName=args.name, LaunchTemplateData=data)[
+                "LaunchTemplate"]["LaunchTemplateId"]
+        return name, state
+
+
+@pytest.fixture
+def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(key, value)
+    with mock_aws():
+        yield boto3.client("ec2", region_name=REGION)
+
+
+def settings_rendered_by_the_role(inventory_dir: Path, host: str, etc: Path, log: Path) -> None:
+    """The scheduler_service role's settings tasks, as the rollout runs them on `host`, with
+    the node's /etc/slurmforge a temporary directory."""
+    playbook = log.with_name("settings.yml")
+    playbook.write_text(yaml.safe_dump([{
+        "name": "The scheduler service's settings", "hosts": "slurm_controller", "gather_facts": False,
+        "tasks": [{"name": "Settings", "ansible.builtin.include_role": {
+            "name": "scheduler_service", "tasks_from": "settings"}}]}], sort_keys=False))
+    run_playbook(str(playbook), str(inventory_dir), log, limit=host, extravars={
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False,
+        "scheduler_service_etc": str(etc), "scheduler_service_user": grp.getgrgid(os.getgid()).gr_name,
+        "scheduler_service_paused": True})  # the restart handler stays away from this machine's systemd
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the role's settings files belong to root, as on a node")
+def test_stack_outputs_reach_a_launch_in_the_pools_subnets(ec2: Any, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_spec(POOLS_AWS)
+    run = run_program(spec, MotoMocks(ec2))
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps(stack_output_json(run)))
+
+    # `slurmforge inventory`, as an admin runs it (the Ceph keys it makes go to a temporary root)
+    monkeypatch.setattr(inventory, "SECRETS_ROOT", tmp_path / "secrets")
+    inventory_dir = tmp_path / "inventory"
+    res = CliRunner().invoke(app, ["inventory", str(POOLS_AWS), "--from-stack-outputs", str(outputs),
+                                   "--out", str(inventory_dir), "--no-fetch-secrets"])
+    assert res.exit_code == 0, res.output
+
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    settings_rendered_by_the_role(inventory_dir, controller_name(spec), etc, tmp_path / "run.log")
+
+    provider = load_provider(load_spec(etc / "cluster.yaml"), etc / "provider.json")  # what the daemon does
+    assert isinstance(provider, AwsProvider)
+    fleets: list[dict[str, Any]] = []
+    provider.ec2.meta.events.register("provide-client-params.ec2.CreateFleet",
+                                      lambda params, **_: fleets.append(params))
+    nodes = ("mlpools-cpu-01", "mlpools-cpu-02")
+    result = provider.start(LaunchRequest(pool="cpu", nodes=nodes, token="sf-round-trip", jobs=(1,)))
+    provider.flush_tags()
+
+    assert sorted(result.launched) == list(nodes) and result.failed == {}
+    template = run.outputs["launch_templates"]["cpu"]
+    assert [c["LaunchTemplateSpecification"]["LaunchTemplateId"] for f in fleets
+            for c in f["LaunchTemplateConfigs"]] == [template]
+    pool = spec.pool("cpu")
+    subnets = {run.outputs["private_subnets"][zone]: zone for zone in pool.zones}
+    private_cidrs = {s.zone: s.cidr for s in spec.network.private_subnets}
+    found = ec2.describe_instances(InstanceIds=[i.id for i in result.launched.values()])["Reservations"]
+    instances = [i for r in found for i in r["Instances"]]
+    assert len(instances) == len(nodes)
+    for instance in instances:
+        assert instance["ImageId"] == GOLDEN_AMI  # the golden image, from the pool's template
+        assert instance["InstanceType"] in pool.instance_types
+        zone = subnets[instance["SubnetId"]]
+        assert instance["Placement"]["AvailabilityZone"] == zone
+        subnet = ec2.describe_subnets(SubnetIds=[instance["SubnetId"]])["Subnets"][0]
+        assert subnet["CidrBlock"] == private_cidrs[zone]  # the stack's private subnet of that zone
+        tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+        assert tags[TAG_NODE] in nodes
