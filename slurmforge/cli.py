@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from slurmforge.console import err, report_errors
+from slurmforge.contract import PROMETHEUS_PORT
 from slurmforge.modules.cli import modules_app
 from slurmforge.render import CONFIG_FILES, render, render_all
 from slurmforge.spec import Cluster, load_spec
@@ -246,10 +247,10 @@ def report(
     since: Annotated[str, typer.Option(help="How far back: 30m, 24h, 7d.")] = "24h",
     out_dir: Annotated[Path, typer.Option("--out", help="Where report.html and the PNGs go.")] = Path("report"),
     prometheus: Annotated[str | None, typer.Option(
-        help="Prometheus' URL (default: the controller's, port 9090; on AWS through an SSH tunnel).")] = None,
+        help=f"Prometheus' URL (default: the controller's, port {PROMETHEUS_PORT}; on AWS through an SSH "
+        "tunnel).")] = None,
 ) -> None:
     """A one-page utilization report (HTML + PNG plots) from Prometheus' data."""
-    from slurmforge.contract import PROMETHEUS_PORT
     from slurmforge.inventory import read_inventory
     from slurmforge.monitoring import controller_address
     from slurmforge.report import Prometheus, make_report, parse_duration

@@ -22,6 +22,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from slurmforge.contract import NODE_EXPORTER_PORT
 from slurmforge.spec.models import Market, Pool
 from stacks.common import (
     CLUSTER_TAG,
@@ -106,7 +107,7 @@ def join_script(j: JoinSettings) -> str:
         f'echo "SLURMD_OPTIONS=\\"--conf-server {conf_servers} -N $node\\"" > /etc/default/slurmd',
         "systemctl enable --now slurmd",
         "# metrics: the image carries the node exporter disabled; the scheduler service lists",
-        "# this node as a Prometheus target while Slurm has it powered (port 9100, cluster SG only)",
+        f"# this node as a Prometheus target while Slurm has it powered (port {NODE_EXPORTER_PORT}, cluster SG only)",
         "systemctl enable --now prometheus-node-exporter",
     ]
     return "\n".join(lines) + "\n"

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slurmforge.contract import LMOD_LIBEXEC
 from slurmforge.inventory import read_inventory
 from slurmforge.modules.node import NodeExecutor, open_inventory
 from slurmforge.providers.base import HostRole
@@ -150,7 +151,7 @@ def test_lmod_checks_every_modulefile_without_error(published: Published) -> Non
     for node, out in spider.items():
         assert "rc=0" in out and "rror" not in out, f"{node}: {out}"
         assert "libs/python/six: libs/python/six/1.16.0-python-3.13" in out, f"{node}: {out}"
-    syntax = published.node.run(["/usr/share/lmod/lmod/libexec/check_module_tree_syntax",
+    syntax = published.node.run([f"{LMOD_LIBEXEC}/check_module_tree_syntax",
                                  f"{published.root}/modulefiles"])
     assert syntax.ok, syntax.stdout + syntax.stderr
 
