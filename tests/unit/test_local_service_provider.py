@@ -154,12 +154,14 @@ def test_unreachable_socket_is_a_provision_error(tmp_path: Path) -> None:
         api.containers("slurmforge.cluster=dev")
 
 
-def test_service_provider_from_options(tmp_path: Path) -> None:
+def test_service_provider_from_settings(tmp_path: Path) -> None:
     provider = build_provider(SPEC, {"socket": str(tmp_path / "s.sock"), "fail_pools": ["cpu"],
                                      "fail_pools_file": ""})
     assert isinstance(provider, PoolMachines) and provider.failing_pools() == {"cpu"}
     with pytest.raises(ProvisionError, match="fail_pools"):
         service_provider(SPEC, {"fail_pools": "cpu"})
+    with pytest.raises(ProvisionError, match="unknown key 'fail_pool_file'"):  # a typo is no silent default
+        service_provider(SPEC, {"fail_pool_file": "/tmp/x"})
     with pytest.raises(ProvisionError, match="up --local"):
         provider.provision()
 
