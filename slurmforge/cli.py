@@ -218,8 +218,8 @@ def rollout(
     """Roll the cluster out (playbooks/site.yml) on any inventory, with progress. Nodes of
     dynamic pools are left out: they have no machine until the scheduler service starts
     one, and a machine that starts gets its config from slurmctld (configless)."""
+    from slurmforge.hosts import HostRole
     from slurmforge.inventory import read_inventory
-    from slurmforge.providers.base import HostRole
     from slurmforge.rollout import roll_out, rollout_digest
     from slurmforge.ui import PhaseDisplay
 

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Protocol
 
 from slurmforge.distro import Distro, distro, release_tuple
+from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import write_inventory
 from slurmforge.local.api import ensure_api_service
 from slurmforge.local.host import prepare_host
 from slurmforge.local.image import NAMESPACE, ensure_images, slurm_version
 from slurmforge.local.podman import Podman
-from slurmforge.providers.base import Host, HostRole, InstanceState
+from slurmforge.providers.base import InstanceState
 from slurmforge.providers.local import LABEL, LocalProvider
 from slurmforge.render import controller_name, controller_names, state_save_location
 from slurmforge.rollout import (

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmforge.errors import ModuleError
+from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import read_inventory
 from slurmforge.modules.executor import DEFAULT_TIMEOUT, Completed
-from slurmforge.providers.base import Host, HostRole
 from slurmforge.spec import Cluster
 
 log = logging.getLogger(__name__)

@@ -33,18 +33,10 @@ from datetime import datetime
 from typing import Any, cast
 
 from slurmforge.errors import Problem, ProvisionError, SpecError
+from slurmforge.hosts import TAG_ACCOUNT, TAG_CLUSTER, TAG_JOB, TAG_LINK, TAG_NODE, TAG_POOL, TAG_TOKEN, TAG_USER, Host
 from slurmforge.providers.base import (
-    TAG_ACCOUNT,
-    TAG_CLUSTER,
-    TAG_JOB,
-    TAG_LINK,
-    TAG_NODE,
-    TAG_POOL,
-    TAG_TOKEN,
-    TAG_USER,
     THROTTLED,
     CapacityError,
-    Host,
     Instance,
     InstanceState,
     Interruption,

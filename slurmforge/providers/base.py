@@ -13,38 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-TAG_CLUSTER = "slurmforge:cluster"
-TAG_POOL = "slurmforge:pool"
-TAG_LINK = "slurmforge:link"
-TAG_NODE = "slurmforge:node"
-TAG_JOB = "slurmforge:job"
-TAG_USER = "slurmforge:user"
-TAG_ACCOUNT = "slurmforge:account"
-TAG_TOKEN = "slurmforge:token"
-"""Instance tags (or labels) a provider sets on pool machines; the token tag marks a
-machine as launched by the scheduler service even before its node tag is visible."""
-
-
-class HostRole(StrEnum):
-    CONTROLLER = "controller"
-    LOGIN = "login"
-    COMPUTE = "compute"
-    CEPH = "ceph"
-    """A Ceph storage host (mon, mgr, OSDs, MDS): not a Slurm node."""
-
-
-@dataclass(frozen=True)
-class Host:
-    """A machine of the cluster, as the inventory lists it."""
-
-    name: str
-    address: str
-    role: HostRole
-    pool: str | None = None
-    dynamic: bool = False
-    """A pool node above min_nodes: powered down until Slurm asks for it."""
-    connection: dict[str, str] = field(default_factory=dict)
-    """Ansible connection variables (ansible_connection, ansible_user, ...)."""
+from slurmforge.hosts import Host
 
 
 class InstanceState(StrEnum):

@@ -27,21 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from slurmforge.errors import ProvisionError
+from slurmforge.hosts import TAG_LINK, Host, HostRole
 from slurmforge.inventory import SECRETS_ROOT
 from slurmforge.local.api import API_SOCKET, API_SOCKET_DIR, PodmanApi
 from slurmforge.local.podman import ContainerInfo, Podman
 from slurmforge.nodes import ceph_host_name, node_sets
-from slurmforge.providers.base import (
-    TAG_LINK,
-    CapacityError,
-    Host,
-    HostRole,
-    Instance,
-    InstanceState,
-    LaunchRequest,
-    LaunchResult,
-    Provider,
-)
+from slurmforge.providers.base import CapacityError, Instance, InstanceState, LaunchRequest, LaunchResult, Provider
 from slurmforge.render import controller_name, controller_names, login_names
 from slurmforge.secrets import SSH_KEY
 from slurmforge.spec import Cluster

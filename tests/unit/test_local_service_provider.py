@@ -19,8 +19,9 @@ import pytest
 import yaml
 
 from slurmforge.errors import ProvisionError
+from slurmforge.hosts import TAG_LINK
 from slurmforge.local.api import PodmanApi
-from slurmforge.providers.base import TAG_LINK, CapacityError, InstanceState, LaunchRequest
+from slurmforge.providers.base import CapacityError, InstanceState, LaunchRequest
 from slurmforge.providers.local import PoolMachines, service_provider
 from slurmforge.service.main import build_provider
 from slurmforge.spec import load_spec

@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from slurmforge.errors import ModuleError
+from slurmforge.hosts import Host, HostRole
 from slurmforge.modules.cli import modules_app
 from slurmforge.modules.node import NodeExecutor, build_host, executor_for
-from slurmforge.providers.base import Host, HostRole
 
 pytestmark = pytest.mark.unit
 

@@ -14,16 +14,8 @@ from pathlib import Path
 import pytest
 from test_service_world import NOW, POWERED_DOWN, POWERING_UP, Clock, instance, node
 
-from slurmforge.providers.base import (
-    TAG_POOL,
-    Host,
-    Instance,
-    InstanceState,
-    Interruption,
-    LaunchRequest,
-    LaunchResult,
-    Provider,
-)
+from slurmforge.hosts import TAG_POOL, Host
+from slurmforge.providers.base import Instance, InstanceState, Interruption, LaunchRequest, LaunchResult, Provider
 from slurmforge.service import handoff
 from slurmforge.service.daemon import Daemon, DaemonConfig
 from slurmforge.service.slurm import Job, NodeState, SlurmClient
