@@ -2,9 +2,11 @@
 -> power down dynamic nodes -> validate the live cluster -> sample job.
 
 What is local lives here: this machine, the node image, the containers, and the dynamic
-nodes booted for the rollout and put to rest after it. The steps every target shares
-(inventory, the rollout that skips current hosts, validation, the sample job) are in
-`slurmforge.bringup`, which `slurmforge rollout --inventory` uses too.
+nodes booted for the rollout and put to rest after it. The steps every target shares are
+elsewhere: the inventory (`inventory.write_inventory`), the rollout that skips current hosts
+and the sample job (`slurmforge.bringup`, whose rollout `slurmforge rollout --inventory`
+runs too), the validation (`validation.validate_inventory`, passed in by the CLI).
+
 Each phase is a named step reported to a `Phases` sink (the CLI's progress display).
 A spec that fails validation never starts a container.
 """

@@ -60,7 +60,7 @@ def service_uses() -> set[str]:
 
 
 def test_the_service_sees_only_what_it_calls() -> None:
-    offered = {name for name, member in inspect.getmembers(Machines, inspect.isfunction) if not name.startswith("_")}
+    offered = {name for name, _ in inspect.getmembers(Machines, inspect.isfunction) if not name.startswith("_")}
     assert service_uses() == offered
 
 
