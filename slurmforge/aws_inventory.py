@@ -31,8 +31,8 @@ from typing import Any, Protocol
 import yaml
 
 from slurmforge.errors import ProvisionError
+from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import secrets_dir, write_inventory
-from slurmforge.providers.base import Host, HostRole
 from slurmforge.secrets import DB_PASSWORD, MUNGE_KEY
 from slurmforge.spec import load_spec
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
+from slurmforge.hosts import Host, HostRole
 from slurmforge.nodes import pool_hardware
-from slurmforge.providers.base import Host, HostRole
 from slurmforge.render import controller_name
 from slurmforge.spec import Cluster
 from slurmforge.spec.models import Pool

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from slurmforge.errors import ProvisionError
+from slurmforge.hosts import Host, HostRole
 from slurmforge.local.podman import Podman
 from slurmforge.monitoring import SERVICE_PORT, controller_address
-from slurmforge.providers.base import Host, HostRole
 from slurmforge.providers.local import LABEL
 from slurmforge.render import controller_names
 from slurmforge.spec import Cluster

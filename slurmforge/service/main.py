@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.monitoring import SERVICE_PORT
-from slurmforge.providers.base import Provider
+from slurmforge.providers.base import Machines
 from slurmforge.render import controller_names
 from slurmforge.service import handoff, web
 from slurmforge.service.daemon import LOOP_INTERVAL, Daemon, DaemonConfig
@@ -40,9 +40,9 @@ STATE_DIR = Path("/var/lib/slurmforge/service")
 DEFAULT_PORT = SERVICE_PORT  # Prometheus' scrape config names the same port
 
 
-def build_provider(spec: Cluster, options: Mapping[str, Any]) -> Provider:
+def build_provider(spec: Cluster, options: Mapping[str, Any]) -> Machines:
     """aws: the EC2 provider here; any other target: `slurmforge.providers.<kind>` must
-    offer `service_provider(spec, options) -> Provider`."""
+    offer `service_provider(spec, options) -> Machines`."""
     kind = spec.target.kind
     if kind == "aws":
         from slurmforge.providers.aws import AwsProvider
@@ -55,7 +55,7 @@ def build_provider(spec: Cluster, options: Mapping[str, Any]) -> Provider:
     factory = getattr(module, "service_provider", None)
     if factory is None:
         raise ProvisionError(f"slurmforge.providers.{kind} has no service_provider(spec, options)")
-    return cast(Provider, factory(spec, options))
+    return cast(Machines, factory(spec, options))
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

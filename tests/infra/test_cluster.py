@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from slurmforge.accounting import desired_state
+from slurmforge.hosts import HostRole
 from slurmforge.monitoring import (
     ALERTMANAGER_PORT,
     NODE_EXPORTER_PORT,
@@ -20,7 +21,6 @@ from slurmforge.monitoring import (
     controller_address,
 )
 from slurmforge.nodes import node_names, pool_hardware
-from slurmforge.providers.base import HostRole
 from slurmforge.render import MAIL_PROGRAM, controller_name, render
 from tests.infra.conftest import LiveCluster, digest
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slurmforge.hosts import HostRole
 from slurmforge.inventory import read_inventory
 from slurmforge.modules.node import NodeExecutor, open_inventory
-from slurmforge.providers.base import HostRole
 from tests.integration.conftest import ROOT, Cluster_
 
 pytestmark = pytest.mark.integration
