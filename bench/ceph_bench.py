@@ -28,12 +28,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from slurmforge.bringup import INVENTORIES  # noqa: E402
 from slurmforge.errors import SlurmforgeError  # noqa: E402
+from slurmforge.hosts import Host, HostRole  # noqa: E402
 from slurmforge.inventory import read_inventory  # noqa: E402
 from slurmforge.local.ceph import CephProbe  # noqa: E402
 from slurmforge.local.podman import Podman  # noqa: E402
-from slurmforge.local.up import CEPH_PLAY, INVENTORIES, up  # noqa: E402
-from slurmforge.providers.base import Host, HostRole  # noqa: E402
+from slurmforge.local.up import CEPH_PLAY, up  # noqa: E402
 from slurmforge.providers.local import LocalProvider  # noqa: E402
 from slurmforge.rollout import Progress  # noqa: E402
 from slurmforge.spec import Cluster, load_spec  # noqa: E402

@@ -32,10 +32,10 @@ from typing import Any
 
 from slurmforge.contract import FAIL_POOLS_FILE
 from slurmforge.errors import SlurmforgeError
+from slurmforge.hosts import HostRole
 from slurmforge.local.live import node_state_command, wait_until
 from slurmforge.local.manage import find_cluster
 from slurmforge.local.podman import Podman
-from slurmforge.providers.base import HostRole
 from slurmforge.render import RESUME_PROGRAM, controller_name
 from slurmforge.service.main import DEFAULT_PORT
 

@@ -38,9 +38,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from slurmforge.bringup import INVENTORIES  # noqa: E402
 from slurmforge.inventory import SECRETS_ROOT, read_inventory  # noqa: E402
 from slurmforge.local.podman import Podman  # noqa: E402
-from slurmforge.local.up import INVENTORIES, UpReport, up  # noqa: E402
+from slurmforge.local.up import UpReport, up  # noqa: E402
 from slurmforge.providers.local import LocalProvider  # noqa: E402
 from slurmforge.render import controller_name  # noqa: E402
 from slurmforge.rollout import Progress  # noqa: E402

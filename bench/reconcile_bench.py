@@ -32,7 +32,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from slurmforge.providers.base import TAG_CLUSTER, TAG_NODE, TAG_POOL, Instance, InstanceState
+from slurmforge.hosts import TAG_CLUSTER, TAG_NODE, TAG_POOL
+from slurmforge.providers.base import Instance, InstanceState
 from slurmforge.service.actions import Terminate
 from slurmforge.service.classify import Tunables, World, classify
 from slurmforge.service.guard import Guard

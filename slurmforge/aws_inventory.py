@@ -32,8 +32,8 @@ import yaml
 
 from slurmforge.contract import AwsProviderSettings, settings_json
 from slurmforge.errors import ProvisionError
+from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import secrets_dir, write_inventory
-from slurmforge.providers.base import Host, HostRole
 from slurmforge.secrets import DB_PASSWORD, MUNGE_KEY
 from slurmforge.spec import load_spec
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import jinja2
 
-from slurmforge.providers.base import Host, HostRole
+from slurmforge.hosts import Host, HostRole
 from slurmforge.spec.models import Ceph, Cluster, LocalTarget
 from slurmforge.templating import make_environment
 

@@ -95,6 +95,8 @@ def render_cmd(
 
 
 LocalFlag = Annotated[bool, typer.Option("--local", help="The local cluster (podman containers on this machine).")]
+FullRolloutFlag = Annotated[bool, typer.Option(
+    "--full-rollout", help="Run Ansible on every node, even those whose last rollout was this one.")]
 ClusterOpt = Annotated[str | None, typer.Option("--cluster", help="Cluster name (default: the only one).")]
 
 
@@ -117,8 +119,7 @@ def up(
     local: LocalFlag = False,
     no_job: Annotated[bool, typer.Option("--no-job", help="Skip the sample job.")] = False,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip the testinfra validation.")] = False,
-    full_rollout: Annotated[bool, typer.Option(
-        "--full-rollout", help="Run Ansible on every node, even those whose last rollout was this one.")] = False,
+    full_rollout: FullRolloutFlag = False,
 ) -> None:
     """Bring up (or converge) a cluster: image, nodes, rollout, validation, a sample job."""
     _need_local(local, "up")
@@ -198,10 +199,10 @@ def inventory(
 ) -> None:
     """Write the inventory of an AWS stack (same format as the local provider's)."""
     from slurmforge.aws_inventory import fetch_stack_secrets, inventory_from_stack_outputs, read_stack_outputs
-    from slurmforge.rollout import REPO
+    from slurmforge.bringup import inventory_dir
 
     cluster = load(spec)
-    target = out_dir or REPO / "inventories" / cluster.name
+    target = out_dir or inventory_dir(cluster)
     outputs = report_errors(lambda: read_stack_outputs(from_stack_outputs))
     written = report_errors(lambda: inventory_from_stack_outputs(outputs, spec, target))
     if fetch_secrets:
@@ -215,26 +216,27 @@ def inventory(
 @app.command()
 def rollout(
     inventory_dir: Annotated[Path, typer.Option("--inventory", help="A slurmforge inventory directory.")],
+    full_rollout: FullRolloutFlag = False,
 ) -> None:
     """Roll the cluster out (playbooks/site.yml) on any inventory, with progress. Nodes of
     dynamic pools are left out: they have no machine until the scheduler service starts
-    one, and a machine that starts gets its config from slurmctld (configless)."""
+    one, and a machine that starts gets its config from slurmctld (configless). So are the
+    nodes whose last rollout was this one (each node's mark says), unless --full-rollout."""
+    from slurmforge.bringup import LOG_DIR, roll_out_changed
     from slurmforge.inventory import read_inventory
-    from slurmforge.providers.base import HostRole
-    from slurmforge.rollout import roll_out, rollout_digest
+    from slurmforge.rollout import rollout_digest
     from slurmforge.ui import PhaseDisplay
 
     require_inventory(inventory_dir)
     display = PhaseDisplay(out)
-    log = Path("/var/log/slurmforge") / f"{inventory_dir.name}-rollout.log"
+    log = LOG_DIR / f"{inventory_dir.name}-rollout.log"
 
     def run() -> None:
         with display.phase("roll out (Ansible)"):
             _, hosts = read_inventory(inventory_dir)
-            ceph = [h.name for h in hosts if h.role is HostRole.CEPH]
-            result = roll_out(inventory_dir.resolve(), ceph, log, display.event,
-                              limit=[h.name for h in hosts if not h.dynamic],
-                              digest=rollout_digest(inventory_dir.resolve()))
+            inventory = inventory_dir.resolve()
+            result = roll_out_changed(inventory, [h for h in hosts if not h.dynamic], log, display,
+                                      rollout_digest(inventory), full_rollout)
         _print_accounting(result.accounting)
         out.print(f"rollout changed {result.total_changed} thing(s) in {result.seconds:.0f} s; log {log}")
 

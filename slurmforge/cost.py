@@ -489,9 +489,9 @@ def pool_spend(report: CostReport) -> Mapping[str, float]:
 def sacct_on_controller(inventory: Path, period: Period, now: float) -> tuple[Cluster, list[str]]:
     """The inventory's spec and `sacct_argv`'s output, run as root on its controller
     (podman exec on the local target, ssh with the inventory's connection otherwise)."""
+    from slurmforge.hosts import HostRole
     from slurmforge.inventory import read_inventory
     from slurmforge.modules.node import executor_for
-    from slurmforge.providers.base import HostRole
 
     spec, hosts = read_inventory(inventory)
     controller = next((h for h in hosts if h.role is HostRole.CONTROLLER), None)

@@ -26,9 +26,9 @@ from slurmforge.ceph import CEPH_CONF, ceph_hosts, ceph_vars, mds_hosts, monitor
 from slurmforge.contract import DIGEST_FILE, default_settings
 from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
+from slurmforge.hosts import Host, HostRole
 from slurmforge.monitoring import has_real_gpus, render_monitoring
 from slurmforge.nodes import pool_hardware
-from slurmforge.providers.base import Host, HostRole
 from slurmforge.render import (
     SLURMCTLD_LOG,
     controller_name,

@@ -30,8 +30,8 @@ from slurmforge.contract import (
     SERVICE_PORT,
     TARGETS_FILE,
 )
+from slurmforge.hosts import Host, HostRole
 from slurmforge.nodes import pool_hardware
-from slurmforge.providers.base import Host, HostRole
 from slurmforge.render import controller_name
 from slurmforge.spec import Cluster
 from slurmforge.spec.models import Pool

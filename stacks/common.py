@@ -13,7 +13,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from slurmforge.providers.base import TAG_CLUSTER, TAG_NODE, TAG_POOL
+from slurmforge.hosts import TAG_CLUSTER, TAG_NODE, TAG_POOL
 
 # Tag keys: the ones the scheduler service sets on pool nodes come from the provider
 # interface (its IAM policy only lets it touch instances tagged with this cluster).

@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from slurmforge.providers.base import HostRole
+from slurmforge.hosts import HostRole
 from slurmforge.spec.models import HeadNode
 from stacks.common import child, cloud_config_hostname, instance_metadata, root_volume, tags
 

@@ -23,11 +23,12 @@ from collections.abc import Mapping, Sequence
 from functools import cache, cached_property
 from pathlib import Path
 
+from slurmforge.bringup import log_path
 from slurmforge.distro import DEFAULT_BASE, distro
 from slurmforge.local.host import prepare_host
 from slurmforge.local.image import ensure_images
 from slurmforge.local.podman import Podman
-from slurmforge.local.up import bake_node_image, log_path
+from slurmforge.local.up import bake_node_image
 
 EXEC_GRACE = 15  # the podman client waits this much longer than the command's own timeout
 

@@ -3,8 +3,8 @@
 The scheduler service runs inside the controller container and starts or stops the
 powered-down node containers through the host's API socket, bind-mounted into the
 controller (`podman system service`, started by `slurmforge up --local`). Plain
-http.client over AF_UNIX is enough for the four calls it makes, so the service's venv
-needs no podman package.
+http.client over AF_UNIX is enough for the three calls it makes (list, start, stop), so
+the service's venv needs no podman package.
 """
 
 from __future__ import annotations
@@ -82,11 +82,6 @@ class PodmanApi:
         status, body = self.request("POST", f"/containers/{quote(name)}/stop", {"timeout": str(timeout)})
         if status not in (204, 304, 404):
             raise ProvisionError(f"podman API: stop {name} gave HTTP {status}: {_message(body)}")
-
-    def logs(self, name: str, lines: int) -> str:
-        status, body = self.request("GET", f"/containers/{quote(name)}/logs",
-                                    {"stdout": "true", "stderr": "true", "tail": str(lines)})
-        return body.decode(errors="replace") if status == 200 else ""
 
 
 def _info(row: dict[str, Any]) -> ContainerInfo:

@@ -27,8 +27,8 @@ from typing import TypeVar
 
 from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.hostlists import compress
+from slurmforge.hosts import Host, HostRole
 from slurmforge.local.live import IN_SERVICE, LiveCluster, wait_until
-from slurmforge.providers.base import Host, HostRole
 from slurmforge.spec import Cluster
 
 T = TypeVar("T")

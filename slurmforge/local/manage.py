@@ -10,12 +10,13 @@ from pathlib import Path
 
 from rich.table import Table
 
+from slurmforge.bringup import INVENTORIES
 from slurmforge.errors import HostError, ProvisionError
+from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import SECRETS_ROOT, read_inventory
 from slurmforge.local.host import require_root
 from slurmforge.local.podman import Podman
-from slurmforge.local.up import INVENTORIES, slurm_states
-from slurmforge.providers.base import Host, HostRole
+from slurmforge.local.up import slurm_states
 from slurmforge.providers.local import LABEL, LocalProvider
 from slurmforge.render import controller_name
 from slurmforge.service.snapshot import ClusterSnapshot

@@ -1,6 +1,12 @@
 """`slurmforge up --local`: validate -> host -> image -> nodes -> inventory -> rollout
 -> power down dynamic nodes -> validate the live cluster -> sample job.
 
+What is local lives here: this machine, the node image, the containers, and the dynamic
+nodes booted for the rollout and put to rest after it. The steps every target shares are
+elsewhere: the inventory (`inventory.write_inventory`), the rollout that skips current hosts
+and the sample job (`slurmforge.bringup`, whose rollout `slurmforge rollout --inventory`
+runs too), the validation (`validation.validate_inventory`, passed in by the CLI).
+
 Each phase is a named step reported to a `Phases` sink (the CLI's progress display).
 A spec that fails validation never starts a container.
 """
@@ -12,46 +18,29 @@ import subprocess
 import tarfile
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
+from slurmforge.bringup import Phases, inventory_dir, log_path, roll_out_changed, sample_job
 from slurmforge.contract import DIGEST_FILE, HOLD_FILE
 from slurmforge.distro import Distro, distro, release_tuple
+from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import write_inventory
 from slurmforge.local.api import ensure_api_service
 from slurmforge.local.host import prepare_host
 from slurmforge.local.image import NAMESPACE, ensure_images, slurm_version
 from slurmforge.local.podman import Podman
-from slurmforge.providers.base import Host, HostRole, InstanceState
+from slurmforge.providers.base import InstanceState
 from slurmforge.providers.local import LABEL, LocalProvider
 from slurmforge.render import controller_name, controller_names, state_save_location
-from slurmforge.rollout import (
-    EventSink,
-    Progress,
-    RolloutResult,
-    roll_out,
-    rollout_digest,
-    run_playbook,
-    stale_hosts,
-)
+from slurmforge.rollout import EventSink, RolloutResult, rollout_digest, run_playbook
 from slurmforge.secrets import ensure_secrets
 from slurmforge.spec import Cluster, load_spec
 from slurmforge.upgrade import BEFORE_MARKER, check_takeover, state_release
 
-REPO = Path(__file__).resolve().parents[2]
-INVENTORIES = REPO / "inventories"
 SERVICE_UNIT = "slurmforge-service"
 CEPH_PLAY = "Ceph"
 """playbooks/site.yml's Ceph play starts with this."""
-SAMPLE_JOB = "#!/bin/bash\n#SBATCH -N 2\nsrun hostname | sort\n"
-
-
-class Phases(Protocol):
-    def phase(self, name: str) -> AbstractContextManager[None]: ...
-    def event(self, progress: Progress) -> None: ...
-    def note(self, text: str) -> None: ...
 
 
 @dataclass
@@ -63,15 +52,6 @@ class UpReport:
     phases: list[tuple[str, float]] = field(default_factory=list)
     job_output: str = ""
     login: str = ""
-
-
-def log_path(cluster: str, action: str) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("/var/log/slurmforge") / f"{cluster}-{action}-{stamp}.log"
-
-
-def inventory_dir(spec: Cluster) -> Path:
-    return INVENTORIES / spec.name
 
 
 def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
@@ -104,8 +84,10 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
         _hold(podman, resting - current)
         hosts = provider.provision(keep_stopped=current)
     with ui.phase("roll out (Ansible)"):
+        # never the powered-down nodes left out above
         up_hosts = [h for h in hosts if h.name not in current]
-        report.rollout = _roll_out(podman, up_hosts, report.inventory, log, ui, full_rollout, digest)
+        report.rollout = roll_out_changed(report.inventory, up_hosts, log, ui, digest, full_rollout,
+                                          extravars={"scheduler_service_paused": True})
         report.rollout.skipped_hosts += len(current)
         ceph_play = next((sec for play, sec in report.rollout.plays.items() if play.startswith(CEPH_PLAY)), None)
         if ceph_play is not None:
@@ -118,31 +100,13 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
     if validate is not None:
         with ui.phase("validate the live cluster (testinfra)"):
             validate(report.inventory)
-    report.login = next(h.name for h in hosts if h.role is HostRole.LOGIN)
+    login = next(h for h in hosts if h.role is HostRole.LOGIN)
+    report.login = login.name
     if run_sample_job and spec.users:
         with ui.phase(f"sample job as {spec.users[0].name}"):
             home = f"{spec.storage.nas.mounts.home.rstrip('/')}/{spec.users[0].name}"
-            report.job_output = sample_job(podman, report.login, spec.users[0].name, home)
+            report.job_output = sample_job(login, spec.users[0].name, home)
     return report
-
-
-def _roll_out(podman: Podman, hosts: list[Host], inventory: Path, log: Path, ui: Phases,
-              full: bool, digest: str) -> RolloutResult:
-    """Roll out (site.yml's playbooks) on the nodes whose last successful rollout differs from this one
-    (new or recreated nodes, or everything when the spec, roles or configs changed).
-    `full` runs it everywhere: the way to repair drift by hand, and what proves the
-    roles idempotent (changed=0)."""
-    stale = stale_hosts([h.name for h in hosts], digest, lambda name: _read(podman, name, DIGEST_FILE), full)
-    if not stale:
-        ui.note("every node already has this exact rollout: nothing to do (--full-rollout runs Ansible anyway)")
-        return RolloutResult(ok=True, skipped_hosts=len(hosts))
-    ceph = [h.name for h in hosts if h.role is HostRole.CEPH]
-    # limit: never the powered-down nodes left out by the caller; the playbooks mark each
-    # host not current first and current at their end (playbooks/rollout_mark.yml)
-    result = roll_out(inventory, ceph, log, ui.event, limit=stale, extravars={"scheduler_service_paused": True},
-                      digest=digest)
-    result.skipped_hosts = len(hosts) - len(stale)
-    return result
 
 
 def _read_stopped(podman: Podman, node: str, path: str) -> str:
@@ -153,11 +117,6 @@ def _read_stopped(podman: Podman, node: str, path: str) -> str:
     with tarfile.open(fileobj=io.BytesIO(res.stdout)) as tar:
         member = tar.extractfile(tar.getmembers()[0]) if tar.getmembers() else None
         return member.read().decode().strip() if member else ""
-
-
-def _read(podman: Podman, node: str, path: str) -> str:
-    res = podman.exec(node, ["cat", path], check=False, timeout=30)
-    return res.stdout.strip() if res.returncode == 0 else ""
 
 
 def bake_node_image(builder: str, os: Distro, log: Path, on_event: EventSink | None) -> None:
@@ -236,18 +195,6 @@ def slurm_states(podman: Podman, spec: Cluster) -> dict[str, str]:
         node, _, state = line.partition(" ")
         states[node] = state
     return states
-
-
-def sample_job(podman: Podman, login: str, user: str, home: str) -> str:
-    """sbatch --wait a 2-node job on the login node as `user`; its output (written to the
-    shared home, so the login node reads what the compute node wrote)."""
-    script = f"/tmp/slurmforge-sample-{user}.sh"
-    podman.exec(login, ["sh", "-c", f"printf '%s' '{SAMPLE_JOB}' > {script} && chmod 755 {script}"])
-    res = podman.exec(login, ["sbatch", "--wait", "--parsable", "-D", home, "-o", "slurmforge-sample-%j.out",
-                              script], user=user, timeout=180)
-    job = res.stdout.strip().split(";")[0]
-    out = podman.exec(login, ["cat", f"{home}/slurmforge-sample-{job}.out"], user=user, check=False)
-    return f"job {job}:\n{out.stdout.strip()}"
 
 
 def cluster_release(podman: Podman, provider: LocalProvider) -> str | None:

@@ -20,6 +20,7 @@ from slurmforge.errors import Problem, SpecError
 from slurmforge.modules import definition as d
 from slurmforge.modules.checks import catalog_problems
 from slurmforge.modules.definition import KIND_MODELS, AnyDefinition, natural_key, parse_definition
+from slurmforge.spec.document import YamlProblem, read_yaml
 
 MESSAGES = {"string_pattern_mismatch": "not allowed here", "too_short": "needs at least one entry"}
 PATTERN_FIXES = {
@@ -116,8 +117,12 @@ def validate_catalog(raw: Mapping[str, object], source: str, problems: list[Prob
 
 
 def _read_yaml(text: str, where: str) -> tuple[object, Problem | None]:
+    """The spec's YAML reader (bounded depth, size and aliases; no constructor that can
+    crash): a module definition is written by an admin, as a spec is."""
     try:
-        return yaml.safe_load(text), None
+        return read_yaml(text), None
+    except YamlProblem as exc:
+        return None, Problem(where, exc.text(), exc.fix)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"

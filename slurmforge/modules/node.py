@@ -3,9 +3,9 @@
 Local nodes (the inventory sets `slurmforge_container`) are reached through
 `podman exec -i`; every other node through ssh with the inventory's connection vars
 (ansible_host, ansible_user, ansible_port, ansible_ssh_private_key_file,
-ansible_ssh_common_args). Work runs as root (`sudo -n` when the ssh user is not root)
-under `umask 022`, inside `timeout` on the node: a `podman exec` whose client dies
-keeps running otherwise.
+ansible_ssh_common_args). Work runs as root (`sudo -n` when the ssh user is not root), or
+as a cluster user when asked (`podman exec -u`; `runuser` over ssh), under `umask 022`,
+inside `timeout` on the node: a `podman exec` whose client dies keeps running otherwise.
 
 Which node: the first login node. It mounts the shared tree like every node, runs the
 same image as the compute nodes (so a venv built there runs on them), is always up
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmforge.errors import ModuleError
+from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import read_inventory
 from slurmforge.modules.executor import DEFAULT_TIMEOUT, Completed
-from slurmforge.providers.base import Host, HostRole
 from slurmforge.spec import Cluster
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,8 @@ GRACE = 30.0  # the client waits this much longer than the node-side `timeout`
 
 @dataclass
 class NodeExecutor:  # not frozen: Executor.name is a plain attribute
-    """Runs argument lists on one node as root, files world-readable."""
+    """Runs argument lists on one node as root, or as a cluster user (`podman exec -u` in the
+    prefix, or `run_as`), files world-readable."""
 
     name: str
     prefix: tuple[str, ...]
@@ -49,6 +50,8 @@ class NodeExecutor:  # not frozen: Executor.name is a plain attribute
     remote_shell: bool = False
     """ssh joins its arguments into one string for the remote shell: quote them."""
     sudo: bool = False
+    run_as: str | None = None
+    """A user to become on the node (`runuser`), for a transport that cannot log in as them."""
 
     def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
             timeout: float = DEFAULT_TIMEOUT) -> Completed:
@@ -70,6 +73,7 @@ class NodeExecutor:  # not frozen: Executor.name is a plain attribute
     def command(self, argv: Sequence[str], env: Mapping[str, str] | None, timeout: float) -> list[str]:
         """The full local argument list that runs argv on the node."""
         inner = ["timeout", str(int(timeout)), *(["sudo", "-n"] if self.sudo else []),
+                 *(["runuser", "-u", self.run_as, "--"] if self.run_as else []),
                  "env", *(f"{k}={v}" for k, v in (env or {}).items()),
                  "sh", "-c", UMASK_EXEC, "sh", *argv]
         return [*self.prefix, *([shlex.join(inner)] if self.remote_shell else inner)]
@@ -93,20 +97,21 @@ class NodeExecutor:  # not frozen: Executor.name is a plain attribute
         return Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
 
 
-def executor_for(host: Host) -> NodeExecutor:
-    """podman exec for a local node, ssh with the inventory's connection vars otherwise."""
+def executor_for(host: Host, user: str | None = None) -> NodeExecutor:
+    """podman exec for a local node, ssh with the inventory's connection vars otherwise; as
+    root, or as `user`."""
     conn = host.connection
     container = conn.get("slurmforge_container")
     if container:
-        return NodeExecutor(host.name, ("podman", "exec", "-i", container))
-    user = conn.get("ansible_user", "root")
+        return NodeExecutor(host.name, ("podman", "exec", "-i", *(("-u", user) if user else ()), container))
+    login = conn.get("ansible_user", "root")
     ssh = ["ssh", "-o", "BatchMode=yes", *shlex.split(conn.get("ansible_ssh_common_args", ""))]
     if "ansible_port" in conn:
         ssh += ["-p", conn["ansible_port"]]
     if "ansible_ssh_private_key_file" in conn:
         ssh += ["-i", conn["ansible_ssh_private_key_file"]]
-    ssh += [f"{user}@{conn.get('ansible_host', host.address)}", "--"]
-    return NodeExecutor(host.name, tuple(ssh), remote_shell=True, sudo=user != "root")
+    ssh += [f"{login}@{conn.get('ansible_host', host.address)}", "--"]
+    return NodeExecutor(host.name, tuple(ssh), remote_shell=True, sudo=login != "root", run_as=user)
 
 
 def build_host(hosts: list[Host], name: str | None = None) -> Host:

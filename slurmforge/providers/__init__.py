@@ -1,1 +1,2 @@
-"""Cloud specifics behind one small interface (`base.Provider`): `local` (podman) and `aws`."""
+"""Target specifics behind one small interface per caller (`base.Machines` for the scheduler
+service, `base.Provisioner` for the CLI): `local` (podman) and `aws`."""

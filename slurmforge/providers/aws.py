@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import queue
@@ -34,24 +33,16 @@ from typing import Any, cast
 
 from slurmforge.contract import AwsProviderSettings
 from slurmforge.errors import Problem, ProvisionError, SpecError
+from slurmforge.hosts import TAG_ACCOUNT, TAG_CLUSTER, TAG_JOB, TAG_LINK, TAG_NODE, TAG_POOL, TAG_TOKEN, TAG_USER
 from slurmforge.providers.base import (
-    TAG_ACCOUNT,
-    TAG_CLUSTER,
-    TAG_JOB,
-    TAG_LINK,
-    TAG_NODE,
-    TAG_POOL,
-    TAG_TOKEN,
-    TAG_USER,
     THROTTLED,
     CapacityError,
-    Host,
     Instance,
     InstanceState,
     Interruption,
     LaunchRequest,
     LaunchResult,
-    Provider,
+    Machines,
 )
 from slurmforge.spec.models import AwsTarget, Cluster, Market, Pool
 
@@ -129,9 +120,7 @@ class FleetInstance:
     market: str
 
 
-class AwsProvider(Provider):
-    name = "aws"
-
+class AwsProvider(Machines):
     def __init__(self, spec: Cluster, ec2: Any, launch_templates: Mapping[str, str], subnets: Mapping[str, str],
                  sqs: Any = None, queue_url: str | None = None, *, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep, run_bucket: TokenBucket | None = None,
@@ -175,22 +164,6 @@ class AwsProvider(Provider):
 
     # ------------------------------------------------------------------ interface
 
-    def provision(self) -> list[Host]:
-        raise ProvisionError("AWS hosts are created by the Pulumi stack (`pulumi up`); the service only "
-                             "starts and stops pool nodes")
-
-    def delete(self) -> None:
-        self.terminate([i for i in self.list_instances() if i.state is not InstanceState.TERMINATED])
-
-    def logs(self, node: str, lines: int = 200) -> str:
-        found = [i for i in self.list_instances() if i.node == node]
-        if not found:
-            return ""
-        newest = max(found, key=lambda i: i.launched_at or 0.0)
-        out = self._call("get_console_output", InstanceId=newest.id, Latest=True).get("Output") or ""
-        text = base64.b64decode(out).decode(errors="replace") if out else ""
-        return "\n".join(text.splitlines()[-lines:])
-
     def list_instances(self) -> list[Instance]:
         """Every instance tagged for this cluster: all pages, or ProvisionError. A page that
         fails (throttled, network) fails the whole list; it never comes back shorter."""
@@ -206,12 +179,6 @@ class AwsProvider(Provider):
         except self._aws_errors() as exc:
             raise ProvisionError(f"DescribeInstances failed after {pages} page(s); the list is unknown: {exc}") from exc
         return found
-
-    def stop(self, nodes: Sequence[str]) -> None:
-        """Cloud nodes are not kept stopped: their instances are terminated."""
-        wanted = set(nodes)
-        self.terminate([i for i in self.list_instances() if i.node in wanted and i.state in
-                        (InstanceState.PENDING, InstanceState.RUNNING, InstanceState.STOPPED)])
 
     def terminate(self, instances: Sequence[Instance]) -> None:
         ids = sorted({i.id for i in instances})

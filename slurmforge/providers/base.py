@@ -1,9 +1,12 @@
-"""The provider interface the CLI and the scheduler service share.
+"""The two provider interfaces, one per caller, and the machine vocabulary they use.
 
-A provider turns the spec's hosts into machines: it provisions the cluster's fixed
-hosts (controller, login, static nodes; on AWS `pulumi up` does this and the provider
-only reads the stack's outputs), starts and stops pool nodes on demand, lists what
-exists, and fetches a node's boot log.
+- `Machines`: what the scheduler service calls on the controller (list, start and terminate
+  pool machines; spot notices). `aws.AwsProvider` and `local.PoolMachines` implement it.
+- `Provisioner`: what the CLI calls to make and remove a cluster's fixed hosts (controller,
+  login, static nodes, Ceph hosts). `local.LocalProvider` implements it; on AWS the Pulumi
+  stack makes them, and `slurmforge inventory --from-stack-outputs` reads them.
+
+A provider implements what its target does, and nothing else: no method raises "not supported".
 """
 
 from __future__ import annotations
@@ -13,38 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-TAG_CLUSTER = "slurmforge:cluster"
-TAG_POOL = "slurmforge:pool"
-TAG_LINK = "slurmforge:link"
-TAG_NODE = "slurmforge:node"
-TAG_JOB = "slurmforge:job"
-TAG_USER = "slurmforge:user"
-TAG_ACCOUNT = "slurmforge:account"
-TAG_TOKEN = "slurmforge:token"
-"""Instance tags (or labels) a provider sets on pool machines; the token tag marks a
-machine as launched by the scheduler service even before its node tag is visible."""
-
-
-class HostRole(StrEnum):
-    CONTROLLER = "controller"
-    LOGIN = "login"
-    COMPUTE = "compute"
-    CEPH = "ceph"
-    """A Ceph storage host (mon, mgr, OSDs, MDS): not a Slurm node."""
-
-
-@dataclass(frozen=True)
-class Host:
-    """A machine of the cluster, as the inventory lists it."""
-
-    name: str
-    address: str
-    role: HostRole
-    pool: str | None = None
-    dynamic: bool = False
-    """A pool node above min_nodes: powered down until Slurm asks for it."""
-    connection: dict[str, str] = field(default_factory=dict)
-    """Ansible connection variables (ansible_connection, ansible_user, ...)."""
+from slurmforge.hosts import Host
 
 
 class InstanceState(StrEnum):
@@ -141,14 +113,10 @@ class LaunchResult:
     """node name -> error code (InsufficientInstanceCapacity, ...)"""
 
 
-class Provider(ABC):
-    """What `local` and `aws` implement."""
-
-    name: str
-
-    @abstractmethod
-    def provision(self) -> list[Host]:
-        """Create (or converge) the cluster's machines; return every host."""
+class Machines(ABC):
+    """What the scheduler service drives: a cluster's pool machines, listed, started and
+    removed, and the cloud's notices about them. `aws` (EC2) and the local pool containers
+    implement it."""
 
     @abstractmethod
     def list_instances(self) -> list[Instance]:
@@ -159,23 +127,9 @@ class Provider(ABC):
         """Start pool nodes."""
 
     @abstractmethod
-    def stop(self, nodes: Sequence[str]) -> None:
-        """Stop (power down) pool nodes; their names stay valid for a later start."""
-
-    @abstractmethod
-    def delete(self) -> None:
-        """Remove every machine and network of the cluster."""
-
-    @abstractmethod
-    def logs(self, node: str, lines: int = 200) -> str:
-        """The node's recent boot/system log, for failure reports."""
-
     def terminate(self, instances: Sequence[Instance]) -> None:
-        """Remove these instances (orphans, failed or released nodes). Default: stop
-        their nodes; a provider whose instances outlive their node names overrides it."""
-        nodes = [i.node for i in instances if i.node]
-        if nodes:
-            self.stop(nodes)
+        """Remove these instances (orphans, failed or released nodes): a cloud machine goes
+        for good; a local container stops, its node starts again from it later."""
 
     def interruptions(self) -> list[Interruption]:
         """Notices of instances the cloud is about to take away. Default: none."""
@@ -184,3 +138,22 @@ class Provider(ABC):
     def acknowledge(self, interruptions: Sequence[Interruption]) -> None:  # noqa: B027 - optional hook
         """The service recorded these notices; the provider may forget them. Default:
         nothing to do."""
+
+
+class Provisioner(ABC):
+    """What the CLI drives: the cluster's fixed hosts made, converged and removed. The local
+    target implements it; an AWS cluster's hosts come from its Pulumi stack (`pulumi up`,
+    `pulumi destroy`), so AWS has no provisioner."""
+
+    @abstractmethod
+    def hosts(self) -> list[Host]:
+        """Every host the spec asks for, as the inventory will list them."""
+
+    @abstractmethod
+    def provision(self, keep_stopped: frozenset[str] = frozenset()) -> list[Host]:
+        """Create (or converge) every host and boot it, except the powered-down nodes named
+        in `keep_stopped`, which exist, are current and stay down; return every host."""
+
+    @abstractmethod
+    def delete(self) -> None:
+        """Remove every machine and network of the cluster."""

@@ -28,20 +28,19 @@ from typing import Any
 
 from slurmforge.contract import PODMAN_API_DIR, PODMAN_API_SOCKET, LocalProviderSettings, read_settings
 from slurmforge.errors import ProvisionError
+from slurmforge.hosts import TAG_LINK, Host, HostRole
 from slurmforge.inventory import SECRETS_ROOT
 from slurmforge.local.api import PodmanApi
 from slurmforge.local.podman import ContainerInfo, Podman
 from slurmforge.nodes import ceph_host_name, node_sets
 from slurmforge.providers.base import (
-    TAG_LINK,
     CapacityError,
-    Host,
-    HostRole,
     Instance,
     InstanceState,
     LaunchRequest,
     LaunchResult,
-    Provider,
+    Machines,
+    Provisioner,
 )
 from slurmforge.render import controller_name, controller_names, login_names
 from slurmforge.secrets import SSH_KEY
@@ -70,9 +69,7 @@ class NodePlan:
     address: str
 
 
-class LocalProvider(Provider):
-    name = "local"
-
+class LocalProvider(Provisioner):
     def __init__(self, spec: Cluster, image: str, podman: Podman | None = None,
                  state_root: Path = SECRETS_ROOT) -> None:
         if not isinstance(spec.target, LocalTarget):
@@ -275,6 +272,7 @@ class LocalProvider(Provider):
     # ------------------------------------------------------------------ runtime
 
     def list_instances(self) -> list[Instance]:
+        """Every container of the cluster (`up` reads which dynamic nodes are powered down)."""
         out = []
         for c in self.podman.containers(f"{LABEL}={self.spec.name}"):
             running = c.is_running and not c.is_dead
@@ -283,21 +281,8 @@ class LocalProvider(Provider):
                                 address=c.labels.get("slurmforge.address"), tags=dict(c.labels)))
         return out
 
-    def start(self, request: LaunchRequest) -> LaunchResult:
-        launched: dict[str, Instance] = {}
-        failed: dict[str, str] = {}
-        for node in request.nodes:
-            res = self.podman.run(["start", node], check=False)
-            info = self.podman.container(node)
-            if info is None or not info.is_running:
-                failed[node] = "NodeStartFailed" if info else "NoSuchNode"
-                log.warning("start %s failed: %s", node, res.strip())
-                continue
-            launched[node] = Instance(node, node, request.pool, InstanceState.RUNNING,
-                                      info.labels.get("slurmforge.address"), time.time())
-        return LaunchResult(launched, failed)
-
     def stop(self, nodes: Sequence[str]) -> None:
+        """Power these nodes' containers down (`up` rests the dynamic nodes it rolled out)."""
         if nodes:
             self.podman.run(["stop", "-t", "10", *nodes], check=False)
 
@@ -307,19 +292,13 @@ class LocalProvider(Provider):
         if self.podman.network_exists(self.network):
             self.podman.run(["network", "rm", "-f", self.network], check=False)
 
-    def logs(self, node: str, lines: int = 200) -> str:
-        res = self.podman.exec(node, ["journalctl", "--no-pager", "-n", str(lines)], check=False)
-        return res.stdout or self.podman.run(["logs", "--tail", str(lines), node], check=False)
 
-
-class PoolMachines(Provider):
+class PoolMachines(Machines):
     """The scheduler service's view from inside the controller: pool containers started
     and stopped through the host's podman API. Told to, it fails every launch on some
     links (pools) with InsufficientInstanceCapacity: the local stand-in for a region
     without capacity. The list is re-read on every launch: one pool name a line in
     `fail_pools_file`, or the `fail_pools` option."""
-
-    name = "local"
 
     def __init__(self, spec: Cluster, api: PodmanApi, fail_pools: Sequence[str] = (),
                  fail_pools_file: Path | None = None) -> None:
@@ -332,12 +311,6 @@ class PoolMachines(Provider):
             with contextlib.suppress(OSError):  # no file: nothing fails
                 names |= set(self.fail_pools_file.read_text().split())
         return frozenset(names)
-
-    def provision(self) -> list[Host]:
-        raise ProvisionError("the service does not provision; run `slurmforge up --local` on the host")
-
-    def delete(self) -> None:
-        raise ProvisionError("the service does not delete; run `slurmforge down --local` on the host")
 
     def list_instances(self) -> list[Instance]:
         """Pool containers only (controller and login are not the service's business)."""
@@ -374,18 +347,17 @@ class PoolMachines(Provider):
                                       tags={**info.labels, TAG_LINK: request.capacity_pool})
         return LaunchResult(launched, failed)
 
-    def stop(self, nodes: Sequence[str]) -> None:
-        for node in nodes:
+    def terminate(self, instances: Sequence[Instance]) -> None:
+        """A pool container is not removed: it stops, and its node starts from it again."""
+        for node in [i.node for i in instances if i.node]:
             try:
                 self.api.stop(node)
             except ProvisionError as exc:
                 log.warning("stop %s failed: %s", node, exc)
 
-    def logs(self, node: str, lines: int = 200) -> str:
-        return self.api.logs(node, lines)
 
 
-def service_provider(spec: Cluster, settings: Mapping[str, Any]) -> Provider:
+def service_provider(spec: Cluster, settings: Mapping[str, Any]) -> Machines:
     """The scheduler service's provider, from its settings (contract.LocalProviderSettings:
     the API socket, the pools told to fail)."""
     if not isinstance(spec.target, LocalTarget):

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from slurmforge.hostlists import expand
-from slurmforge.providers.base import TAG_LINK, TAG_TOKEN, Instance, InstanceState
+from slurmforge.hosts import TAG_LINK, TAG_TOKEN
+from slurmforge.providers.base import Instance, InstanceState
 from slurmforge.service.actions import (
     AbandonLaunch,
     Action,

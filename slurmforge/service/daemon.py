@@ -23,7 +23,7 @@ from typing import TypeVar
 from slurmforge.contract import HEARTBEAT_FILE, NODE_EXPORTER_PORT
 from slurmforge.cost import SACCT_ENV, sacct_argv
 from slurmforge.errors import SlurmforgeError
-from slurmforge.providers.base import Instance, Provider
+from slurmforge.providers.base import Instance, Machines
 from slurmforge.service import handoff
 from slurmforge.service.actions import Action
 from slurmforge.service.classify import Context, Tunables, World, classify, plan_launches
@@ -81,7 +81,7 @@ class LoopReport:
 
 
 class Daemon:
-    def __init__(self, config: DaemonConfig, slurm: SlurmClient, provider: Provider, store: Store,
+    def __init__(self, config: DaemonConfig, slurm: SlurmClient, provider: Machines, store: Store,
                  load_spec: Callable[[Path], Cluster], clock: Callable[[], float] = time.time,
                  leadership: Leadership | None = None) -> None:
         self.config, self.slurm, self.provider, self.store = config, slurm, provider, store

@@ -18,7 +18,7 @@ from typing import Any
 
 from slurmforge.errors import SlurmCommandError
 from slurmforge.hostlists import compress
-from slurmforge.providers.base import THROTTLED, Instance, InstanceState, LaunchRequest, LaunchResult, Provider
+from slurmforge.providers.base import THROTTLED, Instance, InstanceState, LaunchRequest, LaunchResult, Machines
 from slurmforge.service import actions as a
 from slurmforge.service import when
 from slurmforge.service.slurm import SlurmClient
@@ -50,7 +50,7 @@ class ActReport:
 
 
 class Executor:
-    def __init__(self, slurm: SlurmClient, provider: Provider, store: Store, clock: Callable[[], float]) -> None:
+    def __init__(self, slurm: SlurmClient, provider: Machines, store: Store, clock: Callable[[], float]) -> None:
         self.slurm, self.provider, self.store, self.clock = slurm, provider, store, clock
 
     def execute(self, actions: Sequence[a.Action], topology: Topology, instances: Sequence[Instance] = (),

@@ -26,7 +26,7 @@ from typing import Any, cast
 
 from slurmforge.contract import SERVICE_PORT, SERVICE_STATE_DIR, AwsProviderSettings, read_settings
 from slurmforge.errors import ProvisionError, SlurmforgeError
-from slurmforge.providers.base import Provider
+from slurmforge.providers.base import Machines
 from slurmforge.render import controller_names
 from slurmforge.service import handoff, web
 from slurmforge.service.daemon import LOOP_INTERVAL, Daemon, DaemonConfig
@@ -41,9 +41,9 @@ STATE_DIR = Path(SERVICE_STATE_DIR)
 DEFAULT_PORT = SERVICE_PORT  # Prometheus' scrape config names the same port
 
 
-def build_provider(spec: Cluster, settings: Mapping[str, Any]) -> Provider:
+def build_provider(spec: Cluster, settings: Mapping[str, Any]) -> Machines:
     """aws: the EC2 provider here; any other target: `slurmforge.providers.<kind>` must
-    offer `service_provider(spec, settings) -> Provider`."""
+    offer `service_provider(spec, settings) -> Machines`."""
     kind = spec.target.kind
     if kind == "aws":
         from slurmforge.providers.aws import AwsProvider
@@ -56,10 +56,10 @@ def build_provider(spec: Cluster, settings: Mapping[str, Any]) -> Provider:
     factory = getattr(module, "service_provider", None)
     if factory is None:
         raise ProvisionError(f"slurmforge.providers.{kind} has no service_provider(spec, settings)")
-    return cast(Provider, factory(spec, settings))
+    return cast(Machines, factory(spec, settings))
 
 
-def load_provider(spec: Cluster, settings_file: Path | None) -> Provider:
+def load_provider(spec: Cluster, settings_file: Path | None) -> Machines:
     """The provider the daemon runs with: the settings file the rollout wrote (none: empty
     settings), handed to `build_provider`."""
     settings = json.loads(settings_file.read_text()) if settings_file else {}

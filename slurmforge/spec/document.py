@@ -358,7 +358,19 @@ def read_yaml(text: str) -> object:
     if len(text) > MAX_BYTES:
         raise YamlProblem(f"{len(text):,} characters, more than {MAX_BYTES // 2**20} MiB",
                           "a spec is a few kilobytes: pass your cluster.yaml")
-    parser = _PARSER(text)
+    try:
+        return _compose(_PARSER, text)
+    except yaml.MarkedYAMLError as exc:
+        # libyaml 0.2.6 scans flow brackets ahead of its events and stops at its own depth
+        # limit (1,000) before the composer sees level MAX_DEPTH; PyYAML's own parser (no
+        # limit, no recursion, slower) finds the level where a spec's nesting went wrong
+        if _PARSER is yaml.SafeLoader or "nesting depth" not in (exc.problem or ""):
+            raise
+        return _compose(yaml.SafeLoader, text)
+
+
+def _compose(loader: Any, text: str) -> object:
+    parser = loader(text)
     try:
         return _Composer().run(parser)
     finally:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import testinfra
 
-from slurmforge.providers.base import Host, HostRole
+from slurmforge.hosts import Host, HostRole
 from slurmforge.render import controller_name
 from slurmforge.spec import Cluster
 

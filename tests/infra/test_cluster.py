@@ -19,9 +19,9 @@ from slurmforge.contract import (
     SERVICE_PORT,
     TARGETS_FILE,
 )
+from slurmforge.hosts import HostRole
 from slurmforge.monitoring import alert_rules, controller_address
 from slurmforge.nodes import node_names, pool_hardware
-from slurmforge.providers.base import HostRole
 from slurmforge.render import MAIL_PROGRAM, controller_name, render
 from tests.infra.conftest import LiveCluster, digest
 
@@ -58,15 +58,16 @@ def test_daemons_run_only_where_they_belong(live: LiveCluster) -> None:
     local_db = accounting and live.spec.accounting.database.kind == "local"
     wanted = {
         HostRole.CONTROLLER: {"slurmctld": True, "slurmdbd": accounting, "mariadb": local_db, "slurmd": False,
-                              "prometheus": True, "prometheus-alertmanager": True},
+                              "sackd": False, "prometheus": True, "prometheus-alertmanager": True},
+        # the login node's clients are served by sackd (configless), never by a slurmd
         HostRole.LOGIN: {"slurmctld": False, "slurmdbd": False, "mariadb": False, "slurmd": False,
-                         "prometheus": False, "prometheus-alertmanager": False},
+                         "sackd": True, "prometheus": False, "prometheus-alertmanager": False},
         HostRole.COMPUTE: {"slurmctld": False, "slurmdbd": False, "mariadb": False, "slurmd": True,
-                           "prometheus": False, "prometheus-alertmanager": False},
+                           "sackd": False, "prometheus": False, "prometheus-alertmanager": False},
     }
     # a backup controller runs slurmctld only: slurmdbd, MariaDB and monitoring live on the primary
-    backup = {"slurmctld": True, "slurmdbd": False, "mariadb": False, "slurmd": False, "prometheus": False,
-              "prometheus-alertmanager": False}
+    backup = {"slurmctld": True, "slurmdbd": False, "mariadb": False, "slurmd": False, "sackd": False,
+              "prometheus": False, "prometheus-alertmanager": False}
     wrong = []
     for host in live.up_hosts:
         node = live.connect(host)
@@ -84,12 +85,24 @@ def test_daemons_restart_after_a_failure(live: LiveCluster) -> None:
     wrong = []
     for host in live.up_hosts:
         node = live.connect(host)
-        for daemon in ("munge", "slurmctld", "slurmd", "slurmdbd", "mariadb"):
+        for daemon in ("munge", "slurmctld", "slurmd", "slurmdbd", "mariadb", "sackd"):
             if node.service(daemon).is_running:
                 restart = node.check_output(f"systemctl show -p Restart --value {daemon}").strip()
                 if restart not in ("on-failure", "always"):
                     wrong.append(f"{host.name}:{daemon} Restart={restart}")
     assert not wrong, ", ".join(wrong)
+
+
+def test_login_clients_read_the_controllers_config(live: LiveCluster) -> None:
+    """The login node keeps no slurm.conf of its own (a stale one would win over sackd's);
+    its clients read the copy sackd fetched from slurmctld, which is the controller's."""
+    served = live.controller().file("/etc/slurm/slurm.conf").content_string
+    for host in live.by_role(HostRole.LOGIN):
+        login = live.connect(host)
+        assert not login.file("/etc/slurm/slurm.conf").exists, f"{host.name}: /etc/slurm/slurm.conf"
+        assert login.file("/run/slurm/conf/slurm.conf").content_string == served, host.name
+        # the clients really find it there: sinfo answers without SLURM_CONF
+        assert login.run("env -u SLURM_CONF sinfo -h -o %P").rc == 0, host.name
 
 
 def test_partitions_exactly_as_the_spec(live: LiveCluster) -> None:

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
+from slurmforge.hosts import HostRole
 from slurmforge.inventory import read_inventory
 from slurmforge.local.ceph import CephProbe
 from slurmforge.local.podman import Podman
-from slurmforge.providers.base import HostRole
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from slurmforge.contract import LMOD_LIBEXEC
+from slurmforge.hosts import HostRole
 from slurmforge.inventory import read_inventory
 from slurmforge.modules.node import NodeExecutor, open_inventory
-from slurmforge.providers.base import HostRole
 from tests.integration.conftest import ROOT, Cluster_
 
 pytestmark = pytest.mark.integration

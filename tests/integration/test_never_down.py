@@ -113,6 +113,7 @@ def test_a_policy_change_is_applied_live(cluster: Cluster_, tmp_path: Path) -> N
     try:
         wait_until(lambda: squeue_state(cluster, job) == "RUNNING", 60, "the 2-node job running")
         since = root(cluster, "date '+%Y-%m-%d %H:%M:%S'").strip()
+        sackd = login_sackd_pid(cluster)
         probe = SbatchProbe(cluster)
         try:
             up_with(cluster, policy_spec(), tmp_path)
@@ -129,10 +130,28 @@ def test_a_policy_change_is_applied_live(cluster: Cluster_, tmp_path: Path) -> N
         assert "QoS=gpu-small" in root(cluster, "scontrol show partition ml-gpu -o")
         assert "preempt/partition_prio" in root(cluster, "scontrol show config | grep ^PreemptType")
         assert "00:01:00" in root(cluster, "scontrol show config | grep ^PreemptExemptTime")
+        # the login node's clients got the new config from slurmctld through sackd's
+        # registration (pushed on reconfigure), not by a restart or a file of the rollout
+        assert "PartitionName=ml-urgent" in login_config(cluster)
+        assert login_sackd_pid(cluster) == sackd
     finally:
         root(cluster, f"scancel {job}")
         up_with(cluster, SPEC.read_text(), tmp_path)  # back to the suite's spec
     assert "ml-urgent" not in root(cluster, "sinfo -h -o %P")
+    assert "ml-urgent" not in login_config(cluster)
+
+
+def login_config(cluster: Cluster_) -> str:
+    """The slurm.conf the login node's client commands read (sackd's configless copy)."""
+    res = cluster.run(cluster.report.login, "cat /run/slurm/conf/slurm.conf")
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def login_sackd_pid(cluster: Cluster_) -> str:
+    pid = cluster.run(cluster.report.login, "systemctl show -p MainPID --value sackd").stdout.strip()
+    assert pid not in ("", "0"), "sackd is not running on the login node"
+    return pid
 
 
 def test_a_config_slurm_refuses_keeps_the_old_one_running(cluster: Cluster_, tmp_path: Path) -> None:

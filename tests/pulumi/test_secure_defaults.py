@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from slurmforge.providers.base import TAG_CLUSTER
+from slurmforge.hosts import TAG_CLUSTER
 from slurmforge.render import controller_name, login_names
 from tests.pulumi.conftest import DB_PASSWORD, LAB_AWS, MUNGE_B64, POOLS_AWS, StackRun, run_stack
 

@@ -27,8 +27,9 @@ from typer.testing import CliRunner
 
 from slurmforge import inventory
 from slurmforge.cli import app
+from slurmforge.hosts import TAG_NODE
 from slurmforge.providers.aws import AwsProvider
-from slurmforge.providers.base import TAG_NODE, LaunchRequest
+from slurmforge.providers.base import LaunchRequest
 from slurmforge.render import controller_name
 from slurmforge.rollout import run_playbook
 from slurmforge.service.main import load_provider

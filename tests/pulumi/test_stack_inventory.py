@@ -21,8 +21,8 @@ from slurmforge import aws_inventory
 from slurmforge.aws_inventory import fetch_stack_secrets, inventory_from_stack_outputs, read_stack_outputs
 from slurmforge.contract import AwsProviderSettings, read_settings
 from slurmforge.errors import ProvisionError
+from slurmforge.hosts import HostRole
 from slurmforge.inventory import HOSTS_FILE, VARS_FILE, read_inventory
-from slurmforge.providers.base import HostRole
 from slurmforge.render import controller_name, controller_names
 from tests.pulumi.conftest import (
     DB_PASSWORD,

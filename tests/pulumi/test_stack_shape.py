@@ -9,8 +9,8 @@ import json
 import pytest
 import yaml
 
+from slurmforge.hosts import TAG_CLUSTER, TAG_POOL
 from slurmforge.nodes import pool_hostlist
-from slurmforge.providers.base import TAG_CLUSTER, TAG_POOL
 from stacks.image import DEBIAN_OWNER, IMAGE_PLAYBOOK
 from tests.pulumi.conftest import DEBIAN_AMI, GOLDEN_AMI, LAB_AWS, StackRun, run_stack
 

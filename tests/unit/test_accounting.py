@@ -292,8 +292,8 @@ def test_desired_state_in_slurms_spelling() -> None:
 
 
 def test_the_inventory_ships_the_desired_state(tmp_path: Path) -> None:
+    from slurmforge.hosts import Host, HostRole
     from slurmforge.inventory import ACCOUNTING_JSON, RENDERED, write_inventory
-    from slurmforge.providers.base import Host, HostRole
 
     spec_path = tmp_path / "a.yaml"
     spec_path.write_text(yaml.safe_dump(base() | {"accounting": {"accounts": [{"name": "ml"}]}}))

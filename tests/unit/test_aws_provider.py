@@ -25,20 +25,9 @@ from test_service_world import POWERED_DOWN, POWERING_UP, SPEC, Clock, node, spe
 
 from slurmforge.contract import AwsProviderSettings
 from slurmforge.errors import ProvisionError, SpecError
+from slurmforge.hosts import TAG_ACCOUNT, TAG_CLUSTER, TAG_JOB, TAG_LINK, TAG_NODE, TAG_POOL, TAG_TOKEN, TAG_USER
 from slurmforge.providers.aws import AwsProvider, TokenBucket, parse_interruption
-from slurmforge.providers.base import (
-    TAG_ACCOUNT,
-    TAG_CLUSTER,
-    TAG_JOB,
-    TAG_LINK,
-    TAG_NODE,
-    TAG_POOL,
-    TAG_TOKEN,
-    TAG_USER,
-    THROTTLED,
-    InstanceState,
-    LaunchRequest,
-)
+from slurmforge.providers.base import THROTTLED, InstanceState, LaunchRequest
 from slurmforge.service import handoff
 from slurmforge.service.daemon import Daemon, DaemonConfig
 from slurmforge.service.slurm import Job
@@ -341,16 +330,16 @@ def test_missing_templates_and_subnets_are_reported_together(ec2: Ec2) -> None:
     assert any("no subnet for zone" in line and "us-east-1b" in line for line in lines)
 
 
-def test_terminate_and_stop(ec2: Ec2) -> None:
+def test_terminate_removes_each_instance_once(ec2: Ec2) -> None:
     aws = provider(ec2)
-    launched = aws.start(request(["t-spot-01", "t-spot-02"])).launched
+    launched = aws.start(request(["t-spot-01", "t-spot-02", "t-spot-03"])).launched
     aws.flush_tags()
-    aws.terminate([launched["t-spot-01"]])
-    aws.stop(["t-spot-02"])
+    aws.terminate([launched["t-spot-02"], launched["t-spot-01"], launched["t-spot-02"]])
     states = {i.node: i.state for i in aws.list_instances()}
-    assert states == {"t-spot-01": InstanceState.TERMINATED, "t-spot-02": InstanceState.TERMINATED}
+    assert states["t-spot-01"] is states["t-spot-02"] is InstanceState.TERMINATED
+    assert states["t-spot-03"] is not InstanceState.TERMINATED
     terminated = [p["InstanceIds"] for op, p in ec2.calls if op == "TerminateInstances"]
-    assert terminated == [[launched["t-spot-01"].id], [launched["t-spot-02"].id]]
+    assert terminated == [sorted([launched["t-spot-01"].id, launched["t-spot-02"].id])]
 
 
 # --------------------------------------------------------------------------- spot interruptions

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from slurmforge.errors import ProvisionError
+from slurmforge.hosts import Host, HostRole
 from slurmforge.local import faults, live
 from slurmforge.local.faults import JobNodes, controller_outage, dead_node
 from slurmforge.local.live import LiveCluster
-from slurmforge.providers.base import Host, HostRole
 from slurmforge.spec import load_spec
 
 pytestmark = pytest.mark.unit

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from slurmforge.hosts import HostRole
 from slurmforge.local.podman import ContainerInfo
-from slurmforge.providers.base import HostRole
 from slurmforge.providers.local import (
     API_LABEL,
     DB_LABEL,

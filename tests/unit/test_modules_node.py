@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from slurmforge.errors import ModuleError
+from slurmforge.hosts import Host, HostRole
 from slurmforge.modules.cli import modules_app
 from slurmforge.modules.node import NodeExecutor, build_host, executor_for
-from slurmforge.providers.base import Host, HostRole
 
 pytestmark = pytest.mark.unit
 
@@ -55,6 +55,19 @@ def test_other_nodes_go_through_ssh_with_the_inventory_vars_and_quoted_arguments
     assert argv[:-1] == ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-p", "2222",
                          "-i", "/keys/id", "admin@203.0.113.7", "--"]
     assert argv[-1] == ("timeout 60 sudo -n env sh -c 'umask 022; exec \"$@\"' sh touch '/tmp/a b; rm -rf /'")
+
+
+def test_a_cluster_user_is_podman_execs_user_or_runuser_after_sudo_over_ssh() -> None:
+    local = executor_for(host("dev-login", HostRole.LOGIN, slurmforge_container="dev-login"), "alice")
+    assert local.command(["sbatch", "job.sh"], None, 180) == [
+        "podman", "exec", "-i", "-u", "alice", "dev-login", "timeout", "180", "env",
+        "sh", "-c", 'umask 022; exec "$@"', "sh", "sbatch", "job.sh"]
+    remote = executor_for(host("aws-login", HostRole.LOGIN, **SSH_VARS), "alice")
+    assert remote.command(["sbatch", "job.sh"], None, 180)[-1] == (
+        "timeout 180 sudo -n runuser -u alice -- env sh -c 'umask 022; exec \"$@\"' sh sbatch job.sh")
+    as_root = executor_for(host("lab-login", HostRole.LOGIN, ansible_user="root"), "alice")
+    assert as_root.command(["id"], None, 60)[-1] == (
+        "timeout 60 runuser -u alice -- env sh -c 'umask 022; exec \"$@\"' sh id")
 
 
 @pytest.mark.parametrize("ex", [NodeExecutor("fake-podman", ("env",)),

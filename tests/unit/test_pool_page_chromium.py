@@ -22,7 +22,7 @@ from test_service_daemon import FakeCloud
 from test_service_world import Clock, instance
 
 from slurmforge.cost import SACCT_FIELDS
-from slurmforge.providers.base import TAG_CLUSTER
+from slurmforge.hosts import TAG_CLUSTER
 from slurmforge.service import handoff
 from slurmforge.service.daemon import Daemon, DaemonConfig
 from slurmforge.service.slurm import SlurmClient

@@ -25,7 +25,8 @@ from test_service_world import (
     node,
 )
 
-from slurmforge.providers.base import TAG_TOKEN, InstanceState
+from slurmforge.hosts import TAG_TOKEN
+from slurmforge.providers.base import InstanceState
 from slurmforge.service.actions import (
     AbandonLaunch,
     Action,

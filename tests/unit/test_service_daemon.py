@@ -14,16 +14,8 @@ from pathlib import Path
 import pytest
 from test_service_world import NOW, POWERED_DOWN, POWERING_UP, Clock, instance, node
 
-from slurmforge.providers.base import (
-    TAG_POOL,
-    Host,
-    Instance,
-    InstanceState,
-    Interruption,
-    LaunchRequest,
-    LaunchResult,
-    Provider,
-)
+from slurmforge.hosts import TAG_POOL
+from slurmforge.providers.base import Instance, InstanceState, Interruption, LaunchRequest, LaunchResult, Machines
 from slurmforge.service import handoff
 from slurmforge.service.daemon import Daemon, DaemonConfig
 from slurmforge.service.slurm import Job, NodeState, SlurmClient
@@ -94,10 +86,8 @@ class FakeSlurm(SlurmClient):
         return [args for n, args in self.calls if n == name]
 
 
-class FakeCloud(Provider):
+class FakeCloud(Machines):
     """Instances in a dict; the same token returns the same instances (like ClientToken)."""
-
-    name = "fake"
 
     def __init__(self, clock: Clock, failing: dict[str, str] | None = None) -> None:
         self.clock, self.failing = clock, failing or {}
@@ -136,24 +126,12 @@ class FakeCloud(Provider):
             self.terminated.append(i.id)
             self.instances[i.id] = replace(self.instances[i.id], state=InstanceState.TERMINATED)
 
-    def stop(self, nodes: Sequence[str]) -> None:
-        self.terminate([i for i in self.instances.values() if i.node in nodes])
-
     def interruptions(self) -> list[Interruption]:
         found, self.notices = self.notices, []
         return found
 
     def acknowledge(self, interruptions: Sequence[Interruption]) -> None:
         self.acked += interruptions
-
-    def provision(self) -> list[Host]:
-        return []
-
-    def delete(self) -> None:
-        pass
-
-    def logs(self, node: str, lines: int = 200) -> str:
-        return ""
 
     def live(self, node_name: str) -> list[Instance]:
         return [i for i in self.instances.values() if i.node == node_name and i.state is InstanceState.RUNNING]

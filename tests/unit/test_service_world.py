@@ -8,7 +8,8 @@ from functools import cache
 
 import pytest
 
-from slurmforge.providers.base import TAG_CLUSTER, TAG_LINK, TAG_NODE, TAG_POOL, Instance, InstanceState
+from slurmforge.hosts import TAG_CLUSTER, TAG_LINK, TAG_NODE, TAG_POOL
+from slurmforge.providers.base import Instance, InstanceState
 from slurmforge.service.classify import Tunables, World
 from slurmforge.service.slurm import NodeState
 from slurmforge.service.state import ServiceState

@@ -152,3 +152,22 @@ def test_validate_exits_2_on_the_corpus_without_a_traceback() -> None:
                               capture_output=True, text=True, timeout=60, check=False)
         assert proc.returncode == 2, (path.name, proc.stderr[-500:])
         assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("parser", ["libyaml", "python"])
+def test_deep_nesting_names_the_same_place_with_either_parser(parser: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """libyaml 0.2.6 (PyYAML 6.0.3+ wheels) stops at its own limit of 1,000 levels before
+    the composer sees level 65, at another column: the problem is the same one, at the
+    same place, whichever parser PyYAML was built with."""
+    import yaml
+
+    from slurmforge.spec import document
+
+    if parser == "python":
+        monkeypatch.setattr(document, "_PARSER", yaml.SafeLoader)
+    text = f"api_version: {API_VERSION}\nname: " + "[" * 2000 + "]" * 2000 + "\n"
+    with pytest.raises(SpecError) as info:
+        parse_spec(text)
+    column = len("name: ") + MAX_DEPTH  # the top-level mapping is the first level
+    assert info.value.problems[0].line().startswith(
+        f"nesting deeper than {MAX_DEPTH} levels at line 2, column {column};"), info.value.problems[0].line()

@@ -1,0 +1,102 @@
+"""The steps of a bring-up that do not depend on the target: once the machines exist, roll the
+inventory out on the hosts whose last rollout was another one, and run a sample job on the
+login node. Hosts are reached through the inventory's own connection (podman exec for a
+local container, ssh otherwise: `modules.node.executor_for`), never through a provider.
+
+`slurmforge up --local` runs them around what only the local target does (image, containers,
+powered-down nodes); `slurmforge rollout --inventory` rolls out any inventory, an AWS stack's
+or a local cluster's, with the same skip. Writing the inventory (`inventory.write_inventory`)
+and validating the live cluster (`validation.validate_inventory`) are the other shared steps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Protocol
+
+from slurmforge.contract import DIGEST_FILE
+from slurmforge.errors import ModuleError, ProvisionError
+from slurmforge.hosts import Host, HostRole
+from slurmforge.modules.executor import Completed, Executor
+from slurmforge.modules.node import executor_for
+from slurmforge.rollout import REPO, Progress, RolloutResult, roll_out, stale_hosts
+from slurmforge.spec import Cluster
+
+INVENTORIES = REPO / "inventories"
+LOG_DIR = Path("/var/log/slurmforge")
+SAMPLE_JOB = "#!/bin/bash\n#SBATCH -N 2\nsrun hostname | sort\n"
+
+
+class Phases(Protocol):
+    """Where a bring-up reports its progress (the CLI's display)."""
+
+    def phase(self, name: str) -> AbstractContextManager[None]: ...
+    def event(self, progress: Progress) -> None: ...
+    def note(self, text: str) -> None: ...
+
+
+def inventory_dir(spec: Cluster) -> Path:
+    """Where a cluster's generated inventory goes, whatever its target."""
+    return INVENTORIES / spec.name
+
+
+def log_path(cluster: str, action: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return LOG_DIR / f"{cluster}-{action}-{stamp}.log"
+
+
+def rollout_mark(host: Host) -> str:
+    """The digest of the host's last complete rollout (playbooks/rollout_mark.yml); "" when it
+    has none or it cannot be read: the host is then rolled out, and Ansible says what is wrong."""
+    try:
+        done = executor_for(host).run(["cat", DIGEST_FILE], timeout=30)
+    except ModuleError:  # podman or ssh could not reach it
+        return ""
+    return done.stdout.strip() if done.ok else ""
+
+
+def roll_out_changed(inventory: Path, hosts: Sequence[Host], log: Path, ui: Phases, digest: str,
+                     full: bool = False, extravars: dict[str, Any] | None = None,
+                     read_mark: Callable[[Host], str] = rollout_mark) -> RolloutResult:
+    """Roll out (site.yml's playbooks) on those of `hosts` whose last successful rollout differs
+    from this one (new or recreated hosts, or every one when the spec, roles or configs changed).
+    `full` runs it on all of them: the way to repair drift by hand, and what proves the roles
+    idempotent (changed=0). Hosts not in `hosts` are never touched."""
+    by_name = {h.name: h for h in hosts}
+    stale = stale_hosts([h.name for h in hosts], digest, lambda name: read_mark(by_name[name]), full)
+    if not stale:
+        ui.note("every node already has this exact rollout: nothing to do (--full-rollout runs Ansible anyway)")
+        return RolloutResult(ok=True, skipped_hosts=len(hosts))
+    ceph = [h.name for h in hosts if h.role is HostRole.CEPH]
+    # the playbooks mark each host not current first and current at their end (playbooks/rollout_mark.yml)
+    result = roll_out(inventory, ceph, log, ui.event, limit=stale, extravars=extravars, digest=digest)
+    result.skipped_hosts = len(hosts) - len(stale)
+    return result
+
+
+def sample_job(login: Host, user: str, home: str) -> str:
+    """sbatch --wait a 2-node job on the login node as `user`; its output (written to the
+    shared home, so the login node reads what the compute node wrote)."""
+    root, as_user = executor_for(login), executor_for(login, user)
+    script = f"/tmp/slurmforge-sample-{user}.sh"
+    _on(root, ["sh", "-c", f"printf '%s' '{SAMPLE_JOB}' > {script} && chmod 755 {script}"])
+    res = _on(as_user, ["sbatch", "--wait", "--parsable", "-D", home, "-o", "slurmforge-sample-%j.out", script],
+              timeout=180)
+    job = res.stdout.strip().split(";")[0]
+    out = _on(as_user, ["cat", f"{home}/slurmforge-sample-{job}.out"], check=False)
+    return f"job {job}:\n{out.stdout.strip()}"
+
+
+def _on(node: Executor, argv: list[str], timeout: float = 120, check: bool = True) -> Completed:
+    """argv on the node; ProvisionError when the node cannot be reached, or (`check`) when the
+    command fails."""
+    try:
+        done = node.run(argv, timeout=timeout)
+    except ModuleError as exc:
+        raise ProvisionError(str(exc)) from None
+    if check and not done.ok:
+        raise ProvisionError(f"{' '.join(argv[:3])} on {node.name} failed: {done.reason()}")
+    return done

@@ -1,0 +1,46 @@
+"""The cluster's machines as every part names them: a host's role, the host as the inventory
+lists it, and the tags (EC2) or labels (podman) a machine carries.
+
+The inventory, the roles' variables, the Pulumi stack, the providers and the scheduler service
+all speak this vocabulary; none of it depends on where a machine runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+TAG_CLUSTER = "slurmforge:cluster"
+TAG_POOL = "slurmforge:pool"
+TAG_LINK = "slurmforge:link"
+TAG_NODE = "slurmforge:node"
+TAG_JOB = "slurmforge:job"
+TAG_USER = "slurmforge:user"
+TAG_ACCOUNT = "slurmforge:account"
+TAG_TOKEN = "slurmforge:token"
+"""Instance tags (or container labels). The stack tags what it makes with the cluster (a pool's
+launch template with its pool too), a pool machine reads its node name from its node tag at
+boot, and the scheduler service's provider sets them on the machines it launches; the token
+tag marks a machine as launched by the service even before its node tag is visible."""
+
+
+class HostRole(StrEnum):
+    CONTROLLER = "controller"
+    LOGIN = "login"
+    COMPUTE = "compute"
+    CEPH = "ceph"
+    """A Ceph storage host (mon, mgr, OSDs, MDS): not a Slurm node."""
+
+
+@dataclass(frozen=True)
+class Host:
+    """A machine of the cluster, as the inventory lists it."""
+
+    name: str
+    address: str
+    role: HostRole
+    pool: str | None = None
+    dynamic: bool = False
+    """A pool node above min_nodes: powered down until Slurm asks for it."""
+    connection: dict[str, str] = field(default_factory=dict)
+    """Ansible connection variables (ansible_connection, ansible_user, ...)."""

@@ -1,0 +1,249 @@
+"""The target-neutral bring-up steps: the rollout that skips hosts whose mark is this rollout's
+digest (for `up --local` and `rollout --inventory` alike), the marks read over each host's own
+connection, and the sample job on the login node. Nodes are stubs that record every command
+(the real ones are podman exec or ssh, tests/unit/test_modules_node.py); the playbooks are a
+recorder in place of `roll_out`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from slurmforge import bringup
+from slurmforge.cli import app
+from slurmforge.contract import DIGEST_FILE
+from slurmforge.errors import ModuleError, ProvisionError
+from slurmforge.hosts import Host, HostRole
+from slurmforge.inventory import read_inventory, write_inventory
+from slurmforge.modules.executor import Completed
+from slurmforge.providers.local import LocalProvider
+from slurmforge.rollout import Progress, RolloutResult, rollout_digest
+from slurmforge.spec import load_spec
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL = ROOT / "examples" / "local.yaml"
+DIGEST, OLD = "d" * 64, "o" * 64
+
+
+class Notes:
+    """A `Phases` sink that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.phases: list[str] = []
+        self.notes: list[str] = []
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        self.phases.append(name)
+        yield
+
+    def event(self, progress: Progress) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+class RollOut:
+    """Stands in for `rollout.roll_out`: the calls, and a result with one change per host."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, inventory: Path, ceph_hosts: Sequence[str], log_path: Path, on_event: Any = None,
+                 extravars: dict[str, Any] | None = None, limit: Sequence[str] | None = None,
+                 digest: str | None = None) -> RolloutResult:
+        self.calls.append({"inventory": inventory, "ceph": list(ceph_hosts), "log": log_path,
+                           "limit": list(limit or []), "extravars": extravars, "digest": digest})
+        return RolloutResult(ok=True, changed=dict.fromkeys(limit or [], 1), seconds=12.0)
+
+
+class Node:
+    """An executor on one node, as root or as `user`: answers by command, records each
+    (user, argv, timeout) in `calls`, which the executors of one test share."""
+
+    def __init__(self, name: str, answers: dict[str, Completed | Exception] | None = None,
+                 calls: list[tuple[str | None, list[str], float]] | None = None, user: str | None = None) -> None:
+        self.name, self.answers, self.user = name, answers or {}, user
+        self.calls = [] if calls is None else calls
+
+    def run(self, argv: Sequence[str], env: Any = None, timeout: float = 0) -> Completed:
+        self.calls.append((self.user, list(argv), timeout))
+        key = next((word for word in argv if word in self.answers), "")
+        answer = self.answers.get(key, Completed(tuple(argv), 0, "", ""))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def done(stdout: str = "", rc: int = 0, stderr: str = "") -> Completed:
+    return Completed((), rc, stdout, stderr)
+
+
+def hosts() -> list[Host]:
+    return [Host("ctl", "10.0.0.2", HostRole.CONTROLLER), Host("login", "10.0.0.3", HostRole.LOGIN),
+            Host("ceph-1", "10.0.0.4", HostRole.CEPH), Host("node-1", "10.0.0.5", HostRole.COMPUTE, "cpu")]
+
+
+# --------------------------------------------------------------------------- the rollout's skip
+
+
+def test_rolls_out_only_the_hosts_whose_mark_is_not_this_rollout(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    recorder = RollOut()
+    monkeypatch.setattr(bringup, "roll_out", recorder)
+    marks = {"ctl": DIGEST, "login": OLD, "ceph-1": "", "node-1": DIGEST}
+    ui = Notes()
+    result = bringup.roll_out_changed(tmp_path, hosts(), tmp_path / "up.log", ui, DIGEST,
+                                      extravars={"scheduler_service_paused": True},
+                                      read_mark=lambda host: marks[host.name])
+    assert recorder.calls == [{"inventory": tmp_path, "ceph": ["ceph-1"], "log": tmp_path / "up.log",
+                               "limit": ["login", "ceph-1"], "extravars": {"scheduler_service_paused": True},
+                               "digest": DIGEST}]
+    assert (result.total_changed, result.skipped_hosts, ui.notes) == (2, 2, [])
+
+
+def test_nothing_to_roll_out_says_so_and_runs_no_playbook(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    recorder = RollOut()
+    monkeypatch.setattr(bringup, "roll_out", recorder)
+    ui = Notes()
+    result = bringup.roll_out_changed(tmp_path, hosts(), tmp_path / "up.log", ui, DIGEST, read_mark=lambda _: DIGEST)
+    assert recorder.calls == [] and result.ok and result.skipped_hosts == 4
+    assert ui.notes == ["every node already has this exact rollout: nothing to do (--full-rollout runs Ansible anyway)"]
+
+
+def test_full_rollout_reads_no_mark_and_takes_every_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    recorder = RollOut()
+    monkeypatch.setattr(bringup, "roll_out", recorder)
+
+    def unread(host: Host) -> str:
+        raise AssertionError(f"read the mark of {host.name}")
+
+    result = bringup.roll_out_changed(tmp_path, hosts(), tmp_path / "up.log", Notes(), DIGEST, full=True,
+                                      read_mark=unread)
+    assert recorder.calls[0]["limit"] == ["ctl", "login", "ceph-1", "node-1"] and result.skipped_hosts == 0
+
+
+@pytest.mark.parametrize(("answer", "mark"), [
+    (done(f"{DIGEST}\n"), DIGEST),
+    (done("", rc=1, stderr="cat: /etc/slurmforge/rollout.digest: No such file or directory"), ""),
+    (ModuleError("cannot reach node-1 over ssh: Connection timed out"), ""),
+], ids=["marked", "no-mark", "unreachable"])
+def test_a_mark_is_read_over_the_hosts_own_connection(monkeypatch: pytest.MonkeyPatch,
+                                                      answer: Completed | Exception, mark: str) -> None:
+    node = Node("node-1", {"cat": answer})
+    reached: list[Host] = []
+    monkeypatch.setattr(bringup, "executor_for", lambda host: reached.append(host) or node)
+    host = hosts()[3]
+    assert bringup.rollout_mark(host) == mark
+    assert reached == [host] and node.calls == [(None, ["cat", DIGEST_FILE], 30)]
+
+
+# --------------------------------------------------------------------------- rollout --inventory
+
+
+def local_inventory(tmp_path: Path) -> tuple[Path, list[Host]]:
+    spec = load_spec(LOCAL)
+    inventory = write_inventory(spec, LOCAL, LocalProvider(spec, "img", state_root=tmp_path / "state").hosts(),
+                                tmp_path / "inventory", tmp_path / "secrets")
+    return inventory, read_inventory(inventory)[1]
+
+
+def rollout_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, current: set[str], *args: str
+                ) -> tuple[Any, RollOut, list[str], list[Host]]:
+    """`slurmforge rollout --inventory` on a local inventory whose `current` hosts carry
+    this rollout's mark: the CLI's result, the playbook calls, the hosts whose mark was read."""
+    inventory, listed = local_inventory(tmp_path)
+    digest = rollout_digest(inventory.resolve())
+    recorder, read = RollOut(), []
+
+    def node(host: Host) -> Node:
+        read.append(host.name)
+        return Node(host.name, {"cat": done(digest if host.name in current else OLD)})
+
+    monkeypatch.setattr(bringup, "roll_out", recorder)
+    monkeypatch.setattr(bringup, "executor_for", node)
+    result = CliRunner().invoke(app, ["rollout", "--inventory", str(inventory), *args])
+    return result, recorder, read, listed
+
+
+def test_rollout_inventory_skips_current_hosts_and_never_touches_dynamic_ones(monkeypatch: pytest.MonkeyPatch,
+                                                                             tmp_path: Path) -> None:
+    result, recorder, read, listed = rollout_cli(monkeypatch, tmp_path, {"dev-controller", "dev-cpu-01"})
+    static = [h.name for h in listed if not h.dynamic]
+    assert result.exit_code == 0, result.output
+    assert read == static and {h.name for h in listed if h.dynamic} == {"dev-cpu-03", "dev-cpu-04",
+                                                                       "dev-cpu-fallback-01"}
+    [call] = recorder.calls
+    assert call["limit"] == [n for n in static if n not in ("dev-controller", "dev-cpu-01")]
+    assert call["ceph"] == ["dev-ceph-01"] and call["extravars"] is None
+    assert call["digest"] == rollout_digest((tmp_path / "inventory").resolve())
+    assert call["log"] == bringup.LOG_DIR / "inventory-rollout.log"
+    assert f"rollout changed {len(call['limit'])} thing(s) in 12 s; log {call['log']}" in result.output
+
+
+def test_rollout_inventory_with_every_host_current_runs_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    static = {h.name for h in local_inventory(tmp_path / "probe")[1] if not h.dynamic}
+    result, recorder, _, _ = rollout_cli(monkeypatch, tmp_path, static)
+    assert result.exit_code == 0 and recorder.calls == []
+    assert "every node already has this exact rollout: nothing to do" in result.output
+
+
+def test_rollout_inventory_full_rollout_takes_every_static_host(monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    result, recorder, read, listed = rollout_cli(monkeypatch, tmp_path, set(), "--full-rollout")
+    assert result.exit_code == 0 and read == []
+    assert recorder.calls[0]["limit"] == [h.name for h in listed if not h.dynamic]
+
+
+# --------------------------------------------------------------------------- the sample job
+
+
+def executors(answers: dict[str, Completed | Exception], login: Host | None = None
+              ) -> tuple[Any, list[tuple[str | None, list[str], float]]]:
+    """A stand-in for `executor_for(host, user)` on the login node, and the calls it records."""
+    calls: list[tuple[str | None, list[str], float]] = []
+
+    def executor_for(host: Host, user: str | None = None) -> Node:
+        assert login is None or host == login
+        return Node(host.name, answers, calls, user)
+
+    return executor_for, calls
+
+
+def test_sample_job_runs_as_the_user_and_reads_the_output_from_the_shared_home(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    login = Host("dev-login", "10.89.7.12", HostRole.LOGIN, connection={"slurmforge_container": "dev-login"})
+    stand_in, calls = executors({"sbatch": done("42;dev\n"), "cat": done("dev-cpu-01\ndev-cpu-02\n")}, login)
+    monkeypatch.setattr(bringup, "executor_for", stand_in)
+    assert bringup.sample_job(login, "alice", "/home/alice") == "job 42:\ndev-cpu-01\ndev-cpu-02"
+    script = "/tmp/slurmforge-sample-alice.sh"
+    assert calls == [
+        (None, ["sh", "-c", f"printf '%s' '{bringup.SAMPLE_JOB}' > {script} && chmod 755 {script}"], 120),
+        ("alice", ["sbatch", "--wait", "--parsable", "-D", "/home/alice", "-o", "slurmforge-sample-%j.out", script],
+         180),
+        ("alice", ["cat", "/home/alice/slurmforge-sample-42.out"], 120),
+    ]
+
+
+@pytest.mark.parametrize(("answer", "message"), [
+    (done("", rc=1, stderr="sbatch: error: Batch job submission failed: Invalid account"),
+     "sbatch --wait --parsable on dev-login failed: sbatch: error: Batch job submission failed: Invalid account"),
+    (ModuleError("cannot reach dev-login through podman: Error: no container with name or ID"),
+     "cannot reach dev-login through podman: Error: no container with name or ID"),
+], ids=["refused", "unreachable"])
+def test_a_sample_job_that_fails_is_a_provision_error(monkeypatch: pytest.MonkeyPatch,
+                                                      answer: Completed | Exception, message: str) -> None:
+    stand_in, calls = executors({"sbatch": answer})
+    monkeypatch.setattr(bringup, "executor_for", stand_in)
+    with pytest.raises(ProvisionError) as failed:
+        bringup.sample_job(Host("dev-login", "10.89.7.12", HostRole.LOGIN), "alice", "/home/alice")
+    assert str(failed.value) == message and len(calls) == 2  # no output read for a job that never ran
