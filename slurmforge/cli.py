@@ -146,8 +146,18 @@ def down(
     local: LocalFlag = False,
     cluster: ClusterOpt = None,
     purge: Annotated[bool, typer.Option(help="Also delete the NAS data, secrets and cached images.")] = False,
+    inventory_dir: Annotated[Path | None, typer.Option(
+        "--inventory", help="An AWS cluster's inventory: stop the scheduler service and terminate every pool "
+        "machine it launched (before `pulumi destroy`).")] = None,
+    force: Annotated[bool, typer.Option(help="With --inventory: go on when a controller cannot be reached.")] = False,
 ) -> None:
-    """Remove the cluster's nodes and network (the image cache stays unless --purge)."""
+    """Remove the cluster's nodes and network (--local; the image cache stays unless --purge),
+    or release an AWS cluster's pool machines (--inventory)."""
+    if inventory_dir is not None and not local:
+        from slurmforge.teardown import release, summary
+
+        out.print(summary(report_errors(lambda: release(inventory_dir, force=force))))
+        return
     _need_local(local, "down")
     from slurmforge.local.manage import down as local_down
 

@@ -30,7 +30,7 @@ from slurmforge.cli import app
 from slurmforge.hosts import TAG_NODE
 from slurmforge.providers.aws import AwsProvider
 from slurmforge.providers.base import LaunchRequest
-from slurmforge.render import controller_name
+from slurmforge.render import controller_name, controller_names
 from slurmforge.rollout import run_playbook
 from slurmforge.service.main import load_provider
 from slurmforge.spec import load_spec
@@ -145,3 +145,61 @@ def test_stack_outputs_reach_a_launch_in_the_pools_subnets(ec2: Any, tmp_path: P
         assert subnet["CidrBlock"] == private_cidrs[zone]  # the stack's private subnet of that zone
         tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
         assert tags[TAG_NODE] in nodes
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the role's settings files belong to root, as on a node")
+def test_down_terminates_every_machine_the_service_launched_and_nothing_else(
+        ec2: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pulumi destroy` knows nothing of the pool machines the service launched (CreateFleet):
+    `slurmforge down --inventory` stops the service on every controller, then terminates
+    them through the provider the service runs with, and leaves other machines alone."""
+    from slurmforge import teardown
+    from slurmforge.hosts import Host
+
+    spec = load_spec(POOLS_AWS)
+    run = run_program(spec, MotoMocks(ec2))
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps(stack_output_json(run)))
+    monkeypatch.setattr(inventory, "SECRETS_ROOT", tmp_path / "secrets")
+    inventory_dir = tmp_path / "inventory"
+    res = CliRunner().invoke(app, ["inventory", str(POOLS_AWS), "--from-stack-outputs", str(outputs),
+                                   "--out", str(inventory_dir), "--no-fetch-secrets"])
+    assert res.exit_code == 0, res.output
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    settings_rendered_by_the_role(inventory_dir, controller_name(spec), etc, tmp_path / "run.log")
+    provider = load_provider(load_spec(etc / "cluster.yaml"), etc / "provider.json")
+    assert isinstance(provider, AwsProvider)
+    launched = provider.start(LaunchRequest(pool="cpu", nodes=("mlpools-cpu-01", "mlpools-cpu-02"),
+                                            token="sf-down", jobs=(1,))).launched
+    provider.flush_tags()
+    stopped = [i.id for i in launched.values()][:1]
+    ec2.stop_instances(InstanceIds=stopped)  # a stopped machine still holds its volume and interface
+    theirs = ec2.run_instances(ImageId=GOLDEN_AMI, MinCount=1, MaxCount=1, TagSpecifications=[{
+        "ResourceType": "instance", "Tags": [{"Key": "slurmforge:cluster", "Value": "another"}]}])
+    theirs_id = theirs["Instances"][0]["InstanceId"]
+
+    # a controller that cannot be reached: nothing is terminated, one line says why
+    monkeypatch.setattr(teardown, "stop_service_over_connection", lambda host: "cannot reach it over ssh")
+    res = CliRunner().invoke(app, ["down", "--inventory", str(inventory_dir)])
+    assert res.exit_code != 0 and "could not stop the scheduler service" in res.output, res.output
+    assert "Traceback" not in res.output
+    states = {i["InstanceId"]: i["State"]["Name"] for r in ec2.describe_instances()["Reservations"]
+              for i in r["Instances"]}
+    assert all(states[i.id] in ("running", "stopped") for i in launched.values())
+
+    asked: list[str] = []
+
+    def stop(host: Host) -> None:
+        asked.append(host.name)
+        return None
+
+    monkeypatch.setattr(teardown, "stop_service_over_connection", stop)
+    res = CliRunner().invoke(app, ["down", "--inventory", str(inventory_dir)])
+    assert res.exit_code == 0, res.output
+    assert asked == controller_names(spec)
+    assert "terminated 2 pool machine(s) (cpu: 2)" in res.output, res.output
+    states = {i["InstanceId"]: i["State"]["Name"] for r in ec2.describe_instances()["Reservations"]
+              for i in r["Instances"]}
+    assert all(states[i.id] == "terminated" for i in launched.values()), states
+    assert states[theirs_id] == "running"  # another cluster's machine
