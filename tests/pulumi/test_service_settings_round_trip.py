@@ -33,8 +33,8 @@ from slurmforge.providers.base import LaunchRequest
 from slurmforge.render import controller_name, controller_names
 from slurmforge.rollout import run_playbook
 from slurmforge.service.main import load_provider
-from slurmforge.spec import load_spec
-from tests.pulumi.conftest import GOLDEN_AMI, POOLS_AWS, RecordingMocks, run_program, stack_output_json
+from slurmforge.spec import Cluster, load_spec
+from tests.pulumi.conftest import GOLDEN_AMI, POOLS_AWS, RecordingMocks, StackRun, run_program, stack_output_json
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
 
@@ -98,10 +98,10 @@ def settings_rendered_by_the_role(inventory_dir: Path, host: str, etc: Path, log
         "scheduler_service_paused": True})  # the restart handler stays away from this machine's systemd
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the role's settings files belong to root, as on a node")
-def test_stack_outputs_reach_a_launch_in_the_pools_subnets(ec2: Any, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = load_spec(POOLS_AWS)
+def stack_to_service(ec2: Any, spec: Cluster, tmp_path: Path,
+                     monkeypatch: pytest.MonkeyPatch) -> tuple[StackRun, Path, AwsProvider]:
+    """The stack under mocks -> its outputs -> `slurmforge inventory` -> the role's settings
+    -> the provider the daemon loads: the run, the inventory directory, the provider."""
     run = run_program(spec, MotoMocks(ec2))
     outputs = tmp_path / "outputs.json"
     outputs.write_text(json.dumps(stack_output_json(run)))
@@ -119,6 +119,14 @@ def test_stack_outputs_reach_a_launch_in_the_pools_subnets(ec2: Any, tmp_path: P
 
     provider = load_provider(load_spec(etc / "cluster.yaml"), etc / "provider.json")  # what the daemon does
     assert isinstance(provider, AwsProvider)
+    return run, inventory_dir, provider
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the role's settings files belong to root, as on a node")
+def test_stack_outputs_reach_a_launch_in_the_pools_subnets(ec2: Any, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_spec(POOLS_AWS)
+    run, _, provider = stack_to_service(ec2, spec, tmp_path, monkeypatch)
     fleets: list[dict[str, Any]] = []
     provider.ec2.meta.events.register("provide-client-params.ec2.CreateFleet",
                                       lambda params, **_: fleets.append(params))
@@ -157,19 +165,7 @@ def test_down_terminates_every_machine_the_service_launched_and_nothing_else(
     from slurmforge.hosts import Host
 
     spec = load_spec(POOLS_AWS)
-    run = run_program(spec, MotoMocks(ec2))
-    outputs = tmp_path / "outputs.json"
-    outputs.write_text(json.dumps(stack_output_json(run)))
-    monkeypatch.setattr(inventory, "SECRETS_ROOT", tmp_path / "secrets")
-    inventory_dir = tmp_path / "inventory"
-    res = CliRunner().invoke(app, ["inventory", str(POOLS_AWS), "--from-stack-outputs", str(outputs),
-                                   "--out", str(inventory_dir), "--no-fetch-secrets"])
-    assert res.exit_code == 0, res.output
-    etc = tmp_path / "etc"
-    etc.mkdir()
-    settings_rendered_by_the_role(inventory_dir, controller_name(spec), etc, tmp_path / "run.log")
-    provider = load_provider(load_spec(etc / "cluster.yaml"), etc / "provider.json")
-    assert isinstance(provider, AwsProvider)
+    _, inventory_dir, provider = stack_to_service(ec2, spec, tmp_path, monkeypatch)
     launched = provider.start(LaunchRequest(pool="cpu", nodes=("mlpools-cpu-01", "mlpools-cpu-02"),
                                             token="sf-down", jobs=(1,))).launched
     provider.flush_tags()
