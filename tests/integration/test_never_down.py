@@ -113,7 +113,7 @@ def test_a_policy_change_is_applied_live(cluster: Cluster_, tmp_path: Path) -> N
     try:
         wait_until(lambda: squeue_state(cluster, job) == "RUNNING", 60, "the 2-node job running")
         since = root(cluster, "date '+%Y-%m-%d %H:%M:%S'").strip()
-        sackd = login_sackd_pid(cluster)
+        sackd = login_sackd_since(cluster)
         probe = SbatchProbe(cluster)
         try:
             up_with(cluster, policy_spec(), tmp_path)
@@ -131,9 +131,10 @@ def test_a_policy_change_is_applied_live(cluster: Cluster_, tmp_path: Path) -> N
         assert "preempt/partition_prio" in root(cluster, "scontrol show config | grep ^PreemptType")
         assert "00:01:00" in root(cluster, "scontrol show config | grep ^PreemptExemptTime")
         # the login node's clients got the new config from slurmctld through sackd's
-        # registration (pushed on reconfigure), not by a restart or a file of the rollout
+        # registration (pushed on reconfigure: sackd execs a new process in the unit, as
+        # slurmctld does), not by a restart of the unit or a file of the rollout
         assert "PartitionName=ml-urgent" in login_config(cluster)
-        assert login_sackd_pid(cluster) == sackd
+        assert login_sackd_since(cluster) == sackd
     finally:
         root(cluster, f"scancel {job}")
         up_with(cluster, SPEC.read_text(), tmp_path)  # back to the suite's spec
@@ -148,10 +149,12 @@ def login_config(cluster: Cluster_) -> str:
     return res.stdout
 
 
-def login_sackd_pid(cluster: Cluster_) -> str:
-    pid = cluster.run(cluster.report.login, "systemctl show -p MainPID --value sackd").stdout.strip()
-    assert pid not in ("", "0"), "sackd is not running on the login node"
-    return pid
+def login_sackd_since(cluster: Cluster_) -> str:
+    """When the login node's sackd unit last became active (a reconfigure keeps it active)."""
+    since = cluster.run(cluster.report.login, "systemctl show -p ActiveEnterTimestamp --value sackd").stdout.strip()
+    assert since and cluster.run(cluster.report.login, "systemctl is-active sackd").stdout.strip() == "active", \
+        "sackd is not running on the login node"
+    return since
 
 
 def test_a_config_slurm_refuses_keeps_the_old_one_running(cluster: Cluster_, tmp_path: Path) -> None:
