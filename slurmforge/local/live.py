@@ -105,6 +105,18 @@ class LiveCluster:
         resting = {name for name, state in rows if state.endswith("~")}
         return sorted(moving | (resting & self.running_containers() if resting else set()))
 
+    def power_down(self, node: str, timeout: float = 180) -> None:
+        """`node` in power save, its machine stopped, as a cold start needs it: asked of Slurm
+        when it is not (a job of a test before may have powered it up; Slurm powers it down
+        once it is idle), then awaited."""
+        if not self.slurm_state(node).endswith("~"):
+            self.root(f"scontrol update nodename={node} state=power_down")
+
+        def is_off() -> bool:
+            return self.slurm_state(node).endswith("~") and node not in self.running_containers()
+
+        wait_until(is_off, timeout, f"{node} powered down", every=1)
+
     def controller_up(self) -> bool:
         """The primary's slurmctld answers (with a backup, `scontrol ping` names both)."""
         return f"at {self.controller} is UP" in self.root("scontrol ping || true")
