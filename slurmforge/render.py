@@ -244,6 +244,11 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
         "MaxJobCount": sched.max_job_count,
         # default pools: jobs that name no partition are routed by job_submit.lua
         "JobSubmitPlugins": "lua" if routing(spec).active else None,
+        # a job no partition it names would ever run (a user outside AllowGroups, over
+        # MaxTime) is refused at submission with Slurm's reason; Slurm's default (NO) queues
+        # it for ever ("partition configuration not available"). ANY, not ALL: a routed job
+        # names several partitions and needs to fit one of them.
+        "EnforcePartLimits": "ANY",
         # resource limits through cgroups (cores, memory, devices: see cgroup.conf)
         "ProctrackType": "proctrack/cgroup",
         "TaskPlugin": ["task/cgroup", "task/affinity"],

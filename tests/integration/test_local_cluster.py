@@ -117,9 +117,13 @@ def test_memory_limit_is_enforced_by_cgroups(cluster: Cluster_) -> None:
 
 
 def test_user_outside_allowed_group_is_refused(cluster: Cluster_) -> None:
-    res = cluster.login("srun -p ml-cpu hostname", user="eve")
-    assert res.returncode != 0
-    assert "partition" in res.stderr.lower() or "user's group not permitted" in res.stderr.lower(), res.stderr
+    """Refused at submission, at once, with Slurm's reason - never queued for ever (Slurm's
+    default EnforcePartLimits=NO accepts the job and leaves it pending)."""
+    for command in ("srun -p ml-cpu hostname", "sbatch -p ml-cpu --wrap hostname"):
+        res = cluster.login(command, user="eve", timeout=30)
+        assert res.returncode not in (0, 124), f"{command}: rc {res.returncode}: {res.stdout}{res.stderr}"
+        assert "user's group not permitted to use this partition" in res.stderr.lower(), res.stderr
+    assert cluster.login("squeue -h -u eve -o %i", user="eve").stdout.strip() == ""  # nothing left waiting
 
 
 def test_two_node_ddp_style_launch(cluster: Cluster_) -> None:
