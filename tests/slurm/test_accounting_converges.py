@@ -32,6 +32,7 @@ import pytest
 import yaml
 
 from slurmforge.accounting import ASSOC_FORMAT, QOS_FORMAT, desired_state
+from slurmforge.contract import node_vars
 from slurmforge.render import render_all
 from slurmforge.rollout import PLAYBOOKS, run_playbook
 from slurmforge.spec import Cluster, validate_data
@@ -285,7 +286,7 @@ def test_the_rollouts_plays_run_it_and_report_each_change(accounting: Accounting
     playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
     inventory = {"all": {"children": {"slurm_dbd": {"hosts": {accounting.judge.name: {
         "ansible_connection": "containers.podman.podman", "ansible_python_interpreter": "/usr/bin/python3",
-        "slurmforge_rendered_dir": str(rendered),
+        "slurmforge_rendered_dir": str(rendered), **node_vars(),  # the contract's paths, as the inventory has them
         "slurmdbd_sacctmgr_conf": str(accounting.run.root / "sacctmgr.conf")}}}}}}
     result = run_playbook(str(playbook), inventory, tmp_path / "rollout.log")
     assert result.accounting == [
