@@ -93,8 +93,7 @@ def build_cluster(spec: Cluster, ansible_root: Path) -> dict[str, Any]:
     SchedulerAccess(spec.name, SchedulerAccessArgs(
         cluster=spec.name, region=target.region, controller_role_name=base.iam.role_names[NodeKind.CONTROLLER],
         compute_role_arn=base.iam.role_arns[NodeKind.COMPUTE],
-        launch_template_arns=[p.launch_template_arn for p in pools.values()], queue_arn=spot.queue_arn,
-        parameter_arns=[p.parameter_arn for p in pools.values()]), opts)
+        launch_template_arns=[p.launch_template_arn for p in pools.values()], queue_arn=spot.queue_arn), opts)
     return stack_outputs(spec, target, Parts(base, head, spot, pools, nas, database, ceph))
 
 

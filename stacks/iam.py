@@ -29,12 +29,10 @@ from stacks.common import CLUSTER_TAG, assume_role_policy, child, partition, pol
 SSM_CORE = "arn:{partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
 
 LAUNCH_ACTIONS = ["ec2:RunInstances", "ec2:CreateFleet"]
-INSTANCE_ACTIONS = ["ec2:TerminateInstances", "ec2:StopInstances", "ec2:StartInstances",
-                    "ec2:RebootInstances", "ec2:CreateTags", "ec2:DeleteTags",
-                    "ec2:GetConsoleOutput"]  # the boot log of a node that failed to join
-DESCRIBE_ACTIONS = ["ec2:DescribeInstances", "ec2:DescribeInstanceStatus", "ec2:DescribeInstanceTypes",
-                    "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeSubnets",
-                    "ec2:DescribeAvailabilityZones", "ec2:DescribeSpotPriceHistory"]
+# Exactly what slurmforge/providers/aws.py calls (tests/pulumi/test_service_settings_round_trip.py
+# records every call of a whole cycle against moto and compares it with this policy).
+INSTANCE_ACTIONS = ["ec2:TerminateInstances", "ec2:CreateTags"]
+DESCRIBE_ACTIONS = ["ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions"]
 
 
 class NodeKind(StrEnum):
@@ -73,7 +71,6 @@ class SchedulerScope:
     launch_template_arns: list[str]
     compute_role_arn: str
     queue_arn: str
-    parameter_arns: list[str]
 
 
 def scheduler_policy(s: SchedulerScope) -> dict[str, Any]:
@@ -108,11 +105,8 @@ def scheduler_policy(s: SchedulerScope) -> dict[str, Any]:
         {"Sid": "SpotServiceLinkedRole", "Effect": "Allow", "Action": "iam:CreateServiceLinkedRole",
          "Resource": f"arn:{p}:iam::{s.account}:role/aws-service-role/spot.amazonaws.com/*",
          "Condition": {"StringLike": {"iam:AWSServiceName": "spot.amazonaws.com"}}},
-        {"Sid": "ReadPoolPolicies", "Effect": "Allow", "Action": ["ssm:GetParameter", "ssm:GetParameters"],
-         "Resource": s.parameter_arns},
         {"Sid": "ReadSpotNotices", "Effect": "Allow",
-         "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
-                    "sqs:GetQueueAttributes"],
+         "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage"],
          "Resource": s.queue_arn},
         {"Sid": "DescribeIsReadOnly", "Effect": "Allow", "Action": DESCRIBE_ACTIONS, "Resource": "*"},
     ])
@@ -172,8 +166,6 @@ class SchedulerAccessArgs:
     """Every pool's launch template: the only ones the service may launch from."""
     queue_arn: pulumi.Input[str]
     """The spot interruption / rebalance queue."""
-    parameter_arns: Sequence[pulumi.Input[str]]
-    """The pools' autoscaling policies (SSM parameters)."""
 
 
 class SchedulerAccess(pulumi.ComponentResource):
@@ -184,9 +176,9 @@ class SchedulerAccess(pulumi.ComponentResource):
         account = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self)).account_id
         self.policy = pulumi.Output.all(
             account, args.compute_role_arn, args.queue_arn,
-            pulumi.Output.all(*args.launch_template_arns), pulumi.Output.all(*args.parameter_arns),
+            pulumi.Output.all(*args.launch_template_arns),
         ).apply(lambda v: policy_json(scheduler_policy(SchedulerScope(
             cluster=args.cluster, region=args.region, account=v[0], compute_role_arn=v[1], queue_arn=v[2],
-            launch_template_arns=list(v[3]), parameter_arns=list(v[4])))))
+            launch_template_arns=list(v[3])))))
         aws.iam.RolePolicy(f"{name}-scheduler", role=args.controller_role_name, policy=self.policy, opts=child(self))
         self.register_outputs({"policy": self.policy})

@@ -216,12 +216,12 @@ def test_scheduler_must_tag_what_it_launches_with_the_cluster(any_stack: StackRu
 def test_scheduler_terminates_only_instances_tagged_with_the_cluster(any_stack: StackRun) -> None:
     statements = scheduler_statements(any_stack)
     touching = [s for s in statements.values() if s["Effect"] == "Allow" and
-                {"ec2:TerminateInstances", "ec2:StopInstances", "ec2:DeleteTags"} & set(s["Action"])]
+                "ec2:TerminateInstances" in s["Action"]]
     assert [s["Sid"] for s in touching] == ["ManageClusterInstances"]
     assert touching[0]["Condition"] == {"StringEquals": {f"ec2:ResourceTag/{TAG_CLUSTER}": any_stack.spec.name}}
     assert statements["KeepTheClusterTag"]["Effect"] == "Deny"
     # what the AWS provider calls on a node's instance (slurmforge/providers/aws.py)
-    assert {"ec2:TerminateInstances", "ec2:CreateTags", "ec2:GetConsoleOutput"} <= set(touching[0]["Action"])
+    assert set(touching[0]["Action"]) == {"ec2:TerminateInstances", "ec2:CreateTags"}
 
 
 def test_scheduler_policy_has_nothing_broader(any_stack: StackRun) -> None:
@@ -230,7 +230,7 @@ def test_scheduler_policy_has_nothing_broader(any_stack: StackRun) -> None:
         assert not any(a == "*" or a.endswith(":*") for a in actions), s["Sid"]
         if s["Resource"] == "*":  # only EC2's Describe calls, which have no resource-level permissions
             assert all(a.startswith("ec2:Describe") for a in actions), s["Sid"]
-        if s["Effect"] == "Allow" and s["Sid"] not in ("DescribeIsReadOnly", "ReadPoolPolicies", "ReadSpotNotices",
+        if s["Effect"] == "Allow" and s["Sid"] not in ("DescribeIsReadOnly", "ReadSpotNotices",
                                                        "FleetFromClusterTemplates"):
             assert "Condition" in s, s["Sid"]
 

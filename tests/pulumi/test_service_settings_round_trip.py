@@ -67,6 +67,8 @@ class MotoMocks(RecordingMocks):
         elif args.typ == "aws:ec2/subnet:Subnet":
             name = self.ec2.create_subnet(VpcId=inputs["vpcId"], CidrBlock=inputs["cidrBlock"],
                                           AvailabilityZone=inputs["availabilityZone"])["Subnet"]["SubnetId"]
+        elif args.typ == "aws:sqs/queue:Queue":
+            state["url"] = boto3.client("sqs", region_name=REGION).create_queue(QueueName=args.name)["QueueUrl"]
         elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             data = {"ImageId": inputs["imageId"], "InstanceType": inputs["instanceType"],
                     "MetadataOptions": _ec2_shape(inputs["metadataOptions"])}
@@ -199,3 +201,45 @@ def test_down_terminates_every_machine_the_service_launched_and_nothing_else(
               for i in r["Instances"]}
     assert all(states[i.id] == "terminated" for i in launched.values()), states
     assert states[theirs_id] == "running"  # another cluster's machine
+
+
+# What an API call needs granted beyond its own action: an instant fleet runs instances and
+# tags them on creation; a batch delete is authorized as DeleteMessage.
+IMPLIES = {"ec2:CreateFleet": {"ec2:CreateFleet", "ec2:RunInstances", "ec2:CreateTags"},
+           "sqs:DeleteMessageBatch": {"sqs:DeleteMessage"}}
+BEYOND_THE_API = {"iam:PassRole", "iam:CreateServiceLinkedRole"}
+"""Granted for what EC2 does on the service's behalf (the node role handed to the fleet, the
+spot service-linked role on a first spot launch): no API call of the service names them."""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the role's settings files belong to root, as on a node")
+def test_the_services_policy_grants_what_it_calls_and_nothing_more(ec2: Any, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every AWS call the service's provider makes in a whole cycle (launch, tag, list, spot
+    notices read and acknowledged, terminate) is granted by the scheduler policy the stack
+    gives the controller, and the policy allows nothing the provider never calls."""
+    from tests.pulumi.test_secure_defaults import scheduler_statements
+
+    spec = load_spec(POOLS_AWS)
+    run, _, provider = stack_to_service(ec2, spec, tmp_path, monkeypatch)
+    called: set[str] = set()
+    for service, client in (("ec2", provider.ec2), ("sqs", provider.sqs)):
+        assert client is not None, service
+        client.meta.events.register(f"before-call.{service}",
+                                    lambda model, _s=service, **_: called.add(f"{_s}:{model.name}"))
+    launched = provider.start(LaunchRequest(pool="cpu", nodes=("mlpools-cpu-01",), token="sf-iam", jobs=(1,)))
+    provider.flush_tags()
+    instance = launched.launched["mlpools-cpu-01"]
+    boto3.client("sqs", region_name=REGION).send_message(QueueUrl=provider.queue_url, MessageBody=json.dumps({
+        "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2",
+        "detail": {"instance-id": instance.id, "instance-action": "terminate"}}))
+    notices = provider.interruptions()
+    assert [n.instance for n in notices] == [instance.id]
+    provider.acknowledge(notices)
+    provider.terminate(provider.list_instances())
+
+    needed = set().union(*(IMPLIES.get(call, {call}) for call in called))
+    granted = {action for s in scheduler_statements(run).values() if s["Effect"] == "Allow"
+               for action in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert needed - granted == set(), f"called but not granted: {sorted(needed - granted)}"
+    assert granted - needed - BEYOND_THE_API == set(), f"granted but never called: {sorted(granted - needed)}"

@@ -37,7 +37,7 @@ def test_join_script_without_nas_and_with_nfs() -> None:
 
 
 def test_scheduler_policy_uses_the_regions_partition() -> None:
-    scope = SchedulerScope("c", "us-gov-west-1", "111122223333", ["arn:lt"], "arn:role", "arn:q", ["arn:p"])
+    scope = SchedulerScope("c", "us-gov-west-1", "111122223333", ["arn:lt"], "arn:role", "arn:q")
     launch = scheduler_policy(scope)["Statement"][0]
     assert launch["Resource"][0] == "arn:aws-us-gov:ec2:us-gov-west-1:111122223333:*"
     assert (partition("cn-north-1"), partition("eu-west-1")) == ("aws-cn", "aws")
