@@ -295,10 +295,13 @@ def controller_failover(live: LiveCluster, backup: str, where: JobNodes, tasks: 
                    task_seconds + limit, "every job done while the backup is in control", every=1)
         backup_log = live.on(backup, f"journalctl -u {SERVICE_UNIT} --no-pager -q --since '{since}'")
     except BaseException:
-        # whatever failed, the cluster is left as found: the primary running and in control
+        # whatever failed, the cluster is left as found: the primary running and in control,
+        # and no job of this cycle left to hold the nodes the next cycle's array needs
         live.podman.run(["start", live.controller], check=False)
         with contextlib.suppress(ProvisionError):
             wait_until(lambda: _primary_in_control(live, backup), limit, "the primary back in control", every=0.5)
+        with contextlib.suppress(ProvisionError):  # whichever controller answers
+            live.root(f"scancel {' '.join(jobs)}")
         raise
     live.podman.run(["start", live.controller], check=False)
     started = time.monotonic()
