@@ -33,9 +33,8 @@ from typing import Any
 from slurmforge.contract import FAIL_POOLS_FILE
 from slurmforge.errors import SlurmforgeError
 from slurmforge.hosts import HostRole
-from slurmforge.local.live import node_state_command, wait_until
+from slurmforge.local.live import LiveCluster, node_state_command
 from slurmforge.local.manage import find_cluster
-from slurmforge.local.podman import Podman
 from slurmforge.render import RESUME_PROGRAM, controller_name
 from slurmforge.service.main import DEFAULT_PORT
 
@@ -60,6 +59,7 @@ class Bench:
         self.url = f"http://{address}:{DEFAULT_PORT}/pools.json"
         self.user = self.spec.users[0].name
         self.dynamic: dict[str, str] = {h.name: h.pool or "" for h in hosts if h.dynamic}
+        self.live = LiveCluster.of(self.spec, hosts)
 
     def sh(self, node: str, command: str, user: str | None = None, timeout: int = 60) -> str:
         argv = ["podman", "exec", *(["-u", user, "-w", f"/home/{user}"] if user else []), node,
@@ -108,14 +108,7 @@ class Bench:
         """The node back in power save, as before the cold start: its job ended first."""
         self.sh(self.ctl, f"scancel {job} 2>/dev/null; until sacct -n -X -P -j {job} -o State | "
                           "grep -qE 'COMPLETED|CANCELLED|FAILED'; do sleep 0.5; done", timeout=60)
-        self.sh(self.ctl, f"scontrol update nodename={node} state=power_down")
-        podman = Podman()
-
-        def is_off() -> bool:
-            info = podman.container(node)
-            return self.state(node).endswith("~") and (info is None or not info.is_running)
-
-        wait_until(is_off, POWER_DOWN_WAIT, f"{node} powered down again", every=1)
+        self.live.power_down(node, POWER_DOWN_WAIT)
 
 
 def quick(bench: Bench, wait: float) -> int:

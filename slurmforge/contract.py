@@ -41,6 +41,8 @@ SERVICE_PORT = 9110
 
 # ------------------------------------------------------------------ the service's account
 
+SERVICE_UNIT = "slurmforge-service"
+"""The scheduler service's systemd unit (roles/scheduler_service writes it)."""
 SERVICE_USER = "slurmforge"
 SERVICE_UID = 9110
 SERVICE_GID = 9110

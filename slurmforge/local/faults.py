@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from slurmforge.contract import SERVICE_UNIT
 from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.hostlists import compress
 from slurmforge.hosts import Host, HostRole
@@ -33,7 +34,6 @@ from slurmforge.spec import Cluster
 
 T = TypeVar("T")
 
-SERVICE_UNIT = "slurmforge-service"
 TERMINATION = re.compile(r"\bterminat(?:e|ing)\b")
 """A service log line that terminates machines (the executor's "terminate i-... (node)" and
 "terminating N instance(s) failed"; not a hold's "at most N terminated a loop")."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmforge.bringup import Phases, inventory_dir, log_path, roll_out_changed, sample_job
-from slurmforge.contract import DIGEST_FILE, HOLD_FILE
+from slurmforge.contract import DIGEST_FILE, HOLD_FILE, SERVICE_UNIT
 from slurmforge.distro import Distro, distro, release_tuple
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import write_inventory
@@ -38,7 +38,6 @@ from slurmforge.secrets import ensure_secrets
 from slurmforge.spec import Cluster, load_spec
 from slurmforge.upgrade import BEFORE_MARKER, check_takeover, state_release
 
-SERVICE_UNIT = "slurmforge-service"
 CEPH_PLAY = "Ceph"
 """playbooks/site.yml's Ceph play starts with this."""
 
