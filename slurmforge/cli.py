@@ -156,9 +156,14 @@ def down(
     if inventory_dir is not None and not local:
         from slurmforge.teardown import release, summary
 
+        require_inventory(inventory_dir)
+
         out.print(summary(report_errors(lambda: release(inventory_dir, force=force))))
         return
-    _need_local(local, "down")
+    if not local:
+        err.print("[red]error[/red] down: name the cluster: --local for this machine's, or --inventory DIR to "
+                  "release an AWS cluster's pool machines before `pulumi destroy` (docs/aws.md)")
+        raise typer.Exit(2)
     from slurmforge.local.manage import down as local_down
 
     removed = report_errors(lambda: local_down(cluster, purge))

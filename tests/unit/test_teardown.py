@@ -103,3 +103,17 @@ def test_machines_that_will_not_go_end_in_one_line_after_the_timeout(tmp_path: P
 def test_targets_without_launched_machines_say_so(tmp_path: Path, example: str, says: str) -> None:
     with pytest.raises(ProvisionError, match=says):
         release(inventory_of(example, tmp_path), stop_service=lambda h: None, machines=Cloud([]))
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["down", "--inventory", "/nonexistent"], "/nonexistent is not a slurmforge inventory (no hosts.yml)"),
+    (["down"], "down: name the cluster: --local for this machine's, or --inventory DIR"),
+])
+def test_down_without_a_usable_target_says_so_in_one_line(argv: list[str], says: str) -> None:
+    from typer.testing import CliRunner
+
+    from slurmforge.cli import app
+
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 2 and says in " ".join(res.output.split()), res.output
+    assert "Traceback" not in res.output
