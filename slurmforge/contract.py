@@ -73,6 +73,12 @@ TARGETS_FILE = f"{TARGETS_DIR}/nodes.json"
 ALERT_RULES_FILE = "/etc/prometheus/slurmforge-alerts.yml"
 NODES_READY_PROGRAM = "/usr/local/sbin/slurmforge-nodes-ready"
 """PrologSlurmctld (roles/slurm_controller/files/slurmforge-nodes-ready)."""
+CTLD_IN_CONTROL_PROGRAM = "/usr/local/sbin/slurmforge-ctld-in-control"
+"""SlurmctldPrimaryOnProg with a backup controller: marks that this slurmctld process held
+control (roles/slurm_controller/files/slurmforge-ctld-in-control)."""
+CTLD_STANDBY_PROGRAM = "/usr/local/sbin/slurmforge-ctld-standby"
+"""SlurmctldPrimaryOffProg with a backup controller: a backup that held control and went back
+to standby asks systemd to restart it (roles/slurm_controller/files/slurmforge-ctld-standby)."""
 SLURMDBD_SECRET_CONF = "/etc/slurm/slurmdbd-storage.conf"
 """slurmdbd.conf's Include: the database password, never in the rendered file."""
 ACCOUNTING_PROGRAM = "/usr/local/sbin/slurmforge-accounting"
@@ -95,6 +101,8 @@ PATHS: Mapping[str, str] = {
     "targets_file": TARGETS_FILE,
     "alert_rules": ALERT_RULES_FILE,
     "nodes_ready_program": NODES_READY_PROGRAM,
+    "ctld_in_control_program": CTLD_IN_CONTROL_PROGRAM,
+    "ctld_standby_program": CTLD_STANDBY_PROGRAM,
     "slurmdbd_secret_conf": SLURMDBD_SECRET_CONF,
     "accounting_program": ACCOUNTING_PROGRAM,
     "accounting_desired": ACCOUNTING_DESIRED,

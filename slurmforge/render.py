@@ -18,7 +18,13 @@ from typing import Any
 import jinja2
 
 from slurmforge.billing import BillingWeights, billing_weights
-from slurmforge.contract import NODES_READY_PROGRAM, SERVICE_BIN, SLURMDBD_SECRET_CONF
+from slurmforge.contract import (
+    CTLD_IN_CONTROL_PROGRAM,
+    CTLD_STANDBY_PROGRAM,
+    NODES_READY_PROGRAM,
+    SERVICE_BIN,
+    SLURMDBD_SECRET_CONF,
+)
 from slurmforge.distro import distro, release_tuple
 from slurmforge.nodes import NodeHardware, node_sets, pool_hardware, pool_hostlist
 from slurmforge.routing import JOB_SUBMIT_SCRIPT, routing
@@ -228,6 +234,12 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
         "ClusterName": spec.name,
         "SlurmctldHost": Lines(controller_names(spec)),
         "SlurmctldTimeout": SLURMCTLD_TIMEOUT if len(controller_names(spec)) > 1 else None,
+        # A backup that held control is restarted once it stands by again: Slurm 24.11 reads
+        # the cluster's ID at start only, and taking control (re-reading slurm.conf) zeroes
+        # it; without it the next takeover waits for slurmdbd on the dead primary.
+        # roles/slurm_controller/files/slurmforge-ctld-standby says how.
+        "SlurmctldPrimaryOnProg": CTLD_IN_CONTROL_PROGRAM if len(controller_names(spec)) > 1 else None,
+        "SlurmctldPrimaryOffProg": CTLD_STANDBY_PROGRAM if len(controller_names(spec)) > 1 else None,
         "SlurmUser": "slurm",
         "AuthType": "auth/munge",
         "StateSaveLocation": state_dir,

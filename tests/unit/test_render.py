@@ -11,6 +11,7 @@ import hostlist
 import pytest
 import yaml
 
+from slurmforge import contract
 from slurmforge.render import CONFIG_FILES, render_all, slurm_kv
 from slurmforge.routing import JOB_SUBMIT_SCRIPT
 from slurmforge.spec import load_spec, parse_spec, validate_data
@@ -119,6 +120,10 @@ def test_a_backup_controller_is_a_second_slurmctld_host_with_a_short_timeout() -
     single = render_all(load_spec(ROOT / "examples/lab.yaml"))["slurm.conf"]
     assert [line for line in single.splitlines() if line.startswith("SlurmctldHost=")] == ["SlurmctldHost=lab-ctl"]
     assert "SlurmctldTimeout" not in single  # Slurm's default: there is no backup to take over
+    # the programs that restart a backup which held control, once it stands by again
+    assert f"\nSlurmctldPrimaryOnProg={contract.CTLD_IN_CONTROL_PROGRAM}\n" in conf
+    assert f"\nSlurmctldPrimaryOffProg={contract.CTLD_STANDBY_PROGRAM}\n" in conf
+    assert "SlurmctldPrimaryO" not in single
 
 
 def test_no_decay_always_comes_with_a_usage_reset() -> None:
