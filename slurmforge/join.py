@@ -34,6 +34,7 @@ import jinja2
 from slurmforge.ceph import client_name
 from slurmforge.contract import (
     HOLD_FILE,
+    JOIN_PROGRAM,
     JOIN_SECRETS_DIR,
     KIT_SUBDIR,
     NFS_OPTIONS,
@@ -85,8 +86,9 @@ def kit_dir(spec: Cluster) -> str:
 
 
 def nas_mounts(spec: Cluster) -> list[tuple[str, str]]:
-    """(directory on the NAS, mount point): the mount's name in the spec is its directory."""
-    return list(spec.storage.nas.mounts.model_dump().items())
+    """(directory on the NAS, mount point) a node mounts: the mount's name in the spec is its
+    directory. Not Slurm's state: it is the controllers' only (job scripts, credentials)."""
+    return [(name, path) for name, path in spec.storage.nas.mounts.model_dump().items() if name != "slurm_state"]
 
 
 def lmod_paths(spec: Cluster) -> dict[str, str]:
@@ -113,6 +115,7 @@ def render_join(spec: Cluster, settings: JoinSettings, source: str = "cluster.ya
         "scratch": spec.storage.scratch.path if spec.storage.scratch else None,
         "secrets_dir": JOIN_SECRETS_DIR,
         "hold_file": HOLD_FILE,
+        "join_program": JOIN_PROGRAM,
         "slurmd_flags": "".join(f"{flag} " for flag in settings.slurmd_flags),
         "exporter_port": NODE_EXPORTER_PORT,
         "lmod": lmod_paths(spec) | {"cached_loads": True},
