@@ -15,7 +15,10 @@ Rules the anchors learned the hard way (see LESSONS.md):
   an admin's DOWN or DRAIN is left alone;
 - a node whose machine is gone while Slurm still runs jobs on it is marked DOWN, so its
   jobs are requeued (or fail) now, not after SlurmdTimeout; static nodes Slurm does not
-  power (no CLOUD state) get only this.
+  power (no CLOUD state) get only this;
+- a mark that started a grace ("missing since", "not responding since") stays while its
+  verdict waits for the guard's confirmation: cleared at once, the grace began again
+  every loop and the repair was never confirmed.
 
 The classifier trusts its World: the daemon builds one only from answers it could check,
 and `guard` decides which destructive actions run (docs/service.md).
@@ -316,10 +319,12 @@ class Context:
         return actions
 
     def _clear_marks(self, name: str, status: NodeStatus) -> list[Action]:
+        """Marks the status no longer needs; the mark a verdict rests on stays while the
+        verdict waits for the guard."""
         if name not in self.state.marks:
             return []
-        keep = {NodeStatus.MISSING: MISSING, NodeStatus.NOT_RESPONDING: UNRESPONSIVE}.get(status)
-        return [ClearMark(name, kind) for kind in self.state.marks[name] if kind != keep]
+        keep = _MARKS_KEPT.get(status, frozenset())
+        return [ClearMark(name, kind) for kind in self.state.marks[name] if kind not in keep]
 
     def _died_booting(self, name: str, inst: Instance) -> list[Action]:
         """The machine went away before the node registered (spot taken back at once,
@@ -453,3 +458,11 @@ _REPLACING = {
     NodeStatus.UNRESPONSIVE: "slurmd on {node} not responding",
     NodeStatus.REPLACE: "replacing {node} ({reason})",
 }
+
+_MARKS_KEPT = {
+    NodeStatus.MISSING: frozenset({MISSING}),
+    NodeStatus.INSTANCE_LOST: frozenset({MISSING}),
+    NodeStatus.NOT_RESPONDING: frozenset({UNRESPONSIVE}),
+    NodeStatus.UNRESPONSIVE: frozenset({UNRESPONSIVE}),
+}
+"""The marks each status rests on (Context._clear_marks)."""

@@ -149,7 +149,7 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
         WorldBuilder([node(S1, IDLE)], state=state(bindings=bound(S1, "i-1", at=NOW - 30))), []),
     "up-instance-not-listed-past-grace-powers-down": (
         WorldBuilder([node(S1, IDLE)], state=state(marks={S1: {"missing": NOW - 61}})),
-        [ClearMark(S1, "missing"), PowerDown((S1,), "slurmforge: instance - of t-spot-01 is -")]),
+        [PowerDown((S1,), "slurmforge: instance - of t-spot-01 is -")]),
     "slurmd-not-responding-marks-first": (
         WorldBuilder([node(S1, NOT_RESPONDING)], [instance("i-1", S1)]), [SetMark(S1, "unresponsive", NOW)]),
     "slurmd-not-responding-within-grace-waits": (
@@ -158,8 +158,11 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
     "slurmd-not-responding-past-grace-replaced": (
         WorldBuilder([node(S1, NOT_RESPONDING)], [instance("i-1", S1)],
                      state(marks={S1: {"unresponsive": NOW - 181}})),
-        [ClearMark(S1, "unresponsive"), PowerDown((S1,), "slurmforge: slurmd on t-spot-01 not responding"),
+        [PowerDown((S1,), "slurmforge: slurmd on t-spot-01 not responding"),
          Terminate("i-1", S1, "slurmd on t-spot-01 not responding")]),
+    "powered-down-node-forgets-its-marks": (
+        WorldBuilder([node(S1, POWERING_DOWN)], state=state(marks={S1: {"unresponsive": NOW - 181}})),
+        [ClearMark(S1, "unresponsive")]),
     "responding-again-clears-mark": (
         WorldBuilder([node(S1, IDLE)], [instance("i-1", S1)], state(marks={S1: {"unresponsive": NOW - 100}})),
         [ClearMark(S1, "unresponsive")]),
