@@ -98,7 +98,7 @@ def test_the_kit_accounts_become_groups_and_users(tmp_path: Path) -> None:
     spec = load_spec(ROOT / "examples/local.yaml")
     program = render_join(spec, local_settings(spec, LocalProvider(spec, "img").hosts()))
     kit = tmp_path / "accounts"
-    kit.write_text("# kit\ngroup ml 3000\nuser alice 2001 ml,sudo\nuser bob 2002\n")
+    kit.write_text("# kit\ngroup ml 3000\nuser alice 2001 ml,sudo\nuser bob 2002")  # bob: a last line without \\n
     # a new node: nobody exists yet
     done = sourced(program, tmp_path, f"apply_accounts {kit}", {"getent": "exit 2", "groupadd": "", "useradd": "",
                                                                "usermod": "", "groupmod": "", "id": ""})
