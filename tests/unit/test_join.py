@@ -7,6 +7,7 @@ result (tests/infra: users, mounts, munge, slurmd)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -164,3 +165,15 @@ def test_the_inventory_carries_the_program_and_the_kit(tmp_path: Path) -> None:
     for user in spec.users:
         assert f"user {user.name} {user.uid}" in accounts
     assert "10.0.0.40 lab-cpu-01" in (rendered / KIT / "hosts").read_text()
+
+
+def test_its_last_line_says_how_long_each_step_took(tmp_path: Path) -> None:
+    spec = load_spec(ROOT / "examples/local.yaml")
+    program = render_join(spec, local_settings(spec, LocalProvider(spec, "img").hosts()))
+    steps = ["identity", "hosts", "munge", "nas", "kit", "cephfs", "lmod", "exporter", "slurmd"]
+    noop = "; ".join(f"step_{step}() {{ :; }}" for step in steps if step != "identity")
+    done = sourced(program, tmp_path, f'{noop}; step_identity() {{ NODE=$1; }}; main dev-cpu-01', {"install": ""})
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert re.fullmatch(r"slurmforge-join: dev-cpu-01 joined in \d+\.\d{3} s \((\w+ \d+ ms(, )?){9}\)", last), last
+    assert [part.split()[0] for part in last.split("(", 1)[1].rstrip(")").split(", ")] == steps
