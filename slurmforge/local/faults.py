@@ -100,6 +100,8 @@ class DeadNode:
     back: float | None = None
     """From the kill to the node in service again on a machine the scheduler service started
     (nobody else starts it); None when it was not within the limit."""
+    requeued: bool = False
+    """The job was seen back in the queue (PENDING) before it was cancelled."""
 
 
 def controller_outage(live: LiveCluster, seconds: float, where: JobNodes) -> Outage:
@@ -157,6 +159,7 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit
     cluster is left as it was found."""
     job = live.submit(f"-N 2 -p {where.partition} -w {where.nodes} -o nd-%j.out --requeue --wrap 'sleep 600'")
     back: float | None = None
+    states: set[str] = set()
     try:
         wait_until(lambda: live.squeue_state(job) == "RUNNING", 60, f"job {job} running")
         live.podman.run(["kill", where.victim])
@@ -167,20 +170,27 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit
         except ProvisionError:
             seconds = None
         after = live.squeue_state(job)
+        states.add(after)
 
         def in_service() -> bool:
+            states.add(live.squeue_state(job))  # COMPLETING on the surviving node first, then PENDING
             return where.victim in live.running_containers() and live.slurm_state(where.victim) in IN_SERVICE
 
         with contextlib.suppress(ProvisionError):
             wait_until(in_service, max(back_limit - (time.monotonic() - killed), 1), f"{where.victim} replaced",
                        every=1)
             back = time.monotonic() - killed
+        if "PENDING" not in states:  # Slurm requeues once the job's other node finished its part
+            with contextlib.suppress(ProvisionError):
+                wait_until(lambda: live.squeue_state(job) == "PENDING", max(min(60.0, limit), 1), f"job {job} requeued",
+                           every=1)
+                states.add("PENDING")
     finally:
         live.root(f"scancel {job} 2>/dev/null || true")
         if back is None:
             live.podman.run(["start", where.victim], check=False)
     wait_until(lambda: live.slurm_state(where.victim) in IN_SERVICE, 180, f"{where.victim} back in service", every=2)
-    return DeadNode(job, seconds, after, back)
+    return DeadNode(job, seconds, after, back, requeued="PENDING" in states)
 
 
 @dataclass(frozen=True)

@@ -160,7 +160,7 @@ def test_a_dead_node_is_timed_and_the_service_brings_it_back() -> None:
                               {"101": ["RUNNING", "RUNNING", "RUNNING", "PENDING"]})
     dead = dead_node(cluster, WHERE)
     assert dead.job == "101" and dead.seconds is not None and dead.after == "PENDING"
-    assert dead.back is not None
+    assert dead.back is not None and dead.requeued
     assert cluster.submitted == ["-N 2 -p ml-cpu -w dev-cpu-[01-02] -o nd-%j.out --requeue --wrap 'sleep 600'"]
     assert cluster.podman.calls == [["kill", "dev-cpu-02"]]  # type: ignore[attr-defined]  # nobody else starts it
     assert cluster.commands == ["scancel 101 2>/dev/null || true"]
