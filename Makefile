@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 # podman & co: the local cluster, and the judge containers in which the node image's own
 # slurmctld, munged, Lmod, promtool and amtool check what slurmforge renders (the host
 # needs none of them); chromium: the pool page test
-APT_PACKAGES := python3 python3-venv git openssh-client podman runc debootstrap uidmap iptables chromium
+APT_PACKAGES := python3 python3-venv git openssh-client podman runc debootstrap uidmap iptables chromium shellcheck
 SPEC ?= examples/local.yaml
 
 .PHONY: help setup apt venv up down test unit lint typecheck bench

@@ -9,8 +9,9 @@ Issue 16: a controller outage or a dead machine never takes the cluster down.
    machines (`journalctl -u slurmforge-service`), whether it said on /metrics that it held
    back, and how both jobs ended in sacct;
 2. dead node, --runs times: one node's container killed (`podman kill`) under a running
-   2-node `--requeue` job; the seconds until the job leaves RUNNING. The container is
-   started again and the node awaited back in service before the next run.
+   2-node `--requeue` job; the seconds until the job leaves RUNNING (requeued), and until
+   the node is in service again on a machine the scheduler service started by itself
+   (issue 12: static nodes are kept alive; nobody starts the container).
 
     .venv/bin/python bench/never_down_bench.py [--cluster dev] [--outage 300] [--runs 5]
         [--partition ml-cpu] [--quick]
@@ -19,7 +20,8 @@ The jobs run as the spec's first user, submitted on the login node, on the first
 nodes of the partition (default: the spec's default partition); the second one dies. Each
 fault restores what it changed, also when it fails (slurmforge/local/faults.py, shared with
 tests/integration/test_never_down.py). Goals: 0 machines terminated over all outages and
-every job COMPLETED; a dead node's job leaves RUNNING within 60 s. Exits 1 when a goal is
+every job COMPLETED; a dead node's job leaves RUNNING within 60 s, and the node is replaced
+and in service within 60 s. Exits 1 when a goal is
 missed, 2 when the cluster cannot be used. `--quick` (tests/integration/test_bench_quick.py):
 one 30 s outage and one dead node.
 """
@@ -36,6 +38,8 @@ from slurmforge.local.live import LiveCluster
 
 DEAD_NODE_GOAL = 60.0
 DEAD_NODE_LIMIT = 180.0
+REPLACED_GOAL = 60.0
+"""A static node's machine killed -> the service's replacement in service (issue 12)."""
 """How long a dead node's job is watched (past the goal, to measure a miss)."""
 QUICK_OUTAGE = 30
 
@@ -56,11 +60,13 @@ def outages(live: LiveCluster, where: JobNodes, seconds: float, runs: int) -> li
 
 
 def dead_nodes(live: LiveCluster, where: JobNodes, runs: int) -> list[DeadNode | str]:
-    print(f"\n{'dead node':>5} {'job left RUNNING after':>23}  then", flush=True)
+    print(f"\n{'dead node':>5} {'job left RUNNING after':>23}  {'then':>14}  {'replaced, in service after':>26}",
+          flush=True)
 
     def row(d: DeadNode) -> str:
         took = f"{d.seconds:.1f} s" if d.seconds is not None else f"> {DEAD_NODE_LIMIT:.0f} s"
-        return f"{took:>23}  {d.after or 'left the queue'}"
+        back = f"{d.back:.1f} s" if d.back is not None else f"> {DEAD_NODE_LIMIT:.0f} s"
+        return f"{took:>23}  {d.after or 'left the queue':>14}  {back:>26}"
 
     return repeat(runs, lambda: dead_node(live, where, limit=DEAD_NODE_LIMIT), row)
 
@@ -82,9 +88,15 @@ def verdict(outage_results: list[Outage | str], dead_results: list[DeadNode | st
         spread += f", {len(times) - len(measured)} still RUNNING after {DEAD_NODE_LIMIT:.0f} s"
     print(f"dead node -> job leaves RUNNING over {len(times)} run(s): {spread} (goal <= {DEAD_NODE_GOAL:.0f} s): "
           f"{'ok' if ok_dead else 'MISSED'}")
+    backs = [d.back for d in dead_results if isinstance(d, DeadNode)]
+    replaced = [b for b in backs if b is not None]
+    ok_back = bool(backs) and len(replaced) == len(backs) and max(replaced) <= REPLACED_GOAL
+    spread = f"median {statistics.median(replaced):.1f} s, max {max(replaced):.1f} s" if replaced else "-"
+    print(f"dead static node -> replaced by the service, in service again over {len(backs)} run(s): {spread} "
+          f"(goal <= {REPLACED_GOAL:.0f} s): {'ok' if ok_back else 'MISSED'}")
     if failed:
         print(f"{failed} run(s) failed before measuring (see above)")
-    return ok_outage and ok_dead
+    return ok_outage and ok_dead and ok_back
 
 
 def main(argv: list[str] | None = None) -> int:

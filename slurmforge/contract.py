@@ -79,6 +79,17 @@ control (roles/slurm_controller/files/slurmforge-ctld-in-control)."""
 CTLD_STANDBY_PROGRAM = "/usr/local/sbin/slurmforge-ctld-standby"
 """SlurmctldPrimaryOffProg with a backup controller: a backup that held control and went back
 to standby asks systemd to restart it (roles/slurm_controller/files/slurmforge-ctld-standby)."""
+JOIN_PROGRAM = "/usr/local/sbin/slurmforge-join"
+"""The join program on a node (slurmforge.join: templates/join.sh.j2)."""
+JOIN_SECRETS_DIR = "/etc/slurmforge/secrets"
+"""Where the join program reads the munge key on the local target (the host's 0600 file,
+mounted read-only) and on machines you own (the munge role's copy)."""
+KIT_SUBDIR = ".slurmforge/kit"
+"""The node kit, under the NAS's software mount (slurmforge.join.kit_dir)."""
+NFS_OPTIONS = "nfsvers=4.1,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport,_netdev"
+"""Every NFS/EFS mount of the NAS, by the join program and the storage_client role: NFS 4.1,
+1 MiB transfers, hard mounts with AWS's recommended timeouts for EFS, a new source port
+after a reconnect (noresvport: EFS recovers from a network blip only so)."""
 SLURMDBD_SECRET_CONF = "/etc/slurm/slurmdbd-storage.conf"
 """slurmdbd.conf's Include: the database password, never in the rendered file."""
 ACCOUNTING_PROGRAM = "/usr/local/sbin/slurmforge-accounting"
@@ -103,6 +114,8 @@ PATHS: Mapping[str, str] = {
     "nodes_ready_program": NODES_READY_PROGRAM,
     "ctld_in_control_program": CTLD_IN_CONTROL_PROGRAM,
     "ctld_standby_program": CTLD_STANDBY_PROGRAM,
+    "join_program": JOIN_PROGRAM,
+    "join_secrets": JOIN_SECRETS_DIR,
     "slurmdbd_secret_conf": SLURMDBD_SECRET_CONF,
     "accounting_program": ACCOUNTING_PROGRAM,
     "accounting_desired": ACCOUNTING_DESIRED,
@@ -141,6 +154,7 @@ def node_vars() -> dict[str, Any]:
         "slurmforge_ports": dict(PORTS),
         "slurmforge_service_account": {"user": SERVICE_USER, "uid": SERVICE_UID, "gid": SERVICE_GID},
         "slurmforge_service_requirements": list(service_requirements()),
+        "slurmforge_nfs_options": NFS_OPTIONS,
     }
 
 

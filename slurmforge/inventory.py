@@ -27,6 +27,7 @@ from slurmforge.contract import DIGEST_FILE, default_settings
 from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole
+from slurmforge.join import kit_dir, kit_files, lmod_paths, local_settings, render_join
 from slurmforge.monitoring import has_real_gpus, render_monitoring
 from slurmforge.nodes import pool_hardware
 from slurmforge.render import (
@@ -44,6 +45,10 @@ HOSTS_FILE = "hosts.yml"
 VARS_FILE = Path("group_vars/all/slurmforge.yml")
 RENDERED = "rendered"
 MONITORING = "monitoring"
+KIT = "kit"
+"""The node kit's files in the rendered dir (roles/storage_client publishes them on the NAS)."""
+JOIN = "join.sh"
+"""The join program in the rendered dir (roles/slurm_node installs and runs it)."""
 """rendered/monitoring/: prometheus.yml and alerts.yml (slurmforge.monitoring)"""
 SPEC_COPY = "cluster.yaml"
 ACCOUNTING_JSON = "accounting.json"
@@ -135,6 +140,8 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host],
                            "mounts": nas.mounts.model_dump()},
         "slurmforge_ceph": ceph_vars(spec, hosts),
         "slurmforge_scratch": spec.storage.scratch.path if spec.storage.scratch else None,
+        "slurmforge_kit_dir": kit_dir(spec),
+        "slurmforge_lmod": lmod_paths(spec),
         "slurmforge_modules_root": spec.modules.root,
         "slurmforge_mail": spec.mail.model_dump(),
         "slurmforge_monitoring": {"retention_days": spec.monitoring.retention_days,
@@ -170,6 +177,11 @@ def write_inventory(spec: Cluster, spec_path: Path, hosts: list[Host], inventory
     _dump(inventory_dir / VARS_FILE, cluster_vars(spec, inventory_dir, hosts, provider_settings))
     rendered = render_all(spec, source=spec_path.name) | {
         f"{MONITORING}/{name}": text for name, text in render_monitoring(spec, hosts, spec_path.name).items()}
+    # the node kit every rollout publishes on the NAS; the join program for the machines the
+    # rollout reaches (AWS pool nodes get theirs from the stack, as user data)
+    rendered |= {f"{KIT}/{name}": text for name, text in kit_files(spec, hosts).items()}
+    if spec.target.kind != "aws":
+        rendered[JOIN] = render_join(spec, local_settings(spec, hosts), source=spec_path.name)
     if spec.accounting.enabled:  # what roles/slurmdbd makes slurmdbd's accounting equal to
         rendered[ACCOUNTING_JSON] = json.dumps(desired_state(spec), indent=1) + "\n"
     if spec.storage.ceph is not None:

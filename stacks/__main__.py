@@ -41,7 +41,7 @@ def spec_error(exc: SpecError) -> pulumi.RunError:
     return pulumi.RunError("invalid cluster spec:\n" + "\n".join(lines))
 
 
-def load(config: pulumi.Config, aws_config: pulumi.Config) -> Cluster:
+def load(config: pulumi.Config, aws_config: pulumi.Config) -> tuple[Cluster, Path]:
     path = spec_path(config.require(SPEC_KEY))
     try:
         spec = load_spec(path)
@@ -52,12 +52,12 @@ def load(config: pulumi.Config, aws_config: pulumi.Config) -> Cluster:
     if configured and configured != region:
         raise pulumi.RunError(f"aws:region is {configured} but {path.name} says target.region: {region}; "
                               f"run `pulumi config set aws:region {region}`")
-    return spec
+    return spec, path
 
 
 def main() -> None:
-    spec = load(pulumi.Config(CONFIG_NAMESPACE), pulumi.Config("aws"))
-    for key, value in build_cluster(spec, ROOT).items():
+    spec, path = load(pulumi.Config(CONFIG_NAMESPACE), pulumi.Config("aws"))
+    for key, value in build_cluster(spec, ROOT, source=path.name).items():
         pulumi.export(key, value)
 
 

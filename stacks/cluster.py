@@ -7,6 +7,7 @@ export, keyed as slurmforge.aws_inventory expects them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pulumi_aws as aws
 from slurmforge import aws_inventory as out
 from slurmforge.distro import distro
 from slurmforge.errors import Problem, SpecError
+from slurmforge.join import JoinSettings, render_join
 from slurmforge.nodes import pool_hostlist
 from slurmforge.render import controller_name, controller_names, login_names
 from slurmforge.spec.models import AwsTarget, Cluster
@@ -29,7 +31,7 @@ from stacks.iam import Iam, IamArgs, NodeKind, SchedulerAccess, SchedulerAccessA
 from stacks.image import Image, ImageArgs
 from stacks.nas import NasStorage, NasStorageArgs
 from stacks.network import Network, NetworkArgs
-from stacks.pool import JoinSettings, NodePool, PoolArgs
+from stacks.pool import NodePool, PoolArgs
 from stacks.spot_events import SpotEvents, SpotEventsArgs
 
 
@@ -47,11 +49,13 @@ def nas_paths(spec: Cluster) -> dict[str, str]:
     return {key: f"/{key}" for key in spec.storage.nas.mounts.model_dump()}
 
 
-def pool_mounts(spec: Cluster) -> list[tuple[str, str]]:
-    """What pool nodes mount at boot: home and the software/module tree (Slurm state is
-    the controllers' only)."""
-    mounts = spec.storage.nas.mounts
-    return [("home", mounts.home), ("software", mounts.software)]
+def join_settings(spec: Cluster, target: AwsTarget, controller_ips: Sequence[str], munge_key_arn: str,
+                  efs_dns: str | None) -> JoinSettings:
+    """What the pools' join program needs beyond the spec: the node name from the instance's
+    tag, the munge key from Secrets Manager, the NAS from EFS or the spec's NFS server."""
+    return JoinSettings(target="aws", controllers=tuple(zip(controller_names(spec), controller_ips, strict=True)),
+                        identity="aws-tag", secrets="aws", region=target.region, munge_key_arn=munge_key_arn,
+                        nas_source=_nas_source(spec, efs_dns))
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,9 @@ class Parts:
     ceph: CephStorage | None
 
 
-def build_cluster(spec: Cluster, ansible_root: Path) -> dict[str, Any]:
-    """Every resource of the cluster; returns the stack outputs."""
+def build_cluster(spec: Cluster, ansible_root: Path, source: str) -> dict[str, Any]:
+    """Every resource of the cluster; returns the stack outputs. `source` names the spec
+    file in what is rendered from it (the pools' join program)."""
     target = aws_target(spec)
     provider = aws.Provider(f"{spec.name}-aws", region=target.region, default_tags=aws.ProviderDefaultTagsArgs(
         tags={**target.tags, CLUSTER_TAG: spec.name}))
@@ -89,7 +94,7 @@ def build_cluster(spec: Cluster, ansible_root: Path) -> dict[str, Any]:
     database = _database(spec, base, opts)
     ceph = _ceph(spec, target, base, opts)
     spot = SpotEvents(spec.name, SpotEventsArgs(spec.name), opts)
-    pools = _pools(spec, target, base, _join(spec, target, base, head, nas), opts)
+    pools = _pools(spec, base, _join_program(spec, target, base, head, nas, source), opts)
     SchedulerAccess(spec.name, SchedulerAccessArgs(
         cluster=spec.name, region=target.region, controller_role_name=base.iam.role_names[NodeKind.CONTROLLER],
         compute_role_arn=base.iam.role_arns[NodeKind.COMPUTE],
@@ -147,23 +152,21 @@ def _ceph(spec: Cluster, target: AwsTarget, base: Foundation, opts: pulumi.Resou
         base.iam.profile_names[NodeKind.CEPH], target.key_name), opts)
 
 
-def _join(spec: Cluster, target: AwsTarget, base: Foundation, head: HeadNodes,
-          nas: NasStorage | None) -> pulumi.Output[JoinSettings]:
+def _join_program(spec: Cluster, target: AwsTarget, base: Foundation, head: HeadNodes, nas: NasStorage | None,
+                  source: str) -> pulumi.Output[str]:
     return pulumi.Output.all(pulumi.Output.all(*head.controller_ips), base.secrets.munge_key_arn,
                              nas.dns_name if nas else None).apply(
-        lambda v: JoinSettings(region=target.region, munge_key_arn=v[1],
-                               controllers=list(zip(controller_names(spec), v[0], strict=True)),
-                               nas_source=_nas_source(spec, v[2]), nas_mounts=pool_mounts(spec)))
+        lambda v: render_join(spec, join_settings(spec, target, v[0], v[1], v[2]), source))
 
 
-def _pools(spec: Cluster, target: AwsTarget, base: Foundation, join: pulumi.Output[JoinSettings],
+def _pools(spec: Cluster, base: Foundation, join_program: pulumi.Output[str],
            opts: pulumi.ResourceOptions) -> dict[str, NodePool]:
     subnets = base.net.private_subnet_ids
     return {pool.name: NodePool(f"{spec.name}-{pool.name}", PoolArgs(
         cluster=spec.name, pool=pool, node_prefix=spec.node_prefix(pool), hostlist=pool_hostlist(spec, pool),
         ami_id=base.image.ami_id, subnet_ids={z: subnets[z] for z in pool.zones or subnets},
         security_group_ids=[base.net.cluster_sg_id], instance_profile_arn=base.iam.profile_arns[NodeKind.COMPUTE],
-        join=join), opts) for pool in spec.pools}
+        join_program=join_program), opts) for pool in spec.pools}
 
 
 def stack_outputs(spec: Cluster, target: AwsTarget, parts: Parts) -> dict[str, Any]:

@@ -2,7 +2,10 @@
 
 Node roles (Iam): every kind gets Session Manager (admins reach private hosts without
 opening SSH); controller, login and pool nodes may read the munge key, the controller
-also the database password; nothing else.
+also the database password; nothing else. A pool node's join program (its user data)
+makes one AWS call, GetSecretValue on the munge key (tests/pulumi/test_join_aws.py runs
+it against moto enforcing the role's policies); its name comes from IMDS and the node kit
+from the NAS, neither an API call.
 
 The scheduler service (SchedulerAccess, on the controller's role) may:
   - launch instances only from this cluster's launch templates (ec2:LaunchTemplate;

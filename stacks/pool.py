@@ -5,28 +5,28 @@ launches and terminates each node by name (see docs/aws.md for why).
 The launch template carries every secure default (IMDSv2 with hop limit 1, encrypted
 root volume, no public address), the pool's first instance type (the service overrides
 it for flexible pools), spot options for spot pools, the placement group and EFA
-interface when asked for, and user data that only joins the cluster: read the node
-name from the instance's tags, fetch the munge key with the instance role, mount the
-NAS, start configless slurmd. Everything else is baked into the golden image.
+interface when asked for, and the join program as user data (slurmforge.join, the one
+program every target's nodes join with: node name from the instance's tag, munge key from
+Secrets Manager with the instance role, ...). Everything else is baked into the golden
+image or comes from the node kit on the NAS.
 """
 
 from __future__ import annotations
 
 import base64
+import gzip
 import json
-import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
-from slurmforge.contract import NODE_EXPORTER_PORT
+from slurmforge.errors import ProvisionError
 from slurmforge.spec.models import Market, Pool
 from stacks.common import (
     CLUSTER_TAG,
-    NODE_TAG,
     POOL_TAG,
     ROOT_DEVICE,
     VOLUME_TYPE,
@@ -41,76 +41,21 @@ POOL_ROOT_GB = 100
 # scheduler service launches with EC2 Fleet `instant`, which also asks for spot in its
 # own request; should EC2 Fleet refuse templates with market options, set this False.
 SPOT_OPTIONS_IN_TEMPLATE = True
-# how long a new instance waits for its node-name tag before giving up (Slurm's
-# ResumeTimeout then marks the node down and the service retries elsewhere)
-NODE_TAG_WAIT = 300
-NFS_OPTIONS = "nfsvers=4.1,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport,_netdev"
+USER_DATA_LIMIT = 16 * 1024
+"""EC2 takes at most 16 KB of user data (before base64)."""
 
 
-@dataclass(frozen=True)
-class JoinSettings:
-    """What a node needs to join; all plain strings (resolved Outputs)."""
-
-    region: str
-    munge_key_arn: str
-    controllers: list[tuple[str, str]]
-    """(name, private address) of the controller, then the backup."""
-    nas_source: str | None = None
-    """The NAS root: "fs-1.efs...:" (EFS) or "server:/export" (NFS)."""
-    nas_mounts: list[tuple[str, str]] = field(default_factory=list)
-    """(directory on the NAS, mount point) to mount on pool nodes; the directory is the
-    mount's name in the spec (home, software), as the storage_client role mounts it."""
-
-
-def join_script(j: JoinSettings) -> str:
-    """The pool node's user data: join, nothing else (no Ansible at boot)."""
-    q = shlex.quote
-    hosts = " ".join(q(f"{ip} {name}") for name, ip in j.controllers)
-    conf_servers = ",".join(name for name, _ in j.controllers)
-    lines = [
-        "#!/bin/bash",
-        "# slurmforge pool node: join the cluster (everything else is in the golden image)",
-        "set -euo pipefail",
-        "imds() {",
-        "  local token",
-        "  token=$(curl -sf --retry 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' "
-        "http://169.254.169.254/latest/api/token)",
-        '  curl -sf --retry 5 -H "X-aws-ec2-metadata-token: $token" "http://169.254.169.254/latest/$1"',
-        "}",
-        "# the scheduler service tags each instance with the Slurm node it becomes (the tag",
-        f"# may appear just after launch: wait for it, up to {NODE_TAG_WAIT} s)",
-        'node=""',
-        f"for _ in $(seq {NODE_TAG_WAIT // 5}); do",
-        f'  node=$(imds meta-data/tags/instance/{NODE_TAG}) && [ -n "$node" ] && break',
-        "  sleep 5",
-        "done",
-        'test -n "$node"',
-        'hostnamectl set-hostname "$node"',
-        f"printf '%s\\n' {hosts} >> /etc/hosts",
-    ]
-    if j.nas_source and j.nas_mounts:
-        lines.append("# shared storage before slurmd: jobs need /home and the module tree")
-        for directory, path in j.nas_mounts:
-            lines += [f"mkdir -p {q(path)}",
-                      f"echo {q(f'{j.nas_source}/{directory} {path} nfs4 {NFS_OPTIONS} 0 0')} >> /etc/fstab"]
-        lines.append("mount -a -t nfs4")
-    lines += [
-        "# the munge key: from Secrets Manager with the instance role, 0400 munge:munge",
-        "umask 077",
-        'key=$(mktemp)',
-        f"aws --region {q(j.region)} secretsmanager get-secret-value --secret-id {q(j.munge_key_arn)} "
-        '--query SecretString --output text | base64 -d > "$key"',
-        'install -o munge -g munge -m 0400 "$key" /etc/munge/munge.key',
-        'rm -f "$key"',
-        "systemctl restart munge",
-        "# configless: slurmd fetches slurm.conf from the controller",
-        f'echo "SLURMD_OPTIONS=\\"--conf-server {conf_servers} -N $node\\"" > /etc/default/slurmd',
-        "systemctl enable --now slurmd",
-        "# metrics: the image carries the node exporter disabled; the scheduler service lists",
-        f"# this node as a Prometheus target while Slurm has it powered (port {NODE_EXPORTER_PORT}, cluster SG only)",
-        "systemctl enable --now prometheus-node-exporter",
-    ]
-    return "\n".join(lines) + "\n"
+def user_data(program: str) -> str:
+    """The launch template's user data: the join program, base64. A program over EC2's limit
+    goes gzip-compressed (cloud-init unpacks it); one that is still too large is an error
+    here, not at the first launch."""
+    raw = program.encode()
+    if len(raw) > USER_DATA_LIMIT:
+        raw = gzip.compress(raw, mtime=0)  # mtime 0: the same program, the same template
+        if len(raw) > USER_DATA_LIMIT:
+            raise ProvisionError(f"the join program is {len(program.encode())} bytes, {len(raw)} gzip-compressed: "
+                                 f"over EC2's {USER_DATA_LIMIT}-byte user data limit")
+    return base64.b64encode(raw).decode()
 
 
 def pool_policy(cluster: str, pool: Pool, node_prefix: str, hostlist: str, launch_template_id: str,
@@ -178,8 +123,8 @@ class PoolArgs:
     """The cluster group."""
     instance_profile_arn: pulumi.Input[str]
     """The pool nodes' instance profile."""
-    join: pulumi.Input[JoinSettings]
-    """What the user data needs to join the cluster."""
+    join_program: pulumi.Input[str]
+    """The join program (slurmforge.join.render_join): the user data."""
 
 
 class NodePool(pulumi.ComponentResource):
@@ -213,8 +158,7 @@ class NodePool(pulumi.ComponentResource):
     def _template(self, name: str, args: PoolArgs, group: aws.ec2.PlacementGroup | None) -> aws.ec2.LaunchTemplate:
         pool = args.pool
         node_tags = {CLUSTER_TAG: args.cluster, POOL_TAG: pool.name}
-        user_data = pulumi.Output.from_input(args.join).apply(
-            lambda j: base64.b64encode(join_script(j).encode()).decode())
+        program = pulumi.Output.from_input(args.join_program).apply(user_data)
         return aws.ec2.LaunchTemplate(
             f"{name}-template", description=f"slurmforge {args.cluster} pool {pool.name}",
             image_id=args.ami_id, instance_type=pool.instance_types[0],
@@ -229,5 +173,5 @@ class NodePool(pulumi.ComponentResource):
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=group.name) if group else None,
             tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=node_tags)
                                 for kind in ("instance", "volume", "network-interface")],
-            user_data=user_data, update_default_version=True,
+            user_data=program, update_default_version=True,
             tags=pool_tags(args.cluster, pool.name), opts=child(self))

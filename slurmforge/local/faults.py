@@ -96,7 +96,12 @@ class DeadNode:
     seconds: float | None
     """From the kill to the job leaving RUNNING; None when it did not within the limit."""
     after: str
-    """The job's squeue state then ("" once it left the queue)."""
+    """The job's squeue state then ("" once it left the queue; PENDING: requeued)."""
+    back: float | None = None
+    """From the kill to the node in service again on a machine the scheduler service started
+    (nobody else starts it); None when it was not within the limit."""
+    requeued: bool = False
+    """The job was seen back in the queue (PENDING) before it was cancelled."""
 
 
 def controller_outage(live: LiveCluster, seconds: float, where: JobNodes) -> Outage:
@@ -146,10 +151,15 @@ def _outage(live: LiveCluster, seconds: float, jobs: list[str]) -> Outage:
                   holding, log, live.sacct_states(*jobs))
 
 
-def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180) -> DeadNode:
-    """The victim's container killed under a running 2-node `--requeue` job; then the job is
-    cancelled, the container started and the node awaited back in service."""
+def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit: float = 180) -> DeadNode:
+    """The victim's container killed under a running 2-node `--requeue` job: timed until the
+    job leaves RUNNING (requeued), and until the node is in service again on a machine the
+    scheduler service started by itself (a static node is kept alive). The job is cancelled
+    then; a victim the service did not bring back within `back_limit` is started, so the
+    cluster is left as it was found."""
     job = live.submit(f"-N 2 -p {where.partition} -w {where.nodes} -o nd-%j.out --requeue --wrap 'sleep 600'")
+    back: float | None = None
+    states: set[str] = set()
     try:
         wait_until(lambda: live.squeue_state(job) == "RUNNING", 60, f"job {job} running")
         live.podman.run(["kill", where.victim])
@@ -160,11 +170,27 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180) -> DeadNod
         except ProvisionError:
             seconds = None
         after = live.squeue_state(job)
+        states.add(after)
+
+        def in_service() -> bool:
+            states.add(live.squeue_state(job))  # COMPLETING on the surviving node first, then PENDING
+            return where.victim in live.running_containers() and live.slurm_state(where.victim) in IN_SERVICE
+
+        with contextlib.suppress(ProvisionError):
+            wait_until(in_service, max(back_limit - (time.monotonic() - killed), 1), f"{where.victim} replaced",
+                       every=1)
+            back = time.monotonic() - killed
+        if "PENDING" not in states:  # Slurm requeues once the job's other node finished its part
+            with contextlib.suppress(ProvisionError):
+                wait_until(lambda: live.squeue_state(job) == "PENDING", max(min(60.0, limit), 1), f"job {job} requeued",
+                           every=1)
+                states.add("PENDING")
     finally:
         live.root(f"scancel {job} 2>/dev/null || true")
-        live.podman.run(["start", where.victim], check=False)
+        if back is None:
+            live.podman.run(["start", where.victim], check=False)
     wait_until(lambda: live.slurm_state(where.victim) in IN_SERVICE, 180, f"{where.victim} back in service", every=2)
-    return DeadNode(job, seconds, after)
+    return DeadNode(job, seconds, after, back, requeued="PENDING" in states)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,14 @@ class PowerUp:
 
 
 @dataclass(frozen=True)
+class Resume:
+    """Back in service (state=resume): the node's new machine has registered, and the
+    DOWN or DRAIN the service set while it replaced the old one is lifted."""
+
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Drain:
     nodes: tuple[str, ...]
     reason: str
@@ -109,6 +117,21 @@ class ClearMark:
 
 
 @dataclass(frozen=True)
+class Replaced:
+    """A static node is in service again on a new machine: the event with its measured
+    times and the count (service.classify, "Static nodes are kept alive")."""
+
+    node: str
+    pool: str
+    instance: str
+    since: float
+    """When the service first saw the old machine fail (gone, not listed, not responding)."""
+    launched_at: float
+    registered_at: float = 0.0
+    """When the new machine's slurmd started (0: Slurm did not say)."""
+
+
+@dataclass(frozen=True)
 class AbandonLaunch:
     token: str
     reason: str
@@ -126,6 +149,7 @@ class AdvanceInterruption:
 
 
 Action = (
-    Launch | Terminate | PowerDown | MarkDown | PowerUp | Drain | Requeue | Signal | SetAddress | MarkCooldown
-    | Bind | Unbind | SetMark | ClearMark | AbandonLaunch | CloseRequests | AdvanceInterruption
+    Launch | Terminate | PowerDown | MarkDown | PowerUp | Resume | Drain | Requeue | Signal | SetAddress
+    | MarkCooldown | Bind | Unbind | SetMark | ClearMark | Replaced | AbandonLaunch | CloseRequests
+    | AdvanceInterruption
 )

@@ -14,8 +14,37 @@ Rules the anchors learned the hard way (see LESSONS.md):
 - only nodes whose reason the service or Slurm's own timeouts wrote are reset or replaced;
   an admin's DOWN or DRAIN is left alone;
 - a node whose machine is gone while Slurm still runs jobs on it is marked DOWN, so its
-  jobs are requeued (or fail) now, not after SlurmdTimeout; static nodes Slurm does not
-  power (no CLOUD state) get only this.
+  jobs are requeued (or fail) now, not after SlurmdTimeout;
+- a mark that started a grace ("missing since", "not responding since") stays while its
+  verdict waits for the guard's confirmation: cleared at once, the grace began again
+  every loop and the repair was never confirmed.
+
+Static nodes (a pool's first min_nodes) are kept alive in place, on every target, CLOUD
+node or not: Slurm never powers them down, so the service replaces a failed machine under
+its node (docs/service.md, "Static nodes are kept alive"):
+
+1. Dead or alive. A machine is *gone* when the provider lists it stopped or terminated,
+   or has not listed it for `missing_grace`. A machine it lists pending, running or
+   stopping is never taken for gone, whatever Slurm says, since it may still run the
+   node's jobs: when its slurmd has not answered for `unresponsive_grace`, or Slurm or
+   the health hook failed the node (DOWN, or drained and empty), the service terminates
+   it, and goes on only once the provider lists it stopped or terminated.
+2. Jobs. A node whose machine is gone is set DOWN with the service's reason: slurmctld
+   requeues its batch jobs at once (others end NODE_FAIL). Only then, from the next
+   loop, the node is the service's to replace: what squeue still shows on it is
+   requeued with `scontrol requeue`,
+3. and a new machine is launched through `Machines.start`, as for a power-up (pool's
+   first link not cooling down, idempotency token, launch record), one node per launch.
+   Its slurmd registers and ReturnToService=2 returns the node to service; a DRAIN that
+   outlived the DOWN is lifted (`state=resume`) once the node's slurmd started after the
+   launch. One that has not registered by ResumeTimeout is terminated and replaced again.
+4. The admin's nodes. DOWN or DRAIN with a reason that neither the service, the health
+   hook nor slurmctld wrote is maintenance: no replacement, no requeue, no resume. Only
+   when its machine is gone under running jobs is the node set DOWN, the admin's reason
+   kept first, so that it stays the admin's.
+Terminating a machine and setting a node DOWN are repairs (service.guard): the same
+verdict over 3 trusted loops and 20 s, a bounded number a loop, nothing while Slurm's or
+the cloud's view is in doubt; only the leader acts (service.leader).
 
 The classifier trusts its World: the daemon builds one only from answers it could check,
 and `guard` decides which destructive actions run (docs/service.md).
@@ -43,7 +72,9 @@ from slurmforge.service.actions import (
     MarkDown,
     PowerDown,
     PowerUp,
+    Replaced,
     Requeue,
+    Resume,
     SetAddress,
     SetMark,
     Signal,
@@ -63,7 +94,12 @@ SLURM_REASONS = ("ResumeTimeout reached", "Not responding", "Node unexpectedly r
 """Reasons slurmctld itself writes for nodes that failed; such nodes are reset."""
 
 LIVE = frozenset({InstanceState.PENDING, InstanceState.RUNNING})
+GONE = frozenset({InstanceState.STOPPED, InstanceState.TERMINATED})
+"""A machine in these states runs nothing: a static node's may be replaced."""
 MISSING, UNRESPONSIVE = "missing", "unresponsive"
+REPLACING = "replacing"
+"""Mark of a static node whose machine failed, since the first sign of it, until the node
+is in service again on a new one (for the event's measured times)."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +109,8 @@ class Tunables:
     missing_grace: float = 60.0
     """A powered node whose instance is not listed at all is replaced after this."""
     unresponsive_grace: float = 180.0
-    """A powered node whose slurmd does not answer is replaced after this."""
+    """A powered node whose slurmd does not answer is replaced after this (a static
+    node's running machine is terminated first)."""
     checkpoint_grace: float = 90.0
     """Spot notice -> requeue after this; EC2 takes the machine 120 s after the notice."""
     launch_retry_window: float = 900.0
@@ -123,6 +160,15 @@ class NodeStatus(Enum):
     LEFT_ALONE = "left-alone"
     INTERRUPTED = "interrupted"
     HEALTHY = "healthy"
+    # static nodes kept alive in place (module docstring)
+    MACHINE_STOPPING = "machine-stopping"
+    """The machine is on its way down: not gone yet."""
+    REPLACEMENT_DUE = "replacement-due"
+    """DOWN by the service and the machine gone: requeue what is left, launch a new one."""
+    REPLACEMENT_BOOTING = "replacement-booting"
+    """The new machine is up or on its way; its slurmd has not registered yet."""
+    REPLACEMENT_JOINED = "replacement-joined"
+    """The new machine's slurmd registered, the service's DOWN or DRAIN is still on."""
 
 
 def classify(world: World) -> list[Action]:
@@ -133,11 +179,11 @@ def classify(world: World) -> list[Action]:
         info = world.topology.nodes.get(node.name)
         if info is None:
             continue
-        if not node.is_cloud():
+        if not node.is_cloud() and not info.static:
             actions += ctx.gone_under_jobs(node)
             continue
         status = ctx.assess(node, info)
-        if status is NodeStatus.NEEDS_LAUNCH:
+        if status in (NodeStatus.NEEDS_LAUNCH, NodeStatus.REPLACEMENT_DUE):
             needs_launch.append(node.name)
         actions += ctx.respond(status, node, info)
     actions += plan_launches(ctx, needs_launch)
@@ -150,15 +196,25 @@ def classify(world: World) -> list[Action]:
 
 def plan_launches(ctx: Context, nodes: Iterable[str]) -> list[Action]:
     """One Launch per pool on the first link of its chain not cooling down; when every
-    link cools down, power the nodes down and requeue their jobs at once."""
+    link cools down, power the nodes down and requeue their jobs at once.
+
+    A static node replaced in place gets a Launch of its own (the guard and the pool page
+    see one machine per replacement) and, with every link cooling, waits DOWN: it has no
+    power save to return to, and its jobs were requeued when it went DOWN."""
     by_pool: dict[str, list[str]] = {}
     for name in nodes:
         by_pool.setdefault(ctx.topology.nodes[name].pool, []).append(name)
     actions: list[Action] = []
     for pool, members in sorted(by_pool.items()):
+        link = ctx.available_link(pool)
+        in_place = sorted(n for n in members if ctx.in_place(n))
+        if link is not None:
+            actions += [Launch(pool, link, (n,), launch_token(link, [n], ctx.now)) for n in in_place]
+        members = [n for n in members if n not in in_place]
+        if not members:
+            continue
         members.sort(key=lambda n: (ctx.state.node_jobs.get(n, 0), n))
         jobs = tuple(sorted({ctx.state.node_jobs[n] for n in members if n in ctx.state.node_jobs}))
-        link = ctx.available_link(pool)
         if link is None:
             chain = ", ".join(ctx.topology.chain(pool))
             actions.append(PowerDown(tuple(members), f"{OWN_REASON} no capacity on {chain}"))
@@ -178,6 +234,16 @@ def launch_token(link: str, nodes: Sequence[str], now: float) -> str:
 
 def is_recoverable(reason: str) -> bool:
     return reason.startswith((OWN_REASON, HEALTH_REASON)) or reason.startswith(SLURM_REASONS)
+
+
+def held_by_admin(node: NodeState) -> bool:
+    """DOWN or DRAIN for a reason an admin wrote: maintenance, the admin's to end."""
+    return (node.is_down() or node.is_drain()) and not is_recoverable(node.reason)
+
+
+def held_by_service(node: NodeState) -> bool:
+    """DOWN or DRAIN for a reason the service wrote."""
+    return (node.is_down() or node.is_drain()) and node.reason.startswith(OWN_REASON)
 
 
 class Context:
@@ -234,6 +300,13 @@ class Context:
         binding = self.state.bindings.get(node)
         return binding is not None and self.now - binding.launched_at < self.tun.listing_grace
 
+    def in_place(self, name: str) -> bool:
+        """A static node Slurm has up (not powered down, not powering up, no spot notice
+        under way): a failed machine is replaced under it, the node staying as it is."""
+        node, info = self.slurm.get(name), self.topology.nodes.get(name)
+        return (node is not None and info is not None and info.static and node.is_powered()
+                and not node.is_powering_up() and name not in self.interrupted)
+
     # ------------------------------------------------------------------ sorting
 
     def assess(self, node: NodeState, info: NodeInfo) -> NodeStatus:
@@ -245,6 +318,8 @@ class Context:
             return NodeStatus.INTERRUPTED
         if node.is_powering_up():
             return self._assess_booting(node, inst)
+        if info.static:
+            return self._assess_static(node, self.machine(node.name))
         return self._assess_up(node, self.machine(node.name))
 
     def _assess_off(self, node: NodeState, info: NodeInfo, live: bool) -> NodeStatus:
@@ -290,11 +365,68 @@ class Context:
                 else NodeStatus.NOT_RESPONDING
         return NodeStatus.HEALTHY
 
+    def _assess_static(self, node: NodeState, inst: Instance | None) -> NodeStatus:
+        """A static node that is up (in_place): the module docstring's rules, in order."""
+        if held_by_admin(node):
+            return NodeStatus.LEFT_ALONE
+        binding = self.state.bindings.get(node.name)
+        unlisted = binding is not None and binding.instance not in self.by_id and self.recently_launched(node.name)
+        if node.name in self.retrying_nodes or unlisted:  # a launch under way: the old machine is not the node's
+            return NodeStatus.REPLACEMENT_BOOTING if held_by_service(node) else NodeStatus.HEALTHY
+        if inst is None:
+            age = self.mark_age(node.name, MISSING)
+            if age is None or age < self.tun.missing_grace:
+                return NodeStatus.MISSING
+            return self._machine_gone(node, inst)
+        if inst.state in GONE:
+            return self._machine_gone(node, inst)
+        if inst.state not in LIVE:
+            return NodeStatus.MACHINE_STOPPING
+        if held_by_service(node):
+            started = self.machine_started(node, inst)
+            if node.slurmd_started_at >= started > 0:
+                return NodeStatus.REPLACEMENT_JOINED
+            if self.now - started > self.topology.resume_timeout:
+                return NodeStatus.BOOT_FAILED
+            if node.is_cloud() and inst.address and inst.address != node.address:
+                return NodeStatus.NEEDS_ADDRESS  # a node without CLOUD keeps the address the rollout gave it
+            return NodeStatus.REPLACEMENT_BOOTING
+        if node.is_not_responding():
+            age = self.mark_age(node.name, UNRESPONSIVE)
+            return NodeStatus.UNRESPONSIVE if age is not None and age >= self.tun.unresponsive_grace \
+                else NodeStatus.NOT_RESPONDING
+        if node.is_down() or node.is_drained():
+            return NodeStatus.REPLACE  # failed by Slurm or the health hook (not the admin's)
+        return NodeStatus.HEALTHY
+
+    def _machine_gone(self, node: NodeState, inst: Instance | None) -> NodeStatus:
+        """Gone before the node is DOWN by the service: set it DOWN. After: replace it,
+        unless it was the replacement itself (launched since), which died booting."""
+        if not (held_by_service(node) and node.is_down()):
+            return NodeStatus.INSTANCE_LOST
+        binding = self.state.bindings.get(node.name)
+        if binding is not None and binding.launched_at >= node.reason_changed_at and (
+                inst is None or binding.instance == inst.id):
+            return NodeStatus.DIED_BOOTING
+        return NodeStatus.REPLACEMENT_DUE
+
+    def machine_started(self, node: NodeState, inst: Instance) -> float:
+        """When the node's live machine started, as far as anyone knows: the service's
+        launch of it, the cloud's launch time, or else when the service set the node
+        DOWN (a machine that came back later started after that)."""
+        binding = self.state.bindings.get(node.name)
+        known = [inst.launched_at or 0.0, node.reason_changed_at]
+        if binding is not None and binding.instance == inst.id:
+            known.append(binding.launched_at)
+        return max(known)
+
     # ------------------------------------------------------------------ acting
 
     def respond(self, status: NodeStatus, node: NodeState, info: NodeInfo) -> list[Action]:
         name, inst = node.name, self.machine(node.name)
         actions = self._clear_marks(name, status)
+        if self.in_place(name):
+            return actions + self._keep_alive(status, node, info, inst)
         if status is NodeStatus.RELEASE and inst is not None:
             actions.append(Terminate(inst.id, name, f"node {name} is powered down"))
         elif status is NodeStatus.RESET:
@@ -315,26 +447,86 @@ class Context:
                 actions.append(SetMark(name, kind, self.now))
         return actions
 
+    def _keep_alive(self, status: NodeStatus, node: NodeState, info: NodeInfo, inst: Instance | None
+                    ) -> list[Action]:
+        """A static node in place: terminate a failed machine, set the node DOWN once its
+        machine is gone, then requeue and launch (plan_launches), resume once the new
+        machine's slurmd registered, and say when it is back."""
+        name = node.name
+        if status in (NodeStatus.MISSING, NodeStatus.NOT_RESPONDING):
+            kind = MISSING if status is NodeStatus.MISSING else UNRESPONSIVE
+            return [SetMark(name, kind, self.now)] if self.mark_age(name, kind) is None else []
+        if status is NodeStatus.LEFT_ALONE:
+            return self.gone_under_jobs(node)
+        if status is NodeStatus.HEALTHY:
+            return self._replaced(node, info)
+        if status is NodeStatus.NEEDS_ADDRESS and inst is not None and inst.address:
+            return [SetAddress(name, inst.address)]
+        if status is NodeStatus.REPLACEMENT_JOINED:
+            return [Resume((name,))]
+        if status is NodeStatus.DIED_BOOTING:
+            return self._died_booting(name, inst)
+        if status is NodeStatus.REPLACEMENT_DUE:
+            jobs = self.world.jobs.get(name, ())
+            actions: list[Action] = [Requeue(jobs, f"replacing {name}")] if jobs else []
+            if inst is not None and inst.state is InstanceState.STOPPED:  # runs nothing, costs its disks
+                actions.append(Terminate(inst.id, name, f"replaced: instance {inst.id} of {name} is stopped"))
+            return actions
+        if status not in _REPLACING:
+            return []
+        actions = self._mark_replacing(name)
+        detail = _detail(status, node, inst)
+        if status is NodeStatus.INSTANCE_LOST:
+            return [*actions, MarkDown((name,), _own(detail))]
+        if inst is not None and inst.state in LIVE:
+            actions.append(Terminate(inst.id, name, detail))
+        return actions
+
+    def _mark_replacing(self, name: str) -> list[Action]:
+        """The REPLACING mark, dated from the first sign of trouble (an earlier mark)."""
+        marks = self.state.marks.get(name, {})
+        return [] if REPLACING in marks else [SetMark(name, REPLACING, min([*marks.values(), self.now]))]
+
+    def _replaced(self, node: NodeState, info: NodeInfo) -> list[Action]:
+        """In service again: with a new machine launched since the trouble began, that
+        is a replacement (its times go to the event); without, the old one came back."""
+        since = self.state.marks.get(node.name, {}).get(REPLACING)
+        binding = self.state.bindings.get(node.name)
+        if since is None or binding is None or binding.launched_at < since:
+            return []
+        registered = node.slurmd_started_at if node.slurmd_started_at >= binding.launched_at else 0.0
+        return [Replaced(node.name, info.pool, binding.instance, since, binding.launched_at, registered)]
+
     def _clear_marks(self, name: str, status: NodeStatus) -> list[Action]:
+        """Marks the status no longer needs. The mark a verdict rests on stays while the
+        verdict waits for the guard; REPLACING stays until the node is in service again
+        (HEALTHY) or the admin takes it over (LEFT_ALONE)."""
         if name not in self.state.marks:
             return []
-        keep = {NodeStatus.MISSING: MISSING, NodeStatus.NOT_RESPONDING: UNRESPONSIVE}.get(status)
-        return [ClearMark(name, kind) for kind in self.state.marks[name] if kind != keep]
+        keep = _MARKS_KEPT.get(status, frozenset())
+        if status not in (NodeStatus.HEALTHY, NodeStatus.LEFT_ALONE):
+            keep |= {REPLACING}
+        return [ClearMark(name, kind) for kind in self.state.marks[name] if kind not in keep]
 
-    def _died_booting(self, name: str, inst: Instance) -> list[Action]:
+    def _died_booting(self, name: str, inst: Instance | None) -> list[Action]:
         """The machine went away before the node registered (spot taken back at once,
         failed boot): forget it and cool its link, so the next loop launches elsewhere."""
         binding = self.state.bindings.get(name)
-        link = binding.link if binding else (inst.pool or self.topology.nodes[name].pool)
-        return [Unbind(name), self._cooldown(link, f"instance {inst.id} {inst.state.value} while booting")]
+        link = binding.link if binding else ((inst.pool if inst else None) or self.topology.nodes[name].pool)
+        what = f"instance {inst.id} {inst.state.value}" if inst else \
+            f"instance {binding.instance if binding else '-'} not listed"
+        return [Unbind(name), self._cooldown(link, f"{what} while booting")]
 
     def gone_under_jobs(self, node: NodeState) -> list[Action]:
-        """A node Slurm does not power (static, no CLOUD state) is the service's only to
-        tell Slurm that its machine is gone while jobs run on it."""
+        """Tell Slurm that the machine is gone while jobs run on the node, and nothing
+        more: for a node the spec and Slurm disagree about (no CLOUD state, not static)
+        and for one in the admin's maintenance, whose reason stays first (and so the
+        admin's: the node is not replaced)."""
         inst = self.machine(node.name)
-        if inst is None or inst.state in LIVE or not node.has_jobs() or node.is_down():
+        if inst is None or inst.state not in GONE or not node.has_jobs() or node.is_down():
             return []
-        return [MarkDown((node.name,), _own(_detail(NodeStatus.INSTANCE_LOST, node, inst)))]
+        reason = _own(_detail(NodeStatus.INSTANCE_LOST, node, inst))
+        return [MarkDown((node.name,), f"{node.reason}; {reason}" if held_by_admin(node) else reason)]
 
     def _replace(self, name: str, inst: Instance | None, detail: str) -> list[Action]:
         actions: list[Action] = [PowerDown((name,), _own(detail))]
@@ -443,6 +635,8 @@ def _own(detail: str) -> str:
 
 
 def _detail(status: NodeStatus, node: NodeState, inst: Instance | None) -> str:
+    if inst is None and status is NodeStatus.INSTANCE_LOST:
+        return f"no machine of {node.name} is listed"
     return _REPLACING[status].format(node=node.name, instance=inst.id if inst else "-",
                                      state=inst.state.value if inst else "-", reason=node.reason)
 
@@ -453,3 +647,13 @@ _REPLACING = {
     NodeStatus.UNRESPONSIVE: "slurmd on {node} not responding",
     NodeStatus.REPLACE: "replacing {node} ({reason})",
 }
+
+_MARKS_KEPT = {
+    NodeStatus.MISSING: frozenset({MISSING}),
+    NodeStatus.INSTANCE_LOST: frozenset({MISSING}),
+    NodeStatus.REPLACEMENT_DUE: frozenset({MISSING}),
+    NodeStatus.DIED_BOOTING: frozenset({MISSING}),
+    NodeStatus.NOT_RESPONDING: frozenset({UNRESPONSIVE}),
+    NodeStatus.UNRESPONSIVE: frozenset({UNRESPONSIVE}),
+}
+"""The marks each status rests on (Context._clear_marks)."""

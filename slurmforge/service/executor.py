@@ -1,8 +1,9 @@
 """Carrying out the classifier's actions: through the Slurm client, the provider and the
 store. One failing command is logged and does not stop the others.
 
-Order: bookkeeping, then what protects running work (drain, signal), then nodes marked
-DOWN, power-downs and requeues, terminations, addresses and power-ups, and launches last (the slow part).
+Order: bookkeeping (with the events of replaced nodes), then what protects running work
+(drain, signal), then nodes marked DOWN, power-downs and requeues, terminations, addresses,
+power-ups and resumes, and launches last (the slow part).
 A launch is written to the store before the provider hears of it and completed after;
 if the provider raises, the record stays pending and the next loop retries it with the
 same token.
@@ -28,12 +29,12 @@ from slurmforge.service.topology import Topology
 log = logging.getLogger(__name__)
 
 PHASES: tuple[tuple[type, ...], ...] = (
-    (a.ClearMark, a.SetMark, a.Unbind, a.AbandonLaunch, a.CloseRequests, a.MarkCooldown, a.Bind),
+    (a.ClearMark, a.SetMark, a.Unbind, a.AbandonLaunch, a.CloseRequests, a.MarkCooldown, a.Bind, a.Replaced),
     (a.Drain, a.Signal),
     (a.MarkDown, a.PowerDown),
     (a.Requeue,),
     (a.Terminate,),
-    (a.SetAddress, a.PowerUp),
+    (a.SetAddress, a.PowerUp, a.Resume),
     (a.Launch,),
     (a.AdvanceInterruption,),
 )
@@ -80,7 +81,7 @@ class _Run:
             a.PowerDown: self.power_down, a.MarkDown: self.mark_down, a.Drain: self.drain, a.Terminate: self.terminate,
             a.Requeue: self.requeue, a.Signal: self.signal, a.Launch: self.launch,
             a.PowerUp: lambda xs: self._slurm(self.ex.slurm.power_up, [n for x in xs for n in x.nodes]),
-            a.SetAddress: self.set_addresses,
+            a.Resume: self.resume, a.SetAddress: self.set_addresses,
         }
         by_type: dict[type, list[Any]] = {}
         for action in batch:
@@ -111,6 +112,8 @@ class _Run:
             st.set_interruption_stage(x.instance, x.stage)
         elif isinstance(x, a.MarkCooldown):
             self.cooldown(x)
+        elif isinstance(x, a.Replaced):
+            self.replaced(x)
 
     # ------------------------------------------------------------------ Slurm
 
@@ -129,6 +132,12 @@ class _Run:
     def drain(self, items: list[a.Drain]) -> None:
         for reason, nodes in _by_reason(items).items():
             self._slurm(functools.partial(_drain, self.ex.slurm, reason=reason), nodes)
+
+    def resume(self, items: list[a.Resume]) -> None:
+        nodes = list(dict.fromkeys(n for x in items for n in x.nodes))
+        self._slurm(self.ex.slurm.resume, nodes)
+        for pool, count in self._pools(nodes).items():
+            self.event("resume", pool, "", count, compress(nodes))
 
     def set_addresses(self, items: list[a.SetAddress]) -> None:
         """One scontrol call for many nodes; per node if that fails."""
@@ -238,6 +247,20 @@ class _Run:
             self.report.failed.update(failed)
         elif result.launched:
             self.store.link_succeeded(x.link)
+
+    def replaced(self, x: a.Replaced) -> None:
+        """The replacement's event, with its times from the first sign of trouble, and
+        its count; the sum of the times (over the count: the mean) for /metrics."""
+        back = self.now - x.since
+        detail = (f"{x.node} in service again on {x.instance}: trouble seen {when.clock(x.since)}, "
+                  f"new machine launched +{x.launched_at - x.since:.1f} s")
+        if x.registered_at:
+            detail += f", its slurmd started +{x.registered_at - x.since:.1f} s"
+        detail += f", seen in service +{back:.1f} s"
+        log.info("replaced %s", detail)
+        self.event("replaced", x.pool, "", 1, detail)
+        self.store.count("slurmforge_replaced_nodes_total", {"pool": x.pool})
+        self.store.count("slurmforge_replacement_seconds_total", {"pool": x.pool}, back)
 
     def cooldown(self, x: a.MarkCooldown) -> None:
         self.store.set_cooldown(Cooldown(x.link, x.until, x.failures, x.reason, self.now))

@@ -23,6 +23,16 @@ slurmctld (data_parser v0.0.42; samples in tests/unit/slurm_json):
   with --no-requeue (JobRequeue defaults to 1), the others end NODE_FAIL.
 - After ResumeTimeout a node is `down` + POWERED_DOWN + NOT_RESPONDING, reason
   "ResumeTimeout reached", and its jobs are requeued.
+- ReturnToService=2 (the rendered slurm.conf): a DOWN node becomes idle again when its
+  slurmd registers or answers at all (`validate_node_specs`, `node_did_resp` in 24.11's
+  node_mgr.c), whatever set it DOWN; a DRAIN flag stays through that (`state=down` keeps
+  the node's flags), and only `state=resume` clears it.
+- `slurmd_start_time` is when the node's slurmd started, as it says when it registers:
+  0 until one has.
+- `scontrol requeue` refuses a job submitted with --no-requeue, one that is not a batch
+  job and one already pending (`_job_requeue_op` in job_mgr.c). Whoever requeues it,
+  slurmctld keeps a requeued job pending for the credential lifetime plus 1 s
+  (`batch_requeue_fini`: AuthInfo cred_expire, 120 s by default) before it may start again.
 """
 
 from __future__ import annotations
@@ -76,6 +86,8 @@ class NodeState:
     memory_mb: int = 0
     """RealMemory"""
     alloc_memory_mb: int = 0
+    slurmd_started_at: float = 0.0
+    """When the node's slurmd started (it says so when it registers); 0 before any has."""
 
     def is_cloud(self) -> bool:
         return "CLOUD" in self.flags
@@ -167,6 +179,7 @@ def node_from_json(item: Mapping[str, Any]) -> NodeState:
         alloc_cpus=_count(item.get("alloc_cpus")),
         memory_mb=_count(item.get("real_memory")),
         alloc_memory_mb=_count(item.get("alloc_memory")),
+        slurmd_started_at=_number(item.get("slurmd_start_time")),
     )
 
 
@@ -400,6 +413,11 @@ class SlurmClient:
 
     def power_up(self, nodes: Sequence[str]) -> None:
         self.update_nodes(nodes, "state=power_up")
+
+    def resume(self, nodes: Sequence[str]) -> None:
+        """Back in service: clears DOWN and DRAIN (with ReturnToService=2 a DOWN node's
+        registration does the first by itself, never the second)."""
+        self.update_nodes(nodes, "state=resume")
 
     def drain(self, nodes: Sequence[str], reason: str) -> None:
         self.update_nodes(nodes, "state=drain", f"reason={reason}")

@@ -37,6 +37,9 @@ pytestmark = pytest.mark.integration
 
 OUTAGE_SECONDS = int(os.environ.get("SLURMFORGE_OUTAGE_SECONDS", "90"))
 DEAD_NODE_BOUND = 60
+REPLACED_BOUND = 180
+"""Seconds from a static node's death to its replacement in service (issue 12's goal is 60 s;
+the bound leaves room for a loaded CI machine: bench/never_down_bench.py measures it)."""
 """Seconds from a node's machine dying to its job leaving RUNNING (docs/service.md)."""
 TWO_NODES = JobNodes("ml-cpu", "dev-cpu-[01-02]", victim="dev-cpu-02")
 
@@ -182,8 +185,14 @@ def test_a_config_slurm_refuses_keeps_the_old_one_running(cluster: Cluster_, tmp
     assert root(cluster, "cat /etc/slurm/slurm.conf").strip() == good.strip()
 
 
-def test_a_dead_node_machine_releases_its_job_within_the_bound(cluster: Cluster_) -> None:
-    """dead_node starts the machine again and waits until the node is back in service."""
-    dead = dead_node(cluster.live(), TWO_NODES, limit=DEAD_NODE_BOUND)
+def test_a_dead_static_node_is_replaced_by_the_service_and_its_job_requeued(cluster: Cluster_) -> None:
+    """Issue 12's static nodes kept alive: the victim (a static node of ml-cpu) is killed
+    under a running --requeue job; the job leaves RUNNING for the queue (requeued), and the
+    scheduler service, with nobody running `up` or starting anything, gives the node a
+    machine again and it is back in service."""
+    dead = dead_node(cluster.live(), TWO_NODES, limit=DEAD_NODE_BOUND, back_limit=REPLACED_BOUND)
+    print(f"dead node -> job left RUNNING in {dead.seconds} s (now {dead.after or 'gone'}); "
+          f"node back in service on a machine the service started after {dead.back} s")
     assert dead.seconds is not None, f"job {dead.job} still RUNNING {DEAD_NODE_BOUND} s after its node died"
-    print(f"dead node -> job left RUNNING in {dead.seconds:.1f} s (now {dead.after or 'gone'})")
+    assert dead.requeued, f"job {dead.job} was not requeued (it was {dead.after or 'gone'} after leaving RUNNING)"
+    assert dead.back is not None, f"{TWO_NODES.victim} not back in service {REPLACED_BOUND} s after its machine died"

@@ -10,6 +10,8 @@ that does not run.
 from __future__ import annotations
 
 import asyncio
+import base64
+import gzip
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ import pytest
 import yaml
 from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks
 
+from slurmforge.join import JoinSettings
 from slurmforge.spec import Cluster, load_spec, validate_data
 from stacks.cluster import build_cluster
 
@@ -124,6 +127,71 @@ class RecordingMocks(Mocks):
         raise AssertionError(f"the program called an invoke the mocks do not know: {args.token}")
 
 
+def _ec2_shape(value: Any) -> Any:
+    """Pulumi's inputs (camelCase keys, numbers as floats) as EC2's API takes them."""
+    if isinstance(value, dict):
+        return {k[:1].upper() + k[1:]: _ec2_shape(v) for k, v in value.items()}
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+class MotoMocks(RecordingMocks):
+    """The recording mocks, except that what the scheduler service and the pool nodes touch
+    is made in moto (in-process `mock_aws` or a moto server through AWS_ENDPOINT_URL) from
+    the program's inputs: the VPC and its subnets, the spot queue, the secrets and their
+    values, the node roles with their policies and instance profiles, the pool launch
+    templates with their user data and profile. Their ids and ARNs in the stack outputs are
+    moto's, as a real stack's are AWS's. The roles' managed policies need moto to load AWS's
+    (MOTO_IAM_LOAD_MANAGED_POLICIES=true)."""
+
+    def __init__(self, region: str) -> None:
+        import boto3
+
+        super().__init__()
+        self.ec2, self.sqs, self.iam, self.secrets = (boto3.client(service, region_name=region) for service in (
+            "ec2", "sqs", "iam", "secretsmanager"))
+
+    def new_resource(self, args: MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        name, state = super().new_resource(args)
+        made = self._make(args.typ, args.name, self.resources[-1].inputs, state)
+        return made or name, state
+
+    def _make(self, typ: str, name: str, inputs: dict[str, Any], state: dict[str, Any]) -> str | None:
+        """Make the resource in moto; its id when moto's differs from the mocks' (state gets
+        moto's ARN and URL)."""
+        if typ == "aws:ec2/vpc:Vpc":
+            return str(self.ec2.create_vpc(CidrBlock=inputs["cidrBlock"])["Vpc"]["VpcId"])
+        if typ == "aws:ec2/subnet:Subnet":
+            return str(self.ec2.create_subnet(VpcId=inputs["vpcId"], CidrBlock=inputs["cidrBlock"],
+                                              AvailabilityZone=inputs["availabilityZone"])["Subnet"]["SubnetId"])
+        if typ == "aws:sqs/queue:Queue":
+            state["url"] = self.sqs.create_queue(QueueName=name)["QueueUrl"]
+        elif typ == "aws:secretsmanager/secret:Secret":
+            state["arn"] = self.secrets.create_secret(Name=name, Description=inputs["description"])["ARN"]
+            return str(state["arn"])  # a secret's id is its ARN
+        elif typ == "aws:secretsmanager/secretVersion:SecretVersion":
+            self.secrets.put_secret_value(SecretId=inputs["secretId"], SecretString=inputs["secretString"])
+        elif typ == "aws:iam/role:Role":
+            state["arn"] = self.iam.create_role(RoleName=name, AssumeRolePolicyDocument=inputs["assumeRolePolicy"])[
+                "Role"]["Arn"]
+            return name  # a role's id is its name
+        elif typ == "aws:iam/rolePolicy:RolePolicy":
+            self.iam.put_role_policy(RoleName=inputs["role"], PolicyName=name, PolicyDocument=inputs["policy"])
+        elif typ == "aws:iam/rolePolicyAttachment:RolePolicyAttachment":
+            self.iam.attach_role_policy(RoleName=inputs["role"], PolicyArn=inputs["policyArn"])
+        elif typ == "aws:iam/instanceProfile:InstanceProfile":
+            state["arn"] = self.iam.create_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Arn"]
+            self.iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=inputs["role"])
+        elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            data = {"ImageId": inputs["imageId"], "InstanceType": inputs["instanceType"],
+                    "MetadataOptions": _ec2_shape(inputs["metadataOptions"]), "UserData": inputs["userData"],
+                    "IamInstanceProfile": {"Arn": inputs["iamInstanceProfile"]["arn"]}}
+            return str(self.ec2.create_launch_template(LaunchTemplateName=name, LaunchTemplateData=data)[
+                "LaunchTemplate"]["LaunchTemplateId"])
+        return None
+
+
 @dataclass
 class StackRun:
     """One program run: the spec, what was registered, the resolved stack outputs."""
@@ -179,22 +247,45 @@ def variant(spec_path: Path, name: str) -> Cluster:
 def run_stack(spec_path: Path, variant_name: str | None = None) -> StackRun:
     """Build the cluster of a spec (or a variant of it) under fresh mocks."""
     spec = load_spec(spec_path) if variant_name is None else variant(spec_path, variant_name)
-    return run_program(spec, RecordingMocks())
+    return run_program(spec, RecordingMocks(), spec_path.name)
 
 
-def run_program(spec: Cluster, mocks: RecordingMocks) -> StackRun:
-    """Build the cluster of `spec` under `mocks` (a RecordingMocks or one that answers more)."""
+def run_program(spec: Cluster, mocks: RecordingMocks, source: str) -> StackRun:
+    """Build the cluster of `spec` (read from the file named `source`) under `mocks` (a
+    RecordingMocks or one that answers more)."""
     pulumi.runtime.settings.reset_options()
     pulumi.runtime.set_mocks(mocks, project="slurmforge", stack="test", preview=False)
     run = StackRun(spec, mocks.resources, mocks.calls)
 
     @pulumi.runtime.test
     def program() -> Any:
-        return asyncio.ensure_future(_resolve(build_cluster(spec, ROOT), run))
+        return asyncio.ensure_future(_resolve(build_cluster(spec, ROOT, source), run))
 
     program()
     assert run.outputs, "the program ran but no output was resolved"
     return run
+
+
+def pool_join_settings(run: StackRun) -> JoinSettings:
+    """The join settings a pool node of this stack needs, read from the stack outputs (as
+    an admin would: controllers from `hosts`, the secret's ARN, the EFS DNS name)."""
+    outputs = run.outputs
+    efs = outputs["efs"]
+    return JoinSettings(
+        target="aws", identity="aws-tag", secrets="aws", region=outputs["region"],
+        controllers=tuple((h["name"], h["private_ip"]) for h in outputs["hosts"] if h["role"] == "controller"),
+        munge_key_arn=outputs["secret_arns"]["munge_key"], nas_source=f"{efs['dns_name']}:" if efs else None)
+
+
+def launch_template_user_data(run: StackRun, pool: str) -> bytes:
+    """The user data of `pool`'s launch template, as the program registered it, decoded."""
+    template = run.one("aws:ec2/launchTemplate:LaunchTemplate", f"{run.spec.name}-{pool}-template")
+    return base64.b64decode(template.inputs["userData"], validate=True)
+
+
+def user_data_program(raw: bytes) -> str:
+    """The program in EC2 user data, as cloud-init finds it (gzip-compressed or not)."""
+    return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
 
 
 def stack_output_json(run: StackRun, show_secrets: bool = False) -> dict[str, Any]:

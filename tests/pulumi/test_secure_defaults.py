@@ -4,15 +4,26 @@ and on the resolved stack outputs."""
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
 
 import pytest
 
+from slurmforge.contract import NFS_OPTIONS
 from slurmforge.hosts import TAG_CLUSTER
-from slurmforge.render import controller_name, login_names
-from tests.pulumi.conftest import DB_PASSWORD, LAB_AWS, MUNGE_B64, POOLS_AWS, StackRun, run_stack
+from slurmforge.join import render_join
+from slurmforge.render import login_names
+from tests.pulumi.conftest import (
+    DB_PASSWORD,
+    LAB_AWS,
+    MUNGE_B64,
+    POOLS_AWS,
+    StackRun,
+    launch_template_user_data,
+    pool_join_settings,
+    run_stack,
+    user_data_program,
+)
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
 
@@ -296,32 +307,27 @@ def test_no_secret_value_in_any_resource_input_but_its_secret(any_stack: StackRu
 # --------------------------------------------------------------------------- user data
 
 
-def user_data(run: StackRun, pool: str) -> str:
-    template = run.one(LAUNCH_TEMPLATE, f"{run.spec.name}-{pool}-template")
-    return base64.b64decode(template.inputs["userData"]).decode()
-
-
-def test_pool_user_data_only_joins(any_stack: StackRun) -> None:
+def test_pool_user_data_is_the_join_program_for_the_stacks_outputs(any_stack: StackRun) -> None:
+    """Every pool's user data is the one join program, rendered for what the stack made:
+    its controllers' addresses, its munge key's secret, its EFS."""
     spec = any_stack.spec
+    source = POOLS_AWS.name if spec.name == "mlpools" else LAB_AWS.name
+    expected = render_join(spec, pool_join_settings(any_stack), source)
     for pool in spec.pools:
-        script = user_data(any_stack, pool.name)
-        assert any_stack.outputs["secret_arns"]["munge_key"] in script
-        assert 'install -o munge -g munge -m 0400 "$key" /etc/munge/munge.key' in script
-        assert f"--conf-server {controller_name(spec)}" in script
-        assert "systemctl enable --now slurmd" in script
-        assert "ansible" not in script.lower() and "apt-get" not in script
+        assert user_data_program(launch_template_user_data(any_stack, pool.name)) == expected, pool.name
+    assert "ansible" not in expected.lower() and "apt-get" not in expected
 
 
-def test_pool_user_data_mounts_the_nas_as_the_storage_role_does(pools_aws: StackRun) -> None:
-    script = user_data(pools_aws, "gpu")
-    dns = pools_aws.outputs["efs"]["dns_name"]
-    assert f"'{dns}:/home /home nfs4 " in script and f"'{dns}:/software /opt/software nfs4 " in script
-    assert script.index("mount -a") < script.index("systemctl enable --now slurmd")
+def test_pool_user_data_mounts_the_nas_with_the_one_set_of_nfs_options(pools_aws: StackRun) -> None:
+    program = user_data_program(launch_template_user_data(pools_aws, "gpu"))
+    assert pool_join_settings(pools_aws).nas_source == f"{pools_aws.outputs['efs']['dns_name']}:"
+    assert f"{pools_aws.outputs['efs']['dns_name']}:" in program and NFS_OPTIONS in program
 
 
 def test_pool_user_data_knows_both_controllers(lab_aws: StackRun) -> None:
-    script = user_data(lab_aws, "cpu")
-    assert "--conf-server lab-controller,lab-controller-backup -N $node" in script
+    program = user_data_program(launch_template_user_data(lab_aws, "cpu"))
     addresses = {h["name"]: h["private_ip"] for h in lab_aws.outputs["hosts"]}
-    assert f"'{addresses['lab-controller']} lab-controller'" in script
-    assert f"'{addresses['lab-controller-backup']} lab-controller-backup'" in script
+    controllers = (("lab-controller", addresses["lab-controller"]),
+                   ("lab-controller-backup", addresses["lab-controller-backup"]))
+    assert pool_join_settings(lab_aws).controllers == controllers  # the primary first
+    assert all(name in program and address in program for name, address in controllers)

@@ -1,5 +1,5 @@
 """The scheduler service's provider settings, end to end, on one machine: the Pulumi
-program under mocks whose VPC, subnets and launch templates are real in moto -> `pulumi
+program under mocks whose VPC, subnets, launch templates, roles and secrets are real in moto -> `pulumi
 stack output --json` -> `slurmforge inventory` -> the scheduler_service role's settings
 tasks (real ansible-playbook, connection local, into a temporary directory) -> the
 daemon's own loader -> the AWS provider -> a launch on moto: instances of the pool's
@@ -22,7 +22,6 @@ import boto3
 import pytest
 import yaml
 from moto import mock_aws
-from pulumi.runtime import MockResourceArgs
 from typer.testing import CliRunner
 
 from slurmforge import inventory
@@ -34,53 +33,17 @@ from slurmforge.render import controller_name, controller_names
 from slurmforge.rollout import run_playbook
 from slurmforge.service.main import load_provider
 from slurmforge.spec import Cluster, load_spec
-from tests.pulumi.conftest import GOLDEN_AMI, POOLS_AWS, RecordingMocks, StackRun, run_program, stack_output_json
+from tests.pulumi.conftest import GOLDEN_AMI, POOLS_AWS, MotoMocks, StackRun, run_program, stack_output_json
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
 
 REGION = "us-east-1"  # examples/pools-aws.yaml's
 
 
-def _ec2_shape(value: Any) -> Any:
-    """Pulumi's inputs (camelCase keys, numbers as floats) as EC2's API takes them."""
-    if isinstance(value, dict):
-        return {k[:1].upper() + k[1:]: _ec2_shape(v) for k, v in value.items()}
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-class MotoMocks(RecordingMocks):
-    """The recording mocks, except that the VPC, its subnets and the pool launch templates
-    are created in moto from the program's inputs: their ids in the stack outputs are
-    moto's, as a real stack's are EC2's."""
-
-    def __init__(self, ec2: Any) -> None:
-        super().__init__()
-        self.ec2 = ec2
-
-    def new_resource(self, args: MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        name, state = super().new_resource(args)
-        inputs = self.resources[-1].inputs
-        if args.typ == "aws:ec2/vpc:Vpc":
-            name = self.ec2.create_vpc(CidrBlock=inputs["cidrBlock"])["Vpc"]["VpcId"]
-        elif args.typ == "aws:ec2/subnet:Subnet":
-            name = self.ec2.create_subnet(VpcId=inputs["vpcId"], CidrBlock=inputs["cidrBlock"],
-                                          AvailabilityZone=inputs["availabilityZone"])["Subnet"]["SubnetId"]
-        elif args.typ == "aws:sqs/queue:Queue":
-            state["url"] = boto3.client("sqs", region_name=REGION).create_queue(QueueName=args.name)["QueueUrl"]
-        elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
-            data = {"ImageId": inputs["imageId"], "InstanceType": inputs["instanceType"],
-                    "MetadataOptions": _ec2_shape(inputs["metadataOptions"])}
-            name = self.ec2.create_launch_template(LaunchTemplateName=args.name, LaunchTemplateData=data)[
-                "LaunchTemplate"]["LaunchTemplateId"]
-        return name, state
-
-
 @pytest.fixture
 def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": REGION}.items():
+                       "AWS_DEFAULT_REGION": REGION, "MOTO_IAM_LOAD_MANAGED_POLICIES": "true"}.items():
         monkeypatch.setenv(key, value)
     with mock_aws():
         yield boto3.client("ec2", region_name=REGION)
@@ -104,7 +67,7 @@ def stack_to_service(ec2: Any, spec: Cluster, tmp_path: Path,
                      monkeypatch: pytest.MonkeyPatch) -> tuple[StackRun, Path, AwsProvider]:
     """The stack under mocks -> its outputs -> `slurmforge inventory` -> the role's settings
     -> the provider the daemon loads: the run, the inventory directory, the provider."""
-    run = run_program(spec, MotoMocks(ec2))
+    run = run_program(spec, MotoMocks(REGION), POOLS_AWS.name)
     outputs = tmp_path / "outputs.json"
     outputs.write_text(json.dumps(stack_output_json(run)))
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
+import random
 import shlex
 
 import pytest
@@ -10,14 +13,18 @@ import yaml
 
 from slurmforge.contract import SERVICE_VENV
 from slurmforge.distro import DEBIAN_13
+from slurmforge.errors import ProvisionError
+from slurmforge.spec import validate_data
 from slurmforge.spec.models import Ceph
 from stacks.ceph import ceph_placements, osd_device
+from stacks.cluster import aws_target, join_settings
 from stacks.common import partition
 from stacks.database import dns_name
 from stacks.iam import SchedulerScope, scheduler_policy
 from stacks.image import IMAGE_PLAYBOOK, component_document, first_ami
 from stacks.network import ssh_cidrs
-from stacks.pool import JoinSettings, join_script
+from stacks.pool import USER_DATA_LIMIT, user_data
+from tests.pulumi.conftest import POOLS_AWS
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
 
@@ -27,13 +34,35 @@ def test_the_world_is_dropped_from_ssh_cidrs_without_the_flag() -> None:
     assert ssh_cidrs(["0.0.0.0/0"], allow_anywhere=True) == ["0.0.0.0/0"]
 
 
-def test_join_script_without_nas_and_with_nfs() -> None:
-    bare = join_script(JoinSettings("us-east-1", "arn:munge", [("c-controller", "10.0.0.5")]))
-    assert "fstab" not in bare and "--conf-server c-controller -N $node" in bare
-    nfs = join_script(JoinSettings("us-east-1", "arn:munge", [("c-controller", "10.0.0.5")],
-                                   nas_source="nas.lab:/export/cluster", nas_mounts=[("software", "/opt/sw")]))
-    assert "'nas.lab:/export/cluster/software /opt/sw nfs4 " in nfs
-    assert nfs.index("mount -a") < nfs.index("systemctl enable --now slurmd")
+def test_user_data_is_the_program_plain_while_it_fits_ec2s_limit() -> None:
+    program = "#!/bin/bash\necho joined\n"
+    assert base64.b64decode(user_data(program)).decode() == program
+
+
+def test_user_data_over_the_limit_goes_gzip_compressed_the_same_every_time() -> None:
+    program = "#!/bin/bash\n" + "".join(f"echo {i}\n" for i in range(USER_DATA_LIMIT // 6))
+    assert len(program) > USER_DATA_LIMIT
+    raw = base64.b64decode(user_data(program))
+    assert len(raw) <= USER_DATA_LIMIT and gzip.decompress(raw).decode() == program
+    assert user_data(program) == user_data(program)  # no timestamp: no new template version
+
+
+def test_user_data_that_does_not_fit_even_compressed_is_refused() -> None:
+    program = "#!/bin/bash\n# " + base64.b64encode(random.Random(1).randbytes(2 * USER_DATA_LIMIT)).decode()
+    with pytest.raises(ProvisionError, match="over EC2's 16384-byte user data limit"):
+        user_data(program)
+
+
+def test_pool_nodes_join_an_nfs_server_from_the_spec() -> None:
+    data = yaml.safe_load(POOLS_AWS.read_text())
+    data["storage"]["nas"] = {"kind": "nfs", "server": "nas.lab", "export": "/export/cluster/"}
+    spec = validate_data(data, "pools-aws.yaml (nfs)")
+    settings = join_settings(spec, aws_target(spec), ["10.0.0.5"], "arn:munge", None)
+    assert settings.nas_source == "nas.lab:/export/cluster"
+    assert (settings.target, settings.identity, settings.secrets) == ("aws", "aws-tag", "aws")
+    assert settings.controllers == (("mlpools-controller", "10.0.0.5"),)
+    assert join_settings(spec, aws_target(spec), ["10.0.0.5"], "arn:munge", "fs-1.efs").nas_source == (
+        "nas.lab:/export/cluster")  # an EFS name matters only to an EFS spec
 
 
 def test_scheduler_policy_uses_the_regions_partition() -> None:

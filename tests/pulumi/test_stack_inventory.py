@@ -23,7 +23,9 @@ from slurmforge.contract import AwsProviderSettings, read_settings
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import HostRole
 from slurmforge.inventory import HOSTS_FILE, VARS_FILE, read_inventory
+from slurmforge.join import render_join
 from slurmforge.render import controller_name, controller_names
+from slurmforge.spec import load_spec
 from tests.pulumi.conftest import (
     DB_PASSWORD,
     LAB_AWS,
@@ -31,7 +33,10 @@ from tests.pulumi.conftest import (
     POOLS_AWS,
     RecordingMocks,
     StackRun,
+    launch_template_user_data,
+    pool_join_settings,
     stack_output_json,
+    user_data_program,
 )
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
@@ -148,14 +153,15 @@ def test_read_stack_outputs(tmp_path: Path, pools_aws: StackRun) -> None:
 # --------------------------------------------------------------------------- the entry point
 
 
-def run_main(config: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def run_main(config: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+             mocks: RecordingMocks | None = None) -> dict[str, Any]:
     """Run stacks/__main__.py's main() under fresh mocks with this stack config."""
     from stacks import __main__ as program
 
     exported: dict[str, Any] = {}
     monkeypatch.setattr(pulumi, "export", lambda key, value: exported.__setitem__(key, value))
     pulumi.runtime.settings.reset_options()
-    pulumi.runtime.set_mocks(RecordingMocks(), project="slurmforge", stack="test", preview=False)
+    pulumi.runtime.set_mocks(mocks or RecordingMocks(), project="slurmforge", stack="test", preview=False)
     pulumi.runtime.set_all_config(config)
 
     @pulumi.runtime.test
@@ -171,9 +177,15 @@ def run_main(config: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[st
 
 
 def test_main_reads_the_spec_path_from_stack_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    exported = run_main({"slurmforge:spec": "examples/pools-aws.yaml", "aws:region": "us-east-1"}, monkeypatch)
+    mocks = RecordingMocks()
+    exported = run_main({"slurmforge:spec": "examples/pools-aws.yaml", "aws:region": "us-east-1"}, monkeypatch, mocks)
     assert set(exported) >= {"hosts", "launch_templates", "pool_parameters", "spot_queue_url", "secret_arns", "efs"}
     assert exported["cluster"] == "mlpools"
+    # the pools' join program is rendered from the spec file the config names
+    spec = load_spec(POOLS_AWS)
+    run = StackRun(spec, mocks.resources, mocks.calls, exported)
+    assert user_data_program(launch_template_user_data(run, "cpu")) == render_join(
+        spec, pool_join_settings(run), "pools-aws.yaml")
 
 
 def test_main_reports_every_spec_problem_on_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -449,6 +449,51 @@ def test_daemon_tags_a_launched_instance_with_its_jobs_account(ec2: Ec2, tmp_pat
     assert fleet_tags[TAG_ACCOUNT] == "nlp,vision" and fleet_tags[TAG_JOB] == "41,42"
 
 
+def test_daemon_replaces_a_dead_static_node_with_an_instance_of_its_pools_template(ec2: Ec2, tmp_path: Path) -> None:
+    """Static nodes kept alive, the AWS half on moto: the static node's instance is
+    terminated under a job. Once the verdict held the node is set DOWN (the job requeued),
+    then a new instance is launched with EC2 Fleet from the pool's launch template and
+    tagged with the node, Slurm learns its address, and when its slurmd registers the
+    node is back, with its event and its count."""
+    spec_file = tmp_path / "cluster.yaml"
+    spec_file.write_text(SPEC.replace("name: t\n", f"name: {ec2.cluster.name}\n"))
+    od1 = f"{ec2.cluster.name}-od-01"
+    clock = Clock(time.time())
+    aws = provider(ec2, clock=clock)
+    old = aws.start(request([od1], pool="od", token="sf-static")).launched[od1]
+    aws.flush_tags()
+    slurm = FakeSlurm([node(n, ("allocated", "CLOUD") if n == od1 else POWERED_DOWN)
+                       for n in topology(ec2.cluster).nodes], [Job(51, "RUNNING", od1, "dana")])
+    daemon = Daemon(DaemonConfig(spec_path=spec_file, spool=tmp_path, heartbeat=tmp_path / "beat"), slurm, aws,
+                    Store(tmp_path / "state.db"), load_spec, clock)
+    daemon.loop_once()
+    assert slurm.calls == []
+    ec2.client.terminate_instances(InstanceIds=[old.id])
+    for _ in range(3):
+        clock.advance(10)
+        daemon.loop_once()
+    assert slurm.called("mark_down") == [((od1,), f"slurmforge: instance {old.id} of {od1} is terminated")]
+    assert slurm.job_list == [] and len(ec2.fleets()) == 1  # slurmctld ended the job; nothing launched yet
+    clock.advance(10)
+    daemon.loop_once()
+    aws.flush_tags()
+    fleet = ec2.fleets()[-1]
+    assert fleet["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateId"] == ec2.templates["od"]
+    (new,) = [i for i in aws.list_instances() if i.node == od1 and i.id != old.id]
+    assert new.state in (InstanceState.PENDING, InstanceState.RUNNING) and new.pool == "od"
+    assert tags_of(ec2, new.id)[TAG_NODE] == od1 and daemon.store.bindings()[od1].instance == new.id
+    clock.advance(10)
+    daemon.loop_once()
+    assert slurm.called("set_address") == [(od1, new.address)] and len(ec2.fleets()) == 2
+    slurm.state[od1] = replace(slurm.state[od1], state="idle", slurmd_started_at=clock.now)  # registered
+    clock.advance(10)
+    daemon.loop_once()
+    (event,) = [e for e in daemon.store.events() if e.kind == "replaced"]
+    assert event.pool == "od" and event.detail.startswith(f"{od1} in service again on {new.id}")
+    assert ("slurmforge_replaced_nodes_total", {"pool": "od"}, 1.0) in daemon.store.counters()
+    assert [op for op, _ in ec2.calls].count("TerminateInstances") == 1  # the test's: the service had none to stop
+
+
 # --------------------------------------------------------------------------- a list that fails
 
 

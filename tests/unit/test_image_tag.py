@@ -56,7 +56,7 @@ def test_configuration_defaults_do_not_rebuild(repo: Path) -> None:
     before = tag(repo)
     path = repo / "roles/storage_client/defaults/main.yml"
     path.write_text(path.read_text() + "\nstorage_client_new_knob: 7\n")
-    edit(repo / "roles/storage_client/defaults/main.yml", "vers=4.1", "vers=4.2")
+    edit(repo / "roles/storage_client/defaults/main.yml", "wait_seconds: 600", "wait_seconds: 601")
     assert tag(repo) == before
 
 

@@ -154,17 +154,27 @@ def test_a_pending_job_that_already_runs_is_refused() -> None:
     assert cluster.commands[-1] == "scancel 101 102 2>/dev/null || true"
 
 
-def test_a_dead_node_is_timed_then_started_again() -> None:
-    cluster = ScriptedCluster([set()], {}, {"101": ["RUNNING", "RUNNING", "RUNNING", "PENDING"]})
+def test_a_dead_node_is_timed_and_the_service_brings_it_back() -> None:
+    # the victim's container: running, killed (gone), started by the service (back)
+    cluster = ScriptedCluster([{"dev-cpu-02"}, set(), {"dev-cpu-02"}], {},
+                              {"101": ["RUNNING", "RUNNING", "RUNNING", "PENDING"]})
     dead = dead_node(cluster, WHERE)
     assert dead.job == "101" and dead.seconds is not None and dead.after == "PENDING"
+    assert dead.back is not None and dead.requeued
     assert cluster.submitted == ["-N 2 -p ml-cpu -w dev-cpu-[01-02] -o nd-%j.out --requeue --wrap 'sleep 600'"]
-    assert cluster.podman.calls == [["kill", "dev-cpu-02"], ["start", "dev-cpu-02"]]  # type: ignore[attr-defined]
+    assert cluster.podman.calls == [["kill", "dev-cpu-02"]]  # type: ignore[attr-defined]  # nobody else starts it
     assert cluster.commands == ["scancel 101 2>/dev/null || true"]
 
 
+def test_a_dead_node_the_service_does_not_bring_back_is_started_by_the_fault() -> None:
+    cluster = ScriptedCluster([set()], {}, {"101": ["RUNNING", "PENDING"]})
+    dead = dead_node(cluster, WHERE, back_limit=0)
+    assert dead.back is None
+    assert cluster.podman.calls == [["kill", "dev-cpu-02"], ["start", "dev-cpu-02"]]  # type: ignore[attr-defined]
+
+
 def test_a_dead_node_whose_job_stays_running_is_no_measurement() -> None:
-    cluster = ScriptedCluster([set()], {}, {"101": ["RUNNING"]})
+    cluster = ScriptedCluster([{"dev-cpu-02"}], {}, {"101": ["RUNNING"]})
     dead = dead_node(cluster, WHERE, limit=0)
     assert dead.seconds is None and dead.after == "RUNNING"
 

@@ -125,4 +125,11 @@ def test_the_lmod_role_and_the_cli_name_the_same_cache_and_libexec() -> None:
     from slurmforge.modules.lmod import DEBIAN_LIBEXEC, cluster_cache_dir
 
     assert role_default("lmod", "lmod_libexec") == DEBIAN_LIBEXEC
-    assert role_default("lmod", "lmod_cache_dir", {"slurmforge_modules_root": "/sw"}) == cluster_cache_dir("/sw")
+    from slurmforge.join import lmod_paths
+    from slurmforge.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "local.yaml")
+    paths = lmod_paths(spec)  # the inventory's slurmforge_lmod, which the join program uses too
+    assert paths["cache_dir"] == cluster_cache_dir(spec.modules.root)
+    assert role_default("lmod", "lmod_cache_dir", {"slurmforge_lmod": paths}) == paths["cache_dir"]
+    assert role_default("lmod", "lmod_modulepath", {"slurmforge_lmod": paths}) == paths["modulepath"]

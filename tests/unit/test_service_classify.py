@@ -39,7 +39,9 @@ from slurmforge.service.actions import (
     MarkDown,
     PowerDown,
     PowerUp,
+    Replaced,
     Requeue,
+    Resume,
     SetAddress,
     SetMark,
     Signal,
@@ -149,7 +151,7 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
         WorldBuilder([node(S1, IDLE)], state=state(bindings=bound(S1, "i-1", at=NOW - 30))), []),
     "up-instance-not-listed-past-grace-powers-down": (
         WorldBuilder([node(S1, IDLE)], state=state(marks={S1: {"missing": NOW - 61}})),
-        [ClearMark(S1, "missing"), PowerDown((S1,), "slurmforge: instance - of t-spot-01 is -")]),
+        [PowerDown((S1,), "slurmforge: no machine of t-spot-01 is listed")]),
     "slurmd-not-responding-marks-first": (
         WorldBuilder([node(S1, NOT_RESPONDING)], [instance("i-1", S1)]), [SetMark(S1, "unresponsive", NOW)]),
     "slurmd-not-responding-within-grace-waits": (
@@ -158,8 +160,11 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
     "slurmd-not-responding-past-grace-replaced": (
         WorldBuilder([node(S1, NOT_RESPONDING)], [instance("i-1", S1)],
                      state(marks={S1: {"unresponsive": NOW - 181}})),
-        [ClearMark(S1, "unresponsive"), PowerDown((S1,), "slurmforge: slurmd on t-spot-01 not responding"),
+        [PowerDown((S1,), "slurmforge: slurmd on t-spot-01 not responding"),
          Terminate("i-1", S1, "slurmd on t-spot-01 not responding")]),
+    "powered-down-node-forgets-its-marks": (
+        WorldBuilder([node(S1, POWERING_DOWN)], state=state(marks={S1: {"unresponsive": NOW - 181}})),
+        [ClearMark(S1, "unresponsive")]),
     "responding-again-clears-mark": (
         WorldBuilder([node(S1, IDLE)], [instance("i-1", S1)], state(marks={S1: {"unresponsive": NOW - 100}})),
         [ClearMark(S1, "unresponsive")]),
@@ -201,6 +206,115 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
     "non-cloud-node-already-down-ignored": (
         WorldBuilder([node(S1, ("down",), reason="slurmforge: x")], [instance("i-1", S1, STOPPED)]), []),
     "unknown-node-ignored": (WorldBuilder([node("elsewhere-01", POWERING_UP)]), []),
+    # ----- static nodes kept alive in place: the machine first, then the node, then the new machine
+    "static-machine-terminated-under-jobs-marks-down": (
+        WorldBuilder([node(OD1, ALLOCATED)], [instance("i-1", OD1, TERMINATED, pool="od")], jobs={OD1: (5,)}),
+        [SetMark(OD1, "replacing", NOW), MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is terminated")]),
+    "static-noncloud-machine-stopped-marks-down": (
+        WorldBuilder([node(OD1, ("idle",))], [instance("i-1", OD1, STOPPED, pool="od")]),
+        [SetMark(OD1, "replacing", NOW), MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is stopped")]),
+    "static-slurm-down-machine-gone-marks-down-with-own-reason": (
+        WorldBuilder([node(OD1, DOWN, reason="Not responding")], [instance("i-1", OD1, TERMINATED, pool="od")],
+                     state(marks={OD1: {"unresponsive": NOW - 100}})),
+        [ClearMark(OD1, "unresponsive"), SetMark(OD1, "replacing", NOW - 100),
+         MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is terminated")]),
+    "static-machine-not-listed-marks-first": (
+        WorldBuilder([node(OD1, IDLE)]), [SetMark(OD1, "missing", NOW)]),
+    "static-machine-not-listed-past-grace-marks-down": (
+        WorldBuilder([node(OD1, IDLE)], state=state(marks={OD1: {"missing": NOW - 61}})),
+        [SetMark(OD1, "replacing", NOW - 61), MarkDown((OD1,), "slurmforge: no machine of t-od-01 is listed")]),
+    "static-down-by-service-machine-gone-requeues-and-launches": (
+        WorldBuilder([node(OD1, DOWN, reason="slurmforge: instance i-1 of t-od-01 is terminated")],
+                     [instance("i-1", OD1, TERMINATED, pool="od")], state(marks={OD1: {"replacing": NOW - 30}}),
+                     jobs={OD1: (5,)}),
+        [Requeue((5,), "replacing t-od-01"), Launch("od", "od", (OD1,), launch_token("od", [OD1], NOW))]),
+    "static-down-by-service-machine-stopped-is-terminated-and-replaced": (
+        WorldBuilder([node(OD1, ("down",), reason="slurmforge: instance i-1 of t-od-01 is stopped")],
+                     [instance("i-1", OD1, STOPPED, pool="od")]),
+        [Terminate("i-1", OD1, "replaced: instance i-1 of t-od-01 is stopped"),
+         Launch("od", "od", (OD1,), launch_token("od", [OD1], NOW))]),
+    "static-down-by-service-not-listed-keeps-its-mark-and-launches": (
+        WorldBuilder([node(OD1, DOWN, reason="slurmforge: no machine of t-od-01 is listed")],
+                     state=state(marks={OD1: {"missing": NOW - 80, "replacing": NOW - 80}})),
+        [Launch("od", "od", (OD1,), launch_token("od", [OD1], NOW))]),
+    "static-replacement-waits-while-every-link-cools": (
+        WorldBuilder([node(OD1, DOWN, reason="slurmforge: instance i-1 of t-od-01 is terminated")],
+                     [instance("i-1", OD1, TERMINATED, pool="od")], state(cooldowns=cooling("od"))), []),
+    "static-running-not-responding-marks-first": (
+        WorldBuilder([node(OD1, NOT_RESPONDING)], [instance("i-1", OD1, pool="od")]),
+        [SetMark(OD1, "unresponsive", NOW)]),
+    "static-running-not-responding-past-grace-terminated-first": (
+        WorldBuilder([node(OD1, NOT_RESPONDING)], [instance("i-1", OD1, pool="od")],
+                     state(marks={OD1: {"unresponsive": NOW - 181}}), jobs={OD1: (5,)}),
+        [SetMark(OD1, "replacing", NOW - 181), Terminate("i-1", OD1, "slurmd on t-od-01 not responding")]),
+    "static-machine-stopping-is-not-gone-yet": (
+        WorldBuilder([node(OD1, NOT_RESPONDING)], [instance("i-1", OD1, InstanceState.STOPPING, pool="od")],
+                     state(marks={OD1: {"unresponsive": NOW - 200, "replacing": NOW - 200}}), jobs={OD1: (5,)}),
+        [ClearMark(OD1, "unresponsive")]),
+    "static-health-drained-machine-terminated-first": (
+        WorldBuilder([node(OD1, DRAINED, reason="health: gpu 2 xid 79")], [instance("i-1", OD1, pool="od")]),
+        [SetMark(OD1, "replacing", NOW), Terminate("i-1", OD1, "replacing t-od-01 (health: gpu 2 xid 79)")]),
+    "static-health-draining-waits-for-its-jobs": (
+        WorldBuilder([node(OD1, DRAINING, reason="health: gpu 2 xid 79")], [instance("i-1", OD1, pool="od")]), []),
+    "static-replacement-booting-waits": (
+        WorldBuilder([node(OD1, DOWN, reason="slurmforge: x", address="10.0.16.7", reason_changed_at=NOW - 40)],
+                     [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
+                     state(bindings=bound(OD1, "i-2", at=NOW - 30, link="od"))), []),
+    "static-replacement-booting-gets-its-address": (
+        WorldBuilder([node(OD1, DOWN, reason="slurmforge: x", address="10.0.16.5", reason_changed_at=NOW - 40)],
+                     [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
+                     state(bindings=bound(OD1, "i-2", at=NOW - 30, link="od"))),
+        [SetAddress(OD1, "10.0.16.7")]),
+    "static-noncloud-replacement-keeps-the-rollouts-address": (
+        WorldBuilder([node(OD1, ("down",), reason="slurmforge: x", reason_changed_at=NOW - 40)],
+                     [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
+                     state(bindings=bound(OD1, "i-2", at=NOW - 30, link="od"))), []),
+    "static-launch-not-listed-yet-waits": (
+        WorldBuilder([node(OD1, DOWN, reason="slurmforge: x", reason_changed_at=NOW - 40)],
+                     [instance("i-1", OD1, TERMINATED, pool="od")],
+                     state(bindings=bound(OD1, "i-9", at=NOW - 20, link="od"))), []),
+    "static-crashed-replacement-launch-retried-not-doubled": (
+        WorldBuilder([node(OD1, DOWN, reason="slurmforge: x", reason_changed_at=NOW - 40)],
+                     [instance("i-1", OD1, TERMINATED, pool="od")],
+                     state(pending_launches=(LaunchRecord("sf-r", "od", "od", (OD1,), (), NOW - 20),))),
+        [Launch("od", "od", (OD1,), "sf-r", (), retry=True)]),
+    "static-replacement-not-registered-by-resume-timeout-terminated": (
+        WorldBuilder([node(OD1, DOWN, reason="slurmforge: x", address="10.0.16.7", reason_changed_at=NOW - 700)],
+                     [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 601, pool="od")],
+                     state(bindings=bound(OD1, "i-2", at=NOW - 601, link="od"), marks={OD1: {"replacing": NOW - 720}})),
+        [Terminate("i-2", OD1, "bootstrap failure: t-od-01 not registered by resume timeout on i-2")]),
+    "static-replacement-died-booting-cools-its-link": (
+        WorldBuilder([node(OD1, DOWN, reason="slurmforge: x", reason_changed_at=NOW - 60)],
+                     [instance("i-2", OD1, TERMINATED, launched=NOW - 30, pool="od")],
+                     state(bindings=bound(OD1, "i-2", at=NOW - 30, link="od"))),
+        [Unbind(OD1), MarkCooldown("od", NOW + 60, 1, "instance i-2 terminated while booting")]),
+    "static-replacement-registered-drain-lifted": (
+        WorldBuilder([node(OD1, ("idle", "CLOUD", "DRAIN"), reason="slurmforge: x", address="10.0.16.7",
+                           reason_changed_at=NOW - 60, slurmd_started_at=NOW - 5)],
+                     [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
+                     state(bindings=bound(OD1, "i-2", at=NOW - 30, link="od"))),
+        [Resume((OD1,))]),
+    "static-back-in-service-on-the-new-machine": (
+        WorldBuilder([node(OD1, IDLE, address="10.0.16.7", slurmd_started_at=NOW - 5)],
+                     [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
+                     state(bindings=bound(OD1, "i-2", at=NOW - 30, link="od"), marks={OD1: {"replacing": NOW - 70}})),
+        [ClearMark(OD1, "replacing"), Replaced(OD1, "od", "i-2", NOW - 70, NOW - 30, NOW - 5)]),
+    "static-old-machine-came-back-no-replacement-counted": (
+        WorldBuilder([node(OD1, IDLE)], [instance("i-1", OD1, pool="od")],
+                     state(bindings=bound(OD1, "i-1", at=NOW - 1000, link="od"), marks={OD1: {"replacing": NOW - 70}})),
+        [ClearMark(OD1, "replacing")]),
+    "static-admin-drained-machine-gone-left-alone": (
+        WorldBuilder([node(OD1, DRAINED, reason="kernel update")], [instance("i-1", OD1, STOPPED, pool="od")]), []),
+    "static-admin-down-machine-gone-left-alone": (
+        WorldBuilder([node(OD1, ("down", "CLOUD"), reason="rack 4 maintenance")],
+                     [instance("i-1", OD1, TERMINATED, pool="od")]), []),
+    "static-admin-down-machine-not-responding-left-alone": (
+        WorldBuilder([node(OD1, DOWN, reason="rack 4 maintenance")], [instance("i-1", OD1, pool="od")],
+                     state(marks={OD1: {"unresponsive": NOW - 500, "replacing": NOW - 500}})),
+        [ClearMark(OD1, "unresponsive"), ClearMark(OD1, "replacing")]),
+    "static-admin-draining-machine-gone-under-jobs-marked-down-keeping-the-reason": (
+        WorldBuilder([node(OD1, DRAINING, reason="kernel update")], [instance("i-1", OD1, STOPPED, pool="od")]),
+        [MarkDown((OD1,), "kernel update; slurmforge: instance i-1 of t-od-01 is stopped")]),
 }
 
 
@@ -219,7 +333,7 @@ def test_every_status_is_covered_by_the_table() -> None:
         ctx = Context(world)
         for n in world.nodes:
             info = world.topology.nodes.get(n.name)
-            if info is not None and n.is_cloud():
+            if info is not None and (n.is_cloud() or info.static):
                 seen.add(ctx.assess(n, info))
     assert seen == set(NodeStatus)
 

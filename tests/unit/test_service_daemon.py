@@ -275,6 +275,24 @@ def test_orphan_terminated_once_its_verdict_held_for_three_loops(env: dict[str, 
     assert cloud.terminated == ["i-lost"]
 
 
+def test_a_node_not_responding_is_replaced_once_its_grace_and_its_confirmation_passed(env: dict[str, Path]) -> None:
+    """The mark that starts the grace stays while the guard confirms the verdict: cleared
+    at once (it was), the grace began again every loop and the node was never replaced."""
+    clock = Clock()
+    slurm = FakeSlurm(all_nodes(t_spot_01=("idle", "CLOUD", "NOT_RESPONDING"), t_od_01=("idle", "CLOUD")))
+    cloud = FakeCloud(clock)
+    cloud.instances["i-od"] = instance("i-od", OD1, pool="od")
+    cloud.instances["i-s1"] = instance("i-s1", S1, pool="spot")
+    daemon = make(env, slurm, cloud, clock)
+    for _ in range(20):  # 180 s of grace, then the verdict over 3 loops and 20 s
+        daemon.loop_once()
+        clock.advance(10)
+    assert cloud.terminated == [] and daemon.snapshot.unconfirmed == 2  # type: ignore[union-attr]
+    daemon.loop_once()
+    assert cloud.terminated == ["i-s1"]
+    assert slurm.called("power_down") == [((S1,), "slurmforge: slurmd on t-spot-01 not responding")]
+
+
 def test_spot_notice_drains_signals_then_requeues(env: dict[str, Path]) -> None:
     clock = Clock()
     slurm = FakeSlurm(all_nodes(t_spot_01=("allocated", "CLOUD"), t_od_01=("idle", "CLOUD")),

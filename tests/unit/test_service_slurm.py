@@ -137,6 +137,8 @@ def test_scontrol_show_nodes_json_24_11_of_the_local_cluster() -> None:
     assert nodes["dev-cpu-01"].is_idle() and nodes["dev-cpu-01"].is_powered() and not nodes["dev-cpu-01"].is_cloud()
     assert nodes["dev-cpu-03"].is_powered_down() and nodes["dev-cpu-03"].is_cloud()
     assert nodes["dev-gpu-01"].gpus() == 2 and nodes["dev-cpu-01"].cpus == 2
+    # when each slurmd started (a static node's replacement is known to have joined by it)
+    assert nodes["dev-cpu-01"].slurmd_started_at == 1795463328 and nodes["dev-cpu-03"].slurmd_started_at == 0
 
 
 def test_squeue_json_24_11() -> None:
@@ -192,6 +194,7 @@ def test_commands_are_argument_lists() -> None:
     slurm.mark_down(["c-gpu-02", "c-gpu-01"], "slurmforge: instance i-1 of c-gpu-01 is terminated")
     slurm.power_down(["c-gpu-03", "c-gpu-01", "c-gpu-02"], "slurmforge: no capacity on spot, od")
     slurm.power_up(["c-gpu-01"])
+    slurm.resume(["c-gpu-02", "c-gpu-01"])
     slurm.drain(["c-gpu-01"], "slurmforge: spot interruption notice")
     slurm.set_address("c-gpu-01", "10.0.0.7", "ip-10-0-0-7")
     slurm.requeue([12, 13])
@@ -205,6 +208,7 @@ def test_commands_are_argument_lists() -> None:
         ["/usr/bin/scontrol", "update", "nodename=c-gpu-[01-03]", "state=power_down_force",
          "reason=slurmforge: no capacity on spot, od"],
         ["/usr/bin/scontrol", "update", "nodename=c-gpu-01", "state=power_up"],
+        ["/usr/bin/scontrol", "update", "nodename=c-gpu-[01-02]", "state=resume"],
         ["/usr/bin/scontrol", "update", "nodename=c-gpu-01", "state=drain",
          "reason=slurmforge: spot interruption notice"],
         ["/usr/bin/scontrol", "update", "nodename=c-gpu-01", "nodeaddr=10.0.0.7", "nodehostname=ip-10-0-0-7"],

@@ -70,9 +70,11 @@ STATIC_NONCLOUD = ("idle",)
 
 
 def node(name: str, state: tuple[str, ...], reason: str = "", address: str | None = None,
-         gres: str = "", gres_used: str = "") -> NodeState:
+         gres: str = "", gres_used: str = "", reason_changed_at: float = 0.0,
+         slurmd_started_at: float = 0.0) -> NodeState:
     return NodeState(name=name, state=state[0], flags=frozenset(state[1:]), address=address or name,
-                     hostname=name, reason=reason, gres=gres, gres_used=gres_used)
+                     hostname=name, reason=reason, gres=gres, gres_used=gres_used,
+                     reason_changed_at=reason_changed_at, slurmd_started_at=slurmd_started_at)
 
 
 def instance(iid: str, node_name: str | None, state: InstanceState = InstanceState.RUNNING,

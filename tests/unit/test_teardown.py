@@ -14,6 +14,7 @@ from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import write_inventory
 from slurmforge.providers.base import Instance, InstanceState, LaunchRequest, LaunchResult, Machines
+from slurmforge.render import controller_names
 from slurmforge.spec import load_spec
 from slurmforge.teardown import release, summary
 
@@ -46,8 +47,8 @@ def inventory_of(example: str, tmp_path: Path) -> Path:
     spec_path = tmp_path / example
     spec_path.write_text(yaml.safe_dump(data))
     spec = load_spec(spec_path)
-    hosts = [Host(f"{spec.name}-controller", "10.0.1.10", HostRole.CONTROLLER),
-             Host(f"{spec.name}-login", "10.0.1.11", HostRole.LOGIN)]
+    hosts = [Host(name, f"10.0.1.{10 + i}", HostRole.CONTROLLER) for i, name in enumerate(controller_names(spec))]
+    hosts += [Host(f"{spec.name}-login", "10.0.1.20", HostRole.LOGIN)]
     return write_inventory(spec, spec_path, hosts, tmp_path / "inv", tmp_path / "secrets", provider_settings={})
 
 

@@ -1,0 +1,153 @@
+"""The join program: what a machine booted from the node image runs to become a Slurm node
+of the cluster (templates/join.sh.j2), rendered once per cluster through the one template
+environment, and the node kit it reads from the NAS.
+
+One program on every target, only its inputs differ (`JoinSettings`):
+
+- AWS: the launch template's user data (cloud-init runs it); the node's name is the
+  instance's `slurmforge:node` tag, the munge key comes from Secrets Manager, the NAS is
+  mounted over NFS/EFS.
+- local: a pool container runs it at boot (slurmforge-join.service in the node image,
+  the program bind-mounted read-only); the name is the container's host name, the munge key
+  the host's 0600 file mounted read-only, the NAS the provider's bind mounts.
+- machines you own (and every compute node during a rollout): roles/slurm_node copies it
+  and runs it with the node's name, the munge key copied by the munge role.
+
+What changes without a new program lives in the node kit on the NAS, which every rollout
+publishes (`kit_files`): the users and groups as the spec has them now, every fixed host's
+address, the CephFS client's ceph.conf and (root only) keyring. A user added to the spec
+and rolled out exists on a node that boots afterwards, though no Ansible runs there: a
+published kit, rather than a directory service, because the cluster has no LDAP to keep
+alive and a kit is one more file on storage every node mounts already.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Literal
+
+import jinja2
+
+from slurmforge.ceph import client_name
+from slurmforge.contract import (
+    HOLD_FILE,
+    JOIN_PROGRAM,
+    JOIN_SECRETS_DIR,
+    KIT_SUBDIR,
+    NFS_OPTIONS,
+    NODE_EXPORTER_PORT,
+)
+from slurmforge.hosts import TAG_NODE, Host
+from slurmforge.modules.lmod import cluster_cache_dir
+from slurmforge.spec import Cluster
+from slurmforge.templating import make_environment
+
+TEMPLATE = "join.sh.j2"
+NODE_TAG_WAIT = 300
+"""Seconds a new instance waits for its node tag (the service tags it just after launch);
+Slurm's ResumeTimeout then marks the node down and the service retries elsewhere."""
+
+Target = Literal["local", "aws", "static"]
+
+
+@dataclass(frozen=True)
+class JoinSettings:
+    """What differs between targets; all plain strings (on AWS, resolved stack outputs)."""
+
+    target: Target
+    controllers: tuple[tuple[str, str], ...]
+    """(name, address) of every slurmctld host, primary first."""
+    identity: Literal["hostname", "aws-tag"] = "hostname"
+    """hostname: the machine's host name, or the program's argument; aws-tag: the
+    instance's slurmforge:node tag (IMDSv2)."""
+    secrets: Literal["files", "aws"] = "files"
+    """files: JOIN_SECRETS_DIR on the node (the provider's read-only mount, or the rollout's
+    copy); aws: Secrets Manager with the instance role (python3-boto3 from the image)."""
+    region: str | None = None
+    munge_key_arn: str | None = None
+    nas_source: str | None = None
+    """The NFS/EFS root ("server:/export", "fs-1.efs...:"); None when the provider mounts
+    the NAS itself (local bind mounts)."""
+    slurmd_flags: tuple[str, ...] = field(default_factory=tuple)
+    """Extra slurmd options (local: -b, see roles/slurm_node)."""
+
+
+@cache
+def environment() -> jinja2.Environment:
+    return make_environment(quote=shlex.quote)
+
+
+def kit_dir(spec: Cluster) -> str:
+    """The node kit on the NAS (under the software mount every node has)."""
+    return f"{spec.storage.nas.mounts.software.rstrip('/')}/{KIT_SUBDIR}"
+
+
+def nas_mounts(spec: Cluster) -> list[tuple[str, str]]:
+    """(directory on the NAS, mount point) a node mounts: the mount's name in the spec is its
+    directory. Not Slurm's state: it is the controllers' only (job scripts, credentials)."""
+    return [(name, path) for name, path in spec.storage.nas.mounts.model_dump().items() if name != "slurm_state"]
+
+
+def lmod_paths(spec: Cluster) -> dict[str, str]:
+    """Where Lmod looks on every node (the join program, roles/lmod on the head nodes): the
+    shared module tree and its spider cache, which `slurmforge modules` refreshes."""
+    root = spec.modules.root.rstrip("/")
+    return {"modulepath": f"{root}/modulefiles", "cache_dir": cluster_cache_dir(root)}
+
+
+def render_join(spec: Cluster, settings: JoinSettings, source: str = "cluster.yaml") -> str:
+    if settings.secrets == "aws" and not (settings.region and settings.munge_key_arn):
+        raise ValueError("JoinSettings: secrets 'aws' needs region and munge_key_arn")
+    ceph = spec.storage.ceph
+    context = {
+        "cluster": spec.name,
+        "source": source,
+        "settings": settings,
+        "identity_help": ("the instance's slurmforge:node tag" if settings.identity == "aws-tag"
+                          else "this machine's host name"),
+        "conf_server": ",".join(name for name, _ in settings.controllers),
+        "nfs_options": NFS_OPTIONS,
+        "nas_mounts": nas_mounts(spec),
+        "kit": kit_dir(spec),
+        "scratch": spec.storage.scratch.path if spec.storage.scratch else None,
+        "secrets_dir": JOIN_SECRETS_DIR,
+        "hold_file": HOLD_FILE,
+        "join_program": JOIN_PROGRAM,
+        "slurmd_flags": "".join(f"{flag} " for flag in settings.slurmd_flags),
+        "exporter_port": NODE_EXPORTER_PORT,
+        "lmod": lmod_paths(spec) | {"cached_loads": True},
+        "ceph": None if ceph is None else {"mount": ceph.mount, "client": client_name(ceph), "fs_name": ceph.fs_name,
+                                           # no Ceph in a container's kernel: ceph-fuse
+                                           "fuse": settings.target == "local"},
+        "node_tag": TAG_NODE,
+        "tag_wait": NODE_TAG_WAIT,
+    }
+    return environment().get_template(TEMPLATE).render(**context)
+
+
+def local_settings(spec: Cluster, hosts: Sequence[Host]) -> JoinSettings:
+    """The local target and machines you own: names and addresses from the inventory's hosts."""
+    from slurmforge.render import controller_names  # render imports the spec models only
+
+    address = {h.name: h.address for h in hosts}
+    controllers = tuple((name, address[name]) for name in controller_names(spec))
+    local = spec.target.kind == "local"
+    nas = spec.storage.nas
+    nas_source = None if nas.kind == "bind" else (f"{nas.server}:{nas.export}" if nas.kind == "nfs" else None)
+    return JoinSettings(target="local" if local else "static", controllers=controllers,
+                        nas_source=nas_source, slurmd_flags=("-b",) if local else ())
+
+
+def kit_files(spec: Cluster, hosts: Sequence[Host]) -> Mapping[str, str]:
+    """The node kit's public files (accounts, hosts), by name; the rollout adds ceph.conf and
+    the keyring."""
+    accounts = ["# slurmforge node kit: groups and users of the spec (the join program applies them)"]
+    accounts += [f"group {g.name} {g.gid}" for g in spec.groups]
+    for u in spec.users:
+        groups = [*u.groups, *(["sudo"] if u.admin else [])]
+        accounts.append(f"user {u.name} {u.uid} {','.join(groups)}".rstrip())
+    host_lines = [f"{h.address} {h.name}" for h in sorted(hosts, key=lambda h: h.name) if h.address]
+    return {"accounts": "\n".join(accounts) + "\n", "hosts": "\n".join(host_lines) + "\n"}
