@@ -20,8 +20,9 @@ from tests.integration.conftest import ROOT, SPEC, Cluster_
 pytestmark = pytest.mark.integration
 
 QUICK_TIMEOUT = 300
-"""Each quick mode takes under a minute on an idle machine (never_down: a 30 s outage and a
-dead node, about 2-3 minutes); the rest is room for a loaded one."""
+"""Each quick mode takes under a minute on an idle machine (never_down: a 90 s outage and a
+dead static node replaced, about 3-4 minutes, the integration suite's test of both); the rest
+is room for a loaded one."""
 
 
 def quick_args(cluster: Cluster_, bench: str) -> list[str]:
