@@ -1,8 +1,11 @@
-"""Prometheus file_sd targets for the node exporters of dynamic (elastic) nodes.
+"""Prometheus file_sd targets for the node exporters of dynamic (elastic) nodes, and of
+static pool nodes on AWS.
 
 Static hosts (controller, login, static pool nodes) are in prometheus.yml itself, from the
-inventory. A dynamic node is only a scrape target while Slurm has it powered and
-registered: a powered-down node is not a down target (no alert, no failed validation).
+inventory - except AWS's static pool nodes, which the inventory does not hold (the service
+launches their instances, and a replaced one has a new address): the service lists them.
+A node is only a scrape target while Slurm has it powered and registered: a powered-down
+node is not a down target (no alert, no failed validation).
 The service rewrites the file every loop from the `scontrol show nodes --json` it already read;
 Prometheus picks a changed file up by itself (inotify), without a reload.
 """
@@ -31,11 +34,13 @@ def is_scrapable(node: NodeState) -> bool:
 def dynamic_targets(topology: Topology, nodes: Iterable[NodeState],
                     port: int = NODE_EXPORTER_PORT) -> list[dict[str, Any]]:
     """One file_sd group per dynamic node to scrape now (by address; `instance` is the
-    node name, as for static hosts), sorted by node name."""
+    node name, as for static hosts), sorted by node name; static pool nodes too where the
+    inventory cannot list them (Topology.static_scraped_by_service)."""
     chosen = []
     for node in nodes:
         info = topology.nodes.get(node.name)
-        if info is not None and not info.static and is_scrapable(node):
+        listed_here = info is not None and (not info.static or topology.static_scraped_by_service)
+        if info is not None and listed_here and is_scrapable(node):
             chosen.append((node.name, node.address or node.name, info.pool))
     return [{"targets": [f"{address}:{port}"], "labels": {"instance": name, "pool": pool, "role": "compute"}}
             for name, address, pool in sorted(chosen)]

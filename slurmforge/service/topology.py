@@ -41,6 +41,9 @@ class Topology:
     resume_timeout: float
     partitions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """partition -> its pools"""
+    static_scraped_by_service: bool = False
+    """Static pool nodes have no address in the inventory (AWS: the service launches their
+    instances), so prometheus.yml cannot list them: the service's scrape targets do."""
 
     def chain(self, pool: str) -> tuple[str, ...]:
         return self.pools[pool].chain
@@ -79,4 +82,5 @@ def topology(spec: Cluster) -> Topology:
             for name in nodeset.names():
                 nodes[name] = info
     partitions = {p.name: tuple(p.pools) for p in spec.partitions}
-    return Topology(spec.name, nodes, pools, float(spec.scheduling.resume_timeout), partitions)
+    return Topology(spec.name, nodes, pools, float(spec.scheduling.resume_timeout), partitions,
+                    static_scraped_by_service=spec.target.kind == "aws")

@@ -24,7 +24,11 @@ from test_service_world import (
 
 from slurmforge.service.slurm import Job, NodeState, Tres, parse_jobs, parse_nodes, parse_tres
 from slurmforge.service.targets import dynamic_targets, write_targets
+from slurmforge.service.topology import topology
 from slurmforge.service.usage import Row, usage_rows
+from slurmforge.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.unit
 
@@ -137,11 +141,24 @@ def test_dynamic_targets_only_while_powered_and_registered() -> None:
     nodes = [node("t-spot-01", ALLOCATED, address="10.0.16.7"), node("t-spot-02", POWERING_UP),
              node("t-spot-03", POWERED_DOWN), node("t-spot-04", POWERING_DOWN), node("t-od-01", IDLE),
              node("t-od-02", DRAINED), node("t-od-03", DOWN_POWERED_DOWN), node("unknown-01", IDLE)]
-    groups = dynamic_targets(topo(), nodes)
-    # t-od-01 is static (min_nodes 1): prometheus.yml lists it, not this file
+    # t-od-01 is static (min_nodes 1): where the inventory holds static nodes (local, machines
+    # you own), prometheus.yml lists it, not this file
+    groups = dynamic_targets(replace(topo(), static_scraped_by_service=False), nodes)
     assert groups == [
         {"targets": ["t-od-02:9100"], "labels": {"instance": "t-od-02", "pool": "od", "role": "compute"}},
         {"targets": ["10.0.16.7:9100"], "labels": {"instance": "t-spot-01", "pool": "spot", "role": "compute"}}]
+
+
+def test_static_pool_nodes_are_listed_where_the_inventory_cannot_hold_them() -> None:
+    """AWS: the inventory has no pool node (the service launches them), so prometheus.yml
+    cannot list a static one; the service's file does, at the address Slurm has now."""
+    nodes = [node("t-od-01", IDLE, address="10.0.16.9"), node("t-spot-03", POWERED_DOWN)]
+    aws = topo()  # the world's spec is an AWS one
+    assert aws.static_scraped_by_service
+    assert dynamic_targets(aws, nodes) == [
+        {"targets": ["10.0.16.9:9100"], "labels": {"instance": "t-od-01", "pool": "od", "role": "compute"}}]
+    assert topology(load_spec(ROOT / "examples" / "pools-aws.yaml")).static_scraped_by_service
+    assert not topology(load_spec(ROOT / "examples" / "local.yaml")).static_scraped_by_service
 
 
 def test_targets_file_written_only_when_changed(tmp_path: Path) -> None:
