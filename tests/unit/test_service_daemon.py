@@ -388,7 +388,8 @@ def test_unknown_target_has_no_service_provider() -> None:
 
 def test_each_loop_publishes_usage_and_the_scrape_targets(env: dict[str, Path]) -> None:
     """One loop: the jobs are read (usage gauges in the snapshot) and the file_sd of the
-    dynamic nodes Slurm has powered is written; it follows Slurm's state loop by loop."""
+    nodes Slurm has powered is written (an AWS spec: dynamic nodes, and the static t-od-01,
+    which no inventory lists there); it follows Slurm's state loop by loop."""
     clock = Clock()
     slurm = FakeSlurm(all_nodes(t_spot_01=("allocated", "CLOUD"), t_od_01=("idle", "CLOUD")),
                       [Job(7, "RUNNING", "t-spot-01", "alice", partition="gpu", account="vision",
@@ -402,8 +403,8 @@ def test_each_loop_publishes_usage_and_the_scrape_targets(env: dict[str, Path]) 
     gauges = {(n, tuple(sorted(lab.items()))): v for n, lab, v in daemon.snapshot.gauges}  # type: ignore[union-attr]
     assert gauges[("slurmforge_account_gpus", (("account", "vision"), ("pool", "spot")))] == 2
     assert gauges[("slurmforge_partition_oldest_pending_seconds", (("partition", "gpu"),))] == 300
-    assert [g["labels"]["instance"] for g in json.loads(targets.read_text())] == ["t-spot-01"]
+    assert [g["labels"]["instance"] for g in json.loads(targets.read_text())] == ["t-od-01", "t-spot-01"]
     slurm._set("t-spot-01", "idle", "POWERED_DOWN")
     clock.advance(10)
     daemon.loop_once()
-    assert json.loads(targets.read_text()) == []
+    assert [g["labels"]["instance"] for g in json.loads(targets.read_text())] == ["t-od-01"]
