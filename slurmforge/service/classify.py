@@ -296,6 +296,16 @@ class Context:
         since = self.state.marks.get(node, {}).get(kind)
         return None if since is None else self.now - since
 
+    def past_grace(self, node: str, kind: str, grace: float) -> bool:
+        """The node's `kind` mark (MISSING, UNRESPONSIVE) is at least `grace` old."""
+        age = self.mark_age(node, kind)
+        return age is not None and age >= grace
+
+    def unresponsive(self, node: NodeState) -> NodeStatus:
+        """A node Slurm says is not responding: UNRESPONSIVE once the grace has passed."""
+        late = self.past_grace(node.name, UNRESPONSIVE, self.tun.unresponsive_grace)
+        return NodeStatus.UNRESPONSIVE if late else NodeStatus.NOT_RESPONDING
+
     def recently_launched(self, node: str) -> bool:
         binding = self.state.bindings.get(node)
         return binding is not None and self.now - binding.launched_at < self.tun.listing_grace
@@ -352,17 +362,14 @@ class Context:
         if inst is None:
             if self.recently_launched(node.name):
                 return NodeStatus.HEALTHY
-            age = self.mark_age(node.name, MISSING)
-            return NodeStatus.INSTANCE_LOST if age is not None and age >= self.tun.missing_grace \
-                else NodeStatus.MISSING
+            lost = self.past_grace(node.name, MISSING, self.tun.missing_grace)
+            return NodeStatus.INSTANCE_LOST if lost else NodeStatus.MISSING
         if inst.state not in LIVE:
             return NodeStatus.INSTANCE_LOST
         if node.is_down() or (node.is_drain() and not node.has_jobs()):
             return NodeStatus.REPLACE if is_recoverable(node.reason) else NodeStatus.LEFT_ALONE
         if node.is_not_responding():
-            age = self.mark_age(node.name, UNRESPONSIVE)
-            return NodeStatus.UNRESPONSIVE if age is not None and age >= self.tun.unresponsive_grace \
-                else NodeStatus.NOT_RESPONDING
+            return self.unresponsive(node)
         return NodeStatus.HEALTHY
 
     def _assess_static(self, node: NodeState, inst: Instance | None) -> NodeStatus:
@@ -374,10 +381,8 @@ class Context:
         if node.name in self.retrying_nodes or unlisted:  # a launch under way: the old machine is not the node's
             return NodeStatus.REPLACEMENT_BOOTING if held_by_service(node) else NodeStatus.HEALTHY
         if inst is None:
-            age = self.mark_age(node.name, MISSING)
-            if age is None or age < self.tun.missing_grace:
-                return NodeStatus.MISSING
-            return self._machine_gone(node, inst)
+            lost = self.past_grace(node.name, MISSING, self.tun.missing_grace)
+            return self._machine_gone(node, inst) if lost else NodeStatus.MISSING
         if inst.state in GONE:
             return self._machine_gone(node, inst)
         if inst.state not in LIVE:
@@ -392,9 +397,7 @@ class Context:
                 return NodeStatus.NEEDS_ADDRESS  # a node without CLOUD keeps the address the rollout gave it
             return NodeStatus.REPLACEMENT_BOOTING
         if node.is_not_responding():
-            age = self.mark_age(node.name, UNRESPONSIVE)
-            return NodeStatus.UNRESPONSIVE if age is not None and age >= self.tun.unresponsive_grace \
-                else NodeStatus.NOT_RESPONDING
+            return self.unresponsive(node)
         if node.is_down() or node.is_drained():
             return NodeStatus.REPLACE  # failed by Slurm or the health hook (not the admin's)
         return NodeStatus.HEALTHY
@@ -441,11 +444,14 @@ class Context:
             actions.append(MarkDown((name,), _own(_detail(status, node, inst))))
         elif status in _REPLACING:
             actions += self._replace(name, inst, _detail(status, node, inst))
-        elif status in (NodeStatus.MISSING, NodeStatus.NOT_RESPONDING):
-            kind = MISSING if status is NodeStatus.MISSING else UNRESPONSIVE
-            if self.mark_age(name, kind) is None:
-                actions.append(SetMark(name, kind, self.now))
+        elif status in _GRACE_MARK:
+            actions += self._start_grace(name, status)
         return actions
+
+    def _start_grace(self, name: str, status: NodeStatus) -> list[Action]:
+        """The mark a grace counts from (MISSING, NOT_RESPONDING), set once."""
+        kind = _GRACE_MARK[status]
+        return [SetMark(name, kind, self.now)] if self.mark_age(name, kind) is None else []
 
     def _keep_alive(self, status: NodeStatus, node: NodeState, info: NodeInfo, inst: Instance | None
                     ) -> list[Action]:
@@ -453,9 +459,8 @@ class Context:
         machine is gone, then requeue and launch (plan_launches), resume once the new
         machine's slurmd registered, and say when it is back."""
         name = node.name
-        if status in (NodeStatus.MISSING, NodeStatus.NOT_RESPONDING):
-            kind = MISSING if status is NodeStatus.MISSING else UNRESPONSIVE
-            return [SetMark(name, kind, self.now)] if self.mark_age(name, kind) is None else []
+        if status in _GRACE_MARK:
+            return self._start_grace(name, status)
         if status is NodeStatus.LEFT_ALONE:
             return self.gone_under_jobs(node)
         if status is NodeStatus.HEALTHY:
@@ -657,3 +662,6 @@ _MARKS_KEPT = {
     NodeStatus.UNRESPONSIVE: frozenset({UNRESPONSIVE}),
 }
 """The marks each status rests on (Context._clear_marks)."""
+
+_GRACE_MARK = {NodeStatus.MISSING: MISSING, NodeStatus.NOT_RESPONDING: UNRESPONSIVE}
+"""The statuses that start a grace, and the mark it counts from."""
