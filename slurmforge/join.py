@@ -72,7 +72,7 @@ class JoinSettings:
     """The NFS/EFS root ("server:/export", "fs-1.efs...:"); None when the provider mounts
     the NAS itself (local bind mounts)."""
     slurmd_flags: tuple[str, ...] = field(default_factory=tuple)
-    """Extra slurmd options (local: -b, see roles/slurm_node)."""
+    """Extra slurmd options (local: -b, see local_settings)."""
 
 
 @cache
@@ -137,6 +137,10 @@ def local_settings(spec: Cluster, hosts: Sequence[Host]) -> JoinSettings:
     local = spec.target.kind == "local"
     nas = spec.storage.nas
     nas_source = None if nas.kind == "bind" else (f"{nas.server}:{nas.export}" if nas.kind == "nfs" else None)
+    # -b on the local target: a container reports the host's uptime (or, in its own time
+    # namespace, one rounded to whole seconds), and slurmctld ignores the registration of a
+    # POWERING_UP node whose boot time is older than the resume request - a node up within a
+    # second or two of it stayed POWERING_UP until ResumeTimeout. -b: boot time = slurmd start.
     return JoinSettings(target="local" if local else "static", controllers=controllers,
                         nas_source=nas_source, slurmd_flags=("-b",) if local else ())
 

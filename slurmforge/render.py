@@ -230,16 +230,17 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
     state_dir = state_save_location(spec)
     cloud = is_cloud(spec)
     static_nodes = [s.hostlist for p in spec.pools for s in node_sets(spec, p) if not s.dynamic]
+    backup = len(controller_names(spec)) > 1
     settings: dict[str, Any] = {
         "ClusterName": spec.name,
         "SlurmctldHost": Lines(controller_names(spec)),
-        "SlurmctldTimeout": SLURMCTLD_TIMEOUT if len(controller_names(spec)) > 1 else None,
+        "SlurmctldTimeout": SLURMCTLD_TIMEOUT if backup else None,
         # A backup that held control is restarted once it stands by again: Slurm 24.11 reads
         # the cluster's ID at start only, and taking control (re-reading slurm.conf) zeroes
         # it; without it the next takeover waits for slurmdbd on the dead primary.
         # roles/slurm_controller/files/slurmforge-ctld-standby says how.
-        "SlurmctldPrimaryOnProg": CTLD_IN_CONTROL_PROGRAM if len(controller_names(spec)) > 1 else None,
-        "SlurmctldPrimaryOffProg": CTLD_STANDBY_PROGRAM if len(controller_names(spec)) > 1 else None,
+        "SlurmctldPrimaryOnProg": CTLD_IN_CONTROL_PROGRAM if backup else None,
+        "SlurmctldPrimaryOffProg": CTLD_STANDBY_PROGRAM if backup else None,
         "SlurmUser": "slurm",
         "AuthType": "auth/munge",
         "StateSaveLocation": state_dir,
