@@ -91,6 +91,17 @@ def nas_mounts(spec: Cluster) -> list[tuple[str, str]]:
     return [(name, path) for name, path in spec.storage.nas.mounts.model_dump().items() if name != "slurm_state"]
 
 
+def nas_source(spec: Cluster, efs_dns: str | None = None) -> str | None:
+    """The NAS root the join program mounts from: "server:/export" (nfs), "<EFS DNS>:" (efs,
+    once the stack knows its DNS name); None when the provider mounts it (bind)."""
+    nas = spec.storage.nas
+    if nas.kind == "efs":
+        return f"{efs_dns}:" if efs_dns else None
+    if nas.kind == "nfs" and nas.server and nas.export:
+        return f"{nas.server}:{nas.export.rstrip('/')}"
+    return None
+
+
 def lmod_paths(spec: Cluster) -> dict[str, str]:
     """Where Lmod looks on every node (the join program, roles/lmod on the head nodes): the
     shared module tree and its spider cache, which `slurmforge modules` refreshes."""
@@ -135,14 +146,12 @@ def local_settings(spec: Cluster, hosts: Sequence[Host]) -> JoinSettings:
     address = {h.name: h.address for h in hosts}
     controllers = tuple((name, address[name]) for name in controller_names(spec))
     local = spec.target.kind == "local"
-    nas = spec.storage.nas
-    nas_source = None if nas.kind == "bind" else (f"{nas.server}:{nas.export}" if nas.kind == "nfs" else None)
     # -b on the local target: a container reports the host's uptime (or, in its own time
     # namespace, one rounded to whole seconds), and slurmctld ignores the registration of a
     # POWERING_UP node whose boot time is older than the resume request - a node up within a
     # second or two of it stayed POWERING_UP until ResumeTimeout. -b: boot time = slurmd start.
     return JoinSettings(target="local" if local else "static", controllers=controllers,
-                        nas_source=nas_source, slurmd_flags=("-b",) if local else ())
+                        nas_source=nas_source(spec), slurmd_flags=("-b",) if local else ())
 
 
 def kit_files(spec: Cluster, hosts: Sequence[Host]) -> Mapping[str, str]:

@@ -18,7 +18,7 @@ import pulumi_aws as aws
 from slurmforge import aws_inventory as out
 from slurmforge.distro import distro
 from slurmforge.errors import Problem, SpecError
-from slurmforge.join import JoinSettings, render_join
+from slurmforge.join import JoinSettings, nas_source, render_join
 from slurmforge.nodes import pool_hostlist
 from slurmforge.render import controller_name, controller_names, login_names
 from slurmforge.spec.models import AwsTarget, Cluster
@@ -55,7 +55,7 @@ def join_settings(spec: Cluster, target: AwsTarget, controller_ips: Sequence[str
     tag, the munge key from Secrets Manager, the NAS from EFS or the spec's NFS server."""
     return JoinSettings(target="aws", controllers=tuple(zip(controller_names(spec), controller_ips, strict=True)),
                         identity="aws-tag", secrets="aws", region=target.region, munge_key_arn=munge_key_arn,
-                        nas_source=_nas_source(spec, efs_dns))
+                        nas_source=nas_source(spec, efs_dns))
 
 
 @dataclass(frozen=True)
@@ -192,12 +192,3 @@ def stack_outputs(spec: Cluster, target: AwsTarget, parts: Parts) -> dict[str, A
         out.OUT_MUNGE_KEY: secrets.munge_key,
         out.OUT_DB_PASSWORD: secrets.db_password,
     }
-
-
-def _nas_source(spec: Cluster, efs_dns: str | None) -> str | None:
-    nas = spec.storage.nas
-    if nas.kind == "efs":
-        return f"{efs_dns}:" if efs_dns else None
-    if nas.kind == "nfs" and nas.server and nas.export:
-        return f"{nas.server}:{nas.export.rstrip('/')}"
-    return None
