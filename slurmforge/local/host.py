@@ -1,5 +1,5 @@
 """Make this machine able to run the local cluster: root, Debian packages, podman
-settings (see shared LOCAL.md for why each one is needed). Idempotent."""
+settings (each with why it is needed, below). Idempotent."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ A pure function. Every managed node is first sorted into a `NodeStatus`, then ea
 maps to its actions; launches are planned per pool over the fallback chain; orphans,
 interruption notices, crashed launches and old requests are handled after the nodes.
 
-Rules the anchors learned the hard way (see LESSONS.md):
+Rules learned the hard way:
 - a machine is matched to its node by instance id (service bindings) or node tag, and a
   field the cloud has not filled in yet (no private IP, not listed yet) means "not yet";
 - a node whose links all lack capacity is powered down (POWER_DOWN_FORCE, never DOWN) and

@@ -10,7 +10,7 @@ from slurmforge.nodes import NodeHardware, pool_hardware
 from slurmforge.spec.checks.registry import check, cycles, dupes, is_aws
 from slurmforge.spec.models import AwsTarget, Cluster, Market
 
-# EC2 nodes take 2-6 minutes from RunInstances to a registered slurmd (LESSONS.md).
+# EC2 nodes take 2-6 minutes from RunInstances to a registered slurmd.
 MIN_AWS_RESUME_TIMEOUT = 300
 
 
