@@ -170,7 +170,7 @@ def test_the_inventory_carries_the_program_and_the_kit(tmp_path: Path) -> None:
 def test_its_last_line_says_how_long_each_step_took(tmp_path: Path) -> None:
     spec = load_spec(ROOT / "examples/local.yaml")
     program = render_join(spec, local_settings(spec, LocalProvider(spec, "img").hosts()))
-    steps = ["identity", "hosts", "munge", "nas", "kit", "cephfs", "lmod", "exporter", "slurmd"]
+    steps = ["identity", "munge", "nas", "kit", "hosts", "cephfs", "lmod", "exporter", "slurmd"]
     noop = "; ".join(f"step_{step}() {{ :; }}" for step in steps if step != "identity")
     done = sourced(program, tmp_path, f'{noop}; step_identity() {{ NODE=$1; }}; main dev-cpu-01', {"install": ""})
     assert done.returncode == 0, done.stderr
