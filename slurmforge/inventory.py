@@ -199,7 +199,10 @@ def write_inventory(spec: Cluster, spec_path: Path, hosts: list[Host], inventory
         target = inventory_dir / RENDERED / name
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists() or target.read_text() != text:
-            target.write_text(text)
+            target.write_text(text)  # in place: a node that bind-mounts the file sees the new one
+    # a local pool node runs the join program straight from here (a read-only bind mount)
+    if (join := inventory_dir / RENDERED / JOIN).exists():
+        join.chmod(0o755)
     copy = inventory_dir / SPEC_COPY
     spec_text = spec_path.read_text()
     if not copy.exists() or copy.read_text() != spec_text:
