@@ -3,7 +3,10 @@
 1. resume hand-off: the installed `slurmforge-resume` run in the controller as slurmctld
    runs it (user slurm, a SLURM_RESUME_FILE), from start to return;
 2. powered-down node -> job running: sbatch to a powered-down node until the job is
-   RUNNING (past CONFIGURING), once per powered-down node (up to --runs);
+   RUNNING (past CONFIGURING), once per powered-down node (up to --runs). A powered-down
+   node has no container: the service makes a fresh one from the node image, which joins
+   with the join program at boot. Each run also prints the join share the service's
+   `joined` event gives (the machine's launch -> its slurmd started, Slurm's whole seconds);
 3. capacity failover: with the first link told to fail, from the failed launch to the
    launch on the fallback link (the service's events) and sbatch -> RUNNING.
 
@@ -14,15 +17,17 @@ down is skipped (the bench waits up to --wait seconds for one).
 
 `--quick` (tests/integration/test_bench_quick.py, well under a minute): 3 hand-offs and one
 cold start (no capacity failover), then the node is powered down again (`scontrol update
-state=power_down`, awaited until Slurm shows it powered down and its container stopped),
+state=power_down`, awaited until Slurm shows it powered down and its container gone),
 so the cluster is left as it was. Exits 1 when no node is powered down within --wait
-(default 60 s with --quick) or a step fails.
+(default 60 s with --quick), the service reports no join for the node's new machine, or a
+step fails.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -41,6 +46,10 @@ from slurmforge.service.main import DEFAULT_PORT
 FAIL_POOLS = FAIL_POOLS_FILE
 QUICK_HANDOFFS = 3
 POWER_DOWN_WAIT = 120
+JOIN_EVENT_WAIT = 25
+"""The service reports a join in the loop after the node registered (every 10 s, or at once
+on a hand-off)."""
+JOIN_SHARE = re.compile(r"machine started -> slurmd started ([0-9.]+) s")
 """Slurm's power-save thread, the service's loop (10 s) and SuspendTimeout (20 s locally)."""
 HANDOFF_SCRIPT = (
     "d=$(mktemp -d) && chown slurm $d && echo '{\"jobs\":[{\"job_id\":1,\"nodes\":\"%s\"}],\"all_nodes\":\"%s\"}'"
@@ -104,6 +113,20 @@ class Bench:
                 timeout=120)
         return time.monotonic() - started, job
 
+    def join_share(self, node: str, since: float) -> float | None:
+        """The join share of `node`'s machine launched after `since` (wall clock), from the
+        service's `joined` event; None when there is none within JOIN_EVENT_WAIT."""
+        deadline = time.monotonic() + JOIN_EVENT_WAIT
+        while True:
+            for event in self.events():
+                found = JOIN_SHARE.search(event["detail"])
+                if event["kind"] == "joined" and event["at"] >= since and event["detail"].startswith(f"{node} ") \
+                        and found:
+                    return float(found[1])
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(1)
+
     def power_down(self, node: str, job: str) -> None:
         """The node back in power save, as before the cold start: its job ended first."""
         self.sh(self.ctl, f"scancel {job} 2>/dev/null; until sacct -n -X -P -j {job} -o State | "
@@ -119,12 +142,15 @@ def quick(bench: Bench, wait: float) -> int:
     if node is None:
         print(f"coldstart_bench --quick: no powered-down node within {wait:.0f} s", file=sys.stderr)
         return 1
+    since = time.time()
     seconds, job = bench.cold_start(node)
     print(f"{node} powered down -> job {job} RUNNING in {seconds:.1f} s")
+    share = bench.join_share(node, since)
+    print(f"{node} join share: {_seconds(share)}")
     started = time.monotonic()
     bench.power_down(node, job)
     print(f"{node} powered down again in {time.monotonic() - started:.1f} s")
-    return 0 if len(hand) == QUICK_HANDOFFS else 1
+    return 0 if len(hand) == QUICK_HANDOFFS and share is not None else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,17 +195,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"capacity failover on {node}: launch failed on {pool} -> launched on "
               f"{launched['link'] if launched else '?'} after {gap}; sbatch -> RUNNING {seconds:.1f} s")
 
-    times = []
+    times, shares = [], []
     for run in range(args.runs):
         node = bench.powered_down(set(bench.dynamic.values()), args.wait)
         if node is None:
             print(f"run {run + 1}: no powered-down node within {args.wait:.0f} s; stopping")
             break
+        since = time.time()
         times.append(bench.cold_start(node)[0])
-        print(f"run {run + 1}: {node} powered down -> job RUNNING in {times[-1]:.1f} s")
+        share = bench.join_share(node, since)
+        shares += [share] if share is not None else []
+        print(f"run {run + 1}: {node} powered down -> job RUNNING in {times[-1]:.1f} s, join share {_seconds(share)}")
     if times:
         print(f"cold start over {len(times)} run(s): median {statistics.median(times):.1f} s, max {max(times):.1f} s")
+    if shares:
+        print(f"join share over {len(shares)} run(s): median {statistics.median(shares):.1f} s, "
+              f"max {max(shares):.1f} s")
     return 0
+
+
+def _seconds(value: float | None) -> str:
+    return "no joined event" if value is None else f"machine started -> slurmd started {value:.1f} s"
 
 
 if __name__ == "__main__":

@@ -58,6 +58,13 @@ def rollout_mark(host: Host) -> str:
     return done.stdout.strip() if done.ok else ""
 
 
+def fixed_hosts(hosts: Sequence[Host]) -> list[Host]:
+    """The hosts a rollout reaches, on every target: all but the dynamic pool nodes, whose
+    machines exist only while Slurm has them powered up and join by themselves (the join
+    program at boot)."""
+    return [h for h in hosts if not h.dynamic]
+
+
 def roll_out_changed(inventory: Path, hosts: Sequence[Host], log: Path, ui: Phases, digest: str,
                      full: bool = False, extravars: dict[str, Any] | None = None,
                      read_mark: Callable[[Host], str] = rollout_mark) -> RolloutResult:

@@ -237,7 +237,7 @@ def rollout(
     dynamic pools are left out: they have no machine until the scheduler service starts
     one, and a machine that starts gets its config from slurmctld (configless). So are the
     nodes whose last rollout was this one (each node's mark says), unless --full-rollout."""
-    from slurmforge.bringup import LOG_DIR, roll_out_changed
+    from slurmforge.bringup import LOG_DIR, fixed_hosts, roll_out_changed
     from slurmforge.inventory import read_inventory
     from slurmforge.rollout import rollout_digest
     from slurmforge.ui import PhaseDisplay
@@ -250,7 +250,7 @@ def rollout(
         with display.phase("roll out (Ansible)"):
             _, hosts = read_inventory(inventory_dir)
             inventory = inventory_dir.resolve()
-            result = roll_out_changed(inventory, [h for h in hosts if not h.dynamic], log, display,
+            result = roll_out_changed(inventory, fixed_hosts(hosts), log, display,
                                       rollout_digest(inventory), full_rollout)
         _print_accounting(result.accounting)
         out.print(f"rollout changed {result.total_changed} thing(s) in {result.seconds:.0f} s; log {log}")

@@ -55,7 +55,9 @@ ETC_DIR = "/etc/slurmforge"
 """The service's spec copy and provider settings (the role names the files), the rollout
 mark, the hold file."""
 HOLD_FILE = f"{ETC_DIR}/hold"
-"""While it exists slurmd does not start (a powered-down node booted for a rollout)."""
+"""While it exists the join program leaves slurmd stopped (its drop-in too): a machine an admin
+wants configured but not registered. slurmforge itself no longer makes one (pool nodes are not
+rolled out: they join when the service makes their machine)."""
 DIGEST_FILE = f"{ETC_DIR}/rollout.digest"
 """Each host's rollout mark (playbooks/rollout_mark.yml)."""
 SERVICE_VENV = "/opt/slurmforge/venv"
@@ -163,10 +165,27 @@ def node_vars() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class LocalProviderSettings:
-    """The local target: the host's podman API socket, and the pools told to fail their
-    launches (the local stand-in for a region without capacity): a list, and a file of one
-    pool a line, re-read on every launch ("" for no file)."""
+    """The local target, written by `up` from its LocalProvider: what the service needs to
+    make a pool node's container the way `up` makes every node's (slurmforge.local.container)
+    - the node image, the podman network, every pool node's address (its MAC follows from
+    it), and the host paths it bind-mounts: the NAS directories (mount point -> host
+    directory), the rollout's public SSH key, the rendered join program and the cluster's
+    munge key - then the host's podman API socket, and the pools told to fail their launches
+    (the local stand-in for a region without capacity): a list, and a file of one pool a
+    line, re-read on every launch ("" for no file)."""
 
+    image: str
+    network: str
+    addresses: dict[str, str]
+    """pool node -> its fixed address"""
+    nas: dict[str, str]
+    """mount point on the node -> the host directory"""
+    ssh_key: str
+    """the host's public key file, the nodes' root authorized_keys (read-only)"""
+    join_program: str
+    """the host's rendered join program (<inventory>/rendered/join.sh), at JOIN_PROGRAM (read-only)"""
+    munge_key: str
+    """the host's munge key file, at JOIN_SECRETS_DIR/munge.key (read-only)"""
     socket: str = PODMAN_API_SOCKET
     fail_pools: tuple[str, ...] = ()
     fail_pools_file: str = FAIL_POOLS_FILE
@@ -194,12 +213,6 @@ Settings = TypeVar("Settings", LocalProviderSettings, AwsProviderSettings)
 def settings_json(settings: ProviderSettings) -> dict[str, Any]:
     """The settings as the inventory holds them and provider.json has them."""
     return dict(json.loads(json.dumps(asdict(settings))))
-
-
-def default_settings(target: str) -> dict[str, Any]:
-    """What a target's inventory holds when no stack says more: the local target's
-    defaults; nothing for others (AWS settings come from the stack's outputs)."""
-    return settings_json(LocalProviderSettings()) if target == "local" else {}
 
 
 def read_settings(kind: type[Settings], data: object) -> Settings:

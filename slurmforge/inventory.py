@@ -23,7 +23,7 @@ import yaml
 
 from slurmforge.accounting import desired_state
 from slurmforge.ceph import CEPH_CONF, ceph_hosts, ceph_vars, mds_hosts, monitors, render_ceph_conf
-from slurmforge.contract import DIGEST_FILE, default_settings
+from slurmforge.contract import DIGEST_FILE
 from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole
@@ -119,10 +119,11 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host],
                  provider_settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the roles need from the spec, as plain data (no secrets), the on-node
     paths and ports of slurmforge.contract, and the scheduler service's provider settings
-    (`provider_settings`; default: the target's own, contract.default_settings)."""
+    (`provider_settings`: what the target's provisioning knows - the local provider's, an
+    AWS stack's outputs -; none: empty, which the service's loader refuses for a target
+    that needs them)."""
     nas = spec.storage.nas
     os = distro(spec.images.base)
-    settings = default_settings(spec.target.kind) if provider_settings is None else provider_settings
     return {
         "slurmforge_cluster_name": spec.name,
         "slurmforge_target": spec.target.kind,
@@ -149,7 +150,7 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host],
         "slurmforge_rollout_digest_file": DIGEST_FILE,
         # what the image's install tasks got too (the venv's Python, paths, ports, requirements)
         **os.image_vars(),
-        "slurmforge_service_provider_settings": settings,
+        "slurmforge_service_provider_settings": provider_settings or {},
         # what the node image runs and what it takes over (slurmforge/upgrade.py)
         "slurmforge_slurm": {"release": os.slurm_release, "upgrades_from": os.upgrades_from,
                              "state_dir": state_save_location(spec), "state_marker": STATE_MARKER,
@@ -198,7 +199,10 @@ def write_inventory(spec: Cluster, spec_path: Path, hosts: list[Host], inventory
         target = inventory_dir / RENDERED / name
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists() or target.read_text() != text:
-            target.write_text(text)
+            target.write_text(text)  # in place: a node that bind-mounts the file sees the new one
+    # a local pool node runs the join program straight from here (a read-only bind mount)
+    if (join := inventory_dir / RENDERED / JOIN).exists():
+        join.chmod(0o755)
     copy = inventory_dir / SPEC_COPY
     spec_text = spec_path.read_text()
     if not copy.exists() or copy.read_text() != spec_text:

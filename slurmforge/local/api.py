@@ -1,10 +1,10 @@
 """A small client of podman's REST API over its unix socket (standard library only).
 
-The scheduler service runs inside the controller container and starts or stops the
-powered-down node containers through the host's API socket, bind-mounted into the
-controller (`podman system service`, started by `slurmforge up --local`). Plain
-http.client over AF_UNIX is enough for the three calls it makes (list, start, stop), so
-the service's venv needs no podman package.
+The scheduler service runs inside the controller container and makes and removes pool
+node containers through the host's API socket, bind-mounted into the controller (`podman
+system service`, started by `slurmforge up --local`). Plain http.client over AF_UNIX is
+enough for the calls it makes (list, create, start, stop, remove), so the service's venv
+needs no podman package.
 """
 
 from __future__ import annotations
@@ -46,11 +46,15 @@ class PodmanApi:
         self.socket_path = socket_path
         self.timeout = timeout
 
-    def request(self, method: str, path: str, query: dict[str, str] | None = None) -> tuple[int, bytes]:
+    def request(self, method: str, path: str, query: dict[str, str] | None = None,
+                body: dict[str, Any] | None = None) -> tuple[int, bytes]:
         url = API + path + (f"?{urlencode(query)}" if query else "")
         conn = _UnixConnection(self.socket_path, self.timeout)
         try:
-            conn.request(method, url)
+            if body is None:
+                conn.request(method, url)
+            else:
+                conn.request(method, url, json.dumps(body).encode(), {"Content-Type": "application/json"})
             res = conn.getresponse()
             return res.status, res.read()
         except OSError as exc:
@@ -72,6 +76,19 @@ class PodmanApi:
             raise ProvisionError(f"podman API: listing containers gave HTTP {status}: {_message(body)}")
         return [_info(row) for row in json.loads(body or b"[]")]
 
+    def create(self, body: dict[str, Any]) -> str:
+        """Create a container (libpod's SpecGenerator, `NodeContainer.create_body`); its id."""
+        status, answer = self.request("POST", "/containers/create", body=body)
+        if status != 201:
+            raise ProvisionError(f"podman API: create {body.get('name', '?')} gave HTTP {status}: {_message(answer)}")
+        return str(json.loads(answer)["Id"])
+
+    def remove(self, name: str) -> None:
+        """Remove a container whatever its state (force); one that is gone is fine (404)."""
+        status, body = self.request("DELETE", f"/containers/{quote(name)}", {"force": "true"})
+        if status not in (200, 204, 404):
+            raise ProvisionError(f"podman API: remove {name} gave HTTP {status}: {_message(body)}")
+
     def start(self, name: str) -> None:
         """Start a stopped container; one that already runs is fine (304)."""
         status, body = self.request("POST", f"/containers/{quote(name)}/start")
@@ -87,7 +104,7 @@ class PodmanApi:
 def _info(row: dict[str, Any]) -> ContainerInfo:
     names = row.get("Names") or [""]
     return ContainerInfo(names[0], str(row.get("State", "")).lower(), int(row.get("Pid") or 0),
-                         row.get("Labels") or {}, row.get("Image", ""))
+                         row.get("Labels") or {}, row.get("Image", ""), str(row.get("Id", "")))
 
 
 def _message(body: bytes) -> str:

@@ -97,8 +97,8 @@ class LiveCluster:
 
     def nodes_in_transition(self) -> list[str]:
         """Nodes powering up (#) or down (%, ! queued), and powered-down nodes (~) whose
-        machine still runs (the service releases it on its next loop, as after `up` rolled
-        it out): a machine may start or stop any moment."""
+        machine still runs (the service removes it on its next loop): a machine may be made
+        or removed any moment."""
         rows = [row for row in (line.split() for line in self.root("sinfo -h -N -o '%N %T'").splitlines())
                 if len(row) == 2]
         moving = {name for name, state in rows if state.endswith(("#", "%", "!"))}
@@ -106,7 +106,7 @@ class LiveCluster:
         return sorted(moving | (resting & self.running_containers() if resting else set()))
 
     def power_down(self, node: str, timeout: float = 180) -> None:
-        """`node` in power save, its machine stopped, as a cold start needs it: asked of Slurm
+        """`node` in power save, its machine gone, as a cold start needs it: asked of Slurm
         when it is not (a job of a test before may have powered it up; Slurm powers it down
         once it is idle), then awaited."""
         if not self.slurm_state(node).endswith("~"):

@@ -54,7 +54,8 @@ def status_table(name: str | None) -> Table:
     for column in ("node", "role", "pool", "address", "container", "slurm"):
         table.add_column(column)
     for host in hosts:
-        container = "running" if running.get(host.name) else ("stopped" if host.name in running else "missing")
+        container = "running" if running.get(host.name) else ("stopped" if host.name in running else
+                                                              "none" if host.dynamic else "missing")
         slurm = states.get(host.name, "-" if host.role is not HostRole.COMPUTE else "?")
         table.add_row(host.name, host.role.value, host.pool or "-", host.address, container, slurm)
     return table

@@ -22,6 +22,7 @@ class ContainerInfo:
     pid: int
     labels: dict[str, str]
     image: str
+    id: str = ""
 
     @property
     def is_running(self) -> bool:
@@ -68,7 +69,7 @@ class Podman:
         for row in rows:
             names = row.get("Names") or [row.get("Name", "")]
             out.append(ContainerInfo(names[0], str(row.get("State", "")).lower(), int(row.get("Pid") or 0),
-                                     row.get("Labels") or {}, row.get("Image", "")))
+                                     row.get("Labels") or {}, row.get("Image", ""), row.get("Id", "")))
         return out
 
     def container(self, name: str) -> ContainerInfo | None:

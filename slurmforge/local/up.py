@@ -1,8 +1,11 @@
-"""`slurmforge up --local`: validate -> host -> image -> nodes -> inventory -> rollout
--> power down dynamic nodes -> validate the live cluster -> sample job.
+"""`slurmforge up --local`: validate -> host -> image -> inventory -> nodes -> rollout
+-> scheduler service -> validate the live cluster -> sample job.
 
-What is local lives here: this machine, the node image, the containers, and the dynamic
-nodes booted for the rollout and put to rest after it. The steps every target shares are
+What is local lives here: this machine, the node image, the containers of the fixed hosts
+(head nodes, Ceph hosts, static nodes). A dynamic pool node has no container while it is
+powered down: the scheduler service makes a fresh one when Slurm powers the node up, and it
+joins at boot with the join program, so no rollout ever reaches it (`up` removes a stopped
+one an older release left, and leaves running ones: they may run jobs). The steps every target shares are
 elsewhere: the inventory (`inventory.write_inventory`), the rollout that skips current hosts
 and the sample job (`slurmforge.bringup`, whose rollout `slurmforge rollout --inventory`
 runs too), the validation (`validation.validate_inventory`, passed in by the CLI).
@@ -13,24 +16,20 @@ A spec that fails validation never starts a container.
 
 from __future__ import annotations
 
-import io
-import subprocess
-import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmforge.bringup import Phases, inventory_dir, log_path, roll_out_changed, sample_job
-from slurmforge.contract import DIGEST_FILE, HOLD_FILE, SERVICE_UNIT
+from slurmforge.bringup import Phases, fixed_hosts, inventory_dir, log_path, roll_out_changed, sample_job
+from slurmforge.contract import SERVICE_UNIT, settings_json
 from slurmforge.distro import Distro, distro, release_tuple
-from slurmforge.hosts import Host, HostRole
-from slurmforge.inventory import write_inventory
+from slurmforge.hosts import HostRole
+from slurmforge.inventory import JOIN, RENDERED, write_inventory
 from slurmforge.local.api import ensure_api_service
 from slurmforge.local.host import prepare_host
 from slurmforge.local.image import NAMESPACE, ensure_images, slurm_version
 from slurmforge.local.podman import Podman
-from slurmforge.providers.base import InstanceState
 from slurmforge.providers.local import LABEL, LocalProvider
 from slurmforge.render import controller_name, controller_names, state_save_location
 from slurmforge.rollout import EventSink, RolloutResult, rollout_digest, run_playbook
@@ -71,28 +70,20 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
     check_takeover(spec.name, cluster_release(podman, provider), os)  # before any container changes
     ensure_secrets(spec.name)
     with ui.phase("inventory"):
-        write_inventory(spec, spec_path, provider.hosts(), report.inventory)
+        settings = provider.service_settings(report.inventory / RENDERED / JOIN)
+        write_inventory(spec, spec_path, provider.hosts(), report.inventory, provider_settings=settings_json(settings))
         digest = rollout_digest(report.inventory)
     with ui.phase("start nodes (podman, systemd)"):
         _pause_service(podman, spec)
         _settle(podman, spec)
-        resting = _powered_down_nodes(provider)
-        # a powered-down node that already has this rollout stays down (like an instance
-        # that does not exist yet on AWS): only stale ones boot to be rolled out
-        current = frozenset(n for n in resting if _read_stopped(podman, n, DIGEST_FILE) == digest)
-        _hold(podman, resting - current)
-        hosts = provider.provision(keep_stopped=current)
+        hosts = provider.provision()
     with ui.phase("roll out (Ansible)"):
-        # never the powered-down nodes left out above
-        up_hosts = [h for h in hosts if h.name not in current]
-        report.rollout = roll_out_changed(report.inventory, up_hosts, log, ui, digest, full_rollout,
+        # a dynamic node joins by itself when the service makes its machine
+        report.rollout = roll_out_changed(report.inventory, fixed_hosts(hosts), log, ui, digest, full_rollout,
                                           extravars={"scheduler_service_paused": True})
-        report.rollout.skipped_hosts += len(current)
         ceph_play = next((sec for play, sec in report.rollout.plays.items() if play.startswith(CEPH_PLAY)), None)
         if ceph_play is not None:
             ui.note(f"Ceph play of the rollout: {ceph_play:.1f} s")
-    with ui.phase("power down dynamic nodes"):
-        _rest(podman, provider, spec, hosts)
     with ui.phase("scheduler service"):
         for controller in controller_names(spec):  # the one beside the slurmctld in control leads
             podman.exec(controller, ["systemctl", "start", SERVICE_UNIT], timeout=60)
@@ -108,32 +99,16 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
     return report
 
 
-def _read_stopped(podman: Podman, node: str, path: str) -> str:
-    """A file of a container that is not running (`podman cp` streams a tar archive)."""
-    res = subprocess.run(["podman", "cp", f"{node}:{path}", "-"], capture_output=True, timeout=60)
-    if res.returncode != 0:
-        return ""
-    with tarfile.open(fileobj=io.BytesIO(res.stdout)) as tar:
-        member = tar.extractfile(tar.getmembers()[0]) if tar.getmembers() else None
-        return member.read().decode().strip() if member else ""
-
-
 def bake_node_image(builder: str, os: Distro, log: Path, on_event: EventSink | None) -> None:
     """The image playbook on a builder container (what `ensure_images` commits)."""
     inventory = {"all": {"hosts": {builder: {"ansible_connection": "containers.podman.podman"}}}}
     run_playbook("image.yml", inventory, log, on_event, phase="image", extravars=os.image_vars())
 
 
-def _powered_down_nodes(provider: LocalProvider) -> set[str]:
-    """Dynamic nodes that are powered down now, or will be new: they rest after the rollout."""
-    existing = {i.node: i for i in provider.list_instances()}
-    return {h.name for h in provider.hosts() if h.dynamic and
-            (h.name not in existing or existing[h.name].state is not InstanceState.RUNNING)}
-
-
 def _pause_service(podman: Podman, spec: Cluster) -> None:
-    """The scheduler service stops machines Slurm sees as powered down: it pauses while
-    `up` boots those nodes for the rollout, and starts again once they rest."""
+    """The scheduler service makes and removes pool machines: it pauses while `up` converges
+    the containers (a machine it is making is not yet running: `up` would take it for a
+    leftover) and rolls out (slurmctld restarts), and starts again after."""
     for controller in controller_names(spec):
         info = podman.container(controller)
         if info is not None and info.is_running:
@@ -152,38 +127,6 @@ def _settle(podman: Podman, spec: Cluster, timeout: float = 45) -> None:
             return
         previous = states
         time.sleep(2)
-
-
-def _hold(podman: Podman, nodes: set[str]) -> None:
-    """Existing powered-down nodes boot for the rollout with slurmd held (no registration)."""
-    for name in sorted(nodes):
-        if podman.container(name) is not None:
-            podman.run(["cp", "/dev/null", f"{name}:{HOLD_FILE}"], check=False)
-
-
-def _rest(podman: Podman, provider: LocalProvider, spec: Cluster, hosts: list[Host]) -> None:
-    """Power down every dynamic node without jobs: the ones `up` booted for the rollout
-    (Slurm sees them powered down, state ends in '~') and new ones whose slurmd
-    registered (idle, powered up). Nodes running jobs stay up."""
-    states = slurm_states(podman, spec)
-    names = [h.name for h in hosts if h.dynamic and _is_restable(states.get(h.name, "~"))]
-    up_nodes = [n for n in names if not states.get(n, "~").endswith("~")]
-    if up_nodes:
-        podman.exec(controller_name(spec), ["scontrol", "update", f"nodename={','.join(up_nodes)}",
-                                            "state=power_down_force", "reason=slurmforge up: rest"],
-                    check=False, timeout=30)
-    # every dynamic node loses its hold, whatever its state: a held node the service
-    # starts later would never register
-    running = {i.node for i in provider.list_instances() if i.state is InstanceState.RUNNING}
-    for host in hosts:
-        if host.dynamic and host.name in running:
-            podman.exec(host.name, ["rm", "-f", HOLD_FILE], check=False)
-    provider.stop(names)
-
-
-def _is_restable(state: str) -> bool:
-    """Powered down or on its way, or up without jobs (sinfo %T: idle~, idle%, idle, down*...)."""
-    return state.endswith(("~", "%")) or state.rstrip("*") in ("idle", "down")
 
 
 def slurm_states(podman: Podman, spec: Cluster) -> dict[str, str]:

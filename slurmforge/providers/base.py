@@ -1,6 +1,6 @@
 """The two provider interfaces, one per caller, and the machine vocabulary they use.
 
-- `Machines`: what the scheduler service calls on the controller (list, start and terminate
+- `Machines`: what the scheduler service calls on the controller (list, launch and terminate
   pool machines; spot notices). `aws.AwsProvider` and `local.PoolMachines` implement it.
 - `Provisioner`: what the CLI calls to make and remove a cluster's fixed hosts (controller,
   login, static nodes, Ceph hosts). `local.LocalProvider` implements it; on AWS the Pulumi
@@ -128,8 +128,8 @@ class Machines(ABC):
 
     @abstractmethod
     def terminate(self, instances: Sequence[Instance]) -> None:
-        """Remove these instances (orphans, failed or released nodes): a cloud machine goes
-        for good; a local container stops, its node starts again from it later."""
+        """Remove these instances (orphans, failed or released nodes) for good: a cloud
+        machine is terminated, a local container stopped and removed."""
 
     def interruptions(self) -> list[Interruption]:
         """Notices of instances the cloud is about to take away. Default: none."""
@@ -150,9 +150,9 @@ class Provisioner(ABC):
         """Every host the spec asks for, as the inventory will list them."""
 
     @abstractmethod
-    def provision(self, keep_stopped: frozenset[str] = frozenset()) -> list[Host]:
-        """Create (or converge) every host and boot it, except the powered-down nodes named
-        in `keep_stopped`, which exist, are current and stay down; return every host."""
+    def provision(self) -> list[Host]:
+        """Create (or converge) every fixed host (head nodes, Ceph hosts, static nodes) and
+        boot it; return every host. Dynamic nodes' machines are the scheduler service's."""
 
     @abstractmethod
     def delete(self) -> None:

@@ -1,12 +1,18 @@
 """The local provider: every host of the cluster is a podman container with systemd,
-started from the one node image, on a podman network with fixed addresses.
+started from the one node image, on a podman network with fixed addresses; each container is
+described once (slurmforge.local.container), whoever makes it.
 
 Shared storage is a host directory bind-mounted on every node (the local NAS). Ceph
 hosts (storage.ceph.hosts) are containers too, started first; each keeps /var/lib/ceph
 (monitor store, BlueStore files) in a host directory next to the cluster's secrets, so
 a recreated container (new image) finds its Ceph data again.
-Dynamic pool nodes are created like every other node and stopped after the rollout:
-a stopped container is the local analogue of a powered-down EC2 instance.
+
+`up` (LocalProvider) makes the head nodes, the Ceph hosts and the static nodes. A dynamic
+pool node has a container only while it is powered up, like an instance: the scheduler
+service (PoolMachines) makes a fresh one from the node image when Slurm resumes the node,
+which joins at boot with the join program, and removes it when Slurm suspends it; nothing
+survives but the shared storage. A static node whose machine died gets a fresh container
+the same way.
 
 Podman's database survives a killed session while the containers' processes do not:
 `provision` reconciles what it finds (containers listed as running whose init is gone,
@@ -22,7 +28,6 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,18 @@ from slurmforge.errors import ProvisionError
 from slurmforge.hosts import TAG_LINK, Host, HostRole
 from slurmforge.inventory import SECRETS_ROOT
 from slurmforge.local.api import PodmanApi
+from slurmforge.local.container import (
+    ADDRESS_LABEL,
+    AUTHORIZED_KEYS,
+    HOSTS_LABEL,
+    LABEL,
+    MAC_LABEL,
+    POOL_LABEL,
+    Mount,
+    NodeContainer,
+    compute_container,
+    mac_address,
+)
 from slurmforge.local.podman import ContainerInfo, Podman
 from slurmforge.nodes import ceph_host_name, node_sets
 from slurmforge.providers.base import (
@@ -43,30 +60,19 @@ from slurmforge.providers.base import (
     Provisioner,
 )
 from slurmforge.render import controller_name, controller_names, login_names
-from slurmforge.secrets import SSH_KEY
+from slurmforge.secrets import MUNGE_KEY, SSH_KEY
 from slurmforge.spec import Cluster
 from slurmforge.spec.models import LocalTarget
 
+__all__ = ["API_LABEL", "DB_LABEL", "HOSTS_LABEL", "LABEL", "MARIADB_DATADIR", "LocalProvider", "PoolMachines",
+           "mac_address", "service_provider"]
+
 log = logging.getLogger(__name__)
 
-LABEL = "slurmforge.cluster"
-# The node's init runs in a new time namespace whose boot time is "now", so slurmctld
-# sees a powered-up node as freshly booted (containers otherwise report the host's).
-INIT = "exec unshare --time --boottime -$(cut -d. -f1 /proc/uptime) /sbin/init"
 FIRST_HOST_OFFSET = 10
 API_LABEL = "slurmforge.podman-api"
 DB_LABEL = "slurmforge.mariadb"
-HOSTS_LABEL = "slurmforge.hosts-file"
-"""On Slurm hosts /etc/hosts is the node's own file, written by the rollout (roles/common) as on
-every target: podman's file (--add-host) is fixed when a container is created, so a host added
-later (a backup controller, a grown pool) stayed unknown to the nodes that existed before."""
 MARIADB_DATADIR = "/var/lib/mysql"
-
-
-@dataclass(frozen=True)
-class NodePlan:
-    host: Host
-    address: str
 
 
 class LocalProvider(Provisioner):
@@ -150,9 +156,11 @@ class LocalProvider(Provisioner):
 
     # ------------------------------------------------------------------ provision
 
-    def provision(self, keep_stopped: frozenset[str] = frozenset()) -> list[Host]:
-        """Create or converge every host; `keep_stopped` names powered-down nodes that exist,
-        are current and stay powered down (they are not booted)."""
+    def provision(self) -> list[Host]:
+        """Create or converge every fixed host (head nodes, Ceph hosts, static nodes) and boot
+        it; return every host of the spec. A dynamic node's container is the scheduler
+        service's: one that runs stays (Slurm powered the node up, it may run jobs), one that
+        does not is removed (a powered-down node has no machine)."""
         hosts = self.hosts()
         self._ensure_network()
         self._ensure_nas()
@@ -163,16 +171,36 @@ class LocalProvider(Provisioner):
                 log.info("removing %s: no longer in the spec", name)
                 self.podman.remove_container(name)
         for host in hosts:
-            self._ensure_container(host, hosts, existing.get(host.name), host.name not in keep_stopped)
-        booted = [h for h in hosts if h.name not in keep_stopped]
-        self.wait_booted([h.name for h in booted])
+            info = existing.get(host.name)
+            if not host.dynamic:
+                self._ensure_container(host, hosts, info)
+            elif info is not None and not (info.is_running and not info.is_dead):
+                log.info("removing %s: a powered-down node has no container", host.name)
+                self.podman.remove_container(host.name)
+        fixed = [h for h in hosts if not h.dynamic]
+        self.wait_booted([h.name for h in fixed])
         # a stop someone else asked for may land after our start: start those once more
-        stopped = [h.name for h in booted if not ((c := self.podman.container(h.name)) and c.is_running)]
+        stopped = [h.name for h in fixed if not ((c := self.podman.container(h.name)) and c.is_running)]
         if stopped:
             log.info("started again after a late stop: %s", ", ".join(stopped))
             self.podman.run(["start", *stopped])
             self.wait_booted(stopped)
         return hosts
+
+    def service_settings(self, join_program: Path) -> LocalProviderSettings:
+        """What the scheduler service needs to make a pool node's container as this provider
+        would (contract.LocalProviderSettings); `join_program`: the inventory's rendered one."""
+        hosts = self.hosts()
+        return LocalProviderSettings(
+            image=self.image, network=self.network,
+            addresses={h.name: h.address for h in hosts if h.role is HostRole.COMPUTE},
+            nas={target: str(source) for source, target in self.nas_binds()},
+            ssh_key=str(self.ssh_public_key), join_program=str(join_program.resolve()),
+            munge_key=str(self.root / "secrets" / MUNGE_KEY))
+
+    @property
+    def ssh_public_key(self) -> Path:
+        return self.root / "secrets" / f"{SSH_KEY}.pub"
 
     def _ensure_network(self) -> None:
         if self.podman.network_exists(self.network):
@@ -195,13 +223,12 @@ class LocalProvider(Provisioner):
         if (db := self.db_dir(controller_name(self.spec))) is not None:
             db.mkdir(parents=True, exist_ok=True)
 
-    def _ensure_container(self, host: Host, hosts: list[Host], info: ContainerInfo | None,
-                          start: bool = True) -> None:
+    def _ensure_container(self, host: Host, hosts: list[Host], info: ContainerInfo | None) -> None:
         if info is None:
             self._free_name(host.name)
         else:
-            stale = (info.image != self.image or info.labels.get("slurmforge.address") != host.address
-                     or info.labels.get("slurmforge.mac") != mac_address(host.address)
+            stale = (info.image != self.image or info.labels.get(ADDRESS_LABEL) != host.address
+                     or info.labels.get(MAC_LABEL) != mac_address(host.address)
                      or (host.role is HostRole.CONTROLLER and API_LABEL not in info.labels)
                      or info.labels.get(DB_LABEL, "") != str(self.db_dir(host.name) or "")
                      or (host.role is not HostRole.CEPH and HOSTS_LABEL not in info.labels))
@@ -211,7 +238,7 @@ class LocalProvider(Provisioner):
                 info = None
         if info is None:
             self.podman.run(self._run_args(host, hosts))
-        elif not info.is_running and start:
+        elif not info.is_running:
             self.podman.run(["start", host.name])
 
     def _free_name(self, name: str) -> None:
@@ -226,32 +253,32 @@ class LocalProvider(Provisioner):
                                  f"rename or remove it (`podman rm -f {name}`)")
         self.podman.remove_container(name)
 
-    def _run_args(self, host: Host, hosts: list[Host]) -> list[str]:
-        args = ["run", "-d", "--name", host.name, "--hostname", host.name,
-                "--network", self.network, "--ip", host.address,
-                # a fixed MAC per address: a node powered down and up again keeps it, so no
-                # neighbour cache (the host's, the controller's) points at a dead one
-                "--mac-address", mac_address(host.address), "--label", f"slurmforge.mac={mac_address(host.address)}",
-                "--systemd=always", "--cgroupns=host", "--privileged",
-                "--label", f"{LABEL}={self.spec.name}", "--label", f"slurmforge.role={host.role.value}",
-                "--label", f"slurmforge.address={host.address}"]
-        if host.pool:
-            args += ["--label", f"slurmforge.pool={host.pool}", "--label", f"slurmforge.dynamic={host.dynamic}"]
+    def container(self, host: Host, hosts: list[Host]) -> NodeContainer:
+        """The host's container: a compute node's as the scheduler service makes it, without
+        the join program (the rollout installs it on a static node); the others' here."""
+        if host.role is HostRole.COMPUTE:
+            return compute_container(self.spec, self.service_settings(Path()), host.name, joins=False)
+        labels: dict[str, str] = {}
+        mounts = [Mount(str(self.ssh_public_key), AUTHORIZED_KEYS, read_only=True)]
+        extra_hosts = None
         if host.role is HostRole.CEPH:  # not rolled out by cluster.yml: podman's /etc/hosts
-            args += [arg for other in hosts for arg in ("--add-host", f"{other.name}:{other.address}")]
-            args += ["-v", f"{self.ceph_data(host.name)}:/var/lib/ceph"]
+            extra_hosts = tuple((other.name, other.address) for other in hosts)
+            mounts.insert(0, Mount(str(self.ceph_data(host.name)), "/var/lib/ceph"))
         else:
-            args += ["--no-hosts", "--label", f"{HOSTS_LABEL}=rollout"]
-            for source, target in self.nas_binds():
-                args += ["-v", f"{source}:{target}"]
+            labels[HOSTS_LABEL] = "rollout"
+            mounts[:0] = [Mount(str(source), target) for source, target in self.nas_binds()]
         if host.role is HostRole.CONTROLLER:
-            # the scheduler service starts and stops pool containers through the host's API
-            args += ["--label", f"{API_LABEL}={PODMAN_API_SOCKET}", "-v", f"{PODMAN_API_DIR}:{PODMAN_API_DIR}"]
+            # the scheduler service makes and removes pool containers through the host's API
+            labels[API_LABEL] = PODMAN_API_SOCKET
+            mounts.append(Mount(PODMAN_API_DIR, PODMAN_API_DIR))
             if (db := self.db_dir(host.name)) is not None:  # accounting outlives the container (new image, restore)
-                args += ["--label", f"{DB_LABEL}={db}", "-v", f"{db}:{MARIADB_DATADIR}"]
-        # the rollout's public key: sshd lets Ansible in as root, as on a real server
-        args += ["-v", f"{self.root / 'secrets' / SSH_KEY}.pub:/root/.ssh/authorized_keys:ro"]
-        return [*args, self.image, "sh", "-c", INIT]
+                labels[DB_LABEL] = str(db)
+                mounts.append(Mount(str(db), MARIADB_DATADIR))
+        return NodeContainer(host.name, self.image, self.network, host.address, host.role, self.spec.name,
+                             labels, tuple(mounts), extra_hosts)
+
+    def _run_args(self, host: Host, hosts: list[Host]) -> list[str]:
+        return self.container(host, hosts).run_args()
 
     def wait_booted(self, names: Sequence[str], timeout: float = 120) -> None:
         """Wait until systemd in every container finished booting (running or degraded)."""
@@ -269,23 +296,6 @@ class LocalProvider(Provisioner):
                                          f"see `podman logs {name}`; `slurmforge down --local` removes it")
                 time.sleep(0.5)
 
-    # ------------------------------------------------------------------ runtime
-
-    def list_instances(self) -> list[Instance]:
-        """Every container of the cluster (`up` reads which dynamic nodes are powered down)."""
-        out = []
-        for c in self.podman.containers(f"{LABEL}={self.spec.name}"):
-            running = c.is_running and not c.is_dead
-            out.append(Instance(id=c.name, node=c.name, pool=c.labels.get("slurmforge.pool"),
-                                state=InstanceState.RUNNING if running else InstanceState.STOPPED,
-                                address=c.labels.get("slurmforge.address"), tags=dict(c.labels)))
-        return out
-
-    def stop(self, nodes: Sequence[str]) -> None:
-        """Power these nodes' containers down (`up` rests the dynamic nodes it rolled out)."""
-        if nodes:
-            self.podman.run(["stop", "-t", "10", *nodes], check=False)
-
     def delete(self) -> None:
         for c in self.podman.containers(f"{LABEL}={self.spec.name}"):
             self.podman.remove_container(c.name)
@@ -294,16 +304,21 @@ class LocalProvider(Provisioner):
 
 
 class PoolMachines(Machines):
-    """The scheduler service's view from inside the controller: pool containers started
-    and stopped through the host's podman API. Told to, it fails every launch on some
-    links (pools) with InsufficientInstanceCapacity: the local stand-in for a region
-    without capacity. The list is re-read on every launch: one pool name a line in
-    `fail_pools_file`, or the `fail_pools` option."""
+    """The scheduler service's view from inside the controller: pool node containers made
+    and removed through the host's podman API, like instances. A launch makes a fresh
+    container from the node image (`compute_container`, as `up` describes it, plus the join
+    program and the munge key: it joins at boot); a termination stops and removes it. An
+    instance's id is its container's id, so a termination never reaches the machine that
+    replaced it under the same name.
 
-    def __init__(self, spec: Cluster, api: PodmanApi, fail_pools: Sequence[str] = (),
+    Told to, it fails every launch on some links (pools) with InsufficientInstanceCapacity:
+    the local stand-in for a region without capacity. The list is re-read on every launch:
+    one pool name a line in `fail_pools_file`, or the `fail_pools` option."""
+
+    def __init__(self, spec: Cluster, api: PodmanApi, settings: LocalProviderSettings,
                  fail_pools_file: Path | None = None) -> None:
-        self.spec, self.api = spec, api
-        self.fail_pools, self.fail_pools_file = frozenset(fail_pools), fail_pools_file
+        self.spec, self.api, self.settings = spec, api, settings
+        self.fail_pools, self.fail_pools_file = frozenset(settings.fail_pools), fail_pools_file
 
     def failing_pools(self) -> frozenset[str]:
         names = set(self.fail_pools)
@@ -316,12 +331,12 @@ class PoolMachines(Machines):
         """Pool containers only (controller and login are not the service's business)."""
         out = []
         for c in self.api.containers(f"{LABEL}={self.spec.name}"):
-            pool = c.labels.get("slurmforge.pool")
+            pool = c.labels.get(POOL_LABEL)
             if pool is None:
                 continue
             state = InstanceState.RUNNING if c.is_running else InstanceState.STOPPED
-            out.append(Instance(id=c.name, node=c.name, pool=pool, state=state,
-                                address=c.labels.get("slurmforge.address"), tags=dict(c.labels)))
+            out.append(Instance(id=c.id or c.name, node=c.name, pool=pool, state=state,
+                                address=c.labels.get(ADDRESS_LABEL), tags=dict(c.labels)))
         return out
 
     def start(self, request: LaunchRequest) -> LaunchResult:
@@ -332,42 +347,57 @@ class PoolMachines(Machines):
         launched: dict[str, Instance] = {}
         failed: dict[str, str] = {}
         for node in request.nodes:
-            info = known.get(node)
-            if info is None:
+            if node not in self.settings.addresses:
                 failed[node] = "NoSuchNode"
                 continue
-            try:
-                self.api.start(node)  # idempotent: a running container stays as it is
-            except ProvisionError as exc:
-                log.warning("start %s failed: %s", node, exc)
-                failed[node] = "NodeStartFailed"
+            info, container = known.get(node), compute_container(self.spec, self.settings, node, joins=True)
+            if info is not None and info.is_running:  # a retried token: no second machine
+                launched[node] = self._instance(container, info.id or node, request, None)
                 continue
-            launched[node] = Instance(node, node, request.pool, InstanceState.RUNNING,
-                                      info.labels.get("slurmforge.address"), time.time(),
-                                      tags={**info.labels, TAG_LINK: request.capacity_pool})
+            started = time.time()  # the machine's launch: the join share is measured from here
+            try:
+                launched[node] = self._instance(container, self._launch(container, info), request, started)
+            except ProvisionError as exc:
+                log.warning("launch of %s failed: %s", node, exc)
+                failed[node] = "NodeStartFailed"
         return LaunchResult(launched, failed)
 
-    def terminate(self, instances: Sequence[Instance]) -> None:
-        """A pool container is not removed: it stops, and its node starts from it again."""
-        for node in [i.node for i in instances if i.node]:
-            try:
-                self.api.stop(node)
-            except ProvisionError as exc:
-                log.warning("stop %s failed: %s", node, exc)
+    def _launch(self, container: NodeContainer, old: ContainerInfo | None) -> str:
+        """A fresh container, started; its id. What is left of an earlier one (stopped, dead)
+        is removed first; a new one that does not start is removed again."""
+        if old is not None:
+            self.api.remove(old.id or old.name)
+        ident = self.api.create(container.create_body())
+        try:
+            self.api.start(ident)
+        except ProvisionError:
+            with contextlib.suppress(ProvisionError):
+                self.api.remove(ident)
+            raise
+        return ident
 
+    @staticmethod
+    def _instance(container: NodeContainer, ident: str, request: LaunchRequest, started: float | None) -> Instance:
+        return Instance(ident, container.name, request.pool, InstanceState.RUNNING, container.address, started,
+                        tags={**container.all_labels(), TAG_LINK: request.capacity_pool})
+
+    def terminate(self, instances: Sequence[Instance]) -> None:
+        """Stop and remove the containers: nothing of the machine survives (what lives on the
+        NAS does). One already gone is fine."""
+        for inst in instances:
+            try:
+                self.api.stop(inst.id)
+                self.api.remove(inst.id)
+            except ProvisionError as exc:
+                log.warning("terminating %s (%s) failed: %s", inst.id[:12], inst.node or "-", exc)
 
 
 def service_provider(spec: Cluster, settings: Mapping[str, Any]) -> Machines:
     """The scheduler service's provider, from its settings (contract.LocalProviderSettings:
-    the API socket, the pools told to fail)."""
+    the node image, network, addresses and host paths `up` wrote, the API socket, the pools
+    told to fail)."""
     if not isinstance(spec.target, LocalTarget):
         raise ProvisionError(f"the local provider needs target kind local, not {spec.target.kind}")
     local = read_settings(LocalProviderSettings, dict(settings))
-    return PoolMachines(spec, PodmanApi(local.socket), local.fail_pools,
+    return PoolMachines(spec, PodmanApi(local.socket), local,
                         Path(local.fail_pools_file) if local.fail_pools_file else None)
-
-
-def mac_address(address: str) -> str:
-    """A locally administered unicast MAC derived from the IPv4 address."""
-    return "02:42:" + ":".join(f"{int(octet):02x}" for octet in address.split("."))
-

@@ -132,6 +132,17 @@ class Replaced:
 
 
 @dataclass(frozen=True)
+class Joined:
+    """A node's machine the service launched has joined: its slurmd started (Slurm's
+    slurmd_start_time, whole seconds) after the launch. The event with the join share."""
+
+    node: str
+    pool: str
+    launched_at: float
+    slurmd_started_at: float
+
+
+@dataclass(frozen=True)
 class AbandonLaunch:
     token: str
     reason: str
@@ -150,6 +161,6 @@ class AdvanceInterruption:
 
 Action = (
     Launch | Terminate | PowerDown | MarkDown | PowerUp | Resume | Drain | Requeue | Signal | SetAddress
-    | MarkCooldown | Bind | Unbind | SetMark | ClearMark | Replaced | AbandonLaunch | CloseRequests
+    | MarkCooldown | Bind | Unbind | SetMark | ClearMark | Replaced | Joined | AbandonLaunch | CloseRequests
     | AdvanceInterruption
 )

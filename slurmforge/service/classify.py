@@ -67,6 +67,7 @@ from slurmforge.service.actions import (
     ClearMark,
     CloseRequests,
     Drain,
+    Joined,
     Launch,
     MarkCooldown,
     MarkDown,
@@ -83,7 +84,7 @@ from slurmforge.service.actions import (
 )
 from slurmforge.service.handoff import HandoffKind
 from slurmforge.service.slurm import NodeState
-from slurmforge.service.state import InterruptionRecord, Request, ServiceState, backoff
+from slurmforge.service.state import JOINING, InterruptionRecord, Request, ServiceState, backoff
 from slurmforge.service.topology import NodeInfo, Topology
 
 OWN_REASON = "slurmforge:"
@@ -179,6 +180,7 @@ def classify(world: World) -> list[Action]:
         info = world.topology.nodes.get(node.name)
         if info is None:
             continue
+        actions += ctx.joined(node, info)
         if not node.is_cloud() and not info.static:
             actions += ctx.gone_under_jobs(node)
             continue
@@ -502,13 +504,27 @@ class Context:
         registered = node.slurmd_started_at if node.slurmd_started_at >= binding.launched_at else 0.0
         return [Replaced(node.name, info.pool, binding.instance, since, binding.launched_at, registered)]
 
+    def joined(self, node: NodeState, info: NodeInfo) -> list[Action]:
+        """A machine the service launched (the JOINING mark, dated by the launch) whose slurmd
+        has started since: the join share's event. The mark goes without one when the node
+        went back to power save or did not register by ResumeTimeout. Slurm's slurmd start
+        time has whole seconds: a slurmd that started in the launch's second counts."""
+        since = self.state.marks.get(node.name, {}).get(JOINING)
+        if since is None:
+            return []
+        if node.slurmd_started_at >= int(since) > 0:
+            return [Joined(node.name, info.pool, since, node.slurmd_started_at), ClearMark(node.name, JOINING)]
+        if not node.is_powered() or self.now - since > self.topology.resume_timeout:
+            return [ClearMark(node.name, JOINING)]
+        return []
+
     def _clear_marks(self, name: str, status: NodeStatus) -> list[Action]:
         """Marks the status no longer needs. The mark a verdict rests on stays while the
         verdict waits for the guard; REPLACING stays until the node is in service again
-        (HEALTHY) or the admin takes it over (LEFT_ALONE)."""
+        (HEALTHY) or the admin takes it over (LEFT_ALONE); JOINING is `joined`'s."""
         if name not in self.state.marks:
             return []
-        keep = _MARKS_KEPT.get(status, frozenset())
+        keep = _MARKS_KEPT.get(status, frozenset()) | {JOINING}
         if status not in (NodeStatus.HEALTHY, NodeStatus.LEFT_ALONE):
             keep |= {REPLACING}
         return [ClearMark(name, kind) for kind in self.state.marks[name] if kind not in keep]

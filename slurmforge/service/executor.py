@@ -23,13 +23,14 @@ from slurmforge.providers.base import THROTTLED, Instance, InstanceState, Launch
 from slurmforge.service import actions as a
 from slurmforge.service import when
 from slurmforge.service.slurm import SlurmClient
-from slurmforge.service.state import Binding, Cooldown, Event, LaunchRecord, Store
+from slurmforge.service.state import JOINING, Binding, Cooldown, Event, LaunchRecord, Store
 from slurmforge.service.topology import Topology
 
 log = logging.getLogger(__name__)
 
 PHASES: tuple[tuple[type, ...], ...] = (
-    (a.ClearMark, a.SetMark, a.Unbind, a.AbandonLaunch, a.CloseRequests, a.MarkCooldown, a.Bind, a.Replaced),
+    (a.ClearMark, a.SetMark, a.Unbind, a.AbandonLaunch, a.CloseRequests, a.MarkCooldown, a.Bind, a.Replaced,
+     a.Joined),
     (a.Drain, a.Signal),
     (a.MarkDown, a.PowerDown),
     (a.Requeue,),
@@ -114,6 +115,8 @@ class _Run:
             self.cooldown(x)
         elif isinstance(x, a.Replaced):
             self.replaced(x)
+        elif isinstance(x, a.Joined):
+            self.joined(x)
 
     # ------------------------------------------------------------------ Slurm
 
@@ -227,6 +230,9 @@ class _Run:
         bindings = [Binding(node, inst.id, x.link, inst.launched_at or self.now, x.token)
                     for node, inst in result.launched.items()]
         self.store.finish_launch(x.token, bindings)
+        for binding in bindings:  # until its slurmd registers: the join share (classify.Context.joined)
+            self.store.clear_mark(binding.node, JOINING)
+            self.store.set_mark(binding.node, JOINING, binding.launched_at)
         self.report.launched.update(result.launched)
         if result.launched:
             self.store.count("slurmforge_launched_nodes_total", {"pool": x.pool, "link": x.link},
@@ -261,6 +267,15 @@ class _Run:
         self.event("replaced", x.pool, "", 1, detail)
         self.store.count("slurmforge_replaced_nodes_total", {"pool": x.pool})
         self.store.count("slurmforge_replacement_seconds_total", {"pool": x.pool}, back)
+
+    def joined(self, x: a.Joined) -> None:
+        """The join share of a machine the service launched: launch -> its slurmd started."""
+        seconds = max(x.slurmd_started_at - x.launched_at, 0.0)
+        detail = f"{x.node} joined: machine started -> slurmd started {seconds:.1f} s"
+        log.info("%s", detail)
+        self.event("joined", x.pool, "", 1, detail)
+        self.store.count("slurmforge_joined_nodes_total", {"pool": x.pool})
+        self.store.count("slurmforge_join_seconds_total", {"pool": x.pool}, seconds)
 
     def cooldown(self, x: a.MarkCooldown) -> None:
         self.store.set_cooldown(Cooldown(x.link, x.until, x.failures, x.reason, self.now))

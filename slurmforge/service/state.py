@@ -24,6 +24,9 @@ from slurmforge.service.handoff import Handoff, HandoffKind
 from slurmforge.service.slurm import parse_resume_file
 
 SCHEMA_VERSION = 1
+JOINING = "joining"
+"""Mark of a node whose machine the service launched, since the launch, until its slurmd
+registered (the join share's event) or the node went back to power save."""
 COOLDOWN_START = 60.0
 COOLDOWN_MAX = 3600.0
 EVENTS_KEPT = 2000

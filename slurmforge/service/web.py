@@ -42,6 +42,9 @@ COUNTER_HELP = {
     "slurmforge_replacement_seconds_total": "Seconds from a static node's failure seen to its replacement seen "
                                             "in service, summed, by pool (over slurmforge_replaced_nodes_total: "
                                             "the mean).",
+    "slurmforge_joined_nodes_total": "Machines the service launched whose slurmd registered, by pool.",
+    "slurmforge_join_seconds_total": "Seconds from a machine's launch to its slurmd's start (the join share), "
+                                     "summed, by pool (over slurmforge_joined_nodes_total: the mean).",
     "slurmforge_service_held_actions_total": "Actions the service held back, by why (docs/service.md).",
     "slurmforge_service_untrusted_loops_total": "Loops whose view of Slurm or the cloud was not trusted, by why.",
 }

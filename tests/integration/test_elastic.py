@@ -1,7 +1,9 @@
 """Issue 5's proof on the real local cluster: the scheduler service in the controller
-starts powered-down node containers through the host's podman API when Slurm resumes
-them, falls back to the next link when the first has no capacity, survives a SIGKILL
-mid-launch, powers idle nodes down, and serves a pool page a real browser renders.
+makes a fresh node container through the host's podman API when Slurm resumes a
+powered-down node (it joins with the join program at boot; the service reports the join
+share), falls back to the next link when the first has no capacity, survives a SIGKILL
+mid-launch, removes the containers of idle nodes Slurm powers down, and serves a pool page
+a real browser renders.
 
 Node plan (examples/local.yaml): dev-cpu-03 resumes and later suspends, dev-cpu-04
 starts on the fallback link, dev-cpu-fallback-01 is launched across a service crash.
@@ -60,6 +62,16 @@ def container_running(node: str) -> bool:
     return res.stdout.strip() == "true"
 
 
+def container_exists(node: str) -> bool:
+    return subprocess.run(["podman", "container", "exists", node], capture_output=True).returncode == 0
+
+
+def joined(cluster: Cluster_, node: str, since: float) -> str:
+    """The service's `joined` event for `node`'s machine launched after `since`; "" when none."""
+    return next((e["detail"] for e in events(cluster)
+                 if e["kind"] == "joined" and e["at"] >= since and e["detail"].startswith(f"{node} ")), "")
+
+
 def submit(cluster: Cluster_, node: str, seconds: int = 2) -> str:
     res = cluster.login(f"sbatch --parsable -w {node} -o el-%j.out --wrap 'hostname; sleep {seconds}'")
     assert res.returncode == 0, res.stderr
@@ -107,12 +119,18 @@ def _answers(url: str) -> bool:
 
 
 def test_job_starts_a_powered_down_node(cluster: Cluster_) -> None:
-    wait_until(lambda: slurm_state(cluster, RESUMED).endswith("~"), 60, f"{RESUMED} powered down")
-    assert not container_running(RESUMED)
+    wait_until(lambda: slurm_state(cluster, RESUMED).endswith("~") and not container_exists(RESUMED), 60,
+               f"{RESUMED} powered down, without a container")
+    since = time.time()
     job = submit(cluster, RESUMED)
     seconds = wait_running(cluster, job)
     print(f"\n{RESUMED}: powered down -> job {job} running in {seconds:.1f} s")
     assert container_running(RESUMED)
+    # a fresh machine that joined by itself (the join program at boot), and how long that took
+    share = wait_until(lambda: joined(cluster, RESUMED, since), 2 * LOOP_SECONDS + 5, f"{RESUMED}'s joined event",
+                       every=1)
+    print(share)
+    assert "machine started -> slurmd started" in share
     wait_until(lambda: job_state(cluster, job) == "COMPLETED", 30, f"job {job} to complete")
     assert cluster.login(f"cat el-{job}.out").stdout.strip() == RESUMED
     # the node registers ~2-4 s after Slurm allocates it; the PrologSlurmctld
@@ -225,8 +243,8 @@ def page_counts(html: str) -> dict[str, dict[str, int]]:
 def test_idle_node_powers_down_again(cluster: Cluster_) -> None:
     assert RESUMED in _done, "the resume test did not finish"
     idle = next(p.idle_seconds for p in cluster.spec.pools if p.name == "cpu")
-    # SuspendTime after the job, a loop for the service, then the container stops
-    wait_until(lambda: not container_running(RESUMED), idle + 60, f"{RESUMED} container to stop", every=1)
+    # SuspendTime after the job, a loop for the service, then the container is removed
+    wait_until(lambda: not container_exists(RESUMED), idle + 60, f"{RESUMED} container to be removed", every=1)
     wait_until(lambda: slurm_state(cluster, RESUMED).endswith(("~", "%")), 30, f"{RESUMED} powering down")
     # slurmctld marks the node powering down and forks SuspendProgram at about the same
     # moment; the service may stop the machine from the Slurm state a loop before it

@@ -22,7 +22,6 @@ from slurmforge import contract
 from slurmforge.contract import (
     AwsProviderSettings,
     LocalProviderSettings,
-    default_settings,
     node_vars,
     read_settings,
     settings_json,
@@ -30,6 +29,7 @@ from slurmforge.contract import (
 from slurmforge.distro import DEBIAN_13
 from slurmforge.errors import ProvisionError
 from slurmforge.inventory import cluster_vars
+from slurmforge.providers.local import LocalProvider
 from slurmforge.spec import load_spec
 
 pytestmark = pytest.mark.unit
@@ -144,15 +144,35 @@ def test_roles_declare_the_contract_variables_they_read() -> None:
     assert not missing, missing
 
 
-def test_the_inventory_and_the_image_playbook_carry_the_contract() -> None:
+def test_the_inventory_and_the_image_playbook_carry_the_contract(tmp_path: Path) -> None:
     spec = load_spec(ROOT / "examples" / "local.yaml")
-    got = cluster_vars(spec, Path("/tmp/inv"), [])
+    provider = LocalProvider(spec, "img", state_root=tmp_path)
+    local = provider.service_settings(tmp_path / "inv" / "rendered" / "join.sh")
+    got = cluster_vars(spec, Path("/tmp/inv"), [], settings_json(local))
     assert {k: got[k] for k in node_vars()} == node_vars()
     assert got["slurmforge_paths"]["service_venv"] == contract.SERVICE_VENV
     assert got["slurmforge_ports"]["service"] == contract.SERVICE_PORT
     assert DEBIAN_13.image_vars().items() <= got.items()  # install tasks see the same at image time
-    assert got["slurmforge_service_provider_settings"] == settings_json(LocalProviderSettings()) == {
-        "socket": contract.PODMAN_API_SOCKET, "fail_pools": [], "fail_pools_file": contract.FAIL_POOLS_FILE}
+    held = got["slurmforge_service_provider_settings"]
+    assert read_settings(LocalProviderSettings, held) == local
+    assert held["socket"] == contract.PODMAN_API_SOCKET and held["fail_pools_file"] == contract.FAIL_POOLS_FILE
+    # what the service needs to make a pool node's container, from the provider that made the others
+    assert held["image"] == "img" and held["network"] == "slurmforge-dev"
+    assert set(held["addresses"]) == {h.name for h in provider.hosts() if h.pool}
+    assert held["join_program"] == str(tmp_path / "inv" / "rendered" / "join.sh")
+    assert held["munge_key"] == str(tmp_path / "dev" / "secrets" / "munge.key")
+    assert held["nas"] == {"/home": str(tmp_path / "dev" / "nas" / "home"),
+                           "/opt/software": str(tmp_path / "dev" / "nas" / "software"),
+                           "/var/spool/slurm-shared": str(tmp_path / "dev" / "nas" / "slurm_state")}
+
+
+def test_a_local_inventory_without_the_providers_settings_is_refused_by_the_service() -> None:
+    """Only `up` knows the image, the network and the host paths: an inventory written
+    without them gives the service settings its loader refuses, naming what is missing."""
+    spec = load_spec(ROOT / "examples" / "local.yaml")
+    held = cluster_vars(spec, Path("/tmp/inv"), [])["slurmforge_service_provider_settings"]
+    with pytest.raises(ProvisionError, match="missing key 'image'; missing key 'network'"):
+        read_settings(LocalProviderSettings, held)
 
 
 def test_the_service_venv_holds_the_wheels_requirements_and_its_service_extra() -> None:
@@ -173,9 +193,10 @@ def test_settings_survive_their_json() -> None:
     aws = AwsProviderSettings(region="us-east-1", launch_templates={"cpu": "lt-1"}, subnets={"us-east-1a": "s-1"},
                               spot_queue_url="https://sqs/q")
     assert read_settings(AwsProviderSettings, settings_json(aws)) == aws
-    local = LocalProviderSettings(fail_pools=("cpu",), fail_pools_file="")
+    local = LocalProviderSettings(image="img", network="net", addresses={"n-1": "10.0.0.11"},
+                                  nas={"/home": "/srv/home"}, ssh_key="/k.pub", join_program="/j.sh",
+                                  munge_key="/m.key", fail_pools=("cpu",), fail_pools_file="")
     assert read_settings(LocalProviderSettings, settings_json(local)) == local
-    assert default_settings("local") == settings_json(LocalProviderSettings()) and default_settings("static") == {}
 
 
 def test_keys_the_loader_does_not_know_are_refused_by_name() -> None:

@@ -161,6 +161,7 @@ def test_the_inventory_carries_the_program_and_the_kit(tmp_path: Path) -> None:
                                 provider_settings={})
     rendered = inventory / RENDERED
     assert (rendered / JOIN).read_text() == render_join(spec, local_settings(spec, hosts_of(spec)), source="lab.yaml")
+    assert (rendered / JOIN).stat().st_mode & 0o777 == 0o755  # a local pool node runs it from there
     accounts = (rendered / KIT / "accounts").read_text()
     for user in spec.users:
         assert f"user {user.name} {user.uid}" in accounts

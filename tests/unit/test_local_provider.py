@@ -1,10 +1,13 @@
-"""The local provider's containers: what a recreated controller keeps."""
+"""The local provider's containers: what a recreated controller keeps, which hosts `up` makes."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
+from slurmforge.bringup import fixed_hosts
 from slurmforge.hosts import HostRole
 from slurmforge.local.podman import ContainerInfo
 from slurmforge.providers.local import (
@@ -82,3 +85,57 @@ def test_slurm_hosts_keep_their_own_hosts_file_and_ceph_hosts_get_podmans(tmp_pa
                                                   "slurmforge.mac": mac_address(login.address)}, "img")
     provider._ensure_container(login, hosts, old)
     assert recorder.calls[0] == ["rm", login.name]
+
+
+class Host_:
+    """podman as `provision` sees it: the containers listed, what it runs, starts and removes."""
+
+    def __init__(self, subnet: str, containers: list[ContainerInfo]) -> None:
+        self.subnet, self.listed = subnet, {c.name: c for c in containers}
+        self.calls: list[list[str]] = []
+
+    def containers(self, label: str) -> list[ContainerInfo]:
+        return list(self.listed.values())
+
+    def container(self, name: str) -> ContainerInfo | None:
+        return self.listed.get(name)
+
+    def container_exists(self, name: str) -> bool:
+        return name in self.listed
+
+    def network_exists(self, name: str) -> bool:
+        return True
+
+    def json(self, args: list[str]) -> list[dict[str, Any]]:
+        return [{"subnets": [{"subnet": self.subnet}]}]
+
+    def remove_container(self, name: str) -> None:
+        self.calls.append(["rm", name])
+        del self.listed[name]
+
+    def run(self, args: list[str], check: bool = True) -> str:
+        self.calls.append(args)
+        name = args[args.index("--name") + 1] if args[0] == "run" else args[1]
+        self.listed[name] = ContainerInfo(name, "running", 42, {}, "img")
+        return ""
+
+    def exec(self, name: str, argv: list[str], **kwargs: Any) -> Any:
+        return subprocess.CompletedProcess(argv, 0, "running\n", "")
+
+
+def test_up_makes_the_fixed_hosts_and_leaves_dynamic_nodes_to_the_service(tmp_path: Path) -> None:
+    """A dynamic node has a container only while Slurm has it powered up: `up` makes none,
+    removes a stopped one (the kept containers of older releases) and leaves a running one
+    alone (it may run jobs); the rollout reaches the fixed hosts only."""
+    spec = load_spec(LOCAL)
+    stopped = ContainerInfo("dev-cpu-03", "exited", 0, {"slurmforge.pool": "cpu"}, "old-img")
+    running = ContainerInfo("dev-cpu-04", "running", os.getpid(), {"slurmforge.pool": "cpu"}, "old-img")
+    podman = Host_(spec.target.subnet, [stopped, running])  # type: ignore[union-attr]
+    provider = LocalProvider(spec, "img", podman=podman, state_root=tmp_path)  # type: ignore[arg-type]
+    hosts = provider.provision()
+    assert hosts == provider.hosts()
+    made = [c[c.index("--name") + 1] for c in podman.calls if c[0] == "run"]
+    assert made == [h.name for h in fixed_hosts(hosts)]
+    assert {h.name for h in hosts} - set(made) == {"dev-cpu-03", "dev-cpu-04", "dev-cpu-fallback-01"}
+    assert ["rm", "dev-cpu-03"] in podman.calls and ["rm", "dev-cpu-04"] not in podman.calls
+    assert set(podman.listed) == {*made, "dev-cpu-04"}

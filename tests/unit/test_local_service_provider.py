@@ -1,6 +1,7 @@
 """The local provider the scheduler service uses inside the controller: podman's REST API
-over a unix socket (here a stub server on a real socket that records every call), the
-fail-pools switch, settings checks (the venv's requirements: tests/unit/test_contract.py)."""
+over a unix socket (here a stub server on a real socket that records every call), fresh
+containers made and removed like instances, the fail-pools switch, settings checks (the
+venv's requirements: tests/unit/test_contract.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 import socketserver
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -16,9 +18,11 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from slurmforge.contract import JOIN_PROGRAM, JOIN_SECRETS_DIR, LocalProviderSettings, settings_json
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import TAG_LINK
 from slurmforge.local.api import PodmanApi
+from slurmforge.local.container import compute_container
 from slurmforge.providers.base import CapacityError, Instance, InstanceState, LaunchRequest, Provisioner
 from slurmforge.providers.local import PoolMachines, service_provider
 from slurmforge.service.main import build_provider
@@ -30,24 +34,39 @@ ROOT = Path(__file__).resolve().parents[2]
 SPEC = load_spec(ROOT / "examples" / "local.yaml")
 
 
-def container(name: str, running: bool, pool: str | None = None) -> dict[str, Any]:
+SETTINGS = LocalProviderSettings(
+    image="localhost/slurmforge/node:t1", network="slurmforge-dev",
+    addresses={"dev-cpu-01": "10.89.7.13", "dev-cpu-03": "10.89.7.15", "dev-cpu-04": "10.89.7.16"},
+    nas={"/home": "/var/lib/slurmforge/dev/nas/home"}, ssh_key="/var/lib/slurmforge/dev/secrets/id_ed25519.pub",
+    join_program="/repo/inventories/dev/rendered/join.sh", munge_key="/var/lib/slurmforge/dev/secrets/munge.key")
+
+
+def container(name: str, running: bool, pool: str | None = None, ident: str = "") -> dict[str, Any]:
     labels = {"slurmforge.cluster": "dev", "slurmforge.address": "10.89.7.20"}
     if pool:
         labels |= {"slurmforge.pool": pool, "slurmforge.dynamic": "True"}
-    return {"Names": [name], "State": "running" if running else "exited", "Pid": 42 if running else 0,
-            "Labels": labels, "Image": "img"}
+    return {"Id": ident or f"id-{name}", "Names": [name], "State": "running" if running else "exited",
+            "Pid": 42 if running else 0, "Labels": labels, "Image": "img"}
 
 
 class FakePodman:
-    """The few libpod endpoints the provider calls; `calls` keeps (method, path, query)."""
+    """The few libpod endpoints the provider calls, on containers by name or id; `calls`
+    keeps (method, path, query), `bodies` what was created. `fail_start`: nodes whose start
+    fails (HTTP 500)."""
 
     def __init__(self) -> None:
         self.containers = {c["Names"][0]: c for c in (
             container("dev-controller", True), container("dev-cpu-01", True, "cpu"),
-            container("dev-cpu-03", False, "cpu"), container("dev-cpu-04", False, "cpu"))}
+            container("dev-cpu-03", False, "cpu"))}
         self.calls: list[tuple[str, str, dict[str, list[str]]]] = []
+        self.bodies: list[dict[str, Any]] = []
+        self.fail_start: set[str] = set()
+        self.made = 0
 
-    def handle(self, method: str, url: str) -> tuple[int, Any]:
+    def find(self, ref: str) -> dict[str, Any] | None:
+        return self.containers.get(ref) or next((c for c in self.containers.values() if c["Id"] == ref), None)
+
+    def handle(self, method: str, url: str, body: bytes) -> tuple[int, Any]:
         parsed = urlparse(url)
         path, query = parsed.path.removeprefix("/v4.0.0/libpod"), parse_qs(parsed.query)
         self.calls.append((method, path, query))
@@ -55,17 +74,31 @@ class FakePodman:
             label = json.loads(query["filters"][0])["label"][0]
             key, _, value = label.partition("=")
             return 200, [c for c in self.containers.values() if c["Labels"].get(key) == value]
-        match = re.fullmatch(r"/containers/([^/]+)/(start|stop)", path)
-        if match and method == "POST":
-            c = self.containers.get(match[1])
-            if c is None:
-                return 404, {"message": f"no container with name or ID {match[1]!r} found"}
-            running = match[2] == "start"
-            if (c["State"] == "running") == running:
-                return 304, None
-            c["State"], c["Pid"] = ("running", 42) if running else ("exited", 0)
-            return 204, None
-        return 404, {"message": "not found"}
+        if path == "/containers/create" and method == "POST":
+            spec = json.loads(body)
+            if spec["name"] in self.containers:
+                return 500, {"message": f"the container name {spec['name']!r} is already in use"}
+            self.bodies.append(spec)
+            self.made += 1
+            self.containers[spec["name"]] = {"Id": f"new-{self.made}", "Names": [spec["name"]], "State": "created",
+                                             "Pid": 0, "Labels": spec["labels"], "Image": spec["image"]}
+            return 201, {"Id": f"new-{self.made}", "Warnings": []}
+        match = re.fullmatch(r"/containers/([^/]+)(/start|/stop)?", path)
+        c = self.find(match[1]) if match else None
+        if match is None:
+            return 404, {"message": "not found"}
+        if c is None:
+            return 404, {"message": f"no container with name or ID {match[1]!r} found"}
+        if method == "DELETE":
+            del self.containers[c["Names"][0]]
+            return 200, [{"Id": c["Id"]}]
+        if match[2] == "/start" and c["Names"][0] in self.fail_start:
+            return 500, {"message": "crun: cannot start"}
+        running = match[2] == "/start"
+        if (c["State"] == "running") == running:
+            return 304, None
+        c["State"], c["Pid"] = ("running", 42) if running else ("exited", 0)
+        return 204, None
 
 
 @pytest.fixture
@@ -74,14 +107,15 @@ def podman(tmp_path: Path) -> Iterator[tuple[FakePodman, str]]:
 
     class Handler(BaseHTTPRequestHandler):
         def _any(self) -> None:
-            status, body = fake.handle(self.command, self.path)
+            sent = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            status, body = fake.handle(self.command, self.path, sent)
             data = b"" if body is None else json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_POST = _any
+        do_GET = do_POST = do_DELETE = _any
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -96,42 +130,73 @@ def podman(tmp_path: Path) -> Iterator[tuple[FakePodman, str]]:
     server.server_close()
 
 
-def test_lists_only_pool_containers(podman: tuple[FakePodman, str]) -> None:
+def machines(path: str, fail_pools_file: Path | None = None) -> PoolMachines:
+    return PoolMachines(SPEC, PodmanApi(path), SETTINGS, fail_pools_file)
+
+
+def test_lists_only_pool_containers_by_container_id(podman: tuple[FakePodman, str]) -> None:
     fake, path = podman
-    found = {i.node: i for i in PoolMachines(SPEC, PodmanApi(path)).list_instances()}
-    assert set(found) == {"dev-cpu-01", "dev-cpu-03", "dev-cpu-04"}
+    found = {i.node: i for i in machines(path).list_instances()}
+    assert set(found) == {"dev-cpu-01", "dev-cpu-03"}
     assert found["dev-cpu-01"].state is InstanceState.RUNNING and found["dev-cpu-03"].state is InstanceState.STOPPED
+    assert found["dev-cpu-01"].id == "id-dev-cpu-01"
     assert fake.calls[0][2]["all"] == ["true"]
 
 
-def test_start_is_idempotent_and_names_the_link(podman: tuple[FakePodman, str]) -> None:
+def test_a_launch_makes_a_fresh_container_that_joins_at_boot(podman: tuple[FakePodman, str]) -> None:
+    """What is left of the node's last machine (stopped) goes; the new one is the description
+    `up` would make, with the join program and the munge key: it joins by itself."""
     fake, path = podman
-    provider = PoolMachines(SPEC, PodmanApi(path))
-    request = LaunchRequest("cpu", ("dev-cpu-03",), "tok-1", link="cpu-fallback")
+    result = machines(path).start(LaunchRequest("cpu", ("dev-cpu-03", "dev-cpu-04"), "tok-1", link="cpu-fallback"))
+    assert set(result.launched) == {"dev-cpu-03", "dev-cpu-04"} and not result.failed
+    assert [b["name"] for b in fake.bodies] == ["dev-cpu-03", "dev-cpu-04"]
+    assert fake.bodies[0] == json.loads(json.dumps(compute_container(SPEC, SETTINGS, "dev-cpu-03", joins=True)
+                                                   .create_body()))
+    mounts = {m["destination"]: m for m in fake.bodies[0]["mounts"]}
+    assert mounts[JOIN_PROGRAM] == {"destination": JOIN_PROGRAM, "source": SETTINGS.join_program, "type": "bind",
+                                    "options": ["rbind", "ro"]}
+    assert mounts[f"{JOIN_SECRETS_DIR}/munge.key"]["source"] == SETTINGS.munge_key
+    assert ("DELETE", "/containers/id-dev-cpu-03", {"force": ["true"]}) in fake.calls  # the old machine
+    first = result.launched["dev-cpu-03"]
+    assert first.id == "new-1" and first.address == "10.89.7.15" and first.tags[TAG_LINK] == "cpu-fallback"
+    assert first.launched_at is not None
+    assert fake.containers["dev-cpu-03"]["State"] == "running" and fake.containers["dev-cpu-03"]["Id"] == "new-1"
+
+
+def test_a_retried_launch_makes_no_second_machine(podman: tuple[FakePodman, str]) -> None:
+    fake, path = podman
+    provider = machines(path)
+    request = LaunchRequest("cpu", ("dev-cpu-04",), "tok-1")
     first = provider.start(request)
-    again = provider.start(request)  # a retried token after a crash: no second machine, no error
-    assert set(first.launched) == set(again.launched) == {"dev-cpu-03"} and not first.failed
-    assert first.launched["dev-cpu-03"].tags[TAG_LINK] == "cpu-fallback"
-    starts = [c for c in fake.calls if c[:2] == ("POST", "/containers/dev-cpu-03/start")]
-    assert len(starts) == 2 and fake.containers["dev-cpu-03"]["State"] == "running"
+    again = provider.start(request)  # a retried token after a crash: the machine runs already
+    assert first.launched["dev-cpu-04"].id == again.launched["dev-cpu-04"].id == "new-1"
+    assert len(fake.bodies) == 1 and not again.failed
+
+
+def test_a_machine_that_does_not_start_is_removed_and_the_launch_fails(podman: tuple[FakePodman, str]) -> None:
+    fake, path = podman
+    fake.fail_start.add("dev-cpu-04")
+    result = machines(path).start(LaunchRequest("cpu", ("dev-cpu-04",), "t"))
+    assert result.failed == {"dev-cpu-04": "NodeStartFailed"} and not result.launched
+    assert "dev-cpu-04" not in fake.containers
 
 
 def test_unknown_node_fails_without_a_call(podman: tuple[FakePodman, str]) -> None:
     fake, path = podman
-    result = PoolMachines(SPEC, PodmanApi(path)).start(LaunchRequest("cpu", ("dev-cpu-09",), "t"))
+    result = machines(path).start(LaunchRequest("cpu", ("dev-cpu-09",), "t"))
     assert result.failed == {"dev-cpu-09": "NoSuchNode"}
-    assert not [c for c in fake.calls if c[0] == "POST"]
+    assert not [c for c in fake.calls if c[0] != "GET"]
 
 
 def test_failing_pool_refuses_launches_with_capacity_error(podman: tuple[FakePodman, str], tmp_path: Path) -> None:
     fake, path = podman
     fail_file = tmp_path / "fail-pools"
-    provider = PoolMachines(SPEC, PodmanApi(path), fail_pools_file=fail_file)
+    provider = machines(path, fail_file)
     fail_file.write_text("cpu\n")
     refused = provider.start(LaunchRequest("cpu", ("dev-cpu-03", "dev-cpu-04"), "t1"))
     assert refused.failed == dict.fromkeys(("dev-cpu-03", "dev-cpu-04"), CapacityError.INSUFFICIENT_INSTANCE_CAPACITY)
     assert CapacityError.is_capacity(refused.failed["dev-cpu-03"])
-    assert not [c for c in fake.calls if c[0] == "POST"]
+    assert not [c for c in fake.calls if c[0] != "GET"]
     # the fallback link is not told to fail: the same nodes start there
     moved = provider.start(LaunchRequest("cpu", ("dev-cpu-03",), "t2", link="cpu-fallback"))
     assert set(moved.launched) == {"dev-cpu-03"}
@@ -139,14 +204,21 @@ def test_failing_pool_refuses_launches_with_capacity_error(podman: tuple[FakePod
     assert set(provider.start(LaunchRequest("cpu", ("dev-cpu-04",), "t3")).launched) == {"dev-cpu-04"}
 
 
-def test_terminate_stops_containers_and_tolerates_a_stopped_or_missing_one(podman: tuple[FakePodman, str]) -> None:
+def test_terminate_stops_and_removes_and_never_reaches_the_replacement(podman: tuple[FakePodman, str]) -> None:
+    """An instance is its container's id: terminating a node's old machine (a static node's,
+    confirmed loops after its replacement started under the same name) removes nothing."""
     fake, path = podman
-    doomed = [Instance(n, n, "cpu", InstanceState.RUNNING) for n in ("dev-cpu-01", "dev-cpu-04", "dev-cpu-09")]
-    PoolMachines(SPEC, PodmanApi(path)).terminate([*doomed, Instance("orphan", None, None, InstanceState.RUNNING)])
-    assert fake.containers["dev-cpu-01"]["State"] == "exited"
-    assert [c[1] for c in fake.calls] == ["/containers/dev-cpu-01/stop", "/containers/dev-cpu-04/stop",
-                                          "/containers/dev-cpu-09/stop"]
+    provider = machines(path)
+    old = Instance("id-dev-cpu-01", "dev-cpu-01", "cpu", InstanceState.RUNNING)
+    provider.terminate([old, Instance("id-gone", "dev-cpu-09", "cpu", InstanceState.RUNNING)])
+    assert "dev-cpu-01" not in fake.containers
+    assert [c[:2] for c in fake.calls] == [("POST", "/containers/id-dev-cpu-01/stop"),
+                                           ("DELETE", "/containers/id-dev-cpu-01"),
+                                           ("POST", "/containers/id-gone/stop"), ("DELETE", "/containers/id-gone")]
     assert fake.calls[0][2]["timeout"] == ["10"]
+    new = provider.start(LaunchRequest("cpu", ("dev-cpu-01",), "t")).launched["dev-cpu-01"]
+    provider.terminate([old])
+    assert fake.containers["dev-cpu-01"]["Id"] == new.id and fake.containers["dev-cpu-01"]["State"] == "running"
 
 
 def test_unreachable_socket_is_a_provision_error(tmp_path: Path) -> None:
@@ -157,12 +229,17 @@ def test_unreachable_socket_is_a_provision_error(tmp_path: Path) -> None:
 
 
 def test_service_provider_from_settings(tmp_path: Path) -> None:
-    provider = build_provider(SPEC, {"socket": str(tmp_path / "s.sock"), "fail_pools": ["cpu"],
-                                     "fail_pools_file": ""})
+    written = settings_json(SETTINGS) | {"socket": str(tmp_path / "s.sock"), "fail_pools": ["cpu"],
+                                         "fail_pools_file": ""}
+    provider = build_provider(SPEC, written)
     assert isinstance(provider, PoolMachines) and provider.failing_pools() == {"cpu"}
+    assert provider.settings == replace(SETTINGS, socket=str(tmp_path / "s.sock"), fail_pools=("cpu",),
+                                        fail_pools_file="")
     with pytest.raises(ProvisionError, match="fail_pools"):
-        service_provider(SPEC, {"fail_pools": "cpu"})
+        service_provider(SPEC, settings_json(SETTINGS) | {"fail_pools": "cpu"})
     with pytest.raises(ProvisionError, match="unknown key 'fail_pool_file'"):  # a typo is no silent default
-        service_provider(SPEC, {"fail_pool_file": "/tmp/x"})
+        service_provider(SPEC, settings_json(SETTINGS) | {"fail_pool_file": "/tmp/x"})
+    with pytest.raises(ProvisionError, match="missing key 'image'"):  # what only `up` knows
+        service_provider(SPEC, {})
     assert not isinstance(provider, Provisioner)  # the service never makes or removes the cluster's hosts
 

@@ -34,6 +34,7 @@ from slurmforge.service.actions import (
     ClearMark,
     CloseRequests,
     Drain,
+    Joined,
     Launch,
     MarkCooldown,
     MarkDown,
@@ -312,6 +313,23 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
         WorldBuilder([node(OD1, DOWN, reason="rack 4 maintenance")], [instance("i-1", OD1, pool="od")],
                      state(marks={OD1: {"unresponsive": NOW - 500, "replacing": NOW - 500}})),
         [ClearMark(OD1, "unresponsive"), ClearMark(OD1, "replacing")]),
+    # ----- the join share of a machine the service launched (the "joining" mark, dated by the launch)
+    "joined-slurmd-started-after-the-launch": (
+        WorldBuilder([node(S1, IDLE, address="10.0.16.5", slurmd_started_at=NOW - 27)], [instance("i-1", S1)],
+                     state(bindings=bound(S1, "i-1", at=NOW - 30.4), marks={S1: {"joining": NOW - 30.4}})),
+        [Joined(S1, "spot", NOW - 30.4, NOW - 27), ClearMark(S1, "joining")]),
+    "joined-slurmd-started-in-the-launchs-second": (  # Slurm's start time has whole seconds
+        WorldBuilder([node(S1, IDLE, address="10.0.16.5", slurmd_started_at=NOW - 31)], [instance("i-1", S1)],
+                     state(bindings=bound(S1, "i-1", at=NOW - 30.4), marks={S1: {"joining": NOW - 30.4}})),
+        [Joined(S1, "spot", NOW - 30.4, NOW - 31), ClearMark(S1, "joining")]),
+    "joining-waits-while-only-the-last-machines-slurmd-is-known": (
+        WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5", slurmd_started_at=NOW - 900)],
+                     [instance("i-1", S1, launched=NOW - 5)],
+                     state(bindings=bound(S1, "i-1", at=NOW - 5), marks={S1: {"joining": NOW - 5}})),
+        []),
+    "joining-ends-without-an-event-when-the-node-is-powered-down": (
+        WorldBuilder([node(S1, POWERED_DOWN)], [], state(marks={S1: {"joining": NOW - 100}})),
+        [ClearMark(S1, "joining")]),
     "static-admin-draining-machine-gone-under-jobs-marked-down-keeping-the-reason": (
         WorldBuilder([node(OD1, DRAINING, reason="kernel update")], [instance("i-1", OD1, STOPPED, pool="od")]),
         [MarkDown((OD1,), "kernel update; slurmforge: instance i-1 of t-od-01 is stopped")]),

@@ -198,6 +198,12 @@ def test_a_dead_machine_is_replaced_and_its_jobs_requeued(tmp_path: Path, spec_f
     metrics = metrics_text(d.snapshot)  # type: ignore[arg-type]
     assert 'slurmforge_replaced_nodes_total{pool="cpu"} 1' in metrics
     assert 'slurmforge_replacement_seconds_total{pool="cpu"} 50' in metrics
+    # the join share, as for every machine the service launches: launch -> its slurmd started
+    (joined,) = [e for e in d.store.events() if e.kind == "joined"]
+    assert (joined.pool, joined.detail) == ("cpu", f"{CPU1} joined: machine started -> slurmd started 10.0 s")
+    assert 'slurmforge_joined_nodes_total{pool="cpu"} 1' in metrics
+    assert 'slurmforge_join_seconds_total{pool="cpu"} 10' in metrics
+    assert "joining" not in d.store.marks().get(CPU1, {})
     loops(d, clock, 3)
     assert len(machines.requests) == 1 and len([e for e in d.store.events() if e.kind == "replaced"]) == 1
 

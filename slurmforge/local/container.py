@@ -1,0 +1,131 @@
+"""A node's container on the local target, described once: the CLI makes it with `podman run`
+(`up`, LocalProvider: head nodes, Ceph hosts, static nodes) and the scheduler service in the
+controller makes it through the host's podman REST API (PoolMachines: a pool node powered up,
+a static node's replacement). `NodeContainer.run_args` and `NodeContainer.create_body` are two
+spellings of the same description, so a node the service makes is the node `up` would make.
+
+`compute_container` is that description for a compute node, from the provider settings the
+service reads (contract.LocalProviderSettings, which `up` writes from its LocalProvider): a
+node the service makes also gets the rendered join program and the cluster's munge key,
+read-only, and joins at boot (slurmforge-join.service in the node image) with no Ansible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmforge.contract import JOIN_PROGRAM, JOIN_SECRETS_DIR, LocalProviderSettings
+from slurmforge.hosts import HostRole
+from slurmforge.nodes import node_sets
+from slurmforge.spec import Cluster
+
+LABEL = "slurmforge.cluster"
+ADDRESS_LABEL = "slurmforge.address"
+MAC_LABEL = "slurmforge.mac"
+ROLE_LABEL = "slurmforge.role"
+POOL_LABEL = "slurmforge.pool"
+DYNAMIC_LABEL = "slurmforge.dynamic"
+HOSTS_LABEL = "slurmforge.hosts-file"
+"""On Slurm hosts /etc/hosts is the node's own file, written by the rollout (roles/common) or the
+join program as on every target: podman's file (--add-host) is fixed when a container is
+created, so a host added later (a backup controller, a grown pool) stayed unknown to the nodes
+that existed before."""
+INIT = "exec unshare --time --boottime -$(cut -d. -f1 /proc/uptime) /sbin/init"
+"""The node's init runs in a new time namespace whose boot time is "now", so slurmctld sees a
+powered-up node as freshly booted (containers otherwise report the host's)."""
+AUTHORIZED_KEYS = "/root/.ssh/authorized_keys"
+MUNGE_KEY = f"{JOIN_SECRETS_DIR}/munge.key"
+
+
+def mac_address(address: str) -> str:
+    """A locally administered unicast MAC derived from the IPv4 address: a node made again
+    keeps it, so no neighbour cache (the host's, the controller's) points at a dead one."""
+    return "02:42:" + ":".join(f"{int(octet):02x}" for octet in address.split("."))
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path bind-mounted into the container."""
+
+    source: str
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class NodeContainer:
+    name: str
+    image: str
+    network: str
+    address: str
+    role: HostRole
+    cluster: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Beyond the cluster, role, address and MAC every node has."""
+    mounts: tuple[Mount, ...] = ()
+    extra_hosts: tuple[tuple[str, str], ...] | None = None
+    """(name, address) entries of podman's /etc/hosts; None: the node's own /etc/hosts."""
+
+    @property
+    def mac(self) -> str:
+        return mac_address(self.address)
+
+    def all_labels(self) -> dict[str, str]:
+        return {LABEL: self.cluster, ROLE_LABEL: self.role.value, ADDRESS_LABEL: self.address,
+                MAC_LABEL: self.mac, **self.labels}
+
+    def run_args(self) -> list[str]:
+        """`podman run` arguments (the CLI, as root on the host)."""
+        args = ["run", "-d", "--name", self.name, "--hostname", self.name,
+                "--network", self.network, "--ip", self.address, "--mac-address", self.mac,
+                "--systemd=always", "--cgroupns=host", "--privileged"]
+        for key, value in self.all_labels().items():
+            args += ["--label", f"{key}={value}"]
+        if self.extra_hosts is None:
+            args.append("--no-hosts")
+        else:
+            args += [arg for name, address in self.extra_hosts for arg in ("--add-host", f"{name}:{address}")]
+        for m in self.mounts:
+            args += ["-v", f"{m.source}:{m.target}{':ro' if m.read_only else ''}"]
+        return [*args, self.image, "sh", "-c", INIT]
+
+    def create_body(self) -> dict[str, Any]:
+        """The libpod API's container create body (POST /libpod/containers/create, podman 4's
+        SpecGenerator) for the same container."""
+        body: dict[str, Any] = {
+            "name": self.name, "hostname": self.name, "image": self.image, "command": ["sh", "-c", INIT],
+            "labels": self.all_labels(),
+            "netns": {"nsmode": "bridge"},
+            "Networks": {self.network: {"static_ips": [self.address], "static_mac": self.mac}},
+            "systemd": "always", "cgroupns": {"nsmode": "host"}, "privileged": True,
+            "mounts": [{"destination": m.target, "source": m.source, "type": "bind",
+                        "options": ["rbind", "ro"] if m.read_only else ["rbind"]} for m in self.mounts],
+        }
+        if self.extra_hosts is None:
+            body["use_image_hosts"] = True
+        else:
+            body["hostadd"] = [f"{name}:{address}" for name, address in self.extra_hosts]
+        return body
+
+
+def pool_nodes(spec: Cluster) -> dict[str, tuple[str, bool]]:
+    """Every pool node of the spec -> (its pool, dynamic)."""
+    return {name: (pool.name, nodeset.dynamic) for pool in spec.pools
+            for nodeset in node_sets(spec, pool) for name in nodeset.names()}
+
+
+def compute_container(spec: Cluster, settings: LocalProviderSettings, name: str, joins: bool) -> NodeContainer:
+    """A compute node's container. `joins`: with the join program and the munge key, so the
+    node joins at boot by itself (the service's machines); without, the rollout installs them
+    (static nodes `up` makes, roles/slurm_node)."""
+    pool, dynamic = pool_nodes(spec)[name]
+    mounts = [Mount(source, target) for target, source in settings.nas.items()]
+    mounts.append(Mount(settings.ssh_key, AUTHORIZED_KEYS, read_only=True))  # Ansible and admins get in as root
+    if joins:
+        mounts += [Mount(settings.join_program, JOIN_PROGRAM, read_only=True),
+                   Mount(settings.munge_key, MUNGE_KEY, read_only=True)]
+    return NodeContainer(name, settings.image, settings.network, settings.addresses[name], HostRole.COMPUTE,
+                         spec.name, {POOL_LABEL: pool, DYNAMIC_LABEL: str(dynamic), HOSTS_LABEL: "rollout"},
+                         tuple(mounts))

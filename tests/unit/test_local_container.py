@@ -1,0 +1,92 @@
+"""One description of a node's container (slurmforge.local.container): `podman run` for the CLI
+and the libpod create body for the scheduler service say the same thing, for every host of the
+example cluster; the service's pool node is the static node `up` makes plus the join program
+and the munge key, read-only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurmforge.contract import JOIN_PROGRAM, JOIN_SECRETS_DIR
+from slurmforge.hosts import HostRole
+from slurmforge.local.container import INIT, compute_container
+from slurmforge.providers.local import LocalProvider
+from slurmforge.spec import load_spec
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = load_spec(ROOT / "examples" / "local.yaml")
+
+
+def from_run_args(args: list[str]) -> dict[str, Any]:
+    """What `podman run ARGS` makes, read back from its arguments."""
+    assert args[:2] == ["run", "-d"]
+    seen: dict[str, Any] = {"labels": {}, "mounts": set(), "hosts": None, "flags": set()}
+    rest = args[2:]
+    while rest[0].startswith("-"):
+        flag = rest.pop(0)
+        if flag in ("--no-hosts", "--privileged") or "=" in flag:
+            seen["flags"].add(flag)
+            continue
+        value = rest.pop(0)
+        if flag == "--label":
+            key, _, label = value.partition("=")
+            seen["labels"][key] = label
+        elif flag == "-v":
+            source, target, *options = value.split(":")
+            seen["mounts"].add((source, target, options == ["ro"]))
+        elif flag == "--add-host":
+            name, _, address = value.partition(":")
+            seen["hosts"] = (seen["hosts"] or set()) | {(name, address)}
+        else:
+            seen[flag] = value
+    seen["image"], seen["command"] = rest[0], rest[1:]
+    return seen
+
+
+def from_create_body(body: dict[str, Any]) -> dict[str, Any]:
+    """What libpod's create makes of BODY, in from_run_args' terms."""
+    [(network, options)] = body["Networks"].items()
+    flags = {"--systemd=always"} if body["systemd"] == "always" else set()
+    flags |= {"--cgroupns=host"} if body["cgroupns"] == {"nsmode": "host"} else set()
+    flags |= {"--privileged"} if body["privileged"] else set()
+    flags |= {"--no-hosts"} if body.get("use_image_hosts") else set()
+    hosts = {tuple(h.split(":", 1)) for h in body["hostadd"]} if "hostadd" in body else None
+    assert body["netns"] == {"nsmode": "bridge"}
+    return {"--name": body["name"], "--hostname": body["hostname"], "--network": network,
+            "--ip": options["static_ips"][0], "--mac-address": options["static_mac"], "labels": body["labels"],
+            "mounts": {(m["source"], m["destination"], "ro" in m["options"]) for m in body["mounts"]},
+            "hosts": hosts, "flags": flags, "image": body["image"], "command": body["command"]}
+
+
+def test_the_cli_and_the_api_make_the_same_container_for_every_host(tmp_path: Path) -> None:
+    provider = LocalProvider(SPEC, "localhost/slurmforge/node:t1", state_root=tmp_path)
+    hosts = provider.hosts()
+    assert {h.role for h in hosts} == set(HostRole)
+    for host in hosts:
+        container = provider.container(host, hosts)
+        assert from_run_args(container.run_args()) == from_create_body(container.create_body()), host.name
+    settings = provider.service_settings(tmp_path / "join.sh")
+    pool_node = compute_container(SPEC, settings, "dev-cpu-03", joins=True)
+    assert from_run_args(pool_node.run_args()) == from_create_body(pool_node.create_body())
+
+
+def test_a_pool_node_is_a_static_node_plus_the_join_program_and_the_munge_key(tmp_path: Path) -> None:
+    provider = LocalProvider(SPEC, "img", state_root=tmp_path)
+    hosts = provider.hosts()
+    static = next(h for h in hosts if h.role is HostRole.COMPUTE and not h.dynamic)
+    settings = provider.service_settings(tmp_path / "inv" / "join.sh")
+    made_by_up = from_run_args(provider.container(static, hosts).run_args())
+    made_by_service = from_create_body(compute_container(SPEC, settings, static.name, joins=True).create_body())
+    joins = {(str(tmp_path / "inv" / "join.sh"), JOIN_PROGRAM, True),
+             (str(tmp_path / "dev" / "secrets" / "munge.key"), f"{JOIN_SECRETS_DIR}/munge.key", True)}
+    assert made_by_service == made_by_up | {"mounts": made_by_up["mounts"] | joins}
+    assert made_by_up["--ip"] == static.address and made_by_up["--mac-address"] == "02:42:" + ":".join(
+        f"{int(o):02x}" for o in static.address.split("."))
+    assert made_by_up["labels"] | {"slurmforge.pool": "cpu", "slurmforge.dynamic": "False"} == made_by_up["labels"]
+    assert (str(tmp_path / "dev" / "nas" / "home"), "/home", False) in made_by_up["mounts"]
+    assert made_by_up["command"] == ["sh", "-c", INIT] and "--no-hosts" in made_by_up["flags"]
