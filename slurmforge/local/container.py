@@ -5,13 +5,20 @@ a static node's replacement). `NodeContainer.run_args` and `NodeContainer.create
 spellings of the same description, so a node the service makes is the node `up` would make.
 
 `compute_container` is that description for a compute node, from the provider settings the
-service reads (contract.LocalProviderSettings, which `up` writes from its LocalProvider): a
-node the service makes also gets the rendered join program and the cluster's munge key,
-read-only, and joins at boot (slurmforge-join.service in the node image) with no Ansible.
+service reads (contract.LocalProviderSettings, which `up` writes from its LocalProvider): every
+compute node - a static one `up` makes, a pool node or a replacement the service makes - gets
+the rendered join program and the cluster's munge key, read-only, and joins at boot
+(slurmforge-join.service in the node image) as an EC2 instance does from its user data.
+
+Every container carries the digest of its description (DESCRIPTION_LABEL): `up` makes a node
+again when what it would make differs in anything (image, address, mounts, labels), not in a
+hand-kept list of fields.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,11 +34,7 @@ MAC_LABEL = "slurmforge.mac"
 ROLE_LABEL = "slurmforge.role"
 POOL_LABEL = "slurmforge.pool"
 DYNAMIC_LABEL = "slurmforge.dynamic"
-HOSTS_LABEL = "slurmforge.hosts-file"
-"""On Slurm hosts /etc/hosts is the node's own file, written by the rollout (roles/common) or the
-join program as on every target: podman's file (--add-host) is fixed when a container is
-created, so a host added later (a backup controller, a grown pool) stayed unknown to the nodes
-that existed before."""
+DESCRIPTION_LABEL = "slurmforge.description"
 INIT = "exec unshare --time --boottime -$(cut -d. -f1 /proc/uptime) /sbin/init"
 """The node's init runs in a new time namespace whose boot time is "now", so slurmctld sees a
 powered-up node as freshly booted (containers otherwise report the host's)."""
@@ -66,15 +69,28 @@ class NodeContainer:
     """Beyond the cluster, role, address and MAC every node has."""
     mounts: tuple[Mount, ...] = ()
     extra_hosts: tuple[tuple[str, str], ...] | None = None
-    """(name, address) entries of podman's /etc/hosts; None: the node's own /etc/hosts."""
+    """(name, address) entries of podman's /etc/hosts; None: the node's own /etc/hosts, as on
+    Slurm hosts, written by the rollout (roles/common) or the join program as on every target:
+    podman's file is fixed when a container is created, so a host added later (a backup
+    controller, a grown pool) would stay unknown to the nodes that existed before."""
 
     @property
     def mac(self) -> str:
         return mac_address(self.address)
 
+    @property
+    def digest(self) -> str:
+        """What the container is, in 12 hex digits. Not podman's /etc/hosts entries of a Ceph
+        host (every host of the cluster): growing a pool must not restart Ceph."""
+        described = {"name": self.name, "image": self.image, "network": self.network, "address": self.address,
+                     "role": self.role.value, "labels": dict(sorted(self.labels.items())), "init": INIT,
+                     "mounts": [[m.source, m.target, m.read_only] for m in self.mounts],
+                     "own_hosts_file": self.extra_hosts is None}
+        return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:12]
+
     def all_labels(self) -> dict[str, str]:
         return {LABEL: self.cluster, ROLE_LABEL: self.role.value, ADDRESS_LABEL: self.address,
-                MAC_LABEL: self.mac, **self.labels}
+                MAC_LABEL: self.mac, **self.labels, DESCRIPTION_LABEL: self.digest}
 
     def run_args(self) -> list[str]:
         """`podman run` arguments (the CLI, as root on the host)."""
@@ -116,16 +132,14 @@ def pool_nodes(spec: Cluster) -> dict[str, tuple[str, bool]]:
             for nodeset in node_sets(spec, pool) for name in nodeset.names()}
 
 
-def compute_container(spec: Cluster, settings: LocalProviderSettings, name: str, joins: bool) -> NodeContainer:
-    """A compute node's container. `joins`: with the join program and the munge key, so the
-    node joins at boot by itself (the service's machines); without, the rollout installs them
-    (static nodes `up` makes, roles/slurm_node)."""
+def compute_container(spec: Cluster, settings: LocalProviderSettings, name: str) -> NodeContainer:
+    """A compute node's container, static or dynamic: with the join program and the munge key,
+    so it joins at boot by itself (the rollout runs the same program again on a static node)."""
     pool, dynamic = pool_nodes(spec)[name]
     mounts = [Mount(source, target) for target, source in settings.nas.items()]
-    mounts.append(Mount(settings.ssh_key, AUTHORIZED_KEYS, read_only=True))  # Ansible and admins get in as root
-    if joins:
-        mounts += [Mount(settings.join_program, JOIN_PROGRAM, read_only=True),
-                   Mount(settings.munge_key, MUNGE_KEY, read_only=True)]
+    mounts += [Mount(settings.ssh_key, AUTHORIZED_KEYS, read_only=True),  # Ansible and admins get in as root
+               Mount(settings.join_program, JOIN_PROGRAM, read_only=True),
+               Mount(settings.munge_key, MUNGE_KEY, read_only=True)]
     return NodeContainer(name, settings.image, settings.network, settings.addresses[name], HostRole.COMPUTE,
-                         spec.name, {POOL_LABEL: pool, DYNAMIC_LABEL: str(dynamic), HOSTS_LABEL: "rollout"},
+                         spec.name, {POOL_LABEL: pool, DYNAMIC_LABEL: str(dynamic)},
                          tuple(mounts))

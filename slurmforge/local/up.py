@@ -66,11 +66,11 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
         os = distro(spec.images.base)
         image = ensure_images(podman, lambda builder: bake_node_image(builder, os, log, ui.event), image_namespace,
                               os=os)
-    provider = LocalProvider(spec, image, podman)
+    provider = LocalProvider(spec, image, podman, join_program=report.inventory / RENDERED / JOIN)
     check_takeover(spec.name, cluster_release(podman, provider), os)  # before any container changes
     ensure_secrets(spec.name)
     with ui.phase("inventory"):
-        settings = provider.service_settings(report.inventory / RENDERED / JOIN)
+        settings = provider.service_settings()
         write_inventory(spec, spec_path, provider.hosts(), report.inventory, provider_settings=settings_json(settings))
         digest = rollout_digest(report.inventory)
     with ui.phase("start nodes (podman, systemd)"):

@@ -7,10 +7,11 @@ hosts (storage.ceph.hosts) are containers too, started first; each keeps /var/li
 (monitor store, BlueStore files) in a host directory next to the cluster's secrets, so
 a recreated container (new image) finds its Ceph data again.
 
-`up` (LocalProvider) makes the head nodes, the Ceph hosts and the static nodes. A dynamic
-pool node has a container only while it is powered up, like an instance: the scheduler
-service (PoolMachines) makes a fresh one from the node image when Slurm resumes the node,
-which joins at boot with the join program, and removes it when Slurm suspends it; nothing
+`up` (LocalProvider) makes the head nodes, the Ceph hosts and the static nodes. Every
+compute node's container mounts the join program and the munge key and joins at boot, as an
+EC2 instance runs its user data. A dynamic pool node has a container only while it is
+powered up, like an instance: the scheduler service (PoolMachines) makes a fresh one from the
+node image when Slurm resumes the node and removes it when Slurm suspends it; nothing
 survives but the shared storage. A static node whose machine died gets a fresh container
 the same way.
 
@@ -31,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from slurmforge.contract import PODMAN_API_DIR, PODMAN_API_SOCKET, LocalProviderSettings, read_settings
+from slurmforge.contract import PODMAN_API_DIR, LocalProviderSettings, read_settings
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import TAG_LINK, Host, HostRole
 from slurmforge.inventory import SECRETS_ROOT
@@ -39,9 +40,8 @@ from slurmforge.local.api import PodmanApi
 from slurmforge.local.container import (
     ADDRESS_LABEL,
     AUTHORIZED_KEYS,
-    HOSTS_LABEL,
+    DESCRIPTION_LABEL,
     LABEL,
-    MAC_LABEL,
     POOL_LABEL,
     Mount,
     NodeContainer,
@@ -64,20 +64,20 @@ from slurmforge.secrets import MUNGE_KEY, SSH_KEY
 from slurmforge.spec import Cluster
 from slurmforge.spec.models import LocalTarget
 
-__all__ = ["API_LABEL", "DB_LABEL", "HOSTS_LABEL", "LABEL", "MARIADB_DATADIR", "LocalProvider", "PoolMachines",
+__all__ = ["LABEL", "MARIADB_DATADIR", "LocalProvider", "PoolMachines",
            "mac_address", "service_provider"]
 
 log = logging.getLogger(__name__)
 
 FIRST_HOST_OFFSET = 10
-API_LABEL = "slurmforge.podman-api"
-DB_LABEL = "slurmforge.mariadb"
 MARIADB_DATADIR = "/var/lib/mysql"
 
 
 class LocalProvider(Provisioner):
     def __init__(self, spec: Cluster, image: str, podman: Podman | None = None,
-                 state_root: Path = SECRETS_ROOT) -> None:
+                 state_root: Path = SECRETS_ROOT, join_program: Path | None = None) -> None:
+        """`join_program`: the inventory's rendered one (<inventory>/rendered/join.sh), which
+        every compute node's container mounts; needed to make or describe compute nodes."""
         if not isinstance(spec.target, LocalTarget):
             raise ProvisionError(f"the local provider needs target kind local, not {spec.target.kind}")
         self.spec = spec
@@ -86,6 +86,7 @@ class LocalProvider(Provisioner):
         self.podman = podman or Podman()
         self.root = state_root / spec.name
         self.network = f"slurmforge-{spec.name}"
+        self.join_program = join_program
 
     # ------------------------------------------------------------------ layout
 
@@ -187,15 +188,17 @@ class LocalProvider(Provisioner):
             self.wait_booted(stopped)
         return hosts
 
-    def service_settings(self, join_program: Path) -> LocalProviderSettings:
+    def service_settings(self) -> LocalProviderSettings:
         """What the scheduler service needs to make a pool node's container as this provider
-        would (contract.LocalProviderSettings); `join_program`: the inventory's rendered one."""
+        does (contract.LocalProviderSettings)."""
+        if self.join_program is None:
+            raise ProvisionError("the local provider was not given the inventory's join program")
         hosts = self.hosts()
         return LocalProviderSettings(
             image=self.image, network=self.network,
             addresses={h.name: h.address for h in hosts if h.role is HostRole.COMPUTE},
             nas={target: str(source) for source, target in self.nas_binds()},
-            ssh_key=str(self.ssh_public_key), join_program=str(join_program.resolve()),
+            ssh_key=str(self.ssh_public_key), join_program=str(self.join_program.resolve()),
             munge_key=str(self.root / "secrets" / MUNGE_KEY))
 
     @property
@@ -227,11 +230,8 @@ class LocalProvider(Provisioner):
         if info is None:
             self._free_name(host.name)
         else:
-            stale = (info.image != self.image or info.labels.get(ADDRESS_LABEL) != host.address
-                     or info.labels.get(MAC_LABEL) != mac_address(host.address)
-                     or (host.role is HostRole.CONTROLLER and API_LABEL not in info.labels)
-                     or info.labels.get(DB_LABEL, "") != str(self.db_dir(host.name) or "")
-                     or (host.role is not HostRole.CEPH and HOSTS_LABEL not in info.labels))
+            stale = (info.image != self.image
+                     or info.labels.get(DESCRIPTION_LABEL) != self.container(host, hosts).digest)
             if stale or info.is_dead:
                 log.info("recreating %s (%s)", host.name, "stale" if stale else "dead process")
                 self.podman.remove_container(host.name)
@@ -254,28 +254,24 @@ class LocalProvider(Provisioner):
         self.podman.remove_container(name)
 
     def container(self, host: Host, hosts: list[Host]) -> NodeContainer:
-        """The host's container: a compute node's as the scheduler service makes it, without
-        the join program (the rollout installs it on a static node); the others' here."""
+        """The host's container: a compute node's as the scheduler service makes it (it joins
+        at boot); the others' here."""
         if host.role is HostRole.COMPUTE:
-            return compute_container(self.spec, self.service_settings(Path()), host.name, joins=False)
-        labels: dict[str, str] = {}
+            return compute_container(self.spec, self.service_settings(), host.name)
         mounts = [Mount(str(self.ssh_public_key), AUTHORIZED_KEYS, read_only=True)]
         extra_hosts = None
         if host.role is HostRole.CEPH:  # not rolled out by cluster.yml: podman's /etc/hosts
             extra_hosts = tuple((other.name, other.address) for other in hosts)
             mounts.insert(0, Mount(str(self.ceph_data(host.name)), "/var/lib/ceph"))
         else:
-            labels[HOSTS_LABEL] = "rollout"
             mounts[:0] = [Mount(str(source), target) for source, target in self.nas_binds()]
         if host.role is HostRole.CONTROLLER:
             # the scheduler service makes and removes pool containers through the host's API
-            labels[API_LABEL] = PODMAN_API_SOCKET
             mounts.append(Mount(PODMAN_API_DIR, PODMAN_API_DIR))
             if (db := self.db_dir(host.name)) is not None:  # accounting outlives the container (new image, restore)
-                labels[DB_LABEL] = str(db)
                 mounts.append(Mount(str(db), MARIADB_DATADIR))
         return NodeContainer(host.name, self.image, self.network, host.address, host.role, self.spec.name,
-                             labels, tuple(mounts), extra_hosts)
+                             mounts=tuple(mounts), extra_hosts=extra_hosts)
 
     def _run_args(self, host: Host, hosts: list[Host]) -> list[str]:
         return self.container(host, hosts).run_args()
@@ -306,8 +302,8 @@ class LocalProvider(Provisioner):
 class PoolMachines(Machines):
     """The scheduler service's view from inside the controller: pool node containers made
     and removed through the host's podman API, like instances. A launch makes a fresh
-    container from the node image (`compute_container`, as `up` describes it, plus the join
-    program and the munge key: it joins at boot); a termination stops and removes it. An
+    container from the node image (`compute_container`, as `up` makes a static node: it
+    joins at boot); a termination stops and removes it. An
     instance's id is its container's id, so a termination never reaches the machine that
     replaced it under the same name.
 
@@ -350,7 +346,7 @@ class PoolMachines(Machines):
             if node not in self.settings.addresses:
                 failed[node] = "NoSuchNode"
                 continue
-            info, container = known.get(node), compute_container(self.spec, self.settings, node, joins=True)
+            info, container = known.get(node), compute_container(self.spec, self.settings, node)
             if info is not None and info.is_running:  # a retried token: no second machine
                 launched[node] = self._instance(container, info.id or node, request, None)
                 continue

@@ -133,6 +133,11 @@ def test_job_starts_a_powered_down_node(cluster: Cluster_) -> None:
     assert "machine started -> slurmd started" in share
     wait_until(lambda: job_state(cluster, job) == "COMPLETED", 30, f"job {job} to complete")
     assert cluster.login(f"cat el-{job}.out").stdout.strip() == RESUMED
+    # born from the image with what a rollout would have written: its daemons come back by
+    # themselves (the restart drop-ins are in the image, no Ansible reached this machine)
+    restart = subprocess.run(["podman", "exec", RESUMED, "systemctl", "show", "-p", "Restart", "--value",
+                              "slurmd", "munge"], capture_output=True, text=True, check=True).stdout.split()
+    assert restart == ["on-failure", "on-failure"], restart
     # the node registers ~2-4 s after Slurm allocates it; the PrologSlurmctld
     # (slurmforge-nodes-ready) then completes the job's configuration at once instead of
     # Slurm 22.05's next 30 s periodic check

@@ -146,8 +146,8 @@ def test_roles_declare_the_contract_variables_they_read() -> None:
 
 def test_the_inventory_and_the_image_playbook_carry_the_contract(tmp_path: Path) -> None:
     spec = load_spec(ROOT / "examples" / "local.yaml")
-    provider = LocalProvider(spec, "img", state_root=tmp_path)
-    local = provider.service_settings(tmp_path / "inv" / "rendered" / "join.sh")
+    provider = LocalProvider(spec, "img", state_root=tmp_path, join_program=tmp_path / "inv" / "rendered" / "join.sh")
+    local = provider.service_settings()
     got = cluster_vars(spec, Path("/tmp/inv"), [], settings_json(local))
     assert {k: got[k] for k in node_vars()} == node_vars()
     assert got["slurmforge_paths"]["service_venv"] == contract.SERVICE_VENV

@@ -64,27 +64,28 @@ def from_create_body(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_cli_and_the_api_make_the_same_container_for_every_host(tmp_path: Path) -> None:
-    provider = LocalProvider(SPEC, "localhost/slurmforge/node:t1", state_root=tmp_path)
+    provider = LocalProvider(SPEC, "localhost/slurmforge/node:t1", state_root=tmp_path,
+                             join_program=tmp_path / "join.sh")
     hosts = provider.hosts()
     assert {h.role for h in hosts} == set(HostRole)
     for host in hosts:
         container = provider.container(host, hosts)
         assert from_run_args(container.run_args()) == from_create_body(container.create_body()), host.name
-    settings = provider.service_settings(tmp_path / "join.sh")
-    pool_node = compute_container(SPEC, settings, "dev-cpu-03", joins=True)
+    pool_node = compute_container(SPEC, provider.service_settings(), "dev-cpu-03")
     assert from_run_args(pool_node.run_args()) == from_create_body(pool_node.create_body())
 
 
-def test_a_pool_node_is_a_static_node_plus_the_join_program_and_the_munge_key(tmp_path: Path) -> None:
-    provider = LocalProvider(SPEC, "img", state_root=tmp_path)
+def test_a_static_node_up_makes_is_the_node_the_service_makes(tmp_path: Path) -> None:
+    """Both with the join program and the munge key, read-only: every compute node joins at
+    boot; the service's replacement of a static node is the node `up` made."""
+    provider = LocalProvider(SPEC, "img", state_root=tmp_path, join_program=tmp_path / "inv" / "join.sh")
     hosts = provider.hosts()
     static = next(h for h in hosts if h.role is HostRole.COMPUTE and not h.dynamic)
-    settings = provider.service_settings(tmp_path / "inv" / "join.sh")
     made_by_up = from_run_args(provider.container(static, hosts).run_args())
-    made_by_service = from_create_body(compute_container(SPEC, settings, static.name, joins=True).create_body())
+    made_by_service = from_create_body(compute_container(SPEC, provider.service_settings(), static.name).create_body())
     joins = {(str(tmp_path / "inv" / "join.sh"), JOIN_PROGRAM, True),
              (str(tmp_path / "dev" / "secrets" / "munge.key"), f"{JOIN_SECRETS_DIR}/munge.key", True)}
-    assert made_by_service == made_by_up | {"mounts": made_by_up["mounts"] | joins}
+    assert made_by_service == made_by_up and joins <= made_by_up["mounts"]
     assert made_by_up["--ip"] == static.address and made_by_up["--mac-address"] == "02:42:" + ":".join(
         f"{int(o):02x}" for o in static.address.split("."))
     assert made_by_up["labels"] | {"slurmforge.pool": "cpu", "slurmforge.dynamic": "False"} == made_by_up["labels"]

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from slurmforge.bringup import fixed_hosts
+from slurmforge.contract import JOIN_PROGRAM, JOIN_SECRETS_DIR
 from slurmforge.hosts import HostRole
+from slurmforge.local.container import compute_container
 from slurmforge.local.podman import ContainerInfo
-from slurmforge.providers.local import (
-    API_LABEL,
-    DB_LABEL,
-    HOSTS_LABEL,
-    MARIADB_DATADIR,
-    LocalProvider,
-    mac_address,
-)
+from slurmforge.providers.local import MARIADB_DATADIR, LocalProvider
 from slurmforge.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,38 +49,52 @@ def test_the_controller_keeps_its_database_on_the_host(tmp_path: Path) -> None:
     assert not any(a.endswith(f":{MARIADB_DATADIR}") for a in provider._run_args(login, hosts))
 
 
-def test_a_controller_without_the_database_volume_is_recreated_with_it(tmp_path: Path) -> None:
+def test_a_container_that_differs_from_its_description_in_anything_is_made_again(tmp_path: Path) -> None:
+    """The description's digest decides, not a list of fields: a controller made before its
+    database volume, a static node made without the join program, a login node with podman's
+    /etc/hosts are each made again; one that matches is only started."""
     spec = load_spec(LOCAL)
     recorder = Recorder()
-    provider = LocalProvider(spec, "img", podman=recorder, state_root=tmp_path)  # type: ignore[arg-type]
-    controller, hosts = _controller(provider)
-    labels = {"slurmforge.address": controller.address, "slurmforge.mac": mac_address(controller.address),
-              API_LABEL: "sock", HOSTS_LABEL: "rollout"}
-    old = ContainerInfo(controller.name, "exited", 0, labels, "img")
-    provider._ensure_container(controller, hosts, old)
-    assert recorder.calls[0] == ["rm", controller.name] and recorder.calls[1][0] == "run"
-    labels[DB_LABEL] = str(provider.db_dir(controller.name))
-    current = ContainerInfo(controller.name, "exited", 0, labels, "img")
-    recorder.calls.clear()
-    provider._ensure_container(controller, hosts, current)
-    assert recorder.calls == [["start", controller.name]]  # current: started, not recreated
+    provider = LocalProvider(spec, "img", podman=recorder, state_root=tmp_path,  # type: ignore[arg-type]
+                             join_program=tmp_path / "join.sh")
+    hosts = provider.hosts()
+    static = next(h for h in hosts if h.role is HostRole.COMPUTE and not h.dynamic)
+    for host in [*(next(h for h in hosts if h.role is role) for role in (HostRole.CONTROLLER, HostRole.LOGIN)), static]:
+        wanted = provider.container(host, hosts)
+        for older in (replace(wanted, mounts=wanted.mounts[:-1]), replace(wanted, extra_hosts=())):
+            recorder.calls.clear()
+            provider._ensure_container(host, hosts, ContainerInfo(host.name, "exited", 0, older.all_labels(), "img"))
+            assert recorder.calls[0] == ["rm", host.name] and recorder.calls[1][0] == "run", older
+        recorder.calls.clear()
+        provider._ensure_container(host, hosts, ContainerInfo(host.name, "exited", 0, wanted.all_labels(), "img"))
+        assert recorder.calls == [["start", host.name]]  # current: started, not recreated
+        recorder.calls.clear()
+        provider._ensure_container(host, hosts, ContainerInfo(host.name, "exited", 0, wanted.all_labels(), "old"))
+        assert recorder.calls[0] == ["rm", host.name]  # another image
+
+
+def test_static_nodes_are_made_as_the_service_makes_pool_nodes(tmp_path: Path) -> None:
+    """One description for every compute node: a static node `up` makes mounts the join
+    program and the munge key and joins at boot, as the service's machines do."""
+    spec = load_spec(LOCAL)
+    provider = LocalProvider(spec, "img", state_root=tmp_path, join_program=tmp_path / "join.sh")
+    hosts = provider.hosts()
+    static = next(h for h in hosts if h.role is HostRole.COMPUTE and not h.dynamic)
+    made = provider.container(static, hosts)
+    assert made == compute_container(spec, provider.service_settings(), static.name)
+    assert {m.target for m in made.mounts} >= {JOIN_PROGRAM, f"{JOIN_SECRETS_DIR}/munge.key"}
+    assert all(m.read_only for m in made.mounts if m.target == JOIN_PROGRAM)
 
 
 def test_slurm_hosts_keep_their_own_hosts_file_and_ceph_hosts_get_podmans(tmp_path: Path) -> None:
-    """The rollout writes /etc/hosts on Slurm hosts (a host added later reaches every node);
-    a container made before that layout is recreated once."""
+    """The rollout writes /etc/hosts on Slurm hosts (a host added later reaches every node)."""
     spec = load_spec(LOCAL)
-    recorder = Recorder()
-    provider = LocalProvider(spec, "img", podman=recorder, state_root=tmp_path)  # type: ignore[arg-type]
+    provider = LocalProvider(spec, "img", state_root=tmp_path)
     hosts = provider.hosts()
     login = next(h for h in hosts if h.role is HostRole.LOGIN)
     ceph = next(h for h in hosts if h.role is HostRole.CEPH)
     assert "--no-hosts" in provider._run_args(login, hosts) and "--add-host" not in provider._run_args(login, hosts)
     assert "--no-hosts" not in provider._run_args(ceph, hosts) and "--add-host" in provider._run_args(ceph, hosts)
-    old = ContainerInfo(login.name, "exited", 0, {"slurmforge.address": login.address,
-                                                  "slurmforge.mac": mac_address(login.address)}, "img")
-    provider._ensure_container(login, hosts, old)
-    assert recorder.calls[0] == ["rm", login.name]
 
 
 class Host_:
@@ -131,7 +141,8 @@ def test_up_makes_the_fixed_hosts_and_leaves_dynamic_nodes_to_the_service(tmp_pa
     stopped = ContainerInfo("dev-cpu-03", "exited", 0, {"slurmforge.pool": "cpu"}, "old-img")
     running = ContainerInfo("dev-cpu-04", "running", os.getpid(), {"slurmforge.pool": "cpu"}, "old-img")
     podman = Host_(spec.target.subnet, [stopped, running])  # type: ignore[union-attr]
-    provider = LocalProvider(spec, "img", podman=podman, state_root=tmp_path)  # type: ignore[arg-type]
+    provider = LocalProvider(spec, "img", podman=podman, state_root=tmp_path,  # type: ignore[arg-type]
+                             join_program=tmp_path / "join.sh")
     hosts = provider.provision()
     assert hosts == provider.hosts()
     made = [c[c.index("--name") + 1] for c in podman.calls if c[0] == "run"]

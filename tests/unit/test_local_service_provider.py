@@ -150,7 +150,7 @@ def test_a_launch_makes_a_fresh_container_that_joins_at_boot(podman: tuple[FakeP
     result = machines(path).start(LaunchRequest("cpu", ("dev-cpu-03", "dev-cpu-04"), "tok-1", link="cpu-fallback"))
     assert set(result.launched) == {"dev-cpu-03", "dev-cpu-04"} and not result.failed
     assert [b["name"] for b in fake.bodies] == ["dev-cpu-03", "dev-cpu-04"]
-    assert fake.bodies[0] == json.loads(json.dumps(compute_container(SPEC, SETTINGS, "dev-cpu-03", joins=True)
+    assert fake.bodies[0] == json.loads(json.dumps(compute_container(SPEC, SETTINGS, "dev-cpu-03")
                                                    .create_body()))
     mounts = {m["destination"]: m for m in fake.bodies[0]["mounts"]}
     assert mounts[JOIN_PROGRAM] == {"destination": JOIN_PROGRAM, "source": SETTINGS.join_program, "type": "bind",
