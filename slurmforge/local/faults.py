@@ -102,6 +102,9 @@ class DeadNode:
     (nobody else starts it); None when it was not within the limit."""
     requeued: bool = False
     """The job was seen back in the queue (PENDING) before it was cancelled."""
+    completed: float | None = None
+    """With `finish`: from the kill to the requeued job COMPLETED in sacct (it ran again on
+    the replacement); None when it did not within the limit, or not asked."""
 
 
 def controller_outage(live: LiveCluster, seconds: float, where: JobNodes) -> Outage:
@@ -151,14 +154,25 @@ def _outage(live: LiveCluster, seconds: float, jobs: list[str]) -> Outage:
                   holding, log, live.sacct_states(*jobs))
 
 
-def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit: float = 180) -> DeadNode:
+FINISH_JOB_SECONDS = 30
+"""With `finish`, the job's length: it is killed seconds after it starts, and runs again whole."""
+FINISH_LIMIT = 600.0
+"""Slurm holds a requeued batch job back for the credential lifetime plus 1 s (121 s by
+default) before it may run again; then the job's own length."""
+
+
+def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit: float = 180,
+              finish: bool = False) -> DeadNode:
     """The victim's container killed under a running 2-node `--requeue` job: timed until the
     job leaves RUNNING (requeued), and until the node is in service again on a machine the
-    scheduler service started by itself (a static node is kept alive). The job is cancelled
-    then; a victim the service did not bring back within `back_limit` is started, so the
-    cluster is left as it was found."""
-    job = live.submit(f"-N 2 -p {where.partition} -w {where.nodes} -o nd-%j.out --requeue --wrap 'sleep 600'")
+    scheduler service started by itself (a static node is kept alive). Then the job is
+    cancelled or (`finish`) awaited COMPLETED in sacct, run again on the replacement; a
+    victim the service did not bring back within `back_limit` is started, so the cluster is
+    left as it was found."""
+    length = FINISH_JOB_SECONDS if finish else 600
+    job = live.submit(f"-N 2 -p {where.partition} -w {where.nodes} -o nd-%j.out --requeue --wrap 'sleep {length}'")
     back: float | None = None
+    completed: float | None = None
     states: set[str] = set()
     try:
         wait_until(lambda: live.squeue_state(job) == "RUNNING", 60, f"job {job} running")
@@ -185,12 +199,17 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit
                 wait_until(lambda: live.squeue_state(job) == "PENDING", max(min(60.0, limit), 1), f"job {job} requeued",
                            every=1)
                 states.add("PENDING")
+        if finish and back is not None and "PENDING" in states:
+            with contextlib.suppress(ProvisionError):
+                wait_until(lambda: live.sacct_states(job).get(job) == "COMPLETED",
+                           max(FINISH_LIMIT - (time.monotonic() - killed), 1), f"job {job} COMPLETED", every=2)
+                completed = time.monotonic() - killed
     finally:
         live.root(f"scancel {job} 2>/dev/null || true")
         if back is None:
             live.podman.run(["start", where.victim], check=False)
     wait_until(lambda: live.slurm_state(where.victim) in IN_SERVICE, 180, f"{where.victim} back in service", every=2)
-    return DeadNode(job, seconds, after, back, requeued="PENDING" in states)
+    return DeadNode(job, seconds, after, back, requeued="PENDING" in states, completed=completed)
 
 
 @dataclass(frozen=True)
