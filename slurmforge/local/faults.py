@@ -38,6 +38,20 @@ TERMINATION = re.compile(r"\bterminat(?:e|ing)\b")
 """A service log line that terminates machines (the executor's "terminate i-... (node)" and
 "terminating N instance(s) failed"; not a hold's "at most N terminated a loop")."""
 POLL_SECONDS = 5.0
+FAULT_JOB = "slurmforge-fault"
+"""The name of every job a fault submits. A fault cancels those a run killed half-way left
+behind before it starts: Slurm keeps them across restarts and `up`, and they would hold the
+nodes it needs (seen: a dead-node job's 600 s sleep left by an interrupted bench)."""
+
+
+def _submit(live: LiveCluster, args: str) -> str:
+    return live.submit(f"-J {FAULT_JOB} {args}")
+
+
+def _clear_leftovers(live: LiveCluster) -> None:
+    live.root(f"scancel -n {FAULT_JOB} 2>/dev/null || true")
+    wait_until(lambda: not live.root(f"squeue -h -n {FAULT_JOB} -o %i 2>/dev/null || true").strip(), 60,
+               "no job of an earlier fault left")
 JOB_GRACE = 20
 """The running job outlives the outage by this much: it ends with slurmctld back."""
 
@@ -110,14 +124,15 @@ class DeadNode:
 def controller_outage(live: LiveCluster, seconds: float, where: JobNodes) -> Outage:
     """Every slurmctld stopped for `seconds` under a running 2-node job and a pending job (eligible
     halfway through the outage); then both are awaited to COMPLETED in sacct."""
+    _clear_leftovers(live)
     # a node Slurm is powering down now would stop during the outage for a reason of its own
     wait_until(lambda: not live.nodes_in_transition(), 180, "no node powering up or down", every=2)
-    running = live.submit(f"-N 2 -p {where.partition} -w {where.nodes} -o nd-%j.out "
+    running = _submit(live, f"-N 2 -p {where.partition} -w {where.nodes} -o nd-%j.out "
                           f"--wrap 'sleep {int(seconds) + JOB_GRACE}'")
     jobs = [running]
     try:
         wait_until(lambda: live.squeue_state(running) == "RUNNING", 60, f"job {running} running")
-        jobs.append(live.submit(f"-p {where.partition} -o nd-%j.out --begin=now+{max(int(seconds) // 2, 1)} "
+        jobs.append(_submit(live, f"-p {where.partition} -o nd-%j.out --begin=now+{max(int(seconds) // 2, 1)} "
                                 "--wrap hostname"))
         if (state := live.squeue_state(jobs[1])) != "PENDING":
             raise ProvisionError(f"job {jobs[1]} should wait for its begin time, but is {state or 'gone'}")
@@ -169,8 +184,9 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit
     cancelled or (`finish`) awaited COMPLETED in sacct, run again on the replacement; a
     victim the service did not bring back within `back_limit` is started, so the cluster is
     left as it was found."""
+    _clear_leftovers(live)
     length = FINISH_JOB_SECONDS if finish else 600
-    job = live.submit(f"-N 2 -p {where.partition} -w {where.nodes} -o nd-%j.out --requeue --wrap 'sleep {length}'")
+    job = _submit(live, f"-N 2 -p {where.partition} -w {where.nodes} -o nd-%j.out --requeue --wrap 'sleep {length}'")
     back: float | None = None
     completed: float | None = None
     states: set[str] = set()
@@ -251,9 +267,10 @@ def failover_mid_power_up(live: LiveCluster, backup: str, partition: str, node: 
     done); the backup's slurmctld and service must bring the node up and run the job. The
     primary is started again and back in control afterwards, whatever happens."""
     wait_until(lambda: not live.nodes_in_transition(), 180, "no node powering up or down", every=2)
+    _clear_leftovers(live)
     live.power_down(node)  # the jobs of a test before may have left it up (idle until its timeout)
     since = live.on(backup, "date '+%Y-%m-%d %H:%M:%S'").strip()
-    job = live.submit(f"-p {partition} -w {node} -o pu-%j.out --wrap hostname")
+    job = _submit(live, f"-p {partition} -w {node} -o pu-%j.out --wrap hostname")
     try:
         def powering_up() -> str:
             state = live.slurm_state(node)
@@ -319,7 +336,8 @@ def controller_failover(live: LiveCluster, backup: str, where: JobNodes, tasks: 
     submitted while the backup is in control, the primary's container started again; then
     every job is awaited in sacct. The primary's container runs again, in control, afterwards,
     whatever happens."""
-    array = live.submit(f"-p {where.partition} -w {where.nodes} --array=1-{tasks} -o fo-%A_%a.out "
+    _clear_leftovers(live)
+    array = _submit(live, f"-p {where.partition} -w {where.nodes} --array=1-{tasks} -o fo-%A_%a.out "
                         f"--wrap 'sleep {task_seconds}'")
     jobs = [array]
     try:
@@ -362,7 +380,7 @@ def controller_failover(live: LiveCluster, backup: str, where: JobNodes, tasks: 
 def _try_submit(live: LiveCluster, args: str) -> str:
     """A job id, or "" while no controller takes submissions."""
     try:
-        return live.submit(args)
+        return _submit(live, args)
     except ProvisionError:
         return ""
 
