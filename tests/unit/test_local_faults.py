@@ -12,7 +12,7 @@ import pytest
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.local import faults, live
-from slurmforge.local.faults import JobNodes, controller_outage, dead_node
+from slurmforge.local.faults import FAULT_JOB, JobNodes, controller_outage, dead_node
 from slurmforge.local.live import LiveCluster
 from slurmforge.spec import load_spec
 
@@ -20,6 +20,7 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 WHERE = JobNodes("ml-cpu", "dev-cpu-[01-02]", victim="dev-cpu-02")
+CLEARED = [f"scancel -n {FAULT_JOB} 2>/dev/null || true", f"squeue -h -n {FAULT_JOB} -o %i 2>/dev/null || true"]
 LOG = """Jan 01 00:00:05 dev-controller slurmforge-service[9]: holding back 3 action(s) since 00:00:05: slurm-view: ...
 Jan 01 00:00:15 dev-controller slurmforge-service[9]: holding back 2 action(s) since 00:00:05: release-rate: \
 1 released machine(s) wait: at most 5 terminated a loop
@@ -108,7 +109,7 @@ def test_an_outage_counts_stopped_machines_termination_lines_and_jobs() -> None:
                                    "(dev-cpu-03): orphan",)
     assert outage.machines_terminated == 1 and outage.holding and outage.jobs_completed == 2
     running, pending = cluster.submitted
-    assert running == "-N 2 -p ml-cpu -w dev-cpu-[01-02] -o nd-%j.out --wrap 'sleep 20'"
+    assert running == "-J slurmforge-fault -N 2 -p ml-cpu -w dev-cpu-[01-02] -o nd-%j.out --wrap 'sleep 20'"
     assert "--begin=now+1 " in pending and "-p ml-cpu" in pending
     stop = cluster.commands.index("systemctl stop slurmctld")
     start = cluster.commands.index("systemctl start slurmctld")
@@ -161,9 +162,33 @@ def test_a_dead_node_is_timed_and_the_service_brings_it_back() -> None:
     dead = dead_node(cluster, WHERE)
     assert dead.job == "101" and dead.seconds is not None and dead.after == "PENDING"
     assert dead.back is not None and dead.requeued
-    assert cluster.submitted == ["-N 2 -p ml-cpu -w dev-cpu-[01-02] -o nd-%j.out --requeue --wrap 'sleep 600'"]
+    assert cluster.submitted == [f"-J {FAULT_JOB} -N 2 -p ml-cpu -w dev-cpu-[01-02] -o nd-%j.out --requeue "
+                                 "--wrap 'sleep 600'"]
     assert cluster.podman.calls == [["kill", "dev-cpu-02"]]  # type: ignore[attr-defined]  # nobody else starts it
-    assert cluster.commands == ["scancel 101 2>/dev/null || true"]
+    assert cluster.commands == [*CLEARED, "scancel 101 2>/dev/null || true"]
+    assert dead.completed is None  # not asked
+
+
+def test_a_dead_nodes_requeued_job_is_awaited_completed_when_asked() -> None:
+    """finish: a short job, awaited COMPLETED in sacct after it ran again on the replacement."""
+    cluster = ScriptedCluster([{"dev-cpu-02"}, set(), {"dev-cpu-02"}], {"101": "COMPLETED"},
+                              {"101": ["RUNNING", "RUNNING", "RUNNING", "PENDING"]})
+    dead = dead_node(cluster, WHERE, finish=True)
+    assert dead.back is not None and dead.requeued and dead.completed is not None
+    assert dead.completed >= dead.back
+    assert cluster.submitted[0].endswith(f"--requeue --wrap 'sleep {faults.FINISH_JOB_SECONDS}'")
+
+
+def test_every_fault_cancels_the_jobs_a_killed_run_left_before_it_submits() -> None:
+    """A run killed half-way leaves its jobs in Slurm (kept across restarts and `up`); they
+    would hold the nodes the next run needs."""
+    outage = ScriptedCluster([set(), set()], {"101": "COMPLETED", "102": "COMPLETED"},
+                             {"101": ["RUNNING"], "102": ["PENDING"]})
+    controller_outage(outage, 0.05, WHERE)
+    dead = ScriptedCluster([{"dev-cpu-02"}, set(), {"dev-cpu-02"}], {}, {"101": ["RUNNING", "PENDING"]})
+    dead_node(dead, WHERE)
+    for cluster in (outage, dead):
+        assert cluster.commands[:2] == CLEARED and all(a.startswith(f"-J {FAULT_JOB} ") for a in cluster.submitted)
 
 
 def test_a_dead_node_the_service_does_not_bring_back_is_started_by_the_fault() -> None:
@@ -184,7 +209,7 @@ def test_a_failed_kill_still_starts_the_node_and_cancels_the_job() -> None:
     with pytest.raises(ProvisionError, match="podman kill failed"):
         dead_node(cluster, WHERE)
     assert cluster.podman.calls[-1] == ["start", "dev-cpu-02"]  # type: ignore[attr-defined]
-    assert cluster.commands == ["scancel 101 2>/dev/null || true"]
+    assert cluster.commands == [*CLEARED, "scancel 101 2>/dev/null || true"]
 
 
 def hosts() -> list[Host]:
