@@ -52,10 +52,12 @@ class Cluster_:
         argv += [node, "timeout", str(timeout), "bash", "-lc", command]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 20)
 
-    def report_hosts(self) -> list[str]:
+    def rolled_out_hosts(self) -> list[str]:
+        """The hosts a rollout reaches: not the dynamic nodes, which join by themselves."""
+        from slurmforge.bringup import fixed_hosts
         from slurmforge.inventory import read_inventory
 
-        return [h.name for h in read_inventory(self.report.inventory)[1]]
+        return [h.name for h in fixed_hosts(read_inventory(self.report.inventory)[1])]
 
     def image(self) -> str:
         """The node image this cluster runs (for throwaway containers in tests)."""
