@@ -8,8 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from slurmforge.bringup import fixed_hosts
 from slurmforge.contract import JOIN_PROGRAM, JOIN_SECRETS_DIR
+from slurmforge.errors import ProvisionError
 from slurmforge.hosts import HostRole
 from slurmforge.local.container import compute_container
 from slurmforge.local.podman import ContainerInfo
@@ -150,3 +153,36 @@ def test_up_makes_the_fixed_hosts_and_leaves_dynamic_nodes_to_the_service(tmp_pa
     assert {h.name for h in hosts} - set(made) == {"dev-cpu-03", "dev-cpu-04", "dev-cpu-fallback-01"}
     assert ["rm", "dev-cpu-03"] in podman.calls and ["rm", "dev-cpu-04"] not in podman.calls
     assert set(podman.listed) == {*made, "dev-cpu-04"}
+
+
+class Booting:
+    """podman exec as wait_booted sees it: systemd's state and its job list, in turns."""
+
+    def __init__(self, turns: list[tuple[str, str]]) -> None:
+        self.turns, self.asked = turns, 0
+
+    def exec(self, name: str, argv: list[str], **kwargs: Any) -> Any:
+        state, jobs = self.turns[min(self.asked // 2, len(self.turns) - 1)]
+        self.asked += 1
+        return subprocess.CompletedProcess(argv, 0, state + "\n" if "is-system-running" in argv else jobs, "")
+
+
+@pytest.mark.parametrize(("jobs", "booted"), [
+    ("41 slurmd.service start running\n2 multi-user.target start waiting\n", True),
+    ("41 slurmd.service start running\n7 ssh.service start running\n", False),
+    ("", False),
+])
+def test_a_node_whose_slurmd_waits_for_its_controller_counts_as_booted(tmp_path: Path, jobs: str,
+                                                                       booted: bool) -> None:
+    """A compute node born with its controllers joins at boot; its slurmd is ready only once
+    the rollout that follows configured a controller, so `up` must not wait for it."""
+    provider = LocalProvider(load_spec(LOCAL), "img", podman=Booting([("starting", jobs)]),  # type: ignore[arg-type]
+                             state_root=tmp_path)
+    if booted:
+        provider.wait_booted(["dev-cpu-01"], timeout=5)
+    else:
+        with pytest.raises(ProvisionError, match="did not boot within 0 s"):
+            provider.wait_booted(["dev-cpu-01"], timeout=0.2)
+    provider = LocalProvider(load_spec(LOCAL), "img", podman=Booting([("starting", jobs), ("running", "")]),  # type: ignore[arg-type]
+                             state_root=tmp_path)
+    provider.wait_booted(["dev-cpu-01"], timeout=5)  # finished booting: whatever it waited for
