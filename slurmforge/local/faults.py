@@ -38,6 +38,8 @@ TERMINATION = re.compile(r"\bterminat(?:e|ing)\b")
 """A service log line that terminates machines (the executor's "terminate i-... (node)" and
 "terminating N instance(s) failed"; not a hold's "at most N terminated a loop")."""
 POLL_SECONDS = 5.0
+JOB_GRACE = 20
+"""The running job outlives the outage by this much: it ends with slurmctld back."""
 FAULT_JOB = "slurmforge-fault"
 """The name of every job a fault submits. A fault cancels those a run killed half-way left
 behind before it starts: Slurm keeps them across restarts and `up`, and they would hold the
@@ -52,8 +54,6 @@ def _clear_leftovers(live: LiveCluster) -> None:
     live.root(f"scancel -n {FAULT_JOB} 2>/dev/null || true")
     wait_until(lambda: not live.root(f"squeue -h -n {FAULT_JOB} -o %i 2>/dev/null || true").strip(), 60,
                "no job of an earlier fault left")
-JOB_GRACE = 20
-"""The running job outlives the outage by this much: it ends with slurmctld back."""
 
 
 @dataclass(frozen=True)

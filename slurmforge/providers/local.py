@@ -145,16 +145,17 @@ class LocalProvider(Provisioner):
         path = self.root / "addresses.json"
         known: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
         net = ipaddress.ip_network(self.target.subnet)
-        used = set(known.values())
-        free = (str(ip) for ip in list(net.hosts())[FIRST_HOST_OFFSET:] if str(ip) not in used)
-        for name in names:
-            if name not in known:
+        new = [name for name in names if name not in known]
+        if new:  # hosts() is asked for often (every compute node's description): write only news
+            used = set(known.values())
+            free = (str(ip) for ip in list(net.hosts())[FIRST_HOST_OFFSET:] if str(ip) not in used)
+            for name in new:
                 try:
                     known[name] = next(free)
                 except StopIteration:
                     raise ProvisionError(f"no free address left in {net} for {name}") from None
-        self.root.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(known, indent=1, sort_keys=True))
+            self.root.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(known, indent=1, sort_keys=True))
         return {n: known[n] for n in names}
 
     # ------------------------------------------------------------------ provision
@@ -229,17 +230,17 @@ class LocalProvider(Provisioner):
             db.mkdir(parents=True, exist_ok=True)
 
     def _ensure_container(self, host: Host, hosts: list[Host], info: ContainerInfo | None) -> None:
+        wanted = self.container(host, hosts)
         if info is None:
             self._free_name(host.name)
         else:
-            stale = (info.image != self.image
-                     or info.labels.get(DESCRIPTION_LABEL) != self.container(host, hosts).digest)
+            stale = info.image != self.image or info.labels.get(DESCRIPTION_LABEL) != wanted.digest
             if stale or info.is_dead:
                 log.info("recreating %s (%s)", host.name, "stale" if stale else "dead process")
                 self.podman.remove_container(host.name)
                 info = None
         if info is None:
-            self.podman.run(self._run_args(host, hosts))
+            self.podman.run(wanted.run_args())
         elif not info.is_running:
             self.podman.run(["start", host.name])
 
@@ -274,9 +275,6 @@ class LocalProvider(Provisioner):
                 mounts.append(Mount(str(db), MARIADB_DATADIR))
         return NodeContainer(host.name, self.image, self.network, host.address, host.role, self.spec.name,
                              mounts=tuple(mounts), extra_hosts=extra_hosts)
-
-    def _run_args(self, host: Host, hosts: list[Host]) -> list[str]:
-        return self.container(host, hosts).run_args()
 
     def wait_booted(self, names: Sequence[str], timeout: float = 120) -> None:
         """Wait until systemd in every container finished booting (running or degraded), or

@@ -130,10 +130,10 @@ def test_local_ceph_hosts_start_first_and_keep_their_data_on_the_host(tmp_path: 
     provider = LocalProvider(spec, "img", state_root=tmp_path)
     hosts = provider.hosts()
     assert (hosts[0].name, hosts[0].role) == (f"{spec.name}-ceph-01", HostRole.CEPH)
-    args = provider._run_args(hosts[0], hosts)
+    args = provider.container(hosts[0], hosts).run_args()
     assert f"{tmp_path / spec.name / 'ceph' / hosts[0].name}:/var/lib/ceph" in args
     assert not any(a.endswith(":/home") for a in args)  # no NAS on a storage host
-    assert "--privileged" in provider._run_args(hosts[1], hosts)  # /dev/fuse for ceph-fuse on Slurm nodes
+    assert "--privileged" in provider.container(hosts[1], hosts).run_args()  # /dev/fuse for ceph-fuse on Slurm nodes
 
 
 def test_ceph_without_ceph_hosts_is_one_line_error(tmp_path: Path) -> None:

@@ -46,10 +46,10 @@ def test_the_controller_keeps_its_database_on_the_host(tmp_path: Path) -> None:
     spec = load_spec(LOCAL)
     provider = LocalProvider(spec, "img", state_root=tmp_path)
     controller, hosts = _controller(provider)
-    args = provider._run_args(controller, hosts)
+    args = provider.container(controller, hosts).run_args()
     assert f"{tmp_path / spec.name / 'mariadb'}:{MARIADB_DATADIR}" in args
     login = next(h for h in hosts if h.role is HostRole.LOGIN)
-    assert not any(a.endswith(f":{MARIADB_DATADIR}") for a in provider._run_args(login, hosts))
+    assert not any(a.endswith(f":{MARIADB_DATADIR}") for a in provider.container(login, hosts).run_args())
 
 
 def test_a_container_that_differs_from_its_description_in_anything_is_made_again(tmp_path: Path) -> None:
@@ -96,8 +96,9 @@ def test_slurm_hosts_keep_their_own_hosts_file_and_ceph_hosts_get_podmans(tmp_pa
     hosts = provider.hosts()
     login = next(h for h in hosts if h.role is HostRole.LOGIN)
     ceph = next(h for h in hosts if h.role is HostRole.CEPH)
-    assert "--no-hosts" in provider._run_args(login, hosts) and "--add-host" not in provider._run_args(login, hosts)
-    assert "--no-hosts" not in provider._run_args(ceph, hosts) and "--add-host" in provider._run_args(ceph, hosts)
+    login_args, ceph_args = provider.container(login, hosts).run_args(), provider.container(ceph, hosts).run_args()
+    assert "--no-hosts" in login_args and "--add-host" not in login_args
+    assert "--no-hosts" not in ceph_args and "--add-host" in ceph_args
 
 
 class Host_:
