@@ -97,6 +97,9 @@ SLURMDBD_SECRET_CONF = "/etc/slurm/slurmdbd-storage.conf"
 ACCOUNTING_PROGRAM = "/usr/local/sbin/slurmforge-accounting"
 ACCOUNTING_DESIRED = "/etc/slurm/slurmforge-accounting.json"
 """The rendered accounting.json the program makes slurmdbd equal to."""
+SLURMDBD_UIDS_MARK = f"{ETC_DIR}/slurmdbd-uids.mark"
+"""Touched when the rollout had slurmdbd look up the uids of users made after it started
+(roles/slurmdbd/tasks/uids.yml)."""
 LMOD_LIBEXEC = "/usr/share/lmod/lmod/libexec"
 """Debian's lmod tools (/usr/share/lmod/lmod links to the version: survives an upgrade)."""
 PODMAN_API_DIR = "/run/podman"
@@ -121,6 +124,7 @@ PATHS: Mapping[str, str] = {
     "slurmdbd_secret_conf": SLURMDBD_SECRET_CONF,
     "accounting_program": ACCOUNTING_PROGRAM,
     "accounting_desired": ACCOUNTING_DESIRED,
+    "slurmdbd_uids_mark": SLURMDBD_UIDS_MARK,
     "lmod_libexec": LMOD_LIBEXEC,
 }
 """What the roles read as `slurmforge_paths.<key>`."""

@@ -1,7 +1,7 @@
 """The daemon loop: a list of named steps, every 10 s (sooner when a hand-off arrives).
 
     read_spec -> take_handoffs -> take_interruptions -> observe -> classify -> guard
-              -> act -> fall_back -> publish -> beat
+              -> act -> fall_back -> close_runaway -> publish -> beat
 
 The spec is re-read every loop; when it cannot be read the last good one is kept. Side
 effects go through the Slurm client, the provider and the store only. `observe` never
@@ -30,6 +30,7 @@ from slurmforge.service.classify import Context, Tunables, World, classify, plan
 from slurmforge.service.executor import ActReport, Executor
 from slurmforge.service.guard import VIEW_REASONS, Decision, Doubt, Guard, Hold, HoldReason
 from slurmforge.service.leader import Leadership
+from slurmforge.service.runaway import RUNAWAY_INTERVAL, RunawayCloser
 from slurmforge.service.slurm import Job, NodeState, SlurmClient, jobs_by_node
 from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot, cooling_links
 from slurmforge.service.spend import SPEND_INTERVAL, SpendTracker
@@ -63,6 +64,8 @@ class DaemonConfig:
     """How often the pool page's spend this month is read from sacct."""
     spend_in_background: bool = True
     """Read it in a thread of its own (tests: in the loop)."""
+    runaway_interval: float = RUNAWAY_INTERVAL
+    """How often the leader closes runaway job records (service.runaway)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class Daemon:
         """Slurm's nodes as last read: what the pool page shows while Slurm does not answer."""
         self.spend = SpendTracker(lambda period, now: slurm.sacct(sacct_argv(period, now), SACCT_ENV).splitlines(),
                                   config.spend_interval, config.spend_in_background)
+        self.runaway = RunawayCloser(slurm.run, config.runaway_interval)
 
     # ------------------------------------------------------------------ the loop
 
@@ -133,6 +137,7 @@ class Daemon:
         decision = self.check(world, actions, doubts)
         act = self.act(world, decision.run)
         passes = self.fall_back(world, act) if not doubts else 0
+        self.close_runaway()
         seconds = self.clock() - started
         self.publish(world, seconds, trusted=not doubts)
         return LoopReport(started, seconds, len(decision.run), len(act.launched), len(act.failed), passes,
@@ -242,6 +247,17 @@ class Daemon:
             launched.update(again.launched)
         report.launched.update(launched)
         return passes
+
+    def close_runaway(self) -> int:
+        """Runaway job records closed (service.runaway), when the cluster keeps accounting."""
+        if self.spec is None or not self.spec.accounting.enabled:
+            return 0
+        closed = self.runaway.update(self.clock())
+        if closed:
+            self.store.add_event(Event(self.clock(), "runaway-closed", "", "", len(closed),
+                                       ",".join(r.job for r in closed)[:200]))
+            self.store.count("slurmforge_runaway_records_closed_total", {}, len(closed))
+        return len(closed)
 
     def publish(self, world: World, seconds: float, trusted: bool = True) -> None:
         """The snapshot (page, /metrics) from the last nodes Slurm gave, with what is held

@@ -47,6 +47,8 @@ COUNTER_HELP = {
                                      "summed, by pool (over slurmforge_joined_nodes_total: the mean).",
     "slurmforge_service_held_actions_total": "Actions the service held back, by why (docs/service.md).",
     "slurmforge_service_untrusted_loops_total": "Loops whose view of Slurm or the cloud was not trusted, by why.",
+    "slurmforge_runaway_records_closed_total": "Runaway job records (slurmdbd: active; slurmctld: unknown) the "
+                                               "service closed (docs/service.md).",
 }
 
 

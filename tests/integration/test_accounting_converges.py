@@ -128,11 +128,13 @@ def test_accounting_converges_and_slurm_enforces_it(cluster: Cluster_, tmp_path:
         assert "capped|00:45:00|gres/gpu=2" in sacctmgr(cluster, "qos", "format=name,maxwall,maxtrespu")
         assert root(cluster, f"squeue -h -j {bobs} -o %T").strip() == "PENDING"  # left alone
     finally:
-        cancel_and_forget(cluster, "alice")
-        cancel_and_forget(cluster, "bob")
-        started = time.monotonic()
-        lines = up_with(None, tmp_path)  # the suite's spec
-        print(f"restored in {time.monotonic() - started:.0f} s")
+        try:
+            cancel_and_forget(cluster, "alice")
+            cancel_and_forget(cluster, "bob")
+        finally:  # the suite's spec back even when a job would not end: the next tests need it
+            started = time.monotonic()
+            lines = up_with(None, tmp_path)
+            print(f"restored in {time.monotonic() - started:.0f} s")
     assert "remove qos capped" in lines and "remove account temp" in lines, lines
     assert "capped" not in sacctmgr(cluster, "qos", "format=name")
     assocs = sacctmgr(cluster, "assoc", "where", "cluster=dev", "format=account,user,share")

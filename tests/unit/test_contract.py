@@ -119,6 +119,7 @@ def test_the_scan_finds_a_spelled_path_and_port(tmp_path: Path) -> None:
     ("slurmdbd", "slurmdbd_secret_conf", contract.SLURMDBD_SECRET_CONF),
     ("slurmdbd", "slurmdbd_accounting_program", contract.ACCOUNTING_PROGRAM),
     ("slurmdbd", "slurmdbd_accounting_desired", contract.ACCOUNTING_DESIRED),
+    ("slurmdbd", "slurmdbd_uids_mark", contract.SLURMDBD_UIDS_MARK),
     ("lmod", "lmod_libexec", contract.LMOD_LIBEXEC),
 ])
 def test_role_defaults_get_the_contracts_values(role: str, name: str, value: str | int) -> None:

@@ -31,10 +31,23 @@ class FakeSlurm(SlurmClient):
     """Just enough slurmctld: node states change as scontrol would change them."""
 
     def __init__(self, nodes: Sequence[NodeState], jobs: Sequence[Job] = ()) -> None:
-        super().__init__(lambda argv: subprocess.CompletedProcess(argv, 0, "", ""))
+        super().__init__(self._command)
+        self.commands: list[tuple[str, ...]] = []
+        self.dbd_queue = 0
+        self.runaway_output = "Runaway Jobs: No runaway jobs found on cluster t\n"
         self.state = {n.name: n for n in nodes}
         self.job_list = list(jobs)
         self.calls: list[tuple[str, tuple[object, ...]]] = []
+
+    def _command(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        """sdiag and sacctmgr, as the runaway-record step calls them."""
+        self.commands.append(tuple(argv))
+        if argv[0] == "sdiag":
+            return subprocess.CompletedProcess(argv, 0, json.dumps({"statistics": {
+                "dbd_agent_queue_size": self.dbd_queue}}), "")
+        if argv[0] == "sacctmgr":
+            return subprocess.CompletedProcess(argv, 0, self.runaway_output, "")
+        return subprocess.CompletedProcess(argv, 0, "", "")
 
     def nodes(self) -> list[NodeState]:
         return list(self.state.values())
