@@ -83,6 +83,10 @@ CTLD_STANDBY_PROGRAM = "/usr/local/sbin/slurmforge-ctld-standby"
 to standby asks systemd to restart it (roles/slurm_controller/files/slurmforge-ctld-standby)."""
 JOIN_PROGRAM = "/usr/local/sbin/slurmforge-join"
 """The join program on a node (slurmforge.join: templates/join.sh.j2)."""
+JOIN_UNIT = "slurmforge-join.service"
+"""Runs the join program at every boot where it is installed, again until it succeeds (the
+node image: roles/slurm_node/tasks/install.yml)."""
+JOIN_UNIT_FILE = f"/etc/systemd/system/{JOIN_UNIT}"
 JOIN_SECRETS_DIR = "/etc/slurmforge/secrets"
 """Where the join program reads the munge key on the local target (the host's 0600 file,
 mounted read-only) and on machines you own (the munge role's copy)."""
@@ -120,6 +124,7 @@ PATHS: Mapping[str, str] = {
     "ctld_in_control_program": CTLD_IN_CONTROL_PROGRAM,
     "ctld_standby_program": CTLD_STANDBY_PROGRAM,
     "join_program": JOIN_PROGRAM,
+    "join_unit": JOIN_UNIT_FILE,
     "join_secrets": JOIN_SECRETS_DIR,
     "slurmdbd_secret_conf": SLURMDBD_SECRET_CONF,
     "accounting_program": ACCOUNTING_PROGRAM,

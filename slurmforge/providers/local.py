@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from slurmforge.contract import PODMAN_API_DIR, LocalProviderSettings, read_settings
+from slurmforge.contract import JOIN_UNIT, PODMAN_API_DIR, LocalProviderSettings, read_settings
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import TAG_LINK, Host, HostRole
 from slurmforge.inventory import SECRETS_ROOT
@@ -70,8 +70,10 @@ __all__ = ["LABEL", "MARIADB_DATADIR", "LocalProvider", "PoolMachines",
 log = logging.getLogger(__name__)
 
 FIRST_HOST_OFFSET = 10
-SLURMD_BOOT_JOBS = frozenset({"slurmd.service", "multi-user.target", "graphical.target"})
-"""A boot's jobs while slurmd waits for its config: the targets wait for the units they want."""
+CLUSTER_WAIT_BOOT_JOBS = frozenset({"slurmd.service", JOIN_UNIT, "multi-user.target", "graphical.target"})
+"""A compute node's boot jobs while it waits for its cluster: slurmd for a controller to serve
+it the config, the join program retrying until the rollout published the node kit; the
+targets wait for the units they want."""
 MARIADB_DATADIR = "/var/lib/mysql"
 
 
@@ -278,25 +280,25 @@ class LocalProvider(Provisioner):
 
     def wait_booted(self, names: Sequence[str], timeout: float = 120) -> None:
         """Wait until systemd in every container finished booting (running or degraded), or
-        all that is left of its boot is slurmd waiting for a controller to serve it the
-        config: a compute node joins at boot, and when the controllers are made with it they
-        are configured only by the rollout that comes after this wait."""
+        all that is left of its boot is waiting for the cluster (CLUSTER_WAIT_BOOT_JOBS): a
+        compute node joins at boot, and when the controllers are made with it they are
+        configured, and the node kit published, only by the rollout that comes after this wait."""
         deadline = time.monotonic() + timeout
         for name in names:
             while True:
                 res = self.podman.exec(name, ["systemctl", "is-system-running"], timeout=30, check=False)
                 state = res.stdout.strip()
-                if state in ("running", "degraded") or (state == "starting" and self._only_slurmd_left(name)):
+                if state in ("running", "degraded") or (state == "starting" and self._waits_for_cluster(name)):
                     break
                 if time.monotonic() > deadline:
                     raise ProvisionError(f"{name} did not boot within {timeout:.0f} s (systemd: {state or '?'}); "
                                          f"see `podman logs {name}`; `slurmforge down --local` removes it")
                 time.sleep(0.5)
 
-    def _only_slurmd_left(self, name: str) -> bool:
+    def _waits_for_cluster(self, name: str) -> bool:
         res = self.podman.exec(name, ["systemctl", "list-jobs", "--no-legend", "--plain"], timeout=30, check=False)
         units = {line.split()[1] for line in res.stdout.splitlines() if len(line.split()) > 1}
-        return bool(units) and units <= SLURMD_BOOT_JOBS
+        return bool(units) and units <= CLUSTER_WAIT_BOOT_JOBS
 
     def delete(self) -> None:
         for c in self.podman.containers(f"{LABEL}={self.spec.name}"):

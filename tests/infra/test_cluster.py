@@ -93,6 +93,17 @@ def test_daemons_restart_after_a_failure(live: LiveCluster) -> None:
     assert not wrong, ", ".join(wrong)
 
 
+def test_no_unit_failed_on_any_host(live: LiveCluster) -> None:
+    """systemd has no failed unit anywhere: a join that did not succeed, a daemon that gave
+    up, a mount that failed stand out instead of hiding in an always-degraded system."""
+    failed = {}
+    for host in live.up_hosts:
+        units = live.connect(host).check_output("systemctl list-units --failed --no-legend --plain").split("\n")
+        if names := [u.split()[0] for u in units if u.strip()]:
+            failed[host.name] = names
+    assert not failed, f"failed units: {failed} (systemctl status <unit> on the host says why)"
+
+
 def test_login_clients_read_the_controllers_config(live: LiveCluster) -> None:
     """The login node keeps no slurm.conf of its own (a stale one would win over sackd's);
     its clients read the copy sackd fetched from slurmctld, which is the controller's."""

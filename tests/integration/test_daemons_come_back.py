@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from slurmforge.contract import JOIN_PROGRAM, JOIN_UNIT
 from slurmforge.render import controller_name, state_save_location
 from tests.integration.conftest import Cluster_
 from tests.integration.test_elastic import root, wait_until
@@ -17,6 +18,8 @@ pytestmark = pytest.mark.integration
 
 CTLD_BACK_BOUND = 10
 """slurmctld kill -9 -> answering again (RestartSec=2 plus its start-up)."""
+JOIN_RETRY_BOUND = 15 + 10
+"""The node kit back -> the join unit's next try has joined (RestartSec=15 plus the join)."""
 
 
 def kill_9(cluster: Cluster_, node: str, unit: str) -> float:
@@ -59,3 +62,36 @@ def test_a_killed_daemon_comes_back(cluster: Cluster_, role: str, unit: str) -> 
     print(f"{unit} on {node}: back in {seconds:.1f} s")
     job = submit(cluster, "-p ml-cpu -w dev-cpu-01 -o back-%j.out --wrap hostname")
     wait_until(lambda: sacct_states(cluster, job).get(job) == "COMPLETED", 120, f"a job after {unit} came back")
+
+
+def test_a_join_that_found_no_node_kit_tries_again_until_it_joins(cluster: Cluster_) -> None:
+    """A static node booting before its cluster is ready (a whole cluster made at once: no
+    node kit on the NAS until the rollout publishes it) is not left failed until its next
+    boot: its join unit tries again every 15 s and joins once the kit is there, without
+    touching the job running on the node."""
+    node, unit = "dev-cpu-02", JOIN_UNIT
+    job = submit(cluster, f"-p ml-cpu -w {node} -o back-%j.out --wrap 'sleep 30'")
+    wait_until(lambda: root(cluster, f"squeue -h -j {job} -o %T").strip() == "RUNNING", 60, "the job running")
+    kit = cluster.run(node, f"sed -n 's/^KIT=//p' {JOIN_PROGRAM}").stdout.strip()
+    assert kit.startswith("/"), kit
+
+    def show(prop: str) -> str:
+        return cluster.run(node, f"systemctl show -P {prop} {unit}").stdout.strip()
+
+    hide = cluster.run(node, f"mkdir -p /run/no-kit && mount --bind /run/no-kit {kit}")
+    assert hide.returncode == 0, hide.stderr
+    try:
+        restarts = int(show("NRestarts"))
+        cluster.run(node, f"systemctl restart --no-block {unit}")
+        wait_until(lambda: int(show("NRestarts")) > restarts, 60, f"{unit} failing without a kit and trying again")
+        assert show("ActiveState") == "activating", show("ActiveState")  # not failed: waiting to try again
+        assert "no node kit" in cluster.run(node, f"journalctl -u {unit} -n 20 -o cat").stdout
+    finally:
+        cluster.run(node, f"umount {kit}")
+    shown = time.monotonic()
+    wait_until(lambda: show("ActiveState") == "active" and show("Result") == "success", 60, f"{unit} joined")
+    print(f"joined {time.monotonic() - shown:.1f} s after the kit was back")
+    assert time.monotonic() - shown <= JOIN_RETRY_BOUND
+    assert "joined in" in cluster.run(node, f"journalctl -u {unit} -n 5 -o cat").stdout
+    assert cluster.run(node, "systemctl is-system-running").stdout.strip() == "running"
+    wait_until(lambda: sacct_states(cluster, job).get(job) == "COMPLETED", 120, "the job COMPLETED")

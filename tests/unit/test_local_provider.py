@@ -171,12 +171,14 @@ class Booting:
 @pytest.mark.parametrize(("jobs", "booted"), [
     ("41 slurmd.service start running\n2 multi-user.target start waiting\n", True),
     ("41 slurmd.service start running\n7 ssh.service start running\n", False),
+    ("40 slurmforge-join.service start running\n41 slurmd.service start waiting\n", True),  # no node kit yet
     ("", False),
 ])
 def test_a_node_whose_slurmd_waits_for_its_controller_counts_as_booted(tmp_path: Path, jobs: str,
                                                                        booted: bool) -> None:
     """A compute node born with its controllers joins at boot; its slurmd is ready only once
-    the rollout that follows configured a controller, so `up` must not wait for it."""
+    the rollout that follows configured a controller (and its join succeeds only once that
+    rollout published the node kit), so `up` must not wait for it."""
     provider = LocalProvider(load_spec(LOCAL), "img", podman=Booting([("starting", jobs)]),  # type: ignore[arg-type]
                              state_root=tmp_path)
     if booted:
