@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmforge.contract import NFS_OPTIONS
+from slurmforge.contract import JOIN_PROGRAM, JOIN_UNIT, NFS_OPTIONS
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import JOIN, KIT, RENDERED, write_inventory
 from slurmforge.join import JoinSettings, kit_files, local_settings, render_join
@@ -178,3 +178,24 @@ def test_its_last_line_says_how_long_each_step_took(tmp_path: Path) -> None:
     last = done.stdout.splitlines()[-1]
     assert re.fullmatch(r"slurmforge-join: dev-cpu-01 joined in \d+\.\d{3} s \((\w+ \d+ ms(, )?){9}\)", last), last
     assert [part.split()[0] for part in last.split("(", 1)[1].rstrip(")").split(", ")] == steps
+
+
+@pytest.mark.parametrize(("load_state", "in_unit"), [("loaded", True), ("not-found", False)])
+def test_as_user_data_it_installs_itself_and_joins_in_its_unit(tmp_path: Path, load_state: str, in_unit: bool) -> None:
+    """cloud-init's copy installs the program and hands the join to the image's unit, which
+    tries again until it succeeds (as at every boot); with no such unit it joins itself."""
+    spec = load_spec(ROOT / "examples/local.yaml")
+    program = render_join(spec, aws_settings(spec))
+    steps = ["identity", "munge", "nas", "kit", "hosts", "cephfs", "lmod", "exporter", "slurmd"]
+    noop = "; ".join(f"step_{step}() {{ echo step {step} >> {tmp_path}/calls.log; }}" for step in steps)
+    done = sourced(program, tmp_path, f"{noop}; NODE=t-cpu-01; main", {
+        "install": "", "flock": "",
+        "systemctl": f'[ "$1" = show ] && echo {load_state}; true'})
+    assert done.returncode == 0, done.stderr
+    log = calls(tmp_path)
+    assert log[0] == f"install -D -m 0755 bash {JOIN_PROGRAM}"
+    if in_unit:
+        assert log[1:] == [f"systemctl show -P LoadState {JOIN_UNIT}", f"systemctl start --no-block {JOIN_UNIT}"]
+        assert f"joining in {JOIN_UNIT}" in done.stdout
+    else:
+        assert [line for line in log if line.startswith("step")] == [f"step {s}" for s in steps]
