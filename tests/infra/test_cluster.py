@@ -218,6 +218,17 @@ def test_accounting_is_what_the_spec_says(live: LiveCluster) -> None:
     assert plan["changes"] == [] and plan["deferred"] == [], f"slurmdbd differs from the spec: {plan}"
 
 
+def test_the_local_database_runs_as_slurmdbd_needs(live: LiveCluster) -> None:
+    """MariaDB 11.8's snapshot isolation off (slurmdbd cannot recover from ER_CHECKREAD) and
+    Slurm's lock wait timeout: roles/slurmdbd/tasks/install.yml."""
+    if not live.spec.accounting.enabled or live.spec.accounting.database.kind != "local":
+        pytest.skip("no local accounting database")
+    host = next(h for h in live.up_hosts if h.name == controller_name(live.spec))
+    got = live.connect(host).check_output(
+        "mysql -N -B -e 'SELECT @@GLOBAL.innodb_snapshot_isolation, @@GLOBAL.innodb_lock_wait_timeout'")
+    assert got.split() == ["0", "900"], got
+
+
 def test_every_node_has_the_identical_package_set(live: LiveCluster) -> None:
     sets = {h.name: digest(live.connect(h).check_output("dpkg-query -W -f='${Package} ${Version}\\n'"))
             for h in live.up_hosts}
