@@ -18,6 +18,12 @@ from slurmforge.spec.models import Database as DatabaseSpec
 from stacks.common import child, tags
 
 ENGINE_VERSION = "10.11"
+PARAMETER_FAMILY = "mariadb10.11"
+SLURMDBD_PARAMETERS = {"innodb_lock_wait_timeout": "900"}
+"""What slurmdbd needs of MariaDB beyond RDS's defaults (Slurm's accounting guide): the lock
+wait for long rollups and purges. The same as the controller's local MariaDB
+(roles/slurmdbd/tasks/install.yml), which also turns innodb_snapshot_isolation off: Debian
+13's MariaDB 11.8 turns it on, MariaDB 10.11 keeps it off by default."""
 # The spec has no instance class or storage size for the database yet.
 INSTANCE_CLASS = "db.t4g.small"
 STORAGE_GB = 20
@@ -71,12 +77,17 @@ class Database(pulumi.ComponentResource):
                                       tags=tags(args.cluster, "database", f"{name}-db"), opts=child(self))
         subnets = aws.rds.SubnetGroup(f"{name}-db", subnet_ids=list(args.subnet_ids),
                                       tags=tags(args.cluster, "database"), opts=child(self))
+        parameters = aws.rds.ParameterGroup(
+            f"{name}-db", family=PARAMETER_FAMILY, description="slurmforge: what slurmdbd needs of MariaDB",
+            parameters=[aws.rds.ParameterGroupParameterArgs(name=k, value=v) for k, v in SLURMDBD_PARAMETERS.items()],
+            tags=tags(args.cluster, "database"), opts=child(self))
         instance = aws.rds.Instance(
             f"{name}-db", engine="mariadb", engine_version=ENGINE_VERSION, instance_class=INSTANCE_CLASS,
             allocated_storage=STORAGE_GB, max_allocated_storage=MAX_STORAGE_GB, storage_type="gp3",
             storage_encrypted=True, publicly_accessible=False, db_name=db.name, username=db.user,
             password=args.password, port=db.port, db_subnet_group_name=subnets.name,
-            vpc_security_group_ids=[group.id], backup_retention_period=BACKUP_DAYS, copy_tags_to_snapshot=True,
+            vpc_security_group_ids=[group.id], parameter_group_name=parameters.name,
+            backup_retention_period=BACKUP_DAYS, copy_tags_to_snapshot=True,
             # `pulumi destroy` keeps the accounting history as a snapshot
             skip_final_snapshot=False, final_snapshot_identifier=f"{args.cluster}-accounting-final",
             tags=tags(args.cluster, "database"), opts=child(self))

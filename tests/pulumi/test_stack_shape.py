@@ -143,6 +143,14 @@ def test_rds_only_when_the_database_is_external(pools_aws: StackRun, lab_aws: St
     assert lab_aws.outputs["database"]["endpoint"] == "lab-db.mock.rds.amazonaws.com"
 
 
+def test_rds_runs_with_what_slurmdbd_needs(lab_aws: StackRun) -> None:
+    (group,) = lab_aws.of_type("aws:rds/parameterGroup:ParameterGroup")
+    assert group.inputs["family"] == "mariadb10.11"
+    assert {p["name"]: p["value"] for p in group.inputs["parameters"]} == {"innodb_lock_wait_timeout": "900"}
+    (rds,) = lab_aws.of_type("aws:rds/instance:Instance")
+    assert rds.inputs["parameterGroupName"] == group.name  # the group the stack made
+
+
 def test_rds_reachable_from_the_controller_only(lab_aws: StackRun) -> None:
     db = lab_aws.one("aws:ec2/securityGroup:SecurityGroup", "lab-db")
     assert [(r["fromPort"], r["securityGroups"]) for r in db.inputs["ingress"]] == [(3306, ["lab-controller-id"])]
