@@ -87,6 +87,8 @@ JOIN_UNIT = "slurmforge-join.service"
 """Runs the join program at every boot where it is installed, again until it succeeds (the
 node image: roles/slurm_node/tasks/install.yml)."""
 JOIN_UNIT_FILE = f"/etc/systemd/system/{JOIN_UNIT}"
+JOIN_LOCK = "/run/slurmforge-join.lock"
+"""One join at a time on a node: the boot's (which tries again) and the rollout's."""
 JOIN_SECRETS_DIR = "/etc/slurmforge/secrets"
 """Where the join program reads the munge key on the local target (the host's 0600 file,
 mounted read-only) and on machines you own (the munge role's copy)."""

@@ -34,6 +34,7 @@ import jinja2
 from slurmforge.ceph import client_name
 from slurmforge.contract import (
     HOLD_FILE,
+    JOIN_LOCK,
     JOIN_PROGRAM,
     JOIN_SECRETS_DIR,
     JOIN_UNIT,
@@ -129,6 +130,7 @@ def render_join(spec: Cluster, settings: JoinSettings, source: str = "cluster.ya
         "hold_file": HOLD_FILE,
         "join_program": JOIN_PROGRAM,
         "join_unit": JOIN_UNIT,
+        "join_lock": JOIN_LOCK,
         "slurmd_flags": "".join(f"{flag} " for flag in settings.slurmd_flags),
         "exporter_port": NODE_EXPORTER_PORT,
         "lmod": lmod_paths(spec) | {"cached_loads": True},

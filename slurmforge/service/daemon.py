@@ -252,9 +252,10 @@ class Daemon:
         """Runaway job records closed (service.runaway), when the cluster keeps accounting."""
         if self.spec is None or not self.spec.accounting.enabled:
             return 0
-        closed = self.runaway.update(self.clock())
+        now = self.clock()
+        closed = self.runaway.update(now)
         if closed:
-            self.store.add_event(Event(self.clock(), "runaway-closed", "", "", len(closed),
+            self.store.add_event(Event(now, "runaway-closed", "", "", len(closed),
                                        ",".join(r.job for r in closed)[:200]))
             self.store.count("slurmforge_runaway_records_closed_total", {}, len(closed))
         return len(closed)

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from slurmforge.contract import JOIN_PROGRAM, JOIN_UNIT
+from slurmforge.contract import JOIN_UNIT
+from slurmforge.join import kit_dir
 from slurmforge.render import controller_name, state_save_location
 from tests.integration.conftest import Cluster_
 from tests.integration.test_elastic import root, wait_until
@@ -72,8 +73,7 @@ def test_a_join_that_found_no_node_kit_tries_again_until_it_joins(cluster: Clust
     node, unit = "dev-cpu-02", JOIN_UNIT
     job = submit(cluster, f"-p ml-cpu -w {node} -o back-%j.out --wrap 'sleep 30'")
     wait_until(lambda: root(cluster, f"squeue -h -j {job} -o %T").strip() == "RUNNING", 60, "the job running")
-    kit = cluster.run(node, f"sed -n 's/^KIT=//p' {JOIN_PROGRAM}").stdout.strip()
-    assert kit.startswith("/"), kit
+    kit = kit_dir(cluster.spec)
 
     def show(prop: str) -> str:
         return cluster.run(node, f"systemctl show -P {prop} {unit}").stdout.strip()
