@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from slurmforge.contract import DIGEST_FILE
 from slurmforge.errors import ModuleError, ProvisionError
@@ -66,8 +66,7 @@ def fixed_hosts(hosts: Sequence[Host]) -> list[Host]:
 
 
 def roll_out_changed(inventory: Path, hosts: Sequence[Host], log: Path, ui: Phases, digest: str,
-                     full: bool = False, extravars: dict[str, Any] | None = None,
-                     read_mark: Callable[[Host], str] = rollout_mark) -> RolloutResult:
+                     full: bool = False, read_mark: Callable[[Host], str] = rollout_mark) -> RolloutResult:
     """Roll out (site.yml's playbooks) on those of `hosts` whose last successful rollout differs
     from this one (new or recreated hosts, or every one when the spec, roles or configs changed).
     `full` runs it on all of them: the way to repair drift by hand, and what proves the roles
@@ -79,7 +78,7 @@ def roll_out_changed(inventory: Path, hosts: Sequence[Host], log: Path, ui: Phas
         return RolloutResult(ok=True, skipped_hosts=len(hosts))
     ceph = [h.name for h in hosts if h.role is HostRole.CEPH]
     # the playbooks mark each host not current first and current at their end (playbooks/rollout_mark.yml)
-    result = roll_out(inventory, ceph, log, ui.event, limit=stale, extravars=extravars, digest=digest)
+    result = roll_out(inventory, ceph, log, ui.event, limit=stale, digest=digest)
     result.skipped_hosts = len(hosts) - len(stale)
     return result
 

@@ -78,6 +78,9 @@ NODES_READY_PROGRAM = "/usr/local/sbin/slurmforge-nodes-ready"
 CTLD_IN_CONTROL_PROGRAM = "/usr/local/sbin/slurmforge-ctld-in-control"
 """SlurmctldPrimaryOnProg with a backup controller: marks that this slurmctld process held
 control (roles/slurm_controller/files/slurmforge-ctld-in-control)."""
+CONTROL_PROGRAM = f"{SERVICE_BIN}/slurmforge-control"
+"""The scheduler service's hand-off for a slurmctld that took control (service.handoff,
+CONTROL), run by CTLD_IN_CONTROL_PROGRAM."""
 CTLD_STANDBY_PROGRAM = "/usr/local/sbin/slurmforge-ctld-standby"
 """SlurmctldPrimaryOffProg with a backup controller: a backup that held control and went back
 to standby asks systemd to restart it (roles/slurm_controller/files/slurmforge-ctld-standby)."""
@@ -124,6 +127,7 @@ PATHS: Mapping[str, str] = {
     "alert_rules": ALERT_RULES_FILE,
     "nodes_ready_program": NODES_READY_PROGRAM,
     "ctld_in_control_program": CTLD_IN_CONTROL_PROGRAM,
+    "control_program": CONTROL_PROGRAM,
     "ctld_standby_program": CTLD_STANDBY_PROGRAM,
     "join_program": JOIN_PROGRAM,
     "join_unit": JOIN_UNIT_FILE,

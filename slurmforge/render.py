@@ -238,8 +238,10 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
         # A backup that held control is restarted once it stands by again: Slurm 24.11 reads
         # the cluster's ID at start only, and taking control (re-reading slurm.conf) zeroes
         # it; without it the next takeover waits for slurmdbd on the dead primary.
-        # roles/slurm_controller/files/slurmforge-ctld-standby says how.
-        "SlurmctldPrimaryOnProg": CTLD_IN_CONTROL_PROGRAM if backup else None,
+        # roles/slurm_controller/files/slurmforge-ctld-standby says how. With powered-down
+        # nodes the program also tells the scheduler service that a slurmctld took control:
+        # it never asks a powering-up node to register (service.handoff, CONTROL).
+        "SlurmctldPrimaryOnProg": CTLD_IN_CONTROL_PROGRAM if backup or cloud else None,
         "SlurmctldPrimaryOffProg": CTLD_STANDBY_PROGRAM if backup else None,
         "SlurmUser": "slurm",
         "AuthType": "auth/munge",
@@ -321,7 +323,8 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
             "PrologSlurmctld": NODES_READY_PROGRAM if needs_nodes_ready(spec) else None,
             "ResumeTimeout": sched.resume_timeout,
             # a node is resumable only SuspendTimeout after its power-down; a container
-            # stops within 10 s (podman stop -t 10), an EC2 instance takes minutes
+            # stops within seconds (the local provider kills it after 3 s), an EC2 instance
+            # takes minutes
             "SuspendTimeout": LOCAL_SUSPEND_TIMEOUT if isinstance(spec.target, LocalTarget) else 120,
             "SuspendTime": min(p.idle_seconds for p in spec.pools),
             "ResumeRate": 0,

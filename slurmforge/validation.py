@@ -5,23 +5,48 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from slurmforge.errors import ValidationFailed
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "tests" / "infra"
+MAX_LINES = 40
+"""Problems named in the error, at most; the rest are counted."""
 
 
 def validate_inventory(inventory: Path, extra: list[str] | None = None) -> None:
-    """Run the suite; raise ValidationFailed naming the failed checks."""
+    """Run the suite; raise ValidationFailed naming every problem the failed checks found,
+    one line each (a check's assertion message holds one problem per line)."""
     if not (inventory / "hosts.yml").exists():
         raise ValidationFailed(f"{inventory} is not a slurmforge inventory (no hosts.yml)")
-    cmd = [sys.executable, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider", "--no-header",
-           "-o", "addopts=", f"--inventory={inventory.resolve()}", *(extra or [])]
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-    if res.returncode != 0:
-        failed = [line for line in res.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
-        summary = res.stdout.strip().splitlines()[-1:] or ["?"]
-        detail = "; ".join(f.split(" - ")[0].split("::")[-1] for f in failed[:6])
-        raise ValidationFailed(f"live-cluster validation failed: {summary[0]} - {detail}")
+    with tempfile.TemporaryDirectory(prefix="slurmforge-validate-") as tmp:
+        report = Path(tmp) / "report.xml"
+        cmd = [sys.executable, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider", "--no-header",
+               "-o", "addopts=", f"--junitxml={report}", f"--inventory={inventory.resolve()}", *(extra or [])]
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        if res.returncode == 0:
+            return
+        summary = (res.stdout.strip().splitlines() or ["?"])[-1].strip("= ")
+        lines = failure_lines(report.read_text()) if report.exists() else []
+    shown = lines[:MAX_LINES] + ([f"... and {len(lines) - MAX_LINES} more"] if len(lines) > MAX_LINES else [])
+    raise ValidationFailed("\n  ".join([f"live-cluster validation failed: {summary}", *shown]))
+
+
+def failure_lines(junit_xml: str) -> list[str]:
+    """`check: problem` for every line of every failed or erroring check's message, up to
+    pytest's own explanation of the assertion."""
+    out = []
+    for case in ET.fromstring(junit_xml).iter("testcase"):
+        for failure in [*case.findall("failure"), *case.findall("error")]:
+            message = (failure.get("message") or "?").removeprefix("AssertionError: ")
+            problems = []
+            for line in message.splitlines():
+                if line.startswith("assert "):
+                    break
+                if line.strip():
+                    problems.append(line.strip())
+            out += [f"{case.get('name', '?')}: {p}" for p in problems or message.splitlines()[:1] or ["?"]]
+    return out

@@ -104,7 +104,8 @@ class PodmanApi:
 def _info(row: dict[str, Any]) -> ContainerInfo:
     names = row.get("Names") or [""]
     return ContainerInfo(names[0], str(row.get("State", "")).lower(), int(row.get("Pid") or 0),
-                         row.get("Labels") or {}, row.get("Image", ""), str(row.get("Id", "")))
+                         row.get("Labels") or {}, row.get("Image", ""), str(row.get("Id", "")),
+                         float(row.get("StartedAt") or 0))
 
 
 def _message(body: bytes) -> str:

@@ -23,6 +23,8 @@ class ContainerInfo:
     labels: dict[str, str]
     image: str
     id: str = ""
+    started_at: float = 0.0
+    """When the container last started (podman's StartedAt, whole seconds; 0: never)."""
 
     @property
     def is_running(self) -> bool:

@@ -16,7 +16,6 @@ A spec that fails validation never starts a container.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,19 +72,20 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
         settings = provider.service_settings()
         write_inventory(spec, spec_path, provider.hosts(), report.inventory, provider_settings=settings_json(settings))
         digest = rollout_digest(report.inventory)
+    # the scheduler service keeps running throughout, as on every target: jobs go on starting
+    # and ending while `up` converges the cluster, and Slurm powers nodes up and down for them
     with ui.phase("start nodes (podman, systemd)"):
-        _pause_service(podman, spec)
-        _settle(podman, spec)
         hosts = provider.provision()
     with ui.phase("roll out (Ansible)"):
         # a dynamic node joins by itself when the service makes its machine
-        report.rollout = roll_out_changed(report.inventory, fixed_hosts(hosts), log, ui, digest, full_rollout,
-                                          extravars={"scheduler_service_paused": True})
+        report.rollout = roll_out_changed(report.inventory, fixed_hosts(hosts), log, ui, digest, full_rollout)
         ceph_play = next((sec for play, sec in report.rollout.plays.items() if play.startswith(CEPH_PLAY)), None)
         if ceph_play is not None:
             ui.note(f"Ceph play of the rollout: {ceph_play:.1f} s")
     with ui.phase("scheduler service"):
-        for controller in controller_names(spec):  # the one beside the slurmctld in control leads
+        # running already unless a rollout skipped its controllers and it had stopped; the
+        # one beside the slurmctld in control leads
+        for controller in controller_names(spec):
             podman.exec(controller, ["systemctl", "start", SERVICE_UNIT], timeout=60)
     if validate is not None:
         with ui.phase("validate the live cluster (testinfra)"):
@@ -103,30 +103,6 @@ def bake_node_image(builder: str, os: Distro, log: Path, on_event: EventSink | N
     """The image playbook on a builder container (what `ensure_images` commits)."""
     inventory = {"all": {"hosts": {builder: {"ansible_connection": "containers.podman.podman"}}}}
     run_playbook("image.yml", inventory, log, on_event, phase="image", extravars=os.image_vars())
-
-
-def _pause_service(podman: Podman, spec: Cluster) -> None:
-    """The scheduler service makes and removes pool machines: it pauses while `up` converges
-    the containers (a machine it is making is not yet running: `up` would take it for a
-    leftover) and rolls out (slurmctld restarts), and starts again after."""
-    for controller in controller_names(spec):
-        info = podman.container(controller)
-        if info is not None and info.is_running:
-            podman.exec(controller, ["systemctl", "stop", SERVICE_UNIT], check=False, timeout=60)
-
-
-def _settle(podman: Podman, spec: Cluster, timeout: float = 45) -> None:
-    """Wait until no node is changing state: a start or stop the paused service asked the
-    podman API for still completes after the service is gone (seen: a node powering down
-    while `up` rolled it out)."""
-    deadline, previous = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        nodes = podman.containers(f"{LABEL}={spec.name}")
-        states = {c.name: c.state for c in nodes}
-        if states == previous and not any(c.state == "stopping" and not c.is_dead for c in nodes):
-            return
-        previous = states
-        time.sleep(2)
 
 
 def slurm_states(podman: Podman, spec: Cluster) -> dict[str, str]:

@@ -75,6 +75,8 @@ CLUSTER_WAIT_BOOT_JOBS = frozenset({"slurmd.service", JOIN_UNIT, "multi-user.tar
 it the config, the join program retrying until the rollout published the node kit; the
 targets wait for the units they want."""
 MARIADB_DATADIR = "/var/lib/mysql"
+STOP_GRACE = 3
+"""Seconds a terminated pool container has to shut down before it is killed."""
 
 
 class LocalProvider(Provisioner):
@@ -165,8 +167,8 @@ class LocalProvider(Provisioner):
     def provision(self) -> list[Host]:
         """Create or converge every fixed host (head nodes, Ceph hosts, static nodes) and boot
         it; return every host of the spec. A dynamic node's container is the scheduler
-        service's: one that runs stays (Slurm powered the node up, it may run jobs), one that
-        does not is removed (a powered-down node has no machine)."""
+        service's: one that runs stays (Slurm powered the node up, it may run jobs), one
+        that stopped is removed (a powered-down node has no machine)."""
         hosts = self.hosts()
         self._ensure_network()
         self._ensure_nas()
@@ -180,7 +182,9 @@ class LocalProvider(Provisioner):
             info = existing.get(host.name)
             if not host.dynamic:
                 self._ensure_container(host, hosts, info)
-            elif info is not None and not (info.is_running and not info.is_dead):
+            elif info is not None and info.state != "created" and not (info.is_running and not info.is_dead):
+                # a created one is a launch of the scheduler service under way (it runs
+                # throughout `up`); a stopped or dead one is left from an older release
                 log.info("removing %s: a powered-down node has no container", host.name)
                 self.podman.remove_container(host.name)
         fixed = [h for h in hosts if not h.dynamic]
@@ -340,7 +344,8 @@ class PoolMachines(Machines):
                 continue
             state = InstanceState.RUNNING if c.is_running else InstanceState.STOPPED
             out.append(Instance(id=c.id or c.name, node=c.name, pool=pool, state=state,
-                                address=c.labels.get(ADDRESS_LABEL), tags=dict(c.labels)))
+                                address=c.labels.get(ADDRESS_LABEL), launched_at=c.started_at or None,
+                                tags=dict(c.labels)))
         return out
 
     def start(self, request: LaunchRequest) -> LaunchResult:
@@ -387,10 +392,13 @@ class PoolMachines(Machines):
 
     def terminate(self, instances: Sequence[Instance]) -> None:
         """Stop and remove the containers: nothing of the machine survives (what lives on the
-        NAS does). One already gone is fine."""
+        NAS does). One already gone is fine. The service's loop waits for this (a new machine
+        of the node takes the same name), so a machine gets STOP_GRACE seconds to shut down
+        - systemd stops slurmd and unmounts CephFS in about half a second - then is killed,
+        as EC2 cuts a terminating instance's shutdown short."""
         for inst in instances:
             try:
-                self.api.stop(inst.id)
+                self.api.stop(inst.id, timeout=STOP_GRACE)
                 self.api.remove(inst.id)
             except ProvisionError as exc:
                 log.warning("terminating %s (%s) failed: %s", inst.id[:12], inst.node or "-", exc)

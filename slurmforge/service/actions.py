@@ -154,6 +154,17 @@ class CloseRequests:
 
 
 @dataclass(frozen=True)
+class Reregister:
+    """Every slurmd registers again (`scontrol reconfigure`): a slurmctld that took control
+    at `took` is waiting for `nodes`, whose registrations may have gone to the one before.
+    Closes the takeover's hand-off requests once done."""
+
+    nodes: tuple[str, ...]
+    requests: tuple[str, ...]
+    took: float
+
+
+@dataclass(frozen=True)
 class AdvanceInterruption:
     instance: str
     stage: str
@@ -162,5 +173,5 @@ class AdvanceInterruption:
 Action = (
     Launch | Terminate | PowerDown | MarkDown | PowerUp | Resume | Drain | Requeue | Signal | SetAddress
     | MarkCooldown | Bind | Unbind | SetMark | ClearMark | Replaced | Joined | AbandonLaunch | CloseRequests
-    | AdvanceInterruption
+    | AdvanceInterruption | Reregister
 )

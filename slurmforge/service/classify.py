@@ -17,7 +17,18 @@ Rules learned the hard way:
   jobs are requeued (or fail) now, not after SlurmdTimeout;
 - a mark that started a grace ("missing since", "not responding since") stays while its
   verdict waits for the guard's confirmation: cleared at once, the grace began again
-  every loop and the repair was never confirmed.
+  every loop and the repair was never confirmed;
+- a machine that started before its node's power-up was requested is never taken for the
+  power-up's: slurmctld ignores the registration of a slurmd whose boot is older than the
+  request (node_mgr.c, waiting_for_node_boot) until ResumeTimeout. Such a machine - left
+  running from before a power-down the service did not see - is released and a new one
+  launched (`stale_machine`);
+- a slurmctld that took control (a restart, a crash, a failover) recovered its nodes from
+  the state file and never asks a POWERING_UP node to register (ping_nodes.c skips them):
+  a slurmd that registered with the slurmctld before it is not heard again. After such a
+  hand-off the service has every slurmd register again (`scontrol reconfigure`, which
+  pushes the config to every node, powering-up ones included; each slurmd re-executes and
+  registers) when a powering-up node's machine started before the takeover.
 
 Static nodes (a pool's first min_nodes) are kept alive in place, on every target, CLOUD
 node or not: Slurm never powers them down, so the service replaces a failed machine under
@@ -60,6 +71,7 @@ from enum import Enum
 from slurmforge.hostlists import expand
 from slurmforge.hosts import TAG_LINK, TAG_TOKEN
 from slurmforge.providers.base import Instance, InstanceState
+from slurmforge.service import when
 from slurmforge.service.actions import (
     AbandonLaunch,
     Action,
@@ -75,6 +87,7 @@ from slurmforge.service.actions import (
     PowerUp,
     Replaced,
     Requeue,
+    Reregister,
     Resume,
     SetAddress,
     SetMark,
@@ -152,6 +165,8 @@ class NodeStatus(Enum):
     LAUNCHING = "launching"
     NEEDS_ADDRESS = "needs-address"
     BOOT_FAILED = "boot-failed"
+    STALE_MACHINE = "stale-machine"
+    """Powering up on a machine that started before the power-up was requested."""
     DIED_BOOTING = "died-booting"
     INSTANCE_LOST = "instance-lost"
     MISSING = "missing"
@@ -192,6 +207,7 @@ def classify(world: World) -> list[Action]:
     actions += ctx.orphans()
     actions += ctx.interruptions()
     actions += ctx.stale_bindings()
+    actions += ctx.lost_registrations()
     actions += ctx.close_requests()
     return list(dict.fromkeys(actions))
 
@@ -246,6 +262,34 @@ def held_by_admin(node: NodeState) -> bool:
 def held_by_service(node: NodeState) -> bool:
     """DOWN or DRAIN for a reason the service wrote."""
     return (node.is_down() or node.is_drain()) and node.reason.startswith(OWN_REASON)
+
+
+CLOCK_SLACK = 2.0
+"""Seconds of doubt when a machine's start is compared with a request: Slurm counts boot
+times in whole seconds, EC2's LaunchTime too, and two hosts' clocks differ a little."""
+
+
+def started_at(state: ServiceState, node: str, inst: Instance) -> float | None:
+    """When a node's machine started: the service's own launch of it (its clock, the one the
+    hand-offs carry), else what the cloud says; None when nobody knows."""
+    binding = state.bindings.get(node)
+    if binding is not None and binding.instance == inst.id:
+        return binding.launched_at
+    return inst.launched_at
+
+
+def power_up_requested_at(state: ServiceState, node: str) -> float | None:
+    """The newest open resume request that names the node (the ResumeProgram's hand-off,
+    written as slurmctld set the node's boot request time)."""
+    times = [r.at for r in state.requests if r.kind is HandoffKind.RESUME and node in expand(r.nodes)]
+    return max(times, default=None)
+
+
+def stale_machine(state: ServiceState, node: str, inst: Instance) -> bool:
+    """A live machine that started before its node's power-up was requested: slurmctld
+    will not accept its slurmd (it waits for a boot after the request)."""
+    requested, started = power_up_requested_at(state, node), started_at(state, node, inst)
+    return requested is not None and started is not None and started < requested - CLOCK_SLACK
 
 
 class Context:
@@ -352,6 +396,8 @@ class Context:
             return NodeStatus.NEEDS_LAUNCH
         if inst.state not in LIVE:
             return NodeStatus.DIED_BOOTING
+        if stale_machine(self.state, node.name, inst):
+            return NodeStatus.STALE_MACHINE
         binding = self.state.bindings.get(node.name)
         started = inst.launched_at or (binding.launched_at if binding else None)
         if started is not None and self.now - started > self.topology.resume_timeout:
@@ -433,7 +479,10 @@ class Context:
         if self.in_place(name):
             return actions + self._keep_alive(status, node, info, inst)
         if status is NodeStatus.RELEASE and inst is not None:
+            # no longer the node's: a power-up that follows (a restarted slurmctld may power it
+            # up again at once) launches a new machine now, not after the listing grace
             actions.append(Terminate(inst.id, name, f"node {name} is powered down"))
+            actions += self._unbind(name, inst)
         elif status is NodeStatus.RESET:
             actions.append(PowerDown((name,), _own(f"reset after '{node.reason}'")))
         elif status is NodeStatus.START_STATIC:
@@ -442,6 +491,12 @@ class Context:
             actions.append(SetAddress(name, inst.address))
         elif status is NodeStatus.DIED_BOOTING and inst is not None:
             actions += self._died_booting(name, inst)
+        elif status is NodeStatus.STALE_MACHINE and inst is not None:
+            requested = power_up_requested_at(self.state, name) or 0.0
+            actions.append(Terminate(inst.id, name, f"stale: {inst.id} of {name} started before its power-up "
+                                                    f"was requested ({when.clock(requested)}); Slurm waits for a "
+                                                    "new boot"))
+            actions += self._unbind(name, inst)
         elif status is NodeStatus.INSTANCE_LOST and node.has_jobs() and not node.is_down():
             actions.append(MarkDown((name,), _own(_detail(status, node, inst))))
         elif status in _REPLACING:
@@ -449,6 +504,11 @@ class Context:
         elif status in _GRACE_MARK:
             actions += self._start_grace(name, status)
         return actions
+
+    def _unbind(self, name: str, inst: Instance) -> list[Action]:
+        """Forget the node's binding to a machine it is about to lose."""
+        binding = self.state.bindings.get(name)
+        return [Unbind(name)] if binding is not None and binding.instance == inst.id else []
 
     def _start_grace(self, name: str, status: NodeStatus) -> list[Action]:
         """The mark a grace counts from (MISSING, NOT_RESPONDING), set once."""
@@ -636,6 +696,28 @@ class Context:
                 actions.append(Unbind(name))
         return actions
 
+    def lost_registrations(self) -> list[Action]:
+        """After a slurmctld took control: every slurmd registers again when a powering-up
+        node's machine started before the takeover (its registration may have gone to the
+        slurmctld before). A takeover older than ResumeTimeout is only closed: Slurm has
+        given up on those power-ups by then."""
+        control = [r for r in self.state.requests if r.kind is HandoffKind.CONTROL]
+        if not control:
+            return []
+        ids = tuple(r.id for r in control)
+        took = max(r.at for r in control)
+        if self.now - took > self.topology.resume_timeout:
+            return [CloseRequests(ids)]
+        waiting = []
+        for node in self.world.nodes:
+            inst = self.instance(node.name) if node.is_powering_up() else None
+            if inst is None or inst.state not in LIVE:
+                continue
+            started = started_at(self.state, node.name, inst)
+            if started is None or started <= took + CLOCK_SLACK:
+                waiting.append(node.name)
+        return [Reregister(tuple(waiting), ids, took)] if waiting else [CloseRequests(ids)]
+
     def close_requests(self) -> list[Action]:
         done = [r.id for r in self.state.requests if self._request_done(r)]
         return [CloseRequests(tuple(done))] if done else []
@@ -644,6 +726,8 @@ class Context:
         """Suspend and resume-fail requests are only recorded; a resume request is done
         once none of its nodes is still on its way up."""
         age = self.now - request.at
+        if request.kind is HandoffKind.CONTROL:
+            return False  # lost_registrations closes it
         if request.kind is not HandoffKind.RESUME or age > self.tun.request_max_age:
             return True
         if age <= self.tun.listing_grace:

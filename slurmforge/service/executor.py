@@ -3,7 +3,8 @@ store. One failing command is logged and does not stop the others.
 
 Order: bookkeeping (with the events of replaced nodes), then what protects running work
 (drain, signal), then nodes marked DOWN, power-downs and requeues, terminations, addresses,
-power-ups and resumes, and launches last (the slow part).
+power-ups and resumes, launches (the slow part), and last the reconfigure that has every
+slurmd register again (it starts a new slurmctld: nothing else of the loop waits on it).
 A launch is written to the store before the provider hears of it and completed after;
 if the provider raises, the record stays pending and the next loop retries it with the
 same token.
@@ -38,6 +39,7 @@ PHASES: tuple[tuple[type, ...], ...] = (
     (a.SetAddress, a.PowerUp, a.Resume),
     (a.Launch,),
     (a.AdvanceInterruption,),
+    (a.Reregister,),
 )
 
 
@@ -82,7 +84,7 @@ class _Run:
             a.PowerDown: self.power_down, a.MarkDown: self.mark_down, a.Drain: self.drain, a.Terminate: self.terminate,
             a.Requeue: self.requeue, a.Signal: self.signal, a.Launch: self.launch,
             a.PowerUp: lambda xs: self._slurm(self.ex.slurm.power_up, [n for x in xs for n in x.nodes]),
-            a.Resume: self.resume, a.SetAddress: self.set_addresses,
+            a.Resume: self.resume, a.SetAddress: self.set_addresses, a.Reregister: self.reregister,
         }
         by_type: dict[type, list[Any]] = {}
         for action in batch:
@@ -165,6 +167,24 @@ class _Run:
     def signal(self, items: list[a.Signal]) -> None:
         for x in items:
             self._call(self.ex.slurm.signal, list(x.jobs), x.signal)
+
+    def reregister(self, items: list[a.Reregister]) -> None:
+        """One reconfigure for every takeover seen; its requests stay open when it fails
+        (the next loop tries again)."""
+        nodes = sorted({n for x in items for n in x.nodes})
+        try:
+            self.ex.slurm.reconfigure()
+        except SlurmCommandError as exc:
+            log.warning("slurmctld took control; having the slurmds register again failed: %s", exc)
+            self.report.errors += 1
+            return
+        self.store.close_requests([r for x in items for r in x.requests])
+        took = max(x.took for x in items)
+        detail = (f"slurmctld took control at {when.clock(took)}; every slurmd registers again for "
+                  f"{compress(nodes)} (powering up on machines started before)")
+        log.info("%s", detail)
+        self.event("reregister", "", "", len(nodes), detail)
+        self.store.count("slurmforge_reregistrations_total", {})
 
     def _slurm(self, fn: Callable[[list[str]], None], nodes: list[str]) -> None:
         """One call for every node; if it fails, one per node so one bad node does not

@@ -14,8 +14,9 @@
      trusted loops in a row spanning `stable_seconds`; a loop runs at most `budget` of
      them, and none when more are confirmed at once (that many at once is the mark of a
      view gone wrong, not of machines failing one by one);
-   - a *release* terminates the machine of a node Slurm itself powered down: Slurm's
-     positive word, so it runs at once, at most the budget left in a loop;
+   - a *release* terminates the machine of a node Slurm itself powered down, or one that
+     started before Slurm asked for its node's power-up (Slurm waits for a newer boot):
+     Slurm's positive word, so it runs at once, at most the budget left in a loop;
    - everything else is free: launches, bookkeeping, nodes not up (powering up, powered
      down), and the steps of a spot interruption (the cloud takes the machine anyway).
 
@@ -31,7 +32,7 @@ from enum import Enum, StrEnum
 
 from slurmforge.hostlists import compress
 from slurmforge.service.actions import Action, MarkDown, PowerDown, Terminate
-from slurmforge.service.classify import LIVE, World
+from slurmforge.service.classify import LIVE, World, stale_machine
 from slurmforge.service.slurm import NodeState
 
 
@@ -223,7 +224,9 @@ class _Index:
         if inst is None or inst.state not in LIVE or inst.id in self.interrupted:
             return Kind.FREE
         node = self.slurm.get(action.node or "")
-        if node is not None and node.name in self.world.topology.nodes and not node.is_powered():
+        if node is None or node.name not in self.world.topology.nodes:
+            return Kind.REPAIR
+        if not node.is_powered() or (node.is_powering_up() and stale_machine(self.world.state, node.name, inst)):
             return Kind.RELEASE
         return Kind.REPAIR
 

@@ -1,4 +1,5 @@
-"""ResumeProgram, SuspendProgram and ResumeFailProgram: record the request, return.
+"""ResumeProgram, SuspendProgram, ResumeFailProgram and SlurmctldPrimaryOnProg: record
+the request, return.
 
 slurmctld runs these in its power-save thread; a slow one blocks it (slurm-gcp had to
 detach its resume program). Each program only copies its arguments and, for resume, the
@@ -8,6 +9,15 @@ its state database and removes it. Nothing here imports more than the standard l
 
 If the spool cannot be written the daemon still acts: it reads Slurm's node states every
 loop, and a node POWERING_UP without a machine gets one.
+
+SlurmctldPrimaryOnProg (`slurmforge-control`) says a slurmctld took control: started after
+a crash or a stop, or a backup taking over. Such a slurmctld has recovered its nodes from
+the state file and never asks a POWERING_UP node to register (ping_nodes.c skips them), so a
+slurmd that registered with the slurmctld before it goes unheard until ResumeTimeout; the
+service then has every slurmd register again (service.classify, "lost registrations").
+A reconfigure starts a new slurmctld too (24.11 re-executes it, with SLURMCTLD_RECONF set,
+and that one runs the program as well), but it pushes the config to every slurmd itself,
+which registers again: the program records nothing then.
 """
 
 from __future__ import annotations
@@ -34,6 +44,13 @@ class HandoffKind(StrEnum):
     RESUME = "resume"
     SUSPEND = "suspend"
     RESUME_FAIL = "resume-fail"
+    CONTROL = "control"
+    """A slurmctld took control (SlurmctldPrimaryOnProg)."""
+
+
+RECONFIGURE_ENV = "SLURMCTLD_RECONF"
+"""Set by slurmctld in the process a reconfigure starts (src/slurmctld/controller.c,
+_try_to_reconfig), and so in the programs that process runs."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +108,12 @@ def suspend_main() -> int:
 
 def resume_fail_main() -> int:
     return _main(HandoffKind.RESUME_FAIL)
+
+
+def control_main() -> int:
+    if os.environ.get(RECONFIGURE_ENV):
+        return 0  # the reconfigure pushes the config to every slurmd, and each registers again
+    return _main(HandoffKind.CONTROL)
 
 
 # --------------------------------------------------------------------------- daemon side

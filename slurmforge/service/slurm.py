@@ -445,6 +445,12 @@ class SlurmClient:
         for chunk in _chunks(list(jobs), MAX_JOBS_PER_CALL):
             self.run("scontrol", "requeue", ",".join(str(j) for j in chunk))
 
+    def reconfigure(self) -> None:
+        """`scontrol reconfigure`: in 24.11 a new slurmctld takes over from the running one
+        with its state, and pushes the config to every slurmd not powered down; each slurmd
+        re-executes and registers again."""
+        self.run("scontrol", "reconfigure")
+
     def signal(self, jobs: Sequence[int], signal: str = "USR1") -> None:
         """Signal every step of the jobs (not the batch shell: bash ends on an untrapped
         USR1). That is what `#SBATCH --signal=USR1@90` does, which checkpointing code

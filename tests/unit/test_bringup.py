@@ -61,7 +61,7 @@ class RollOut:
                  extravars: dict[str, Any] | None = None, limit: Sequence[str] | None = None,
                  digest: str | None = None) -> RolloutResult:
         self.calls.append({"inventory": inventory, "ceph": list(ceph_hosts), "log": log_path,
-                           "limit": list(limit or []), "extravars": extravars, "digest": digest})
+                           "limit": list(limit or []), "digest": digest})
         return RolloutResult(ok=True, changed=dict.fromkeys(limit or [], 1), seconds=12.0)
 
 
@@ -102,11 +102,9 @@ def test_rolls_out_only_the_hosts_whose_mark_is_not_this_rollout(monkeypatch: py
     marks = {"ctl": DIGEST, "login": OLD, "ceph-1": "", "node-1": DIGEST}
     ui = Notes()
     result = bringup.roll_out_changed(tmp_path, hosts(), tmp_path / "up.log", ui, DIGEST,
-                                      extravars={"scheduler_service_paused": True},
                                       read_mark=lambda host: marks[host.name])
     assert recorder.calls == [{"inventory": tmp_path, "ceph": ["ceph-1"], "log": tmp_path / "up.log",
-                               "limit": ["login", "ceph-1"], "extravars": {"scheduler_service_paused": True},
-                               "digest": DIGEST}]
+                               "limit": ["login", "ceph-1"], "digest": DIGEST}]
     assert (result.total_changed, result.skipped_hosts, ui.notes) == (2, 2, [])
 
 
@@ -183,7 +181,7 @@ def test_rollout_inventory_skips_current_hosts_and_never_touches_dynamic_ones(mo
                                                                        "dev-cpu-fallback-01"}
     [call] = recorder.calls
     assert call["limit"] == [n for n in static if n not in ("dev-controller", "dev-cpu-01")]
-    assert call["ceph"] == ["dev-ceph-01"] and call["extravars"] is None
+    assert call["ceph"] == ["dev-ceph-01"]
     assert call["digest"] == rollout_digest((tmp_path / "inventory").resolve())
     assert call["log"] == bringup.LOG_DIR / "inventory-rollout.log"
     assert f"rollout changed {len(call['limit'])} thing(s) in 12 s; log {call['log']}" in result.output

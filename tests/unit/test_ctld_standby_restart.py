@@ -13,14 +13,18 @@ import yaml
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "slurm_controller"
 RUNTIME = "/run/slurmctld"
+CONTROL_PLACEHOLDER = "@control_program@"
+"""Where tasks/configure.yml writes in the scheduler service's hand-off."""
 
 
-def program(name: str, run_dir: Path, out: Path) -> Path:
-    """The shipped program with slurmctld's RuntimeDirectory moved to `run_dir`."""
+def program(name: str, run_dir: Path, out: Path, control: Path | None = None) -> Path:
+    """The shipped program with slurmctld's RuntimeDirectory moved to `run_dir` and the
+    service's hand-off the role writes in at `control` (default: none installed)."""
     text = (ROLE / "files" / name).read_text()
     assert RUNTIME in text, name
     path = out / name
-    path.write_text(text.replace(RUNTIME, str(run_dir)))
+    path.write_text(text.replace(RUNTIME, str(run_dir)).replace(CONTROL_PLACEHOLDER,
+                                                                str(control or out / "no-service")))
     path.chmod(0o755)
     return path
 
@@ -72,3 +76,21 @@ def test_the_path_unit_watches_the_flag_the_standby_program_writes() -> None:
         ROLE / "files" / "slurmforge-ctld-restart").read_text()
     tasks = (ROLE / "tasks" / "configure.yml").read_text()
     assert "PathExists={{ slurm_controller_restart_flag }}" in tasks
+
+
+def test_taking_control_tells_the_scheduler_service_where_it_is_installed(tmp_path: Path) -> None:
+    """The in-control program runs the service's hand-off (slurmforge-control) when the
+    service is installed, and only marks the process without it; the role writes the path."""
+    run_dir, calls, bins = tmp_path / "run", tmp_path / "calls", tmp_path / "bin"
+    run_dir.mkdir()
+    stand_ins(bins, calls)
+    control = tmp_path / "slurmforge-control"
+    on = program("slurmforge-ctld-in-control", run_dir, tmp_path, control)
+    run(on, bins)  # no service on this controller
+    assert (run_dir / "slurmforge-held-control").exists() and not calls.exists()
+    control.write_text(f'#!/bin/sh\necho "control $*" >> {calls}\n')
+    control.chmod(0o755)
+    run(on, bins)
+    assert calls.read_text() == "control \n"
+    configure = (ROLE / "tasks" / "configure.yml").read_text()
+    assert f"replace('{CONTROL_PLACEHOLDER}', slurm_controller_control_program)" in configure

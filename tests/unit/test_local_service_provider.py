@@ -24,7 +24,7 @@ from slurmforge.hosts import TAG_LINK
 from slurmforge.local.api import PodmanApi
 from slurmforge.local.container import compute_container
 from slurmforge.providers.base import CapacityError, Instance, InstanceState, LaunchRequest, Provisioner
-from slurmforge.providers.local import PoolMachines, service_provider
+from slurmforge.providers.local import STOP_GRACE, PoolMachines, service_provider
 from slurmforge.service.main import build_provider
 from slurmforge.spec import load_spec
 
@@ -215,7 +215,7 @@ def test_terminate_stops_and_removes_and_never_reaches_the_replacement(podman: t
     assert [c[:2] for c in fake.calls] == [("POST", "/containers/id-dev-cpu-01/stop"),
                                            ("DELETE", "/containers/id-dev-cpu-01"),
                                            ("POST", "/containers/id-gone/stop"), ("DELETE", "/containers/id-gone")]
-    assert fake.calls[0][2]["timeout"] == ["10"]
+    assert fake.calls[0][2]["timeout"] == [str(STOP_GRACE)]
     new = provider.start(LaunchRequest("cpu", ("dev-cpu-01",), "t")).launched["dev-cpu-01"]
     provider.terminate([old])
     assert fake.containers["dev-cpu-01"]["Id"] == new.id and fake.containers["dev-cpu-01"]["State"] == "running"

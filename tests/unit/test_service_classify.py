@@ -27,6 +27,7 @@ from test_service_world import (
 
 from slurmforge.hosts import TAG_TOKEN
 from slurmforge.providers.base import InstanceState
+from slurmforge.service import when
 from slurmforge.service.actions import (
     AbandonLaunch,
     Action,
@@ -42,6 +43,7 @@ from slurmforge.service.actions import (
     PowerUp,
     Replaced,
     Requeue,
+    Reregister,
     Resume,
     SetAddress,
     SetMark,
@@ -58,6 +60,14 @@ pytestmark = pytest.mark.unit
 S1, S2, OD1, OD2 = "t-spot-01", "t-spot-02", "t-od-01", "t-od-02"
 RUNNING, PENDING, TERMINATED, STOPPED = (InstanceState.RUNNING, InstanceState.PENDING, InstanceState.TERMINATED,
                                         InstanceState.STOPPED)
+
+
+def resume_at(nodes: str, at: float) -> Request:
+    return Request(f"resume-{at}", HandoffKind.RESUME, nodes, at)
+
+
+def control_at(at: float, n: int = 1) -> Request:
+    return Request(f"control-{n}", HandoffKind.CONTROL, "", at)
 
 
 def bound(node_name: str, iid: str, at: float = NOW - 300, link: str = "spot") -> dict[str, Binding]:
@@ -79,7 +89,7 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
     "off-no-instance": (WorldBuilder([node(S1, POWERED_DOWN)]), []),
     "off-with-running-instance": (
         WorldBuilder([node(S1, POWERED_DOWN)], [instance("i-1", S1)], state(bindings=bound(S1, "i-1"))),
-        [Terminate("i-1", S1, f"node {S1} is powered down")]),
+        [Terminate("i-1", S1, f"node {S1} is powered down"), Unbind(S1)]),
     "off-instance-terminated-binding-dropped": (
         WorldBuilder([node(S1, POWERED_DOWN)], [instance("i-1", S1, TERMINATED)], state(bindings=bound(S1, "i-1"))),
         [Unbind(S1)]),
@@ -330,6 +340,41 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
     "joining-ends-without-an-event-when-the-node-is-powered-down": (
         WorldBuilder([node(S1, POWERED_DOWN)], [], state(marks={S1: {"joining": NOW - 100}})),
         [ClearMark(S1, "joining")]),
+    # ----- a machine from before the power-up; a slurmctld that took control
+    "powering-up-on-a-machine-from-before-the-power-up-releases-it": (  # the service was stopped
+        WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5")], [instance("i-1", S1, launched=NOW - 300)],
+                     state(bindings=bound(S1, "i-1", at=NOW - 300), requests=(resume_at(S1, NOW - 10),))),
+        [Terminate("i-1", S1, "stale: i-1 of t-spot-01 started before its power-up was requested "
+                   f"({when.clock(NOW - 10)}); Slurm waits for a new boot"), Unbind(S1)]),
+    "powering-up-unbound-machine-from-before-the-power-up-releases-it": (  # the cloud's launch time
+        WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5")], [instance("i-1", S1, launched=NOW - 300)],
+                     state(requests=(resume_at(S1, NOW - 10),))),
+        [Terminate("i-1", S1, "stale: i-1 of t-spot-01 started before its power-up was requested "
+                   f"({when.clock(NOW - 10)}); Slurm waits for a new boot")]),
+    "powering-up-on-the-machine-launched-for-it-waits": (
+        WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5")], [instance("i-1", S1, launched=NOW - 9)],
+                     state(bindings=bound(S1, "i-1", at=NOW - 9.5), requests=(resume_at(S1, NOW - 10),))), []),
+    "powering-up-launch-time-in-whole-seconds-is-not-stale": (  # EC2's LaunchTime, another clock
+        WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5")], [instance("i-1", S1, launched=NOW - 11)],
+                     state(requests=(resume_at(S1, NOW - 10),))), []),
+    "took-control-while-a-machine-booted-every-slurmd-registers-again": (
+        WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5"), node(S2, POWERING_UP, address="10.0.16.6")],
+                     [instance("i-1", S1, launched=NOW - 40), instance("i-2", S2, address="10.0.16.6",
+                                                                     launched=NOW - 3)],
+                     state(bindings=bound(S1, "i-1", at=NOW - 40) | bound(S2, "i-2", at=NOW - 3),
+                           requests=(resume_at(S1, NOW - 41), resume_at(S2, NOW - 4), control_at(NOW - 8)))),
+        [Reregister((S1,), ("control-1",), NOW - 8)]),
+    "took-control-with-no-machine-booting-closes-the-hand-off": (
+        WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5")], [instance("i-1", S1, launched=NOW - 3)],
+                     state(bindings=bound(S1, "i-1", at=NOW - 3), requests=(resume_at(S1, NOW - 4),
+                                                                            control_at(NOW - 8)))),
+        [CloseRequests(("control-1",))]),
+    "took-control-long-ago-is-only-closed": (
+        WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5")], [instance("i-1", S1, launched=NOW - 900)],
+                     state(requests=(control_at(NOW - 700),))),
+        [PowerDown((S1,), "slurmforge: bootstrap failure: t-spot-01 not registered by resume timeout on i-1"),
+         Terminate("i-1", S1, "bootstrap failure: t-spot-01 not registered by resume timeout on i-1"),
+         CloseRequests(("control-1",))]),
     "static-admin-draining-machine-gone-under-jobs-marked-down-keeping-the-reason": (
         WorldBuilder([node(OD1, DRAINING, reason="kernel update")], [instance("i-1", OD1, STOPPED, pool="od")]),
         [MarkDown((OD1,), "kernel update; slurmforge: instance i-1 of t-od-01 is stopped")]),

@@ -19,7 +19,7 @@ from slurmforge.providers.base import Instance, InstanceState, Interruption, Lau
 from slurmforge.service import handoff
 from slurmforge.service.daemon import Daemon, DaemonConfig
 from slurmforge.service.slurm import Job, NodeState, SlurmClient
-from slurmforge.service.state import Store
+from slurmforge.service.state import Binding, Store
 from slurmforge.spec import load_spec
 
 pytestmark = pytest.mark.unit
@@ -421,3 +421,78 @@ def test_each_loop_publishes_usage_and_the_scrape_targets(env: dict[str, Path]) 
     clock.advance(10)
     daemon.loop_once()
     assert [g["labels"]["instance"] for g in json.loads(targets.read_text())] == ["t-od-01"]
+
+
+def test_a_takeover_during_a_power_up_has_every_slurmd_register_again(env: dict[str, Path],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """slurmctld restarted (or a backup took over) while a machine booted: its slurmd may
+    have registered with the slurmctld before, and the new one never asks a powering-up node
+    to register. The hand-off of SlurmctldPrimaryOnProg makes the service reconfigure once."""
+    clock = Clock()
+    slurm = FakeSlurm(all_nodes(t_spot_01=POWERING_UP), [Job(7, "CONFIGURING", S1, "alice")])
+    cloud = FakeCloud(clock)
+    resume(env, monkeypatch, S1, '{"jobs":[{"job_id":7,"nodes":"t-spot-01"}]}')
+    daemon = make(env, slurm, cloud, clock)
+    daemon.loop_once()
+    assert len(cloud.live(S1)) == 1
+    reconfigures = [c for c in slurm.commands if c[:2] == ("scontrol", "reconfigure")]
+    assert reconfigures == []
+    clock.advance(6)
+    monkeypatch.delenv(handoff.RECONFIGURE_ENV, raising=False)
+    monkeypatch.setenv(handoff.SPOOL_ENV, str(env["spool"]))
+    monkeypatch.setattr(handoff.time, "time", clock)  # the hand-off is dated by the service's clock
+    assert handoff.control_main() == 0
+    daemon.loop_once()
+    assert [c for c in slurm.commands if c[:2] == ("scontrol", "reconfigure")] == [("scontrol", "reconfigure")]
+    assert [e.kind for e in daemon.store.events(since=0)].count("reregister") == 1
+    clock.advance(10)
+    daemon.loop_once()  # once per takeover
+    assert len([c for c in slurm.commands if c[:2] == ("scontrol", "reconfigure")]) == 1
+    # the new slurmctld of a reconfigure runs the program too: it records nothing
+    monkeypatch.setenv(handoff.RECONFIGURE_ENV, "1")
+    assert handoff.control_main() == 0 and not handoff.has_pending(env["spool"])
+
+
+def test_a_machine_left_from_before_a_power_down_is_never_the_power_ups(env: dict[str, Path],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service was stopped while Slurm powered a node down and up again: its machine from
+    before still runs, and slurmctld ignores that slurmd (its boot is older than the power-up
+    request). The machine is released at once and a new one launched."""
+    clock = Clock()
+    slurm = FakeSlurm(all_nodes(t_spot_01=POWERING_UP), [Job(8, "CONFIGURING", S1, "alice")])
+    cloud = FakeCloud(clock)
+    cloud.instances["i-old"] = instance("i-old", S1, launched=NOW - 900, pool="spot", link="spot")
+    daemon = make(env, slurm, cloud, clock)
+    daemon.store.bind(Binding(S1, "i-old", "spot", NOW - 900, "sf-old"))
+    monkeypatch.setattr(handoff.time, "time", clock)
+    handoff.record(handoff.HandoffKind.SUSPEND, [S1], env["spool"])
+    resume(env, monkeypatch, S1, '{"jobs":[{"job_id":8,"nodes":"t-spot-01"}]}')
+    daemon.loop_once()
+    assert cloud.terminated == ["i-old"] and S1 not in daemon.store.bindings()
+    clock.advance(1)
+    daemon.loop_once()
+    (new,) = cloud.live(S1)
+    assert new.id != "i-old" and daemon.store.bindings()[S1].instance == new.id
+
+
+def test_a_released_machine_is_not_waited_for_when_slurm_powers_the_node_up_again(
+        env: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """slurmctld killed -9 right after a power-up: it comes back with the node powered down
+    (its last saved state) and powers it up again for the same job seconds later. The machine
+    released meanwhile is not the node's any more: the new power-up launches at once, not
+    after the listing grace that covers a launch the cloud does not list yet."""
+    clock = Clock()
+    slurm = FakeSlurm(all_nodes(t_spot_01=POWERED_DOWN), [Job(9, "PENDING", "", "alice")])
+    cloud = FakeCloud(clock)
+    cloud.instances["i-0001"] = instance("i-0001", S1, launched=NOW - 4, pool="spot", link="spot")
+    daemon = make(env, slurm, cloud, clock)
+    daemon.store.bind(Binding(S1, "i-0001", "spot", NOW - 4, "sf-first"))
+    daemon.loop_once()
+    assert cloud.terminated == ["i-0001"] and S1 not in daemon.store.bindings()
+    clock.advance(4)
+    slurm.state[S1] = node(S1, POWERING_UP)
+    monkeypatch.setattr(handoff.time, "time", clock)
+    resume(env, monkeypatch, S1, '{"jobs":[{"job_id":9,"nodes":"t-spot-01"}]}')
+    daemon.loop_once()
+    (new,) = cloud.live(S1)
+    assert new.id != "i-0001"

@@ -1,0 +1,39 @@
+"""`slurmforge validate --inventory` names every problem a failed check found, one line
+each, from pytest's own JUnit report (no line cut to the terminal's width)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmforge.validation import failure_lines
+
+pytestmark = pytest.mark.unit
+
+CHECKS = '''
+def test_nodes():
+    wrong = ["dev-cpu-03: DOWN+NOT_RESPONDING, reason 'Not responding'; should be in service or in power save",
+             "dev-gpu-01: has 2 CPUs, 2048 MB, no gres, should have 2 CPUs, 2048 MB, gpu:2"]
+    assert not wrong, "\\n".join(wrong)
+
+def test_plain():
+    assert 1 == 2
+
+def test_fine():
+    pass
+'''
+
+
+def test_every_problem_line_of_every_failed_check(tmp_path: Path) -> None:
+    (tmp_path / "test_live.py").write_text(CHECKS)
+    report = tmp_path / "report.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                    f"--junitxml={report}", str(tmp_path / "test_live.py")], capture_output=True, timeout=120,
+                   check=False, cwd=tmp_path)
+    assert failure_lines(report.read_text()) == [
+        "test_nodes: dev-cpu-03: DOWN+NOT_RESPONDING, reason 'Not responding'; should be in service or in power save",
+        "test_nodes: dev-gpu-01: has 2 CPUs, 2048 MB, no gres, should have 2 CPUs, 2048 MB, gpu:2",
+        "test_plain: assert 1 == 2"]
