@@ -312,7 +312,10 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
     # nodes join with only the munge key and the controller's address (configless)
     params = ["enable_configless"]
     if cloud:
-        params += ["idle_on_node_suspend"]
+        # the power-save thread resumes a job's nodes at once when node state changed since
+        # its last scan - compared in whole seconds, so an allocation in the second of a scan
+        # waits for the next periodic one: every 10 s by default (power_save.c); every 1 s here
+        params += ["idle_on_node_suspend", "power_save_interval=1"]
         settings |= {
             "ResumeProgram": RESUME_PROGRAM,
             "SuspendProgram": SUSPEND_PROGRAM,

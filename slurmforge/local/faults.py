@@ -50,7 +50,7 @@ def _submit(live: LiveCluster, args: str) -> str:
     return live.submit(f"-J {FAULT_JOB} {args}")
 
 
-def _clear_leftovers(live: LiveCluster) -> None:
+def clear_leftovers(live: LiveCluster) -> None:
     live.root(f"scancel -n {FAULT_JOB} 2>/dev/null || true")
     wait_until(lambda: not live.root(f"squeue -h -n {FAULT_JOB} -o %i 2>/dev/null || true").strip(), 60,
                "no job of an earlier fault left")
@@ -124,7 +124,7 @@ class DeadNode:
 def controller_outage(live: LiveCluster, seconds: float, where: JobNodes) -> Outage:
     """Every slurmctld stopped for `seconds` under a running 2-node job and a pending job (eligible
     halfway through the outage); then both are awaited to COMPLETED in sacct."""
-    _clear_leftovers(live)
+    clear_leftovers(live)
     # a node Slurm is powering down now would stop during the outage for a reason of its own
     wait_until(lambda: not live.nodes_in_transition(), 180, "no node powering up or down", every=2)
     running = _submit(live, f"-N 2 -p {where.partition} -w {where.nodes} -o nd-%j.out "
@@ -184,7 +184,7 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit
     cancelled or (`finish`) awaited COMPLETED in sacct, run again on the replacement; a
     victim the service did not bring back within `back_limit` is started, so the cluster is
     left as it was found."""
-    _clear_leftovers(live)
+    clear_leftovers(live)
     length = FINISH_JOB_SECONDS if finish else 600
     job = _submit(live, f"-N 2 -p {where.partition} -w {where.nodes} -o nd-%j.out --requeue --wrap 'sleep {length}'")
     back: float | None = None
@@ -258,6 +258,7 @@ class PowerUpFailover:
     ran_on: str
     seconds: float
     backup_lines: tuple[str, ...]
+    job: str = ""
 
 
 def failover_mid_power_up(live: LiveCluster, backup: str, partition: str, node: str,
@@ -267,7 +268,7 @@ def failover_mid_power_up(live: LiveCluster, backup: str, partition: str, node: 
     done); the backup's slurmctld and service must bring the node up and run the job. The
     primary is started again and back in control afterwards, whatever happens."""
     wait_until(lambda: not live.nodes_in_transition(), 180, "no node powering up or down", every=2)
-    _clear_leftovers(live)
+    clear_leftovers(live)
     live.power_down(node)  # the jobs of a test before may have left it up (idle until its timeout)
     since = live.on(backup, "date '+%Y-%m-%d %H:%M:%S'").strip()
     job = _submit(live, f"-p {partition} -w {node} -o pu-%j.out --wrap hostname")
@@ -292,7 +293,7 @@ def failover_mid_power_up(live: LiveCluster, backup: str, partition: str, node: 
                    every=2)
     ran_on = live.on(live.login, f"sacct -n -X -P -j {job} -o NodeList || true").strip()
     return PowerUpFailover(node, at_kill, _states(live, [job]).get(job, ""), ran_on, seconds,
-                           tuple(line for line in log.splitlines() if node in line))
+                           tuple(line for line in log.splitlines() if node in line), job)
 
 
 def target(cluster: str | None, partition: str | None) -> tuple[Cluster, JobNodes, LiveCluster]:
@@ -336,7 +337,7 @@ def controller_failover(live: LiveCluster, backup: str, where: JobNodes, tasks: 
     submitted while the backup is in control, the primary's container started again; then
     every job is awaited in sacct. The primary's container runs again, in control, afterwards,
     whatever happens."""
-    _clear_leftovers(live)
+    clear_leftovers(live)
     array = _submit(live, f"-p {where.partition} -w {where.nodes} --array=1-{tasks} -o fo-%A_%a.out "
                         f"--wrap 'sleep {task_seconds}'")
     jobs = [array]

@@ -34,7 +34,7 @@ from typing import Any
 
 from slurmforge.contract import JOIN_UNIT, PODMAN_API_DIR, LocalProviderSettings, read_settings
 from slurmforge.errors import ProvisionError
-from slurmforge.hosts import TAG_LINK, Host, HostRole
+from slurmforge.hosts import TAG_LINK, TAG_TOKEN, Host, HostRole
 from slurmforge.inventory import SECRETS_ROOT
 from slurmforge.local.api import PodmanApi
 from slurmforge.local.container import (
@@ -360,23 +360,28 @@ class PoolMachines(Machines):
                 failed[node] = "NoSuchNode"
                 continue
             info, container = known.get(node), compute_container(self.spec, self.settings, node)
-            if info is not None and info.is_running:  # a retried token: no second machine
+            if info is not None and info.is_running and info.labels.get(TAG_TOKEN) == request.token:
+                # a retried launch (EC2's ClientToken): no second machine
                 launched[node] = self._instance(container, info.id or node, request, None)
                 continue
             started = time.time()  # the machine's launch: the join share is measured from here
             try:
-                launched[node] = self._instance(container, self._launch(container, info), request, started)
+                # a machine of the node that is not this launch's (stale, released) goes first
+                launched[node] = self._instance(container, self._launch(container, info, request.token), request,
+                                                started)
             except ProvisionError as exc:
                 log.warning("launch of %s failed: %s", node, exc)
                 failed[node] = "NodeStartFailed"
         return LaunchResult(launched, failed)
 
-    def _launch(self, container: NodeContainer, old: ContainerInfo | None) -> str:
-        """A fresh container, started; its id. What is left of an earlier one (stopped, dead)
-        is removed first; a new one that does not start is removed again."""
+    def _launch(self, container: NodeContainer, old: ContainerInfo | None, token: str) -> str:
+        """A fresh container, started, labelled with the launch's token; its id. What is left
+        of an earlier one is removed first; a new one that does not start is removed again."""
         if old is not None:
             self.api.remove(old.id or old.name)
-        ident = self.api.create(container.create_body())
+        body = container.create_body()
+        body["labels"] = {**body["labels"], TAG_TOKEN: token}
+        ident = self.api.create(body)
         try:
             self.api.start(ident)
         except ProvisionError:

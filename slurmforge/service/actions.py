@@ -70,6 +70,15 @@ class Requeue:
 
 
 @dataclass(frozen=True)
+class Release:
+    """`scontrol release`: jobs slurmctld held after a launch that failed for a reason the
+    service repairs (a duplicate of a job a killed slurmctld started and lost)."""
+
+    jobs: tuple[int, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
 class Signal:
     jobs: tuple[int, ...]
     signal: str
@@ -154,24 +163,13 @@ class CloseRequests:
 
 
 @dataclass(frozen=True)
-class Reregister:
-    """Every slurmd registers again (`scontrol reconfigure`): a slurmctld that took control
-    at `took` is waiting for `nodes`, whose registrations may have gone to the one before.
-    Closes the takeover's hand-off requests once done."""
-
-    nodes: tuple[str, ...]
-    requests: tuple[str, ...]
-    took: float
-
-
-@dataclass(frozen=True)
 class AdvanceInterruption:
     instance: str
     stage: str
 
 
 Action = (
-    Launch | Terminate | PowerDown | MarkDown | PowerUp | Resume | Drain | Requeue | Signal | SetAddress
+    Launch | Terminate | PowerDown | MarkDown | PowerUp | Resume | Drain | Requeue | Release | Signal | SetAddress
     | MarkCooldown | Bind | Unbind | SetMark | ClearMark | Replaced | Joined | AbandonLaunch | CloseRequests
-    | AdvanceInterruption | Reregister
+    | AdvanceInterruption
 )

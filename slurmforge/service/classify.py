@@ -24,11 +24,12 @@ Rules learned the hard way:
   running from before a power-down the service did not see - is released and a new one
   launched (`stale_machine`);
 - a slurmctld that took control (a restart, a crash, a failover) recovered its nodes from
-  the state file and never asks a POWERING_UP node to register (ping_nodes.c skips them):
-  a slurmd that registered with the slurmctld before it is not heard again. After such a
-  hand-off the service has every slurmd register again (`scontrol reconfigure`, which
-  pushes the config to every node, powering-up ones included; each slurmd re-executes and
-  registers) when a powering-up node's machine started before the takeover.
+  the state file and never asks a POWERING_UP node to register (ping_nodes.c skips them): a
+  slurmd that registered with the slurmctld before it is not heard again, and a job that
+  slurmctld had started there is started a second time (slurmd refuses the duplicate; Slurm
+  drains the node and holds the job). So a powering-up node's machine that started before
+  the takeover is stale too: released, and a new one launched, which registers with the
+  slurmctld in control and runs the job once.
 
 Static nodes (a pool's first min_nodes) are kept alive in place, on every target, CLOUD
 node or not: Slurm never powers them down, so the service replaces a failed machine under
@@ -85,9 +86,9 @@ from slurmforge.service.actions import (
     MarkDown,
     PowerDown,
     PowerUp,
+    Release,
     Replaced,
     Requeue,
-    Reregister,
     Resume,
     SetAddress,
     SetMark,
@@ -104,8 +105,12 @@ OWN_REASON = "slurmforge:"
 """Reasons the service writes start with this."""
 HEALTH_REASON = "health:"
 """The node health hook (GPU checks) drains a failing node with a reason starting so."""
-SLURM_REASONS = ("ResumeTimeout reached", "Not responding", "Node unexpectedly rebooted", "Kill task failed")
-"""Reasons slurmctld itself writes for nodes that failed; such nodes are reset."""
+DUPLICATE_LAUNCH = "Duplicate jobid"
+SLURM_REASONS = ("ResumeTimeout reached", "Not responding", "Node unexpectedly rebooted", "Kill task failed",
+                 DUPLICATE_LAUNCH)
+"""Reasons slurmctld itself writes for nodes that failed; such nodes are reset. "Duplicate
+jobid": a launch found its job already there - the node runs a job a slurmctld killed -9
+started and lost from its state (agent.c); a new machine ends it."""
 
 LIVE = frozenset({InstanceState.PENDING, InstanceState.RUNNING})
 GONE = frozenset({InstanceState.STOPPED, InstanceState.TERMINATED})
@@ -154,6 +159,8 @@ class World:
     jobs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     """node -> jobs on it (squeue); the daemon reads it when a notice needs it."""
     tunables: Tunables = Tunables()
+    held: tuple[int, ...] = ()
+    """Jobs slurmctld requeued and held after their launch failed (squeue)."""
 
 
 class NodeStatus(Enum):
@@ -166,7 +173,8 @@ class NodeStatus(Enum):
     NEEDS_ADDRESS = "needs-address"
     BOOT_FAILED = "boot-failed"
     STALE_MACHINE = "stale-machine"
-    """Powering up on a machine that started before the power-up was requested."""
+    """Powering up on a machine that started before the power-up was requested, or before
+    the slurmctld in control took control."""
     DIED_BOOTING = "died-booting"
     INSTANCE_LOST = "instance-lost"
     MISSING = "missing"
@@ -200,14 +208,14 @@ def classify(world: World) -> list[Action]:
             actions += ctx.gone_under_jobs(node)
             continue
         status = ctx.assess(node, info)
-        if status in (NodeStatus.NEEDS_LAUNCH, NodeStatus.REPLACEMENT_DUE):
-            needs_launch.append(node.name)
+        if status in (NodeStatus.NEEDS_LAUNCH, NodeStatus.REPLACEMENT_DUE, NodeStatus.STALE_MACHINE):
+            needs_launch.append(node.name)  # a stale machine is terminated first (executor order)
         actions += ctx.respond(status, node, info)
     actions += plan_launches(ctx, needs_launch)
     actions += ctx.orphans()
     actions += ctx.interruptions()
     actions += ctx.stale_bindings()
-    actions += ctx.lost_registrations()
+    actions += ctx.duplicate_launches()
     actions += ctx.close_requests()
     return list(dict.fromkeys(actions))
 
@@ -278,18 +286,22 @@ def started_at(state: ServiceState, node: str, inst: Instance) -> float | None:
     return inst.launched_at
 
 
-def power_up_requested_at(state: ServiceState, node: str) -> float | None:
-    """The newest open resume request that names the node (the ResumeProgram's hand-off,
-    written as slurmctld set the node's boot request time)."""
-    times = [r.at for r in state.requests if r.kind is HandoffKind.RESUME and node in expand(r.nodes)]
-    return max(times, default=None)
+def boot_needed_after(state: ServiceState, node: str) -> tuple[float, str] | None:
+    """The moment a powering-up node's machine must have started after for Slurm to take its
+    slurmd, and what happened then: the newest open resume request that names the node
+    (written as slurmctld set the node's boot request time), or the newest takeover by a
+    slurmctld, whichever is later."""
+    moments = [(r.at, "its power-up was requested") for r in state.requests
+               if r.kind is HandoffKind.RESUME and node in expand(r.nodes)]
+    moments += [(r.at, "slurmctld took control") for r in state.requests if r.kind is HandoffKind.CONTROL]
+    return max(moments, default=None)
 
 
 def stale_machine(state: ServiceState, node: str, inst: Instance) -> bool:
-    """A live machine that started before its node's power-up was requested: slurmctld
-    will not accept its slurmd (it waits for a boot after the request)."""
-    requested, started = power_up_requested_at(state, node), started_at(state, node, inst)
-    return requested is not None and started is not None and started < requested - CLOCK_SLACK
+    """A live machine of a powering-up node that started before `boot_needed_after`: Slurm
+    will not take its slurmd (or, after a takeover, may start its job a second time)."""
+    needed, started = boot_needed_after(state, node), started_at(state, node, inst)
+    return needed is not None and started is not None and started < needed[0] - CLOCK_SLACK
 
 
 class Context:
@@ -492,10 +504,9 @@ class Context:
         elif status is NodeStatus.DIED_BOOTING and inst is not None:
             actions += self._died_booting(name, inst)
         elif status is NodeStatus.STALE_MACHINE and inst is not None:
-            requested = power_up_requested_at(self.state, name) or 0.0
-            actions.append(Terminate(inst.id, name, f"stale: {inst.id} of {name} started before its power-up "
-                                                    f"was requested ({when.clock(requested)}); Slurm waits for a "
-                                                    "new boot"))
+            at, what = boot_needed_after(self.state, name) or (0.0, "")
+            actions.append(Terminate(inst.id, name, f"stale: {inst.id} of {name} started before {what} "
+                                                    f"({when.clock(at)}); Slurm waits for a new boot"))
             actions += self._unbind(name, inst)
         elif status is NodeStatus.INSTANCE_LOST and node.has_jobs() and not node.is_down():
             actions.append(MarkDown((name,), _own(_detail(status, node, inst))))
@@ -696,27 +707,15 @@ class Context:
                 actions.append(Unbind(name))
         return actions
 
-    def lost_registrations(self) -> list[Action]:
-        """After a slurmctld took control: every slurmd registers again when a powering-up
-        node's machine started before the takeover (its registration may have gone to the
-        slurmctld before). A takeover older than ResumeTimeout is only closed: Slurm has
-        given up on those power-ups by then."""
-        control = [r for r in self.state.requests if r.kind is HandoffKind.CONTROL]
-        if not control:
+    def duplicate_launches(self) -> list[Action]:
+        """A slurmctld killed -9 may have started a job and lost that from its state; the next
+        one starts it again, the node's slurmd refuses the duplicate, and slurmctld drains
+        the node ("Duplicate jobid") and requeues the job held. The node is reset or
+        replaced like any node Slurm failed (the old machine and its copy of the job go); the
+        job is released, so that it runs once, on a machine without that copy."""
+        if not self.world.held or not any(DUPLICATE_LAUNCH in n.reason for n in self.world.nodes):
             return []
-        ids = tuple(r.id for r in control)
-        took = max(r.at for r in control)
-        if self.now - took > self.topology.resume_timeout:
-            return [CloseRequests(ids)]
-        waiting = []
-        for node in self.world.nodes:
-            inst = self.instance(node.name) if node.is_powering_up() else None
-            if inst is None or inst.state not in LIVE:
-                continue
-            started = started_at(self.state, node.name, inst)
-            if started is None or started <= took + CLOCK_SLACK:
-                waiting.append(node.name)
-        return [Reregister(tuple(waiting), ids, took)] if waiting else [CloseRequests(ids)]
+        return [Release(self.world.held, "its launch found a copy a killed slurmctld had started")]
 
     def close_requests(self) -> list[Action]:
         done = [r.id for r in self.state.requests if self._request_done(r)]
@@ -724,10 +723,10 @@ class Context:
 
     def _request_done(self, request: Request) -> bool:
         """Suspend and resume-fail requests are only recorded; a resume request is done
-        once none of its nodes is still on its way up."""
+        once none of its nodes is still on its way up; a takeover after ResumeTimeout."""
         age = self.now - request.at
-        if request.kind is HandoffKind.CONTROL:
-            return False  # lost_registrations closes it
+        if request.kind is HandoffKind.CONTROL:  # stale_machine reads it while Slurm may still wait
+            return age > self.topology.resume_timeout
         if request.kind is not HandoffKind.RESUME or age > self.tun.request_max_age:
             return True
         if age <= self.tun.listing_grace:

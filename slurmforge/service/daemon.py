@@ -121,6 +121,8 @@ class Daemon:
             report = LoopReport(started, self.clock() - started, error=str(exc))
         self.last = report
         self.beat()
+        log.debug("loop %.2f s: %d action(s), %d launched, %d held%s", report.seconds, report.actions,
+                  report.launched, report.held, f", {report.error}" if report.error else "")
         return report
 
     def _steps(self, started: float) -> LoopReport:
@@ -210,7 +212,8 @@ class Daemon:
             self._jobs, self._job_users = jobs, {j.id: j.user for j in jobs}
             self._job_accounts = {j.id: j.account for j in jobs if j.account}
         world = World(nodes=nodes or [], instances=instances or [], state=self.store.snapshot(), topology=topo,
-                      now=self.clock(), jobs=jobs_by_node(jobs or []), tunables=self.config.tunables)
+                      now=self.clock(), jobs=jobs_by_node(jobs or []), tunables=self.config.tunables,
+                      held=tuple(j.id for j in jobs or [] if j.is_held_after_failed_launch()))
         doubts += self.guard.doubts(world, nodes is not None and jobs is not None, instances is not None)
         return world, doubts
 
@@ -224,6 +227,8 @@ class Daemon:
             if hold.reason in VIEW_REASONS:
                 self.store.count("slurmforge_service_untrusted_loops_total", {"reason": hold.reason.value})
         self.guard.acted(decision.run)
+        if decision.run:
+            log.debug("acting on: %s", decision.run)
         return decision
 
     def act(self, world: World, actions: Sequence[Action]) -> ActReport:

@@ -3,8 +3,7 @@ store. One failing command is logged and does not stop the others.
 
 Order: bookkeeping (with the events of replaced nodes), then what protects running work
 (drain, signal), then nodes marked DOWN, power-downs and requeues, terminations, addresses,
-power-ups and resumes, launches (the slow part), and last the reconfigure that has every
-slurmd register again (it starts a new slurmctld: nothing else of the loop waits on it).
+power-ups and resumes, and launches last (the slow part).
 A launch is written to the store before the provider hears of it and completed after;
 if the provider raises, the record stays pending and the next loop retries it with the
 same token.
@@ -34,12 +33,11 @@ PHASES: tuple[tuple[type, ...], ...] = (
      a.Joined),
     (a.Drain, a.Signal),
     (a.MarkDown, a.PowerDown),
-    (a.Requeue,),
+    (a.Requeue, a.Release),
     (a.Terminate,),
     (a.SetAddress, a.PowerUp, a.Resume),
     (a.Launch,),
     (a.AdvanceInterruption,),
-    (a.Reregister,),
 )
 
 
@@ -82,9 +80,9 @@ class _Run:
     def phase(self, batch: list[Any]) -> None:
         handlers: dict[type, Callable[[list[Any]], None]] = {
             a.PowerDown: self.power_down, a.MarkDown: self.mark_down, a.Drain: self.drain, a.Terminate: self.terminate,
-            a.Requeue: self.requeue, a.Signal: self.signal, a.Launch: self.launch,
+            a.Requeue: self.requeue, a.Release: self.release, a.Signal: self.signal, a.Launch: self.launch,
             a.PowerUp: lambda xs: self._slurm(self.ex.slurm.power_up, [n for x in xs for n in x.nodes]),
-            a.Resume: self.resume, a.SetAddress: self.set_addresses, a.Reregister: self.reregister,
+            a.Resume: self.resume, a.SetAddress: self.set_addresses,
         }
         by_type: dict[type, list[Any]] = {}
         for action in batch:
@@ -164,27 +162,14 @@ class _Run:
                 self._call(self.ex.slurm.requeue, [job], quiet=True)
         self.event("requeue", "", "", len(jobs), items[0].reason)
 
+    def release(self, items: list[a.Release]) -> None:
+        jobs = sorted({j for x in items for j in x.jobs})
+        self._call(self.ex.slurm.release, jobs)
+        self.event("release", "", "", len(jobs), f"{items[0].reason}: {', '.join(map(str, jobs))}"[:200])
+
     def signal(self, items: list[a.Signal]) -> None:
         for x in items:
             self._call(self.ex.slurm.signal, list(x.jobs), x.signal)
-
-    def reregister(self, items: list[a.Reregister]) -> None:
-        """One reconfigure for every takeover seen; its requests stay open when it fails
-        (the next loop tries again)."""
-        nodes = sorted({n for x in items for n in x.nodes})
-        try:
-            self.ex.slurm.reconfigure()
-        except SlurmCommandError as exc:
-            log.warning("slurmctld took control; having the slurmds register again failed: %s", exc)
-            self.report.errors += 1
-            return
-        self.store.close_requests([r for x in items for r in x.requests])
-        took = max(x.took for x in items)
-        detail = (f"slurmctld took control at {when.clock(took)}; every slurmd registers again for "
-                  f"{compress(nodes)} (powering up on machines started before)")
-        log.info("%s", detail)
-        self.event("reregister", "", "", len(nodes), detail)
-        self.store.count("slurmforge_reregistrations_total", {})
 
     def _slurm(self, fn: Callable[[list[str]], None], nodes: list[str]) -> None:
         """One call for every node; if it fails, one per node so one bad node does not

@@ -55,6 +55,8 @@ Runner = Callable[[Sequence[str]], subprocess.CompletedProcess[str]]
 NODES_COMMAND = ("scontrol", "show", "nodes", "--json")
 MAX_HOSTLIST_CHARS = 8192
 """A compressed hostlist argument longer than this is split over several calls."""
+LAUNCH_FAILED_HELD = "launch failed requeued held"
+"""A job's state_description after its batch launch failed: slurmctld requeued and held it."""
 MAX_JOBS_PER_CALL = 200
 MAX_ADDRESSES_PER_CALL = 256
 
@@ -266,6 +268,8 @@ class Job:
     """tres_alloc_str once allocated, else tres_req_str: `cpu=2,mem=100M,node=1,gres/gpu=1`."""
     started_at: float = 0.0
     """start_time: when it started (running), when Slurm expects it to (pending; 0 unknown)."""
+    description: str = ""
+    """state_description: Slurm's own words, such as "launch failed requeued held"."""
 
     def node_names(self) -> list[str]:
         return expand(self.nodes) if self.nodes else []
@@ -275,6 +279,10 @@ class Job:
 
     def is_running(self) -> bool:
         return self.state in ("RUNNING", "CONFIGURING")
+
+    def is_held_after_failed_launch(self) -> bool:
+        """Requeued and held by slurmctld because its batch launch failed (job_mgr.c)."""
+        return self.is_pending() and self.description == LAUNCH_FAILED_HELD
 
 
 def parse_jobs(text: str) -> list[Job]:
@@ -289,7 +297,8 @@ def parse_jobs(text: str) -> list[Job]:
                         account=str(item.get("account") or ""), reason=str(item.get("state_reason") or ""),
                         eligible_at=eligible,
                         tres=str(item.get("tres_alloc_str") or item.get("tres_req_str") or ""),
-                        started_at=_number(item.get("start_time"))))
+                        started_at=_number(item.get("start_time")),
+                        description=str(item.get("state_description") or "")))
     return jobs
 
 
@@ -445,11 +454,9 @@ class SlurmClient:
         for chunk in _chunks(list(jobs), MAX_JOBS_PER_CALL):
             self.run("scontrol", "requeue", ",".join(str(j) for j in chunk))
 
-    def reconfigure(self) -> None:
-        """`scontrol reconfigure`: in 24.11 a new slurmctld takes over from the running one
-        with its state, and pushes the config to every slurmd not powered down; each slurmd
-        re-executes and registers again."""
-        self.run("scontrol", "reconfigure")
+    def release(self, jobs: Sequence[int]) -> None:
+        for chunk in _chunks(list(jobs), MAX_JOBS_PER_CALL):
+            self.run("scontrol", "release", ",".join(str(j) for j in chunk))
 
     def signal(self, jobs: Sequence[int], signal: str = "USR1") -> None:
         """Signal every step of the jobs (not the batch shell: bash ends on an untrapped

@@ -24,6 +24,7 @@ import pytest
 
 from slurmforge.local.faults import JobNodes, failover_mid_power_up
 from slurmforge.local.live import wait_until
+from slurmforge.local.restarts import NodeWatch, delays
 from slurmforge.render import controller_names
 from tests.integration.conftest import ROOT, Cluster_
 from tests.integration.test_never_down import sacct_states, submit
@@ -74,7 +75,14 @@ def test_a_node_powering_up_when_the_primary_dies_comes_up_under_the_backup(clus
     it): the backup's slurmctld has the node powering up or powers it up again, and the
     backup's service, which now leads, starts its machine; the job runs on that node."""
     backup = controller_names(cluster.spec)[1]
-    result = failover_mid_power_up(cluster.live(), backup, "ml-cpu", "dev-cpu-03")
+    live = cluster.live()
+    with NodeWatch(live) as watch:
+        result = failover_mid_power_up(live, backup, "ml-cpu", "dev-cpu-03")
+    (job,) = delays(live, [result.job], watch)
     print(f"{result.node} was {result.at_kill} at the kill; job {result.state} on {result.ran_on} "
-          f"{result.seconds:.1f} s later; backup service: {result.backup_lines}")
+          f"{result.seconds:.1f} s later, {job.delay:.0f} s after its node's machine was up; backup service: "
+          f"{result.backup_lines}")
     assert result.state == "COMPLETED" and result.ran_on == "dev-cpu-03", result
+    # as soon as its node was up (restarts.py: a takeover's machine that booted before it is
+    # replaced, never waited for until ResumeTimeout), and no node called failed
+    assert not job.late and not watch.failed, (job, watch.failed)

@@ -140,11 +140,13 @@ class Host_:
 def test_up_makes_the_fixed_hosts_and_leaves_dynamic_nodes_to_the_service(tmp_path: Path) -> None:
     """A dynamic node has a container only while Slurm has it powered up: `up` makes none,
     removes a stopped one (the kept containers of older releases) and leaves a running one
-    alone (it may run jobs); the rollout reaches the fixed hosts only."""
+    alone (it may run jobs), and a created one too (the service, which runs throughout `up`,
+    is launching it); the rollout reaches the fixed hosts only."""
     spec = load_spec(LOCAL)
     stopped = ContainerInfo("dev-cpu-03", "exited", 0, {"slurmforge.pool": "cpu"}, "old-img")
     running = ContainerInfo("dev-cpu-04", "running", os.getpid(), {"slurmforge.pool": "cpu"}, "old-img")
-    podman = Host_(spec.target.subnet, [stopped, running])  # type: ignore[union-attr]
+    launching = ContainerInfo("dev-cpu-fallback-01", "created", 0, {"slurmforge.pool": "cpu-fallback"}, "img")
+    podman = Host_(spec.target.subnet, [stopped, running, launching])  # type: ignore[union-attr]
     provider = LocalProvider(spec, "img", podman=podman, state_root=tmp_path,  # type: ignore[arg-type]
                              join_program=tmp_path / "join.sh")
     hosts = provider.provision()
@@ -153,7 +155,8 @@ def test_up_makes_the_fixed_hosts_and_leaves_dynamic_nodes_to_the_service(tmp_pa
     assert made == [h.name for h in fixed_hosts(hosts)]
     assert {h.name for h in hosts} - set(made) == {"dev-cpu-03", "dev-cpu-04", "dev-cpu-fallback-01"}
     assert ["rm", "dev-cpu-03"] in podman.calls and ["rm", "dev-cpu-04"] not in podman.calls
-    assert set(podman.listed) == {*made, "dev-cpu-04"}
+    assert ["rm", "dev-cpu-fallback-01"] not in podman.calls
+    assert set(podman.listed) == {*made, "dev-cpu-04", "dev-cpu-fallback-01"}
 
 
 class Booting:

@@ -20,7 +20,7 @@ import pytest
 
 from slurmforge.contract import JOIN_PROGRAM, JOIN_SECRETS_DIR, LocalProviderSettings, settings_json
 from slurmforge.errors import ProvisionError
-from slurmforge.hosts import TAG_LINK
+from slurmforge.hosts import TAG_LINK, TAG_TOKEN
 from slurmforge.local.api import PodmanApi
 from slurmforge.local.container import compute_container
 from slurmforge.providers.base import CapacityError, Instance, InstanceState, LaunchRequest, Provisioner
@@ -150,8 +150,9 @@ def test_a_launch_makes_a_fresh_container_that_joins_at_boot(podman: tuple[FakeP
     result = machines(path).start(LaunchRequest("cpu", ("dev-cpu-03", "dev-cpu-04"), "tok-1", link="cpu-fallback"))
     assert set(result.launched) == {"dev-cpu-03", "dev-cpu-04"} and not result.failed
     assert [b["name"] for b in fake.bodies] == ["dev-cpu-03", "dev-cpu-04"]
-    assert fake.bodies[0] == json.loads(json.dumps(compute_container(SPEC, SETTINGS, "dev-cpu-03")
-                                                   .create_body()))
+    described = compute_container(SPEC, SETTINGS, "dev-cpu-03").create_body()
+    described["labels"][TAG_TOKEN] = "tok-1"  # which launch made it
+    assert fake.bodies[0] == json.loads(json.dumps(described))
     mounts = {m["destination"]: m for m in fake.bodies[0]["mounts"]}
     assert mounts[JOIN_PROGRAM] == {"destination": JOIN_PROGRAM, "source": SETTINGS.join_program, "type": "bind",
                                     "options": ["rbind", "ro"]}
@@ -171,6 +172,17 @@ def test_a_retried_launch_makes_no_second_machine(podman: tuple[FakePodman, str]
     again = provider.start(request)  # a retried token after a crash: the machine runs already
     assert first.launched["dev-cpu-04"].id == again.launched["dev-cpu-04"].id == "new-1"
     assert len(fake.bodies) == 1 and not again.failed
+
+
+def test_a_running_machine_of_another_launch_is_replaced(podman: tuple[FakePodman, str]) -> None:
+    """The service launches for a node whose machine it released as stale (started before the
+    node's power-up or a takeover): what runs there is not this launch's and goes."""
+    fake, path = podman
+    provider = machines(path)
+    provider.start(LaunchRequest("cpu", ("dev-cpu-04",), "tok-1"))
+    again = provider.start(LaunchRequest("cpu", ("dev-cpu-04",), "tok-2"))
+    assert again.launched["dev-cpu-04"].id == "new-2" and len(fake.bodies) == 2
+    assert ("DELETE", "/containers/new-1", {"force": ["true"]}) in fake.calls
 
 
 def test_a_machine_that_does_not_start_is_removed_and_the_launch_fails(podman: tuple[FakePodman, str]) -> None:

@@ -41,9 +41,9 @@ from slurmforge.service.actions import (
     MarkDown,
     PowerDown,
     PowerUp,
+    Release,
     Replaced,
     Requeue,
-    Reregister,
     Resume,
     SetAddress,
     SetMark,
@@ -340,37 +340,43 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
     "joining-ends-without-an-event-when-the-node-is-powered-down": (
         WorldBuilder([node(S1, POWERED_DOWN)], [], state(marks={S1: {"joining": NOW - 100}})),
         [ClearMark(S1, "joining")]),
+    "powered-down-after-a-duplicate-launch-is-reset": (  # slurmctld's reason: a job it lost runs there
+        WorldBuilder([node(S1, DRAINED_POWERED_DOWN, reason="Duplicate jobid")]),
+        [PowerDown((S1,), "slurmforge: reset after 'Duplicate jobid'")]),
     # ----- a machine from before the power-up; a slurmctld that took control
     "powering-up-on-a-machine-from-before-the-power-up-releases-it": (  # the service was stopped
         WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5")], [instance("i-1", S1, launched=NOW - 300)],
                      state(bindings=bound(S1, "i-1", at=NOW - 300), requests=(resume_at(S1, NOW - 10),))),
         [Terminate("i-1", S1, "stale: i-1 of t-spot-01 started before its power-up was requested "
-                   f"({when.clock(NOW - 10)}); Slurm waits for a new boot"), Unbind(S1)]),
+                   f"({when.clock(NOW - 10)}); Slurm waits for a new boot"), Unbind(S1),
+         Launch("spot", "spot", (S1,), launch_token("spot", [S1], NOW))]),
     "powering-up-unbound-machine-from-before-the-power-up-releases-it": (  # the cloud's launch time
         WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5")], [instance("i-1", S1, launched=NOW - 300)],
                      state(requests=(resume_at(S1, NOW - 10),))),
         [Terminate("i-1", S1, "stale: i-1 of t-spot-01 started before its power-up was requested "
-                   f"({when.clock(NOW - 10)}); Slurm waits for a new boot")]),
+                   f"({when.clock(NOW - 10)}); Slurm waits for a new boot"),
+         Launch("spot", "spot", (S1,), launch_token("spot", [S1], NOW))]),
     "powering-up-on-the-machine-launched-for-it-waits": (
         WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5")], [instance("i-1", S1, launched=NOW - 9)],
                      state(bindings=bound(S1, "i-1", at=NOW - 9.5), requests=(resume_at(S1, NOW - 10),))), []),
     "powering-up-launch-time-in-whole-seconds-is-not-stale": (  # EC2's LaunchTime, another clock
         WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5")], [instance("i-1", S1, launched=NOW - 11)],
                      state(requests=(resume_at(S1, NOW - 10),))), []),
-    "took-control-while-a-machine-booted-every-slurmd-registers-again": (
+    "took-control-while-a-machine-booted-replaces-it": (  # its registration went to the slurmctld before
         WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5"), node(S2, POWERING_UP, address="10.0.16.6")],
                      [instance("i-1", S1, launched=NOW - 40), instance("i-2", S2, address="10.0.16.6",
                                                                      launched=NOW - 3)],
                      state(bindings=bound(S1, "i-1", at=NOW - 40) | bound(S2, "i-2", at=NOW - 3),
                            requests=(resume_at(S1, NOW - 41), resume_at(S2, NOW - 4), control_at(NOW - 8)))),
-        [Reregister((S1,), ("control-1",), NOW - 8)]),
-    "took-control-with-no-machine-booting-closes-the-hand-off": (
+        [Terminate("i-1", S1, "stale: i-1 of t-spot-01 started before slurmctld took control "
+                   f"({when.clock(NOW - 8)}); Slurm waits for a new boot"), Unbind(S1),
+         Launch("spot", "spot", (S1,), launch_token("spot", [S1], NOW))]),
+    "took-control-is-remembered-while-slurm-may-wait": (
         WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5")], [instance("i-1", S1, launched=NOW - 3)],
                      state(bindings=bound(S1, "i-1", at=NOW - 3), requests=(resume_at(S1, NOW - 4),
-                                                                            control_at(NOW - 8)))),
-        [CloseRequests(("control-1",))]),
-    "took-control-long-ago-is-only-closed": (
-        WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5")], [instance("i-1", S1, launched=NOW - 900)],
+                                                                            control_at(NOW - 8)))), []),
+    "took-control-longer-ago-than-resume-timeout-is-closed": (
+        WorldBuilder([node(S1, POWERING_UP, address="10.0.16.5")], [instance("i-1", S1, launched=NOW - 650)],
                      state(requests=(control_at(NOW - 700),))),
         [PowerDown((S1,), "slurmforge: bootstrap failure: t-spot-01 not registered by resume timeout on i-1"),
          Terminate("i-1", S1, "bootstrap failure: t-spot-01 not registered by resume timeout on i-1"),
@@ -515,3 +521,16 @@ def test_requests_close_when_their_nodes_are_up() -> None:
                          [instance("i-1", S1), instance("i-2", S2), instance("i-3", "t-spot-03", launched=NOW - 50)],
                          state(requests=requests)).build()
     assert classify(world)[-1] == CloseRequests(("r-old", "s-1"))
+
+
+def test_jobs_held_after_a_duplicate_launch_are_released_while_the_node_is_reset() -> None:
+    """A slurmctld killed -9 had started job 40 on t-spot-01 and lost that; the next one
+    started it again, slurmd refused the duplicate, slurmctld drained the node and held the
+    job. The node is reset (its machine and the copy go) and the job released."""
+    from dataclasses import replace
+
+    world = replace(WorldBuilder([node(S1, DRAINED_POWERED_DOWN, reason="Duplicate jobid")]).build(), held=(40,))
+    assert classify(world) == [PowerDown((S1,), "slurmforge: reset after 'Duplicate jobid'"),
+                               Release((40,), "its launch found a copy a killed slurmctld had started")]
+    # held for another reason (no duplicate anywhere): the admin's to look at
+    assert classify(replace(WorldBuilder([node(S1, POWERED_DOWN)]).build(), held=(40,))) == []
