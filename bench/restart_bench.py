@@ -8,7 +8,9 @@ submissions and the nodes called failed (a bootstrap failure, a ResumeTimeout).
 1. kill: per powered-down node (dev-cpu-03, dev-cpu-04: --nodes) a 2-task array; slurmctld
    killed -9 once their power-up is on disk, `offset` s later, the offsets spread over
    0..--spread s across the runs (before the machines boot, while they register, after the
-   tasks started); systemd starts slurmctld again.
+   tasks started); systemd starts slurmctld again. kill-frozen: slurmctld hangs (SIGSTOP)
+   for the offset before the kill, so the takeover meets every power-up in flight and no
+   task started (--spread 6: the machines boot meanwhile).
 2. failover: a job for a powered-down node; the primary controller's container killed (SIGKILL)
    while the node powers up; the backup takes control, its scheduler service leads; the
    primary is started again and back in control afterwards.
@@ -49,7 +51,7 @@ from slurmforge.spec import Cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SEQUENCES = ("kill", "failover", "rollout")
+SEQUENCES = ("kill", "kill-frozen", "failover", "rollout")
 STATIC_JOB = "-p {partition} -w {static} -N 1 -n 1 --mem=100M --wrap 'sleep 3'"
 DYNAMIC_JOB = "-p {partition} -w {node} -n 1 --mem=100M --wrap 'sleep 3'"
 
@@ -73,9 +75,9 @@ def default_partition(spec: Cluster) -> str:
     return next((p.name for p in spec.partitions if p.default), spec.partitions[0].name)
 
 
-def kills(live: LiveCluster, nodes: list[str], runs: int, spread: float) -> list[RestartRun | str]:
+def kills(live: LiveCluster, nodes: list[str], runs: int, spread: float, freeze: bool) -> list[RestartRun | str]:
     offsets = [spread * i / max(runs - 1, 1) for i in range(runs)]
-    return repeat(runs, lambda: kill_mid_power_up(live, nodes, offsets.pop(0)), RestartRun.row)
+    return repeat(runs, lambda: kill_mid_power_up(live, nodes, offsets.pop(0), freeze=freeze), RestartRun.row)
 
 
 def failovers(live: LiveCluster, spec: Cluster, node: str, runs: int) -> list[RestartRun | str]:
@@ -141,11 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", default="dev-cpu-03,dev-cpu-04", help="powered-down nodes the jobs wait for")
     parser.add_argument("--static", default="dev-cpu-[01-02]", help="where the rollout's steady jobs run")
     parser.add_argument("--spread", type=float, default=3.0, help="kill offsets after the power-up, 0..this")
-    parser.add_argument("--quick", action="store_true", help="one kill before the machines boot")
+    parser.add_argument("--quick", action="store_true", help="one kill after a hang while the machines boot")
     args = parser.parse_args(argv)
     only = [s for s in args.only.split(",") if s]
+    freeze = args.quick or "kill-frozen" in only
     if args.quick:
-        only, args.runs, args.spread = ["kill"], 1, 0.0
+        only, args.runs, args.spread = ["kill"], 1, 6.0
     try:
         spec, _, live = target(args.cluster, None)
     except SlurmforgeError as exc:
@@ -154,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     nodes = args.nodes.split(",")
     print(f"cluster {spec.name}: {args.runs} run(s) of {', '.join(only)}; jobs of {live.user}\n", flush=True)
     ok = True
-    if "kill" in only:
-        ok &= summary("kill -9 slurmctld during a power-up", kills(live, nodes, args.runs, args.spread))
+    if "kill" in only or "kill-frozen" in only:
+        what = "hung, then killed -9" if freeze else "kill -9"
+        ok &= summary(f"slurmctld {what} during a power-up", kills(live, nodes, args.runs, args.spread, freeze))
     if "failover" in only:
         ok &= summary("failover during a power-up", failovers(live, spec, nodes[0], args.runs))
     if "rollout" in only:

@@ -34,6 +34,8 @@ from slurmforge.service.slurm import NODES_COMMAND, parse_nodes
 DELAY_SLACK = 5.0
 """Seconds a job may start after it was ready and still count as on time: Slurm's times are
 whole seconds, and a powered-up node's job starts once PrologSlurmctld saw it registered."""
+SAVED_AFTER = 8
+"""Seconds after which slurmctld has written a submitted job to its state file (at most 5)."""
 FAILED_REASONS = ("bootstrap failure", "ResumeTimeout", "not registered", "reboot timed out")
 """Reasons that call a node failed (the scheduler service's and slurmctld's)."""
 
@@ -85,8 +87,10 @@ class NodeWatch:
             self.look()
 
     def look(self) -> None:
+        """From the login node: its commands reach whichever slurmctld is in control (the
+        primary's container is gone during a failover)."""
         try:
-            nodes = parse_nodes(self.live.root(" ".join(NODES_COMMAND), timeout=20))
+            nodes = parse_nodes(self.live.on(self.live.login, " ".join(NODES_COMMAND), timeout=20))
         except Exception:  # slurmctld restarting: the next look sees it
             return
         for node in nodes:
@@ -196,28 +200,39 @@ class RestartRun:
                 f"{len(self.failed)} node(s) called failed, {self.seconds:.0f} s")
 
 
-def kill_mid_power_up(live: LiveCluster, nodes: Sequence[str], offset: float, limit: float = 240) -> RestartRun:
+def kill_mid_power_up(live: LiveCluster, nodes: Sequence[str], offset: float, limit: float = 240,
+                      freeze: bool = False) -> RestartRun:
     """Per powered-down node a 2-task array (the tasks fit the node together); slurmctld
     killed -9 `offset` s after Slurm has one of them powering up (systemd starts it again).
-    Every task must run as soon as its node's machine is up."""
+    Every task must run as soon as its node's machine is up. With `freeze` slurmctld is
+    stopped (SIGSTOP) the moment it has the nodes powering up, for those `offset` s, then
+    killed: the machines boot and their slurmds knock meanwhile, unheard; the slurmctld
+    that takes over has the power-up or the job's allocation from its state file, or
+    neither (written at most every 5 s), and no task started."""
     started = time.monotonic()
     _prepare(live, nodes)
     with NodeWatch(live) as watch:
+        # eligible a few seconds later: slurmctld has the jobs on disk before it powers the
+        # nodes up (a kill in the first seconds after sbatch loses them: Slurm's own limit)
         jobs = [live.submit(f"-J {FAULT_JOB} -p ml-cpu -w {node} -n 1 --mem=100M --array=1-2 "
-                            f"-o kill-%A_%a.out --wrap 'sleep 3'") for node in nodes]
+                            f"--begin=now+{SAVED_AFTER} -o kill-%A_%a.out --wrap 'sleep 3'") for node in nodes]
         submitted = float(live.root("date +%s.%N"))
 
         def powering_up() -> bool:
             return any(live.slurm_state(n).endswith("#") for n in nodes)
 
         wait_until(powering_up, 60, f"{', '.join(nodes)} powering up", every=0.2)
-        up_at = float(live.root("date +%s.%N"))
-        # slurmctld writes its state at most every 5 s; a SIGKILL before that loses what it
-        # did since (Slurm's own limit: a job it took or started comes back pending or is
-        # started twice): kill once the power-up is on disk, `offset` s after
-        wait_until(lambda: state_saved_since(live, max(submitted, up_at)), 30, "the power-up's state saved",
-                   every=0.2)
-        time.sleep(max(offset - (float(live.root("date +%s.%N")) - up_at), 0.0))
+        if freeze:
+            live.root("pkill -STOP -x slurmctld || true")
+            time.sleep(offset)
+        else:
+            up_at = float(live.root("date +%s.%N"))
+            # slurmctld writes its state at most every 5 s; a SIGKILL before that loses what
+            # it did since (Slurm's own limit: a job it took or started comes back pending or
+            # is started twice): kill once the power-up is on disk, `offset` s after
+            wait_until(lambda: state_saved_since(live, max(submitted, up_at)), 30, "the power-up's state saved",
+                       every=0.2)
+            time.sleep(max(offset - (float(live.root("date +%s.%N")) - up_at), 0.0))
         live.root("pkill -9 -x slurmctld || true")
         wait_done(live, jobs, limit)
     return RestartRun("kill -9 slurmctld", tuple(delays(live, jobs, watch)), (), watch.failed,

@@ -35,12 +35,16 @@ def assert_nothing_stranded(run: RestartRun) -> None:
 
 
 def test_slurmctld_killed_while_nodes_power_up_strands_no_job(cluster: Cluster_) -> None:
-    """Two powered-down nodes power up for two job arrays; slurmctld dies (kill -9) once the
-    power-up is on disk - their machines launched or booting - and systemd starts it again.
-    (Killed later, after a node registered and a task started, slurmctld may have saved the
-    node's registration but not the task's start - the state save writes jobs, then nodes,
-    at most every 5 s - and starts the task again: bench/restart_bench.py measures that.)"""
-    assert_nothing_stranded(kill_mid_power_up(cluster.live(), DYNAMIC, offset=0.0))
+    """Two powered-down nodes power up for two job arrays; slurmctld hangs (SIGSTOP) the
+    moment it has them powering up, while their machines boot and their slurmds knock, then
+    dies (kill -9) and systemd starts it again: the takeover meets both power-ups in flight,
+    recovered as powering up (the slurmds' registrations lost) or as not yet allocated
+    (powered up again after the machines booted). Before, the new slurmctld waited for such
+    nodes until ResumeTimeout (600 s), or until their slurmds' retries got through.
+    (Killed without the hang, after a node registered and a task started, slurmctld may have
+    saved the registration but not the start - its state save writes jobs, then nodes, at
+    most every 5 s - and starts the task again: bench/restart_bench.py measures that.)"""
+    assert_nothing_stranded(kill_mid_power_up(cluster.live(), DYNAMIC, offset=6.0, freeze=True))
 
 
 def qos_on_a_partition() -> str:
