@@ -205,10 +205,10 @@ def kill_mid_power_up(live: LiveCluster, nodes: Sequence[str], offset: float, li
     """Per powered-down node a 2-task array (the tasks fit the node together); slurmctld
     killed -9 `offset` s after Slurm has one of them powering up (systemd starts it again).
     Every task must run as soon as its node's machine is up. With `freeze` slurmctld is
-    stopped (SIGSTOP) the moment it has the nodes powering up, for those `offset` s, then
-    killed: the machines boot and their slurmds knock meanwhile, unheard; the slurmctld
-    that takes over has the power-up or the job's allocation from its state file, or
-    neither (written at most every 5 s), and no task started."""
+    stopped (SIGSTOP) the moment the service made the nodes' machines, for those `offset`
+    s, then killed: the machines boot and their slurmds knock meanwhile, unheard; the
+    slurmctld that takes over has the power-up from its state file, or not even the job's
+    allocation (written at most every 5 s), and no task started."""
     started = time.monotonic()
     _prepare(live, nodes)
     with NodeWatch(live) as watch:
@@ -222,7 +222,8 @@ def kill_mid_power_up(live: LiveCluster, nodes: Sequence[str], offset: float, li
             return any(live.slurm_state(n).endswith("#") for n in nodes)
 
         wait_until(powering_up, 60, f"{', '.join(nodes)} powering up", every=0.2)
-        if freeze:
+        if freeze:  # once the service made their machines: they boot while slurmctld hangs
+            wait_until(lambda: set(nodes) <= live.running_containers(), 30, "the nodes' machines made", every=0.1)
             live.root("pkill -STOP -x slurmctld || true")
             time.sleep(offset)
         else:

@@ -36,7 +36,7 @@ def assert_nothing_stranded(run: RestartRun) -> None:
 
 def test_slurmctld_killed_while_nodes_power_up_strands_no_job(cluster: Cluster_) -> None:
     """Two powered-down nodes power up for two job arrays; slurmctld hangs (SIGSTOP) the
-    moment it has them powering up, while their machines boot and their slurmds knock, then
+    moment their machines are made, while they boot and their slurmds knock, then
     dies (kill -9) and systemd starts it again: the takeover meets both power-ups in flight,
     recovered as powering up (the slurmds' registrations lost) or as not yet allocated
     (powered up again after the machines booted). Before, the new slurmctld waited for such
