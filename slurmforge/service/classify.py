@@ -64,6 +64,7 @@ and `guard` decides which destructive actions run (docs/service.md).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -291,10 +292,23 @@ def boot_needed_after(state: ServiceState, node: str) -> tuple[float, str] | Non
     slurmd, and what happened then: the newest open resume request that names the node
     (written as slurmctld set the node's boot request time), or the newest takeover by a
     slurmctld, whichever is later."""
-    moments = [(r.at, "its power-up was requested") for r in state.requests
-               if r.kind is HandoffKind.RESUME and node in expand(r.nodes)]
-    moments += [(r.at, "slurmctld took control") for r in state.requests if r.kind is HandoffKind.CONTROL]
+    requested, took = _request_times(state.requests)
+    moments = ([(requested[node], "its power-up was requested")] if node in requested else []) + (
+        [(took, "slurmctld took control")] if took is not None else [])
     return max(moments, default=None)
+
+
+@functools.lru_cache(maxsize=4)
+def _request_times(requests: tuple[Request, ...]) -> tuple[dict[str, float], float | None]:
+    """node -> its newest open resume request, and the newest takeover: once per loop's
+    requests (the classifier and the guard ask per node; hostlists are expanded once)."""
+    requested: dict[str, float] = {}
+    for r in requests:
+        if r.kind is HandoffKind.RESUME:
+            for name in expand(r.nodes):
+                requested[name] = max(requested.get(name, r.at), r.at)
+    took = max((r.at for r in requests if r.kind is HandoffKind.CONTROL), default=None)
+    return requested, took
 
 
 def stale_machine(state: ServiceState, node: str, inst: Instance) -> bool:

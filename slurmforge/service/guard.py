@@ -15,8 +15,9 @@
      them, and none when more are confirmed at once (that many at once is the mark of a
      view gone wrong, not of machines failing one by one);
    - a *release* terminates the machine of a node Slurm itself powered down, or one that
-     started before Slurm asked for its node's power-up (Slurm waits for a newer boot):
-     Slurm's positive word, so it runs at once, at most the budget left in a loop;
+     started before Slurm asked for its node's power-up or before a slurmctld took
+     control (Slurm waits for a newer boot): Slurm's positive word, so it runs at once,
+     at most the budget left in a loop;
    - everything else is free: launches, bookkeeping, nodes not up (powering up, powered
      down), and the steps of a spot interruption (the cloud takes the machine anyway).
 
