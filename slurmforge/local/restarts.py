@@ -23,8 +23,9 @@ import contextlib
 import itertools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Self
 
 from slurmforge.errors import ProvisionError
 from slurmforge.local.faults import FAULT_JOB, clear_leftovers
@@ -60,33 +61,48 @@ class JobDelay:
         return self.delay > DELAY_SLACK
 
 
-@dataclass
-class NodeWatch:
-    """Every slurmd start time and every failed-node reason Slurm showed while it ran."""
+class Periodic:
+    """A thread that calls `tick` every `every` s while the `with` block runs, then `last`."""
 
-    live: LiveCluster
-    every: float = 1.0
-    starts: dict[str, set[float]] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    every: float
+    _stop: threading.Event
+    _thread: threading.Thread
 
-    def __enter__(self) -> NodeWatch:
+    def __enter__(self) -> Self:
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-        self.look()  # the last word
+        self._thread.join(timeout=90)
+        self.last()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            self.look()
+        while True:
+            started = time.monotonic()
+            self.tick()
+            if self._stop.wait(max(self.every - (time.monotonic() - started), 0.0)):
+                return
 
-    def look(self) -> None:
+    def tick(self) -> None:
+        raise NotImplementedError
+
+    def last(self) -> None:
+        """After the thread ended."""
+
+
+@dataclass
+class NodeWatch(Periodic):
+    """Every slurmd start time and every failed-node reason Slurm showed while it ran."""
+
+    live: LiveCluster
+    every: float = 1.0
+    starts: dict[str, set[float]] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def tick(self) -> None:
         """From the login node: its commands reach whichever slurmctld is in control (the
         primary's container is gone during a failover)."""
         try:
@@ -99,13 +115,16 @@ class NodeWatch:
             if any(r in node.reason for r in FAILED_REASONS):
                 self.failed.setdefault(node.name, node.reason)
 
+    def last(self) -> None:
+        self.tick()  # the last word
+
     def up_since(self, node: str, before: float) -> float:
         """When the machine that ran a job started at `before` had its slurmd start."""
         return max((t for t in self.starts.get(node, ()) if t <= before), default=0.0)
 
 
 @dataclass
-class Load:
+class Load(Periodic):
     """A job every `every` s from the login node, cycling through `jobs` (sbatch arguments)."""
 
     live: LiveCluster
@@ -113,28 +132,16 @@ class Load:
     every: float = 2.0
     submitted: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _next: Iterator[str] = field(init=False)
 
-    def __enter__(self) -> Load:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
+    def __post_init__(self) -> None:
+        self._next = itertools.cycle(self.jobs)
 
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=90)
-
-    def _run(self) -> None:
-        for args in itertools.cycle(self.jobs):
-            started = time.monotonic()
-            try:
-                self.submitted.append(self.live.submit(f"-J {FAULT_JOB} {args}"))
-            except ProvisionError as exc:
-                self.refused.append(str(exc).splitlines()[0][:200])
-            if self._stop.wait(max(self.every - (time.monotonic() - started), 0.0)):
-                return
+    def tick(self) -> None:
+        try:
+            self.submitted.append(self.live.submit(f"-J {FAULT_JOB} {next(self._next)}"))
+        except ProvisionError as exc:
+            self.refused.append(str(exc).splitlines()[0][:200])
 
 
 def delays(live: LiveCluster, jobs: Sequence[str], watch: NodeWatch) -> list[JobDelay]:
