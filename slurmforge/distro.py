@@ -22,8 +22,9 @@ class Distro:
     """The spec's `images.base`."""
     suite: str
     """Debian's code name: what debootstrap builds the local base image from."""
-    ami_name: str
-    """Name filter of Debian's official AMIs the AWS image pipeline starts from."""
+    parent_ami: str
+    """The name of Debian's official AMI the AWS image build starts from: pinned, so a new
+    Debian AMI rebakes nothing until this moves (docs/node-image.md)."""
     slurm_release: str
     """The Slurm release series its packages carry ("24.11"): what the renderer writes for."""
     python: str
@@ -38,8 +39,8 @@ class Distro:
         return {"slurmforge_python_version": self.python, **node_vars()}
 
 
-DEBIAN_13 = Distro(base="debian-13", suite="trixie", ami_name="debian-13-amd64-*", slurm_release="24.11", python="3.13",
-                   upgrades_from="23.02")
+DEBIAN_13 = Distro(base="debian-13", suite="trixie", parent_ami="debian-13-amd64-20251117-2299", slurm_release="24.11",
+                   python="3.13", upgrades_from="23.02")
 DISTROS = {d.base: d for d in (DEBIAN_13,)}
 DEFAULT_BASE = DEBIAN_13.base
 RETIRED = {"debian-12": "Slurm 22.05; Slurm 24.11 upgrades only from 23.02 or later"}

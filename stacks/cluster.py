@@ -188,7 +188,6 @@ def stack_outputs(spec: Cluster, target: AwsTarget, parts: Parts) -> dict[str, A
         out.OUT_DATABASE: {"kind": db.kind, "host": db.host,
                            "endpoint": parts.database.endpoint if parts.database else None},
         out.OUT_AMI: parts.base.image.ami_id,
-        out.OUT_IMAGE_PIPELINE: parts.base.image.pipeline_arn,
         out.OUT_MUNGE_KEY: secrets.munge_key,
         out.OUT_DB_PASSWORD: secrets.db_password,
     }

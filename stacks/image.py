@@ -1,51 +1,58 @@
-"""The golden image every node boots: an EC2 Image Builder pipeline that runs the
-project's image playbook on Debian's official AMI of the spec's `images.base` (Debian 13).
+"""The golden image every node boots: the one image pipeline (slurmforge.image) run on a
+plain EC2 instance from Debian's official AMI, made into an AMI by the Pulumi program.
 
-The playbook and roles are uploaded as one zip to a private bucket; the Image Builder
-component downloads it and runs `ansible-playbook playbooks/image.yml` locally. A
-change to the playbooks changes the archive's ETag, which is written into the component
-document, so the next `pulumi up` bakes a new image (and pool launch templates follow).
-When the spec pins `images.ami`, nothing here is created and that AMI is used.
+Not EC2 Image Builder: Debian is not among the systems Image Builder supports, and Image
+Builder drives its build instance through the SSM Agent, which Debian's AMIs do not carry
+(and Debian does not package). A plain instance runs the build the way every node starts -
+its user data, under cloud-init - so the AMI build is the local image build (the same
+inputs in the same directory, the same build.sh) and the AWS rehearsal can run it on a box.
+
+How (`bake`, a dynamic provider the program drives with the deployer's credentials):
+the build's inputs go to a private bucket as one tarball; an instance from the pinned
+parent AMI, with no instance role at all, fetches them through a presigned URL, runs
+build.sh, puts its result (exit code, record, package list, log tail) through a second
+presigned URL and powers off; the program checks the record as the local build does
+(`read_record`: the Slurm release), makes the AMI (encrypted, like the instance's volume),
+terminates the instance. A change of any input - a role's install task, the variables, the
+parent AMI - bakes a new image and pool launch templates follow; head and Ceph hosts ignore
+AMI changes (they are updated by the rollout). With `images.ami` pinned nothing is built.
+
+The parent AMI is pinned by name (`Distro.parent_ami`): a new Debian AMI rebakes nothing
+until someone moves the pin (docs/node-image.md, "Moving the parent image").
 """
 
 from __future__ import annotations
 
 import json
-import shlex
-from collections.abc import Sequence
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
-import yaml
+from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider
 
-from slurmforge.distro import Distro
-from stacks.common import (
-    ROOT_DEVICE,
-    VOLUME_TYPE,
-    all_egress_rules,
-    assume_role_policy,
-    child,
-    partition,
-    policy_json,
-    tags,
-)
+from slurmforge.distro import Distro, distro
+from slurmforge.errors import ProvisionError
+from slurmforge.image import aws_user_data, prepare_inputs, read_record, tarball
+from stacks.common import ROOT_DEVICE, VOLUME_TYPE, all_egress_rules, child, tags
 
 # Debian's official AMIs are published by this account (https://wiki.debian.org/Cloud/AmazonEC2Image).
 DEBIAN_OWNER = "136693071363"
-# The playbook written by the roles work (playbooks/ and roles/ at the repo root).
-IMAGE_PLAYBOOK = "playbooks/image.yml"
-ARCHIVE_KEY = "slurmforge-ansible.zip"
-ARCHIVE_DIRS = ("playbooks", "roles")
-WORKDIR = "/opt/slurmforge-image"
-# The build instance only runs Ansible; the image works on every instance type.
-BUILD_INSTANCE_TYPES = ["m6i.large"]
+INPUTS_KEY = "slurmforge-image-inputs.tar.gz"
+RESULTS_PREFIX = "results/"
+# The build instance only runs the build; the image works on every instance type.
+BUILD_INSTANCE_TYPE = "m6i.large"
 # The GPU stack (driver + CUDA) needs room; pools get at least this much root disk.
 IMAGE_VOLUME_GB = 40
-RECIPE_VERSION = "1.0.0"
-IMAGE_BUILDER_POLICY = "arn:{partition}:iam::aws:policy/EC2InstanceProfileForImageBuilder"
-SSM_CORE = "arn:{partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
+BUILD_TIMEOUT = 2 * 3600
+"""Seconds a build may take (it takes ~5-10 min on the instance; apt mirrors can be slow)."""
+URL_SECONDS = BUILD_TIMEOUT + 3600
+POLL_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -53,64 +60,147 @@ class ImageArgs:
     cluster: str
     """Cluster name: tags."""
     region: str
-    """The target region (ARN partition)."""
+    """The target region."""
     pinned_ami: str | None
     """The spec's images.ami: use it and build nothing."""
     vpc_id: pulumi.Input[str]
     """VPC of the build instance."""
     subnet_id: pulumi.Input[str]
-    """A private subnet (with NAT) for the build instance."""
+    """A private subnet (with NAT) for the build instance: it reaches Debian's mirror and S3."""
     ansible_root: Path
     """The directory holding playbooks/ and roles/ (the repo root)."""
     os: Distro
-    """The spec's images.base: which Debian AMI to start from, and the image playbook's vars."""
+    """The spec's images.base: the parent AMI and the image playbook's vars."""
 
 
-def component_document(archive_url: str, archive_etag: str | None, os: Distro) -> str:
-    """The Image Builder component: fetch the playbooks, run the image playbook locally."""
-    commands = [
-        "set -euo pipefail",
-        "export DEBIAN_FRONTEND=noninteractive",
-        "apt-get update -q",
-        "apt-get install -y -q --no-install-recommends ansible-core unzip",
-        f"rm -rf {WORKDIR} && mkdir -p {WORKDIR}",
-        f"unzip -q /tmp/{ARCHIVE_KEY} -d {WORKDIR}",
-        f"cd {WORKDIR} && ansible-playbook -i localhost, -c local {IMAGE_PLAYBOOK} "
-        f"-e {shlex.quote(json.dumps(os.image_vars(), sort_keys=True))}",
-        f"rm -rf {WORKDIR} /tmp/{ARCHIVE_KEY}",
-    ]
-    document = {
-        "name": "slurmforge-image",
-        "description": f"Runs slurmforge's {IMAGE_PLAYBOOK} (archive etag {archive_etag or 'unknown'})",
-        "schemaVersion": 1.0,
-        "phases": [{"name": "build", "steps": [
-            {"name": "FetchPlaybooks", "action": "S3Download",
-             "inputs": [{"source": archive_url, "destination": f"/tmp/{ARCHIVE_KEY}"}]},
-            {"name": "RunImagePlaybook", "action": "ExecuteBash", "inputs": {"commands": commands}},
-        ]}],
-    }
-    return yaml.safe_dump(document, sort_keys=False)
+def _wait(what: str, check: Callable[[], bool], timeout: float, poll: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise ProvisionError(f"the image build: {what} not after {int(timeout)} s")
+        time.sleep(poll)
 
 
-def first_ami(resources: Sequence[aws.imagebuilder.outputs.ImageOutputResource]) -> str:
-    """The AMI id an Image Builder image produced (one region: one AMI)."""
-    amis = [ami.image for r in resources for ami in (r.amis or []) if ami.image]
-    if not amis:
-        raise ValueError("Image Builder reported no AMI for the golden image")
-    return amis[0]
+def _instance_state(ec2: Any, instance_id: str) -> str:
+    reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+    return str(reservations[0]["Instances"][0]["State"]["Name"])
 
 
-def archive(root: Path) -> pulumi.AssetArchive:
-    return pulumi.AssetArchive({d: pulumi.FileArchive(str(root / d)) for d in ARCHIVE_DIRS})
+def bake(session: Any, props: dict[str, Any], poll: float = POLL_SECONDS) -> dict[str, Any]:
+    """Build the node image on an instance and make it an AMI; returns the AMI id and the
+    build's record. The instance is terminated whatever happens."""
+    ec2, s3 = session.client("ec2"), session.client("s3")
+    bucket = props["bucket"]
+    result_key = f"{RESULTS_PREFIX}{uuid.uuid4().hex}.json"
+    inputs_url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": props["inputs_key"]},
+                                           ExpiresIn=URL_SECONDS)
+    result_url = s3.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": result_key,
+                                                                 "ContentType": "application/json"},
+                                           ExpiresIn=URL_SECONDS)
+    tag_list = [{"Key": k, "Value": v} for k, v in sorted(props["tags"].items())]
+    instance = ec2.run_instances(
+        ImageId=props["parent_ami"], InstanceType=props["instance_type"], MinCount=1, MaxCount=1,
+        SubnetId=props["subnet_id"], SecurityGroupIds=[props["security_group_id"]],
+        UserData=aws_user_data(inputs_url, result_url), InstanceInitiatedShutdownBehavior="stop",
+        MetadataOptions={"HttpTokens": "required", "HttpPutResponseHopLimit": 1, "HttpEndpoint": "enabled"},
+        BlockDeviceMappings=[{"DeviceName": ROOT_DEVICE, "Ebs": {
+            "VolumeSize": int(props["volume_gb"]), "VolumeType": VOLUME_TYPE, "Encrypted": True,
+            "DeleteOnTermination": True}}],
+        TagSpecifications=[{"ResourceType": rt, "Tags": tag_list} for rt in ("instance", "volume")],
+    )["Instances"][0]["InstanceId"]
+    try:
+        _wait("the build instance powered off", lambda: _instance_state(ec2, instance) in ("stopped", "terminated"),
+              float(props.get("timeout", BUILD_TIMEOUT)), poll)
+        try:
+            result = json.loads(s3.get_object(Bucket=bucket, Key=result_key)["Body"].read())
+        except s3.exceptions.NoSuchKey:
+            raise ProvisionError(f"the image build instance {instance} stopped without a result "
+                                 "(its console output has the build's log)") from None
+        s3.delete_object(Bucket=bucket, Key=result_key)
+        if result.get("rc") != 0:
+            tail = [line for line in result.get("log_tail", []) if line.strip()][-1:] or ["?"]
+            raise ProvisionError(f"the image build failed (exit {result.get('rc')}): {tail[0][:300]}")
+        record = read_record(result.get("record", ""), result.get("packages", ""), distro(props["base"]))
+        ami = ec2.create_image(
+            InstanceId=instance, Name=f"{props['cluster']}-node-{record.get('inputs', 'x')}-{uuid.uuid4().hex[:6]}",
+            Description=f"slurmforge node image of {props['cluster']}: Slurm {record['slurm']}",
+            TagSpecifications=[{"ResourceType": "image", "Tags": tag_list}],
+        )["ImageId"]
+        _wait(f"AMI {ami} available", lambda: ec2.describe_images(ImageIds=[ami])["Images"][0]["State"] == "available",
+              float(props.get("timeout", BUILD_TIMEOUT)), poll)
+        if snapshots := _snapshots(ec2, ami):  # tagged like the rest of the cluster (billing, clean-up)
+            ec2.create_tags(Resources=snapshots, Tags=tag_list)
+        packages = str(record["packages_text"]).splitlines()
+        return {"ami_id": ami, "slurm": str(record["slurm"]), "packages": len(packages),
+                "build_seconds": int(str(record.get("seconds", 0)))}
+    finally:
+        ec2.terminate_instances(InstanceIds=[instance])
+
+
+def _snapshots(ec2: Any, ami: str) -> list[str]:
+    images = ec2.describe_images(ImageIds=[ami])["Images"]
+    return [m["Ebs"]["SnapshotId"] for i in images for m in i.get("BlockDeviceMappings", [])
+            if m.get("Ebs", {}).get("SnapshotId")]
+
+
+def unbake(session: Any, ami: str) -> None:
+    """Deregister the AMI and delete its snapshots."""
+    ec2 = session.client("ec2")
+    snapshots = _snapshots(ec2, ami)
+    ec2.deregister_image(ImageId=ami)
+    for snapshot in snapshots:
+        ec2.delete_snapshot(SnapshotId=snapshot)
+
+
+BUILD_INPUTS = ("region", "base", "parent_ami", "subnet_id", "security_group_id", "instance_type", "volume_gb",
+                "bucket", "inputs_key", "inputs_digest")
+"""A change of any of these bakes a new image."""
+
+
+class Bakery(ResourceProvider):
+    """The dynamic provider behind GoldenImage (runs in the Pulumi program's process)."""
+
+    def _session(self, props: dict[str, Any]) -> Any:
+        import boto3  # type: ignore[import-untyped]
+
+        return boto3.Session(region_name=props["region"])
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        out = bake(self._session(props), props)
+        return CreateResult(id_=out["ami_id"], outs={**props, **out})
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        changed = [k for k in BUILD_INPUTS if olds.get(k) != news.get(k)]
+        return DiffResult(changes=bool(changed) or olds.get("tags") != news.get("tags"), replaces=changed,
+                          delete_before_replace=False)
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        unbake(self._session(props), _id)
+
+
+class GoldenImage(Resource):
+    ami_id: pulumi.Output[str]
+
+    def __init__(self, name: str, props: dict[str, Any], opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(Bakery(), name, {**props, "ami_id": None, "slurm": None, "packages": None,
+                                          "build_seconds": None}, opts)
+
+
+def parent_ami(os: Distro, parent: pulumi.Resource) -> pulumi.Output[str]:
+    """The pinned Debian AMI the build starts from (by name: the same image in every region)."""
+    found = aws.ec2.get_ami_output(
+        owners=[DEBIAN_OWNER],
+        filters=[aws.ec2.GetAmiFilterArgs(name="name", values=[os.parent_ami]),
+                 aws.ec2.GetAmiFilterArgs(name="architecture", values=["x86_64"])],
+        opts=pulumi.InvokeOutputOptions(parent=parent))
+    return found.id
 
 
 class Image(pulumi.ComponentResource):
     ami_id: pulumi.Output[str]
-    pipeline_arn: pulumi.Output[str] | None
 
     def __init__(self, name: str, args: ImageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("slurmforge:stacks:Image", name, None, opts)
-        self.pipeline_arn = None
         if args.pinned_ami is not None:
             self.ami_id = pulumi.Output.from_input(args.pinned_ami)
         else:
@@ -118,68 +208,32 @@ class Image(pulumi.ComponentResource):
         self.register_outputs({"ami_id": self.ami_id})
 
     def _build(self, name: str, args: ImageArgs) -> pulumi.Output[str]:
-        base = aws.ec2.get_ami_output(
-            most_recent=True, owners=[DEBIAN_OWNER],
-            filters=[aws.ec2.GetAmiFilterArgs(name="name", values=[args.os.ami_name]),
-                     aws.ec2.GetAmiFilterArgs(name="architecture", values=["x86_64"])],
-            opts=pulumi.InvokeOutputOptions(parent=self))
-        url, etag, bucket_arn = self._upload(name, args)
-        profile = self._builder_profile(name, args, bucket_arn)
-        component = aws.imagebuilder.Component(
-            f"{name}-component", platform="Linux", version=RECIPE_VERSION,
-            data=pulumi.Output.all(url, etag).apply(lambda v: component_document(v[0], v[1], args.os)),
-            tags=tags(args.cluster, "image"), opts=child(self))
-        recipe = aws.imagebuilder.ImageRecipe(
-            f"{name}-recipe", version=RECIPE_VERSION, parent_image=base.id,
-            components=[aws.imagebuilder.ImageRecipeComponentArgs(component_arn=component.arn)],
-            block_device_mappings=[aws.imagebuilder.ImageRecipeBlockDeviceMappingArgs(
-                device_name=ROOT_DEVICE, ebs=aws.imagebuilder.ImageRecipeBlockDeviceMappingEbsArgs(
-                    # the image's snapshot, and every volume made from it, is encrypted
-                    encrypted="true", volume_size=IMAGE_VOLUME_GB, volume_type=VOLUME_TYPE,
-                    delete_on_termination="true"))],
-            tags=tags(args.cluster, "image"), opts=child(self))
-        group = aws.ec2.SecurityGroup(f"{name}-builder", vpc_id=args.vpc_id, ingress=[], egress=all_egress_rules(),
-                                      description="slurmforge image build: outbound only",
-                                      tags=tags(args.cluster, "image"), opts=child(self))
-        infra = aws.imagebuilder.InfrastructureConfiguration(
-            f"{name}-infra", instance_profile_name=profile, instance_types=BUILD_INSTANCE_TYPES,
-            subnet_id=args.subnet_id, security_group_ids=[group.id], terminate_instance_on_failure=True,
-            instance_metadata_options=aws.imagebuilder.InfrastructureConfigurationInstanceMetadataOptionsArgs(
-                http_tokens="required", http_put_response_hop_limit=1),
-            tags=tags(args.cluster, "image"), opts=child(self))
-        pipeline = aws.imagebuilder.ImagePipeline(
-            f"{name}-pipeline", image_recipe_arn=recipe.arn, infrastructure_configuration_arn=infra.arn,
-            description="slurmforge golden image (run it to rebake with new packages)",
-            tags=tags(args.cluster, "image"), opts=child(self))
-        self.pipeline_arn = pipeline.arn
-        # the image this stack's nodes boot; Image Builder takes ~30 min the first time
-        image = aws.imagebuilder.Image(
-            f"{name}-image", image_recipe_arn=recipe.arn, infrastructure_configuration_arn=infra.arn,
-            tags=tags(args.cluster, "image"), opts=child(self))
-        return image.output_resources.apply(first_ami)
-
-    def _upload(self, name: str, args: ImageArgs) -> tuple[pulumi.Output[str], pulumi.Output[str], pulumi.Output[str]]:
-        bucket = aws.s3.Bucket(f"{name}-ansible", force_destroy=True, tags=tags(args.cluster, "image"),
-                               opts=child(self))
-        aws.s3.BucketPublicAccessBlock(f"{name}-ansible", bucket=bucket.id, block_public_acls=True,
+        bucket = aws.s3.Bucket(f"{name}-image", force_destroy=True, tags=tags(args.cluster, "image"), opts=child(self))
+        aws.s3.BucketPublicAccessBlock(f"{name}-image", bucket=bucket.id, block_public_acls=True,
                                        block_public_policy=True, ignore_public_acls=True,
                                        restrict_public_buckets=True, opts=child(self))
-        obj = aws.s3.BucketObjectv2(f"{name}-ansible", bucket=bucket.id, key=ARCHIVE_KEY,
-                                    source=archive(args.ansible_root), server_side_encryption="AES256",
-                                    opts=child(self))
-        url = pulumi.Output.concat("s3://", bucket.bucket, "/", ARCHIVE_KEY)
-        return url, obj.etag, bucket.arn
+        tarball_path, digest = inputs_tarball(args)
+        inputs = aws.s3.BucketObjectv2(f"{name}-image-inputs", bucket=bucket.id, key=INPUTS_KEY,
+                                       source=pulumi.FileAsset(str(tarball_path)),
+                                       server_side_encryption="AES256", opts=child(self))
+        group = aws.ec2.SecurityGroup(f"{name}-image-build", vpc_id=args.vpc_id, ingress=[], egress=all_egress_rules(),
+                                      description="slurmforge image build: outbound only",
+                                      tags=tags(args.cluster, "image"), opts=child(self))
+        image = GoldenImage(f"{name}-node-image", {
+            "region": args.region, "cluster": args.cluster, "base": args.os.base,
+            "parent_ami": parent_ami(args.os, self), "subnet_id": args.subnet_id, "security_group_id": group.id,
+            "instance_type": BUILD_INSTANCE_TYPE, "volume_gb": IMAGE_VOLUME_GB, "bucket": bucket.bucket,
+            "inputs_key": inputs.key, "inputs_digest": digest,
+            "tags": tags(args.cluster, "image", f"{args.cluster}-image-build"),
+        }, child(self))
+        return image.ami_id
 
-    def _builder_profile(self, name: str, args: ImageArgs, bucket_arn: pulumi.Output[str]) -> pulumi.Output[str]:
-        p = partition(args.region)
-        role = aws.iam.Role(f"{name}-builder", assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
-                            tags=tags(args.cluster, "image"), opts=child(self))
-        for suffix, arn in (("imagebuilder", IMAGE_BUILDER_POLICY), ("ssm", SSM_CORE)):
-            aws.iam.RolePolicyAttachment(f"{name}-builder-{suffix}", role=role.name,
-                                         policy_arn=arn.format(partition=p), opts=child(self))
-        aws.iam.RolePolicy(f"{name}-builder-archive", role=role.id, policy=bucket_arn.apply(lambda arn: policy_json({
-            "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"{arn}/{ARCHIVE_KEY}"}],
-        })), opts=child(self))
-        profile = aws.iam.InstanceProfile(f"{name}-builder", role=role.name, opts=child(self))
-        return profile.name
+
+def inputs_tarball(args: ImageArgs) -> tuple[Path, str]:
+    """The build's inputs (slurmforge.image.prepare_inputs) as the tarball the instance
+    fetches, in a temporary file that lives as long as the program, and their digest."""
+    tmp = Path(tempfile.mkdtemp(prefix="slurmforge-image-"))
+    digest = prepare_inputs(tmp / "inputs", args.os, repo=args.ansible_root)
+    out = tmp / INPUTS_KEY
+    out.write_bytes(tarball(tmp / "inputs"))
+    return out, digest

@@ -28,7 +28,6 @@ from slurmforge.distro import DEFAULT_BASE, distro
 from slurmforge.local.host import prepare_host
 from slurmforge.local.image import ensure_images
 from slurmforge.local.podman import Podman
-from slurmforge.local.up import bake_node_image
 
 EXEC_GRACE = 15  # the podman client waits this much longer than the command's own timeout
 
@@ -39,7 +38,7 @@ def node_image() -> str:
     prepare_host()
     os_ = distro(DEFAULT_BASE)
     log = log_path("tests", "image")
-    return ensure_images(Podman(), lambda builder: bake_node_image(builder, os_, log, None), os=os_)
+    return ensure_images(Podman(), log, os=os_)
 
 
 class Judge:

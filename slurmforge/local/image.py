@@ -1,9 +1,10 @@
 """The identical OS image, built once and cached.
 
-base:  debootstrap of the node distribution (Debian 13) (systemd, python3 for Ansible), imported into podman.
-node:  the project's image playbook (roles' install tasks only: packages, no cluster
-       secrets or config) run against a builder container from the base, committed.
-       The same playbook bakes the AWS golden image.
+base:  debootstrap of the node distribution (Debian 13) (systemd, python3), imported into
+       podman: the local stand-in for Debian's official AMI.
+node:  the image pipeline (slurmforge.image: the image playbook - roles' install tasks
+       only, no cluster secrets or config - run by build.sh with Debian's ansible-core) in a
+       builder container from the base, committed. The AWS build instance runs the same.
 
 Both are tagged with a hash of what went into them, so a cached image is reused
 exactly when nothing that built it changed.
@@ -19,13 +20,23 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
 from slurmforge.distro import DEBIAN_13, Distro
 from slurmforge.errors import ProvisionError
+from slurmforge.image import (
+    BUILD_SCRIPT,
+    IMAGE_PLAYBOOK,
+    PACKAGES,
+    RECORD,
+    WORKDIR,
+    build_script,
+    playbook_vars,
+    prepare_inputs,
+    read_record,
+)
 from slurmforge.local.host import debian_mirror
 from slurmforge.local.podman import Podman
 
@@ -39,7 +50,6 @@ MASKED_UNITS = ("systemd-udevd.service", "systemd-udevd-control.socket", "system
                 "getty@tty1.service", "console-getty.service", "systemd-timesyncd.service",
                 "systemd-remount-fs.service", "systemd-modules-load.service",  # no kernel modules in a container
                 "sys-kernel-config.mount", "sys-kernel-debug.mount")
-IMAGE_PLAYBOOK = Path("playbooks") / "image.yml"  # relative to the repo
 
 
 def _digest(parts: list[bytes]) -> str:
@@ -58,13 +68,16 @@ _JINJA_NAME = re.compile(r"{{\s*([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def node_tag(base: str, namespace: str = NAMESPACE, repo: Path = REPO, os: Distro = DEBIAN_13) -> str:
-    """Hash of the base tag, the image playbook and its variables (`Distro.image_vars`:
-    the contract's paths, the service venv's requirements), every role's install tasks and
-    the role defaults those tasks use (directly or through another default). Other defaults
-    are configuration applied at rollout: changing them must not rebuild the image."""
+    """Hash of the base tag, the build script, the image playbook (its config and library)
+    and its variables (`playbook_vars`: the contract's paths, the service venv's
+    requirements), every role's install tasks and the role defaults those tasks use
+    (directly or through another default). Other defaults are configuration applied at
+    rollout: changing them must not rebuild the image."""
     installs = sorted((repo / "roles").glob("*/tasks/install.yml"))
-    files = [repo / IMAGE_PLAYBOOK, *installs]
-    parts = [base.encode(), json.dumps(os.image_vars(), sort_keys=True).encode()]
+    playbooks = repo / IMAGE_PLAYBOOK.parent
+    files = [repo / IMAGE_PLAYBOOK, playbooks / "ansible.cfg", *sorted((playbooks / "library").glob("*.py")),
+             *installs]
+    parts = [base.encode(), json.dumps(playbook_vars(os), sort_keys=True).encode(), build_script(os).encode()]
     parts += [f.relative_to(repo).as_posix().encode() + f.read_bytes() for f in files]
     defaults: dict[str, object] = {}
     for path in sorted((repo / "roles").glob("*/defaults/main.yml")):
@@ -115,25 +128,34 @@ def _prepare_rootfs(rootfs: Path) -> None:
 
 SLURM_VERSION_LABEL = "slurmforge.slurm-version"
 """The node image's label holding the exact Slurm version its packages installed."""
+BUILD_TIMEOUT = 3600
 
 
-def build_node(podman: Podman, base: str, tag: str, run_playbook: Callable[[str], None],
-               os: Distro = DEBIAN_13) -> None:
-    """Run the image playbook in a builder container, then commit it as the node image,
-    labelled with the Slurm version it holds (which must be the release the renderer
-    writes for: a distribution update that moved Slurm fails here, not on the nodes)."""
+def build_node(podman: Podman, base: str, tag: str, log_path: Path, os: Distro = DEBIAN_13) -> None:
+    """The image pipeline (slurmforge.image) in a builder container from the base: its
+    inputs copied to WORKDIR, build.sh run there - what the AWS build instance runs - then
+    committed as the node image, labelled with the Slurm version the build recorded."""
     builder = f"slurmforge-image-builder-{tag.rsplit(':', 1)[-1]}"  # two builds never share one
     podman.remove_container(builder)
     podman.run(["run", "-d", "--name", builder, "--hostname", builder, base, "sleep", "infinity"])
     try:
-        run_playbook(builder)
-        version = podman.run(["exec", builder, "dpkg-query", "-W", "-f=${Version}", "slurm-client"]).strip()
-        if not version.startswith(os.slurm_release + "."):
-            raise ProvisionError(f"the {os.base} image installed Slurm {version}, but slurmforge renders for "
-                                 f"Slurm {os.slurm_release}: update slurmforge/distro.py and the renderer")
-        podman.run(["exec", builder, "sh", "-c", "apt-get clean && rm -rf /var/lib/apt/lists/* /tmp/*"])
-        podman.run(["commit", "--change", "CMD=/sbin/init", "--change", f"LABEL {SLURM_VERSION_LABEL}={version}",
-                    builder, tag])
+        with tempfile.TemporaryDirectory(prefix="slurmforge-image-") as tmp:
+            inputs = Path(tmp) / "inputs"
+            prepare_inputs(inputs, os)
+            podman.run(["cp", str(inputs), f"{builder}:{WORKDIR}"])
+        res = podman.exec(builder, ["bash", f"{WORKDIR}/{BUILD_SCRIPT}"], timeout=BUILD_TIMEOUT, check=False)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("a") as log_file:
+            log_file.write(res.stdout + res.stderr)
+        if res.returncode != 0:
+            tail = [line for line in (res.stdout + res.stderr).splitlines() if line.strip()]
+            why = next((line for line in reversed(tail) if line.startswith(("slurmforge-image:", "fatal:"))),
+                       tail[-1] if tail else f"exit {res.returncode}")
+            raise ProvisionError(f"node image build failed: {why.strip()[:300]} (log: {log_path})")
+        record = read_record(podman.exec(builder, ["cat", RECORD]).stdout,
+                             podman.exec(builder, ["cat", PACKAGES]).stdout, os)
+        podman.run(["commit", "--change", "CMD=/sbin/init", "--change",
+                    f"LABEL {SLURM_VERSION_LABEL}={record['slurm']}", builder, tag])
     finally:
         podman.remove_container(builder)
 
@@ -141,7 +163,7 @@ def build_node(podman: Podman, base: str, tag: str, run_playbook: Callable[[str]
 IMAGE_LOCK = Path("/run/lock/slurmforge-image.lock")
 
 
-def ensure_images(podman: Podman, run_playbook: Callable[[str], None], namespace: str = NAMESPACE,
+def ensure_images(podman: Podman, log_path: Path, namespace: str = NAMESPACE,
                   lock: Path = IMAGE_LOCK, os: Distro = DEBIAN_13) -> str:
     """The node image's tag, building base and node images only when missing. One build at a
     time on this machine: a second `up` waits for the first and then reuses its image."""
@@ -156,8 +178,8 @@ def ensure_images(podman: Podman, run_playbook: Callable[[str], None], namespace
             log.info("building base image %s (debootstrap)", base)
             build_base(podman, base, os)
         if not podman.image_exists(node):
-            log.info("building node image %s (image playbook)", node)
-            build_node(podman, base, node, run_playbook, os)
+            log.info("building node image %s (the image pipeline)", node)
+            build_node(podman, base, node, log_path, os)
             prune_older(podman, node)
             prune_older(podman, base)
     return node

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from slurmforge.bringup import Phases, fixed_hosts, inventory_dir, log_path, roll_out_changed, sample_job
 from slurmforge.contract import SERVICE_UNIT, settings_json
-from slurmforge.distro import Distro, distro, release_tuple
+from slurmforge.distro import distro, release_tuple
 from slurmforge.hosts import HostRole
 from slurmforge.inventory import JOIN, RENDERED, write_inventory
 from slurmforge.local.api import ensure_api_service
@@ -31,7 +31,7 @@ from slurmforge.local.image import NAMESPACE, ensure_images, slurm_version
 from slurmforge.local.podman import Podman
 from slurmforge.providers.local import LABEL, LocalProvider
 from slurmforge.render import controller_name, controller_names, state_save_location
-from slurmforge.rollout import EventSink, RolloutResult, rollout_digest, run_playbook
+from slurmforge.rollout import RolloutResult, rollout_digest
 from slurmforge.secrets import ensure_secrets
 from slurmforge.spec import Cluster, load_spec
 from slurmforge.upgrade import BEFORE_MARKER, check_takeover, state_release
@@ -63,8 +63,7 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
     podman = Podman()
     with ui.phase("node image (built once, cached by content hash)"):
         os = distro(spec.images.base)
-        image = ensure_images(podman, lambda builder: bake_node_image(builder, os, log, ui.event), image_namespace,
-                              os=os)
+        image = ensure_images(podman, log, image_namespace, os=os)
     provider = LocalProvider(spec, image, podman, join_program=report.inventory / RENDERED / JOIN)
     check_takeover(spec.name, cluster_release(podman, provider), os)  # before any container changes
     ensure_secrets(spec.name)
@@ -97,12 +96,6 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
             home = f"{spec.storage.nas.mounts.home.rstrip('/')}/{spec.users[0].name}"
             report.job_output = sample_job(login, spec.users[0].name, home)
     return report
-
-
-def bake_node_image(builder: str, os: Distro, log: Path, on_event: EventSink | None) -> None:
-    """The image playbook on a builder container (what `ensure_images` commits)."""
-    inventory = {"all": {"hosts": {builder: {"ansible_connection": "containers.podman.podman"}}}}
-    run_playbook("image.yml", inventory, log, on_event, phase="image", extravars=os.image_vars())
 
 
 def slurm_states(podman: Podman, spec: Cluster) -> dict[str, str]:

@@ -24,6 +24,7 @@ import pytest
 import yaml
 from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks
 
+from slurmforge.distro import DEBIAN_13
 from slurmforge.join import JoinSettings
 from slurmforge.spec import Cluster, load_spec, validate_data
 from stacks.cluster import build_cluster
@@ -34,12 +35,13 @@ POOLS_AWS = ROOT / "examples" / "pools-aws.yaml"
 LAB_AWS = SPECS / "lab-aws.yaml"
 
 ACCOUNT = "123456789012"
-DEBIAN_AMI = "ami-0debian12base0000"
+DEBIAN_AMI = "ami-0debian13base0000"
 GOLDEN_AMI = "ami-0golden000000000"
 MUNGE_B64 = "bW9jay1tdW5nZS1rZXktYnl0ZXM="
 DB_PASSWORD = "mock-db-password-0123456789"
 
 
+DYNAMIC = "pulumi-python:dynamic:Resource"
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # pulumi's marker of a secret value on the wire
 
 
@@ -108,8 +110,8 @@ class RecordingMocks(Mocks):
             return {"zoneId": f"Z{name}"}
         if typ == "aws:s3/bucket:Bucket":
             return {"bucket": f"{name}-bucket"}
-        if typ == "aws:imagebuilder/image:Image":
-            return {"outputResources": [{"amis": [{"image": GOLDEN_AMI, "region": "mock"}]}]}
+        if typ == DYNAMIC:  # the golden image's bakery (stacks/image.py): tests/pulumi/test_golden_image.py
+            return {"ami_id": GOLDEN_AMI, "slurm": "24.11.5-4+deb13u1", "packages": 700, "build_seconds": 300}
         if typ == "random:index/randomBytes:RandomBytes":
             return {"base64": MUNGE_B64, "hex": "00"}
         if typ == "random:index/randomPassword:RandomPassword":
@@ -119,7 +121,7 @@ class RecordingMocks(Mocks):
     def call(self, args: MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         self.calls.append(args)
         if args.token == "aws:ec2/getAmi:getAmi":
-            return {"id": DEBIAN_AMI, "imageId": DEBIAN_AMI, "name": "debian-13-amd64-20250101-1", "architecture":
+            return {"id": DEBIAN_AMI, "imageId": DEBIAN_AMI, "name": DEBIAN_13.parent_ami, "architecture":
                     "x86_64", "ownerId": "136693071363"}, []
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": ACCOUNT, "arn": f"arn:aws:iam::{ACCOUNT}:user/test", "id": ACCOUNT,

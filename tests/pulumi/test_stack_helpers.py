@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import base64
 import gzip
-import json
 import random
-import shlex
 
 import pytest
 import yaml
 
-from slurmforge.contract import SERVICE_VENV
-from slurmforge.distro import DEBIAN_13
 from slurmforge.errors import ProvisionError
 from slurmforge.spec import validate_data
 from slurmforge.spec.models import Ceph
@@ -21,7 +17,6 @@ from stacks.cluster import aws_target, join_settings
 from stacks.common import partition
 from stacks.database import dns_name
 from stacks.iam import SchedulerScope, scheduler_policy
-from stacks.image import IMAGE_PLAYBOOK, component_document, first_ami
 from stacks.network import ssh_cidrs
 from stacks.pool import USER_DATA_LIMIT, user_data
 from tests.pulumi.conftest import POOLS_AWS
@@ -84,25 +79,3 @@ def test_ceph_hosts_round_robin_over_zones() -> None:
     assert placed[0].devices == ["/dev/xvdba", "/dev/xvdbb", "/dev/xvdbc"] and osd_device(23) == "/dev/xvdbx"
 
 
-def test_component_document_names_the_archive_version() -> None:
-    doc = yaml.safe_load(component_document("s3://b/k.zip", "etag-1", DEBIAN_13))
-    assert "etag-1" in doc["description"] and IMAGE_PLAYBOOK in doc["description"]
-    assert component_document("s3://b/k.zip", "etag-1", DEBIAN_13) != component_document("s3://b/k.zip", "etag-2",
-                                                                                       DEBIAN_13)
-
-
-def test_component_runs_the_image_playbook_with_the_distributions_vars() -> None:
-    """The AWS image gets the same image playbook variables as the local one (the service's
-    offline wheels are for the node image's Python)."""
-    steps = yaml.safe_load(component_document("s3://b/k.zip", "e", DEBIAN_13))["phases"][0]["steps"]
-    commands = next(s for s in steps if s["name"] == "RunImagePlaybook")["inputs"]["commands"]
-    run = next(c for c in commands if IMAGE_PLAYBOOK in c)
-    extravars = json.loads(shlex.split(run.split(IMAGE_PLAYBOOK, 1)[1])[1])
-    assert extravars == DEBIAN_13.image_vars()
-    assert extravars["slurmforge_python_version"] == "3.13"
-    assert extravars["slurmforge_paths"]["service_venv"] == SERVICE_VENV  # the contract, as the inventory has it
-
-
-def test_first_ami_refuses_an_image_without_ami() -> None:
-    with pytest.raises(ValueError, match="no AMI"):
-        first_ami([])

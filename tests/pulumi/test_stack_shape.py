@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
 from slurmforge.hosts import TAG_CLUSTER, TAG_POOL
 from slurmforge.nodes import pool_hostlist
-from stacks.image import DEBIAN_OWNER, IMAGE_PLAYBOOK
-from tests.pulumi.conftest import DEBIAN_AMI, GOLDEN_AMI, LAB_AWS, StackRun, run_stack
+from tests.pulumi.conftest import DYNAMIC, LAB_AWS, StackRun, run_stack
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
 
@@ -30,9 +28,9 @@ def test_a_four_pool_cluster_stays_under_budget(lab_aws: StackRun) -> None:
 
 
 def test_the_largest_four_pool_cluster_stays_under_budget() -> None:
-    # lab-aws with everything on: Image Builder too (RDS, backup controller, 2 logins, 6 OSDs, EFA)
+    # lab-aws with everything on: the image build too (RDS, backup controller, 2 logins, 6 OSDs, EFA)
     run = run_stack(LAB_AWS, "unpinned")
-    assert len(run.spec.pools) == 4 and run.of_type("aws:imagebuilder/image:Image")
+    assert len(run.spec.pools) == 4 and run.of_type(DYNAMIC)
     assert len(run.resources) < RESOURCE_BUDGET
 
 
@@ -169,48 +167,11 @@ def test_the_spec_database_host_resolves_to_rds(lab_aws: StackRun) -> None:
 # --------------------------------------------------------------------------- golden image
 
 
-IMAGE_BUILDER = ("aws:imagebuilder/component:Component", "aws:imagebuilder/imageRecipe:ImageRecipe",
-                 "aws:imagebuilder/infrastructureConfiguration:InfrastructureConfiguration",
-                 "aws:imagebuilder/imagePipeline:ImagePipeline", "aws:imagebuilder/image:Image")
-
-
-def test_image_builder_only_when_the_ami_is_not_pinned(pools_aws: StackRun, lab_aws: StackRun) -> None:
-    assert pools_aws.spec.images.ami is None
-    assert [len(pools_aws.of_type(t)) for t in IMAGE_BUILDER] == [1] * len(IMAGE_BUILDER)
-    assert lab_aws.spec.images.ami is not None
-    assert [r.typ for r in lab_aws.resources if r.typ.startswith("aws:imagebuilder/")] == []
-    assert not [c for c in lab_aws.calls if c.token == "aws:ec2/getAmi:getAmi"]
-    assert lab_aws.outputs["image_pipeline_arn"] is None
-    assert pools_aws.outputs["image_pipeline_arn"].endswith(":mlpools-pipeline")
-
-
 def test_pinned_ami_is_what_every_node_boots(lab_aws: StackRun) -> None:
     pinned = lab_aws.spec.images.ami
     assert lab_aws.outputs["ami_id"] == pinned
     assert {i.inputs["ami"] for i in lab_aws.of_type("aws:ec2/instance:Instance")} == {pinned}
     assert {t.inputs["imageId"] for t in lab_aws.of_type(LAUNCH_TEMPLATE)} == {pinned}
-
-
-def test_golden_image_is_built_on_debian_12(pools_aws: StackRun) -> None:
-    (ami,) = [c for c in pools_aws.calls if c.token == "aws:ec2/getAmi:getAmi"]
-    assert ami.args["owners"] == [DEBIAN_OWNER] and ami.args["mostRecent"] is True
-    assert {"name": "name", "values": ["debian-13-amd64-*"]} in ami.args["filters"]
-    (recipe,) = pools_aws.of_type("aws:imagebuilder/imageRecipe:ImageRecipe")
-    assert recipe.inputs["parentImage"] == DEBIAN_AMI
-    assert pools_aws.outputs["ami_id"] == GOLDEN_AMI
-    assert {i.inputs["ami"] for i in pools_aws.of_type("aws:ec2/instance:Instance")} == {GOLDEN_AMI}
-
-
-def test_image_component_runs_the_image_playbook(pools_aws: StackRun) -> None:
-    (component,) = pools_aws.of_type("aws:imagebuilder/component:Component")
-    document = yaml.safe_load(component.inputs["data"])
-    steps = {s["name"]: s for s in document["phases"][0]["steps"]}
-    assert steps["FetchPlaybooks"]["inputs"][0]["source"] == "s3://mlpools-ansible-bucket/slurmforge-ansible.zip"
-    commands = steps["RunImagePlaybook"]["inputs"]["commands"]
-    assert any(f"ansible-playbook -i localhost, -c local {IMAGE_PLAYBOOK} -e " in c for c in commands)
-    (block,) = pools_aws.of_type("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
-    assert all(block.inputs[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls",
-                                                  "restrictPublicBuckets"))
 
 
 # --------------------------------------------------------------------------- storage, head, spot

@@ -1,8 +1,8 @@
-"""The golden AMI is built by EC2 Image Builder running playbooks/image.yml with Debian's
-`ansible-core` package (stacks/image.py), which has no collections: every module, filter and
+"""The node image is built by playbooks/image.yml under Debian's `ansible-core` package, on
+every target (slurmforge/image.py), which has no collections: every module, filter and
 lookup the image playbook and the roles' install tasks use must be ansible.builtin or a
-module of the playbooks' own library/. The local image build runs Ansible from the project's
-venv, which has the collections, so only this test would see a collection slip in."""
+module of the playbooks' own library/. Every build would fail on one; this test says which
+before a build starts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks.image import IMAGE_PLAYBOOK
+from slurmforge.image import IMAGE_PLAYBOOK
 
 pytestmark = pytest.mark.unit
 

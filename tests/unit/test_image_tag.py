@@ -1,8 +1,11 @@
-"""The node image's tag changes exactly when what the image playbook installs changes."""
+"""The node image's tag changes exactly when what the image pipeline builds changes; a build
+commits only an image whose record names the Slurm release the renderer writes for."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 import threading
 import time
 from dataclasses import replace
@@ -11,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from slurmforge import contract
+from slurmforge import image as pipeline
 from slurmforge.distro import DEBIAN_13
 from slurmforge.errors import ProvisionError
+from slurmforge.local import image as local_image
 from slurmforge.local.image import REPO, SLURM_VERSION_LABEL, base_tag, ensure_images, node_tag
 
 
@@ -106,9 +111,22 @@ class FakePodman:
             time.sleep(0.2)  # a build takes a while; the other `up` arrives meanwhile
             self.commits.append(argv[-1])
             self.images.add(argv[-1])
-        if argv[0] == "exec" and "dpkg-query" in argv:
-            return self.slurm_version
         return ""
+
+    def exec(self, name: str, argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        """The builder: build.sh succeeds and records the Slurm it installed."""
+        out = ""
+        if argv == ["cat", pipeline.RECORD]:
+            out = json.dumps({"slurm": self.slurm_version, "packages": 1})
+        elif argv == ["cat", pipeline.PACKAGES]:
+            out = f"slurm-client {self.slurm_version}\n"
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+
+@pytest.fixture(autouse=True)
+def no_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builds here are podman's commits only: no wheels downloaded."""
+    monkeypatch.setattr(local_image, "prepare_inputs", lambda dest, os: dest.mkdir(parents=True) or "digest")
 
 
 def test_two_ups_at_once_build_the_image_once(tmp_path: Path) -> None:
@@ -116,7 +134,7 @@ def test_two_ups_at_once_build_the_image_once(tmp_path: Path) -> None:
     tags: list[str] = []
 
     def up() -> None:
-        tags.append(ensure_images(podman, lambda builder: None, lock=tmp_path / "image.lock"))  # type: ignore[arg-type]
+        tags.append(ensure_images(podman, tmp_path / "image.log", lock=tmp_path / "image.lock"))  # type: ignore[arg-type]
 
     threads = [threading.Thread(target=up) for _ in range(2)]
     for t in threads:
@@ -133,10 +151,10 @@ def test_a_new_image_replaces_the_older_ones_no_container_uses(tmp_path: Path) -
     base, repo = base_tag(), node_tag(base_tag()).rsplit(":", 1)[0]
     other = "localhost/slurmforge-bench-1-node:aaaa"
     podman = FakePodman({base, f"{repo}:old1", f"{repo}:old2", other}, in_use=frozenset({f"{repo}:old2"}))
-    node = ensure_images(podman, lambda builder: None, lock=tmp_path / "image.lock")  # type: ignore[arg-type]
+    node = ensure_images(podman, tmp_path / "image.log", lock=tmp_path / "image.lock")  # type: ignore[arg-type]
     assert podman.removed == [f"{repo}:old1"]
     assert podman.images == {base, node, f"{repo}:old2", other}
-    again = ensure_images(podman, lambda builder: None, lock=tmp_path / "image.lock")  # type: ignore[arg-type]
+    again = ensure_images(podman, tmp_path / "image.log", lock=tmp_path / "image.lock")  # type: ignore[arg-type]
     assert again == node and podman.removed == [f"{repo}:old1"]  # no build, no pruning
 
 
@@ -150,7 +168,7 @@ def test_the_node_image_is_labelled_with_its_slurm_version(tmp_path: Path) -> No
         return run(argv, **kw)
 
     podman.run = recording  # type: ignore[method-assign]
-    ensure_images(podman, lambda builder: None, lock=tmp_path / "image.lock")  # type: ignore[arg-type]
+    ensure_images(podman, tmp_path / "image.log", lock=tmp_path / "image.lock")  # type: ignore[arg-type]
     (commit,) = [c for c in commands if c[0] == "commit"]
     assert f"LABEL {SLURM_VERSION_LABEL}=24.11.5-4+deb13u1" in commit
 
@@ -161,7 +179,7 @@ def test_an_image_whose_slurm_moved_is_refused(tmp_path: Path) -> None:
     podman = FakePodman({base_tag()})
     podman.slurm_version = "25.05.1-1"
     with pytest.raises(ProvisionError, match=r"installed Slurm 25\.05\.1-1, but slurmforge renders for Slurm 24\.11"):
-        ensure_images(podman, lambda builder: None, lock=tmp_path / "image.lock")  # type: ignore[arg-type]
+        ensure_images(podman, tmp_path / "image.log", lock=tmp_path / "image.lock")  # type: ignore[arg-type]
     assert podman.commits == []
 
 

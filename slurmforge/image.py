@@ -1,0 +1,189 @@
+"""The one image pipeline: what turns a fresh Debian machine into the node image, on every
+target.
+
+`prepare_inputs` writes everything a build receives into one directory - the image playbook
+and the roles, the scheduler service's dependency wheels, the playbook's variables and the
+build script (templates/image_build.sh.j2) - and nothing else. The machine being built gets
+that directory at `WORKDIR` and runs `build.sh` there, as root, with Debian's own python3
+and ansible-core:
+
+- local target: a builder container from the debootstrap base (slurmforge.local.image),
+  committed as the node image;
+- AWS: a build instance from Debian's official AMI, which fetches the same directory (as a
+  tarball) in its user data (`aws_user_data`), then powers off; the stack makes the AMI
+  from it (stacks/image.py).
+
+So every local image build runs the AMI's recipe: same commands, same working directory,
+same inputs. The build checks its Slurm release and records what it made in `RECORD` and
+`PACKAGES`, which both targets read back the same way.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os as os_
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+from functools import cache
+from pathlib import Path
+
+import jinja2
+
+from slurmforge.distro import Distro
+from slurmforge.errors import ProvisionError
+from slurmforge.templating import make_environment
+
+REPO = Path(__file__).resolve().parents[1]
+WORKDIR = "/opt/slurmforge-image"
+"""Where the machine being built finds its inputs (every target)."""
+BUILD_SCRIPT = "build.sh"
+TEMPLATE = "image_build.sh.j2"
+RECORD = "/usr/share/slurmforge/image.json"
+"""What the build made: base, variant, Slurm version, package count, inputs digest, seconds."""
+PACKAGES = "/usr/share/slurmforge/image-packages.txt"
+"""Every package of the image and its version, sorted: `<package> <version>` a line."""
+INPUT_DIRS = ("playbooks", "roles")
+IMAGE_PLAYBOOK = Path("playbooks") / "image.yml"
+"""Relative to the repo and to WORKDIR."""
+DIGEST_FILE = "inputs.digest"
+VARIANTS = ("cpu",)
+"""Image variants: `cpu` is the node image every host boots."""
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    return make_environment(quote=shlex.quote)
+
+
+def build_script(os: Distro, variant: str = "cpu") -> str:
+    return _environment().get_template(TEMPLATE).render(
+        os=os, variant=variant, workdir=WORKDIR, record=RECORD, packages=PACKAGES)
+
+
+def playbook_vars(os: Distro, variant: str = "cpu") -> dict[str, object]:
+    """The image playbook's variables (vars.json): the distribution's, and the variant."""
+    return {**os.image_vars(), "slurmforge_image_variant": variant}
+
+
+def wheel_cache() -> Path:
+    return Path(os_.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "slurmforge" / "wheels"
+
+
+def service_wheels(os: Distro) -> Path:
+    """The scheduler service's dependency wheels for the nodes' Python, downloaded once per
+    set of requirements into this machine's cache (pip, from the index this machine uses)."""
+    requirements = [str(r) for r in os.image_vars()["slurmforge_service_requirements"]]
+    key = hashlib.sha256(json.dumps([os.python, requirements]).encode()).hexdigest()[:12]
+    target = wheel_cache() / key
+    if (target / ".complete").exists():
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--only-binary=:all:",
+           "--python-version", os.python, "--platform", "manylinux2014_x86_64", "-d", str(target), *requirements]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        tail = (res.stdout + res.stderr).strip().splitlines()[-1:] or ["?"]
+        raise ProvisionError(f"downloading the scheduler service's wheels failed: {tail[0]}")
+    (target / ".complete").touch()
+    return target
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def prepare_inputs(dest: Path, os: Distro, variant: str = "cpu", repo: Path = REPO) -> str:
+    """Write a build's whole input into `dest` (which must not exist); returns its digest
+    (also in dest/inputs.digest)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"image variant {variant!r}: one of {', '.join(VARIANTS)}")
+    dest.mkdir(parents=True)
+    for name in INPUT_DIRS:
+        shutil.copytree(repo / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.retry"))
+    shutil.copytree(service_wheels(os), dest / "wheels", ignore=shutil.ignore_patterns(".complete"))
+    (dest / "vars.json").write_text(json.dumps(playbook_vars(os, variant), indent=1, sort_keys=True) + "\n")
+    script = dest / BUILD_SCRIPT
+    script.write_text(build_script(os, variant))
+    script.chmod(0o755)
+    h = hashlib.sha256()
+    for path in _files(dest):
+        h.update(path.relative_to(dest).as_posix().encode() + b"\0" + path.read_bytes())
+    digest = h.hexdigest()[:16]
+    (dest / DIGEST_FILE).write_text(digest + "\n")
+    return digest
+
+
+def tarball(inputs: Path) -> bytes:
+    """The inputs as a reproducible .tar.gz (sorted, owner root, no times): what the AWS
+    build instance downloads."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for path in _files(inputs):
+            info = tar.gettarinfo(str(path), arcname=path.relative_to(inputs).as_posix())
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mtime = 0
+            with path.open("rb") as f:
+                tar.addfile(info, f)
+    return gzip.compress(raw.getvalue(), mtime=0)
+
+
+def aws_user_data(inputs_url: str, result_url: str) -> str:
+    """The AWS build instance's user data: fetch the inputs, run build.sh as every target
+    does, report (exit code, the record, the package list, the log's tail) to `result_url`
+    (a presigned PUT), power off. cloud-init is cleaned so the image's instances boot as
+    new machines."""
+    return f"""#!/bin/bash
+# slurmforge golden image build (EC2): the node image's build, then power off
+exec > >(tee -a /var/log/slurmforge-image.log) 2>&1
+rc=0
+(
+    set -euo pipefail
+    rm -rf {WORKDIR} && mkdir -p {WORKDIR}
+    curl -fsS --retry 10 --retry-connrefused {shlex.quote(inputs_url)} | tar -C {WORKDIR} -xzf -
+    bash {WORKDIR}/{BUILD_SCRIPT}
+) || rc=$?
+python3 - "$rc" > /tmp/slurmforge-image-result.json <<'PY'
+import json, sys
+def read(path):
+    try:
+        return open(path).read()
+    except OSError:
+        return ""
+log = read("/var/log/slurmforge-image.log").splitlines()
+print(json.dumps({{"rc": int(sys.argv[1]), "record": read({RECORD!r}), "packages": read({PACKAGES!r}),
+                  "log_tail": log[-40:]}}))
+PY
+curl -fsS --retry 10 -X PUT -H 'Content-Type: application/json' \\
+    --upload-file /tmp/slurmforge-image-result.json {shlex.quote(result_url)}
+cloud-init clean --logs --machine-id || true
+rm -f /tmp/slurmforge-image-result.json
+poweroff
+"""
+
+
+def read_record(record_json: str, packages: str, os: Distro) -> dict[str, object]:
+    """A finished build's record (RECORD's JSON, with its package list), checked: the Slurm
+    it installed must be the release the renderer writes for (a Debian point release that
+    moved Slurm is looked at, not rolled out). Every target reads its build back so."""
+    try:
+        record = json.loads(record_json)
+    except json.JSONDecodeError:
+        raise ProvisionError("the image build recorded nothing (it failed before its record)") from None
+    slurm = str(record.get("slurm", ""))
+    if not slurm.startswith(os.slurm_release + "."):
+        raise ProvisionError(f"the {os.base} image installed Slurm {slurm or '(none)'}, but slurmforge renders for "
+                             f"Slurm {os.slurm_release}: update slurmforge/distro.py and the renderer")
+    return {**record, "packages_text": packages}
+
+
+def package_differences(a: list[str], b: list[str]) -> list[str]:
+    """`-pkg ver` / `+pkg ver` lines between two images' package lists."""
+    left, right = set(a), set(b)
+    return [f"-{line}" for line in sorted(left - right)] + [f"+{line}" for line in sorted(right - left)]

@@ -1,0 +1,112 @@
+"""The one image pipeline (slurmforge/image.py): a build receives one directory of inputs and
+nothing else, runs the same script on every target, and is read back the same way.
+
+The build itself runs in every `up` that needs a new node image (slurmforge/local/image.py)
+and in bench/image_bench.py (from a clean copy, compared package for package with the
+local image); the AWS side of it in tests/pulumi/test_golden_image.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tarfile
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+
+from slurmforge.contract import SERVICE_VENV
+from slurmforge.distro import DEBIAN_13
+from slurmforge.errors import ProvisionError
+from slurmforge.image import (
+    BUILD_SCRIPT,
+    DIGEST_FILE,
+    IMAGE_PLAYBOOK,
+    REPO,
+    WORKDIR,
+    aws_user_data,
+    build_script,
+    package_differences,
+    prepare_inputs,
+    read_record,
+    tarball,
+)
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("image") / "inputs"
+    prepare_inputs(path, DEBIAN_13)
+    return path
+
+
+def test_the_inputs_are_the_playbook_the_roles_the_wheels_and_the_vars(inputs: Path) -> None:
+    assert sorted(p.name for p in inputs.iterdir()) == sorted(
+        ["playbooks", "roles", "wheels", "vars.json", BUILD_SCRIPT, DIGEST_FILE])
+    assert (inputs / IMAGE_PLAYBOOK).read_text() == (REPO / IMAGE_PLAYBOOK).read_text()
+    assert (inputs / "playbooks" / "ansible.cfg").exists()  # build.sh points Ansible at it: roles_path
+    wheels = {p.name.split("-")[0].lower() for p in (inputs / "wheels").iterdir()}
+    assert {"boto3", "pydantic"} <= wheels  # the service's venv installs offline from these
+    variables = json.loads((inputs / "vars.json").read_text())
+    assert variables == {**DEBIAN_13.image_vars(), "slurmforge_image_variant": "cpu"}
+    assert variables["slurmforge_paths"]["service_venv"] == SERVICE_VENV  # the contract, as the inventory has it
+
+
+def test_the_digest_follows_what_the_build_receives(inputs: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    for name in ("playbooks", "roles"):
+        shutil.copytree(REPO / name, repo / name)
+    same = prepare_inputs(tmp_path / "same", DEBIAN_13, repo=repo)
+    assert same == (inputs / DIGEST_FILE).read_text().strip()
+    task = repo / "roles/storage_client/tasks/install.yml"
+    task.write_text(task.read_text().replace("ceph-fuse", "ceph-fuse, sshfs"))
+    assert prepare_inputs(tmp_path / "changed", DEBIAN_13, repo=repo) != same
+
+
+def test_the_tarball_is_reproducible_and_holds_the_inputs(inputs: Path) -> None:
+    one, two = tarball(inputs), tarball(inputs)
+    assert one == two
+    with tarfile.open(fileobj=BytesIO(one)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert {BUILD_SCRIPT, "vars.json", IMAGE_PLAYBOOK.as_posix()} <= set(members)
+    assert members[BUILD_SCRIPT].mode & 0o100 and {m.uid for m in members.values()} == {0}
+
+
+@pytest.mark.parametrize("name", ["build.sh", "user-data"])
+def test_the_programs_are_bash_that_shellcheck_passes(name: str, tmp_path: Path) -> None:
+    text = build_script(DEBIAN_13) if name == "build.sh" else aws_user_data("https://b/in?x=1", "https://b/out?y=2")
+    path = tmp_path / name
+    path.write_text(text)
+    subprocess.run(["bash", "-n", str(path)], check=True, capture_output=True)
+    lint = subprocess.run(["shellcheck", "-S", "warning", str(path)], capture_output=True, text=True, check=False)
+    assert lint.returncode == 0, lint.stdout
+
+
+def test_build_runs_only_from_its_own_directory(inputs: Path) -> None:
+    """Same working directory on every target: a copy elsewhere refuses before touching apt."""
+    res = subprocess.run(["bash", str(inputs / BUILD_SCRIPT)], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 1 and f"unpack the inputs in {WORKDIR}" in res.stderr
+
+
+def test_the_user_data_runs_the_same_build_and_reports_through_the_urls() -> None:
+    data = aws_user_data("https://bucket/inputs?sig=1", "https://bucket/result?sig=2")
+    assert f"bash {WORKDIR}/{BUILD_SCRIPT}" in data
+    assert "'https://bucket/inputs?sig=1'" in data and "'https://bucket/result?sig=2'" in data
+    assert data.rstrip().endswith("poweroff")
+
+
+def test_a_record_is_checked_the_same_way_everywhere() -> None:
+    record = json.dumps({"slurm": "24.11.5-4+deb13u1", "packages": 2})
+    assert read_record(record, "a 1\nb 2\n", DEBIAN_13)["slurm"] == "24.11.5-4+deb13u1"
+    with pytest.raises(ProvisionError, match=r"installed Slurm 25\.05\.1-1, but slurmforge renders for Slurm 24\.11"):
+        read_record(json.dumps({"slurm": "25.05.1-1"}), "", DEBIAN_13)
+    with pytest.raises(ProvisionError, match="recorded nothing"):
+        read_record("", "", DEBIAN_13)
+
+
+def test_package_differences_name_each_side() -> None:
+    assert package_differences(["a 1", "b 2"], ["a 1", "b 3", "c 1"]) == ["-b 2", "+b 3", "+c 1"]
+    assert package_differences(["a 1"], ["a 1"]) == []
