@@ -185,7 +185,8 @@ def inventory_from_stack_outputs(outputs: dict[str, Any], spec_path: str | Path,
     spec = load_spec(spec_path)
     _check(outputs, spec.name)
     write_inventory(spec, spec_path, hosts_from_outputs(outputs), out_dir, secrets,
-                    provider_settings=settings_json(service_settings(outputs)))
+                    provider_settings=settings_json(service_settings(outputs)),
+                    efs_dns=(outputs.get(OUT_EFS) or {}).get("dns_name"))
     _write(out_dir / AWS_VARS_FILE, aws_vars(outputs))
     if outputs.get(OUT_CEPH_HOSTS):
         _write(out_dir / CEPH_FILE, ceph_document(outputs))

@@ -91,6 +91,9 @@ JOIN_UNIT = "slurmforge-join.service"
 node image: roles/slurm_node/tasks/install.yml)."""
 JOIN_UNIT_FILE = f"/etc/systemd/system/{JOIN_UNIT}"
 JOIN_LOCK = "/run/slurmforge-join.lock"
+JOIN_STEPS_FILE = f"{ETC_DIR}/join-steps"
+"""The steps a host's join runs when none are given (the boot's run): written by the rollout
+on head nodes (every step but slurmd); absent on compute nodes (every step)."""
 """One join at a time on a node: the boot's (which tries again) and the rollout's."""
 JOIN_SECRETS_DIR = "/etc/slurmforge/secrets"
 """Where the join program reads the munge key on the local target (the host's 0600 file,
@@ -132,6 +135,7 @@ PATHS: Mapping[str, str] = {
     "join_program": JOIN_PROGRAM,
     "join_unit": JOIN_UNIT_FILE,
     "join_secrets": JOIN_SECRETS_DIR,
+    "join_steps": JOIN_STEPS_FILE,
     "slurmdbd_secret_conf": SLURMDBD_SECRET_CONF,
     "accounting_program": ACCOUNTING_PROGRAM,
     "accounting_desired": ACCOUNTING_DESIRED,

@@ -168,21 +168,23 @@ def _dump(path: Path, data: Any) -> None:
 
 
 def write_inventory(spec: Cluster, spec_path: Path, hosts: list[Host], inventory_dir: Path,
-                    secrets: Path | None = None, provider_settings: dict[str, Any] | None = None) -> Path:
+                    secrets: Path | None = None, provider_settings: dict[str, Any] | None = None,
+                    efs_dns: str | None = None) -> Path:
     """Write (or converge) the inventory directory; unchanged files are not touched.
     `secrets`: the cluster's secrets directory (default secrets_dir), where the Ceph fsid
     is made once when the spec has Ceph; `provider_settings`: the scheduler service's
-    (AWS: from the stack's outputs), default the target's own."""
+    (AWS: from the stack's outputs), default the target's own; `efs_dns`: an AWS stack's
+    EFS, which the rollout's join program mounts."""
     inventory_dir.mkdir(parents=True, exist_ok=True)
     _dump(inventory_dir / HOSTS_FILE, hosts_document(spec, hosts))
     _dump(inventory_dir / VARS_FILE, cluster_vars(spec, inventory_dir, hosts, provider_settings))
     rendered = render_all(spec, source=spec_path.name) | {
         f"{MONITORING}/{name}": text for name, text in render_monitoring(spec, hosts, spec_path.name).items()}
     # the node kit every rollout publishes on the NAS; the join program for the machines the
-    # rollout reaches (AWS pool nodes get theirs from the stack, as user data)
+    # rollout reaches, head nodes on every target (AWS pool nodes get theirs from the stack,
+    # as user data: the same program, other inputs)
     rendered |= {f"{KIT}/{name}": text for name, text in kit_files(spec, hosts).items()}
-    if spec.target.kind != "aws":
-        rendered[JOIN] = render_join(spec, local_settings(spec, hosts), source=spec_path.name)
+    rendered[JOIN] = render_join(spec, local_settings(spec, hosts, efs_dns), source=spec_path.name)
     if spec.accounting.enabled:  # what roles/slurmdbd makes slurmdbd's accounting equal to
         rendered[ACCOUNTING_JSON] = json.dumps(desired_state(spec), indent=1) + "\n"
     if spec.storage.ceph is not None:

@@ -37,6 +37,7 @@ from slurmforge.contract import (
     JOIN_LOCK,
     JOIN_PROGRAM,
     JOIN_SECRETS_DIR,
+    JOIN_STEPS_FILE,
     JOIN_UNIT,
     KIT_SUBDIR,
     NFS_OPTIONS,
@@ -124,6 +125,7 @@ def render_join(spec: Cluster, settings: JoinSettings, source: str = "cluster.ya
         "conf_server": ",".join(name for name, _ in settings.controllers),
         "nfs_options": NFS_OPTIONS,
         "nas_mounts": nas_mounts(spec),
+        "nas_directories": list(spec.storage.nas.mounts.model_dump()),
         "kit": kit_dir(spec),
         "scratch": spec.storage.scratch.path if spec.storage.scratch else None,
         "secrets_dir": JOIN_SECRETS_DIR,
@@ -131,6 +133,7 @@ def render_join(spec: Cluster, settings: JoinSettings, source: str = "cluster.ya
         "join_program": JOIN_PROGRAM,
         "join_unit": JOIN_UNIT,
         "join_lock": JOIN_LOCK,
+        "join_steps_file": JOIN_STEPS_FILE,
         "slurmd_flags": "".join(f"{flag} " for flag in settings.slurmd_flags),
         "exporter_port": NODE_EXPORTER_PORT,
         "lmod": lmod_paths(spec) | {"cached_loads": True},
@@ -143,19 +146,22 @@ def render_join(spec: Cluster, settings: JoinSettings, source: str = "cluster.ya
     return environment().get_template(TEMPLATE).render(**context)
 
 
-def local_settings(spec: Cluster, hosts: Sequence[Host]) -> JoinSettings:
-    """The local target and machines you own: names and addresses from the inventory's hosts."""
+def local_settings(spec: Cluster, hosts: Sequence[Host], efs_dns: str | None = None) -> JoinSettings:
+    """The hosts the rollout reaches (every head node; the compute nodes of the local target
+    and of machines you own): names and addresses from the inventory's hosts, the munge key
+    from the rollout's copy. `efs_dns`: an AWS stack's EFS (its head nodes mount it)."""
     from slurmforge.render import controller_names  # render imports the spec models only
 
     address = {h.name: h.address for h in hosts}
     controllers = tuple((name, address[name]) for name in controller_names(spec))
-    local = spec.target.kind == "local"
+    kind = spec.target.kind
     # -b on the local target: a container reports the host's uptime (or, in its own time
     # namespace, one rounded to whole seconds), and slurmctld ignores the registration of a
     # POWERING_UP node whose boot time is older than the resume request - a node up within a
     # second or two of it stayed POWERING_UP until ResumeTimeout. -b: boot time = slurmd start.
-    return JoinSettings(target="local" if local else "static", controllers=controllers,
-                        nas_source=nas_source(spec), slurmd_flags=("-b",) if local else ())
+    target: Target = "local" if kind == "local" else "aws" if kind == "aws" else "static"
+    return JoinSettings(target=target, controllers=controllers, nas_source=nas_source(spec, efs_dns),
+                        slurmd_flags=("-b",) if kind == "local" else ())
 
 
 def kit_files(spec: Cluster, hosts: Sequence[Host]) -> Mapping[str, str]:
