@@ -12,8 +12,9 @@
 - Partial fleets are handled per node: nodes without an instance get the fleet's error
   code (InsufficientInstanceCapacity, ...) and the service tries the next link for them.
 - Tags: cluster, pool, link, token, jobs, users and accounts on the fleet's instances at
-  launch; each instance's node (and its job, user and account) by CreateTags right after, from a
-  background queue so a large launch is not held up by the tagging rate.
+  launch; each instance's node (and its job, user and account) by CreateTags right after,
+  from a background queue so a large launch is not held up by the tagging rate. Cluster and
+  pool tag together mark a pool machine: the only instances it lists, retags or terminates.
 - Spot interruption warnings arrive through EventBridge on an SQS queue (stack output).
 """
 
@@ -165,14 +166,14 @@ class AwsProvider(Machines):
     # ------------------------------------------------------------------ interface
 
     def list_instances(self) -> list[Instance]:
-        """Every instance tagged for this cluster: all pages, or ProvisionError. A page that
-        fails (throttled, network) fails the whole list; it never comes back shorter."""
+        """Every pool machine of this cluster (`pool_machine_filters`): all pages, or
+        ProvisionError. A page that fails (throttled, network) fails the whole list; it never
+        comes back shorter."""
         found: list[Instance] = []
         pages = 0
         try:
             for page in self.ec2.get_paginator("describe_instances").paginate(
-                    Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [self.spec.name]}],
-                    PaginationConfig={"PageSize": self.list_page_size}):
+                    Filters=pool_machine_filters(self.spec.name), PaginationConfig={"PageSize": self.list_page_size}):
                 pages += 1
                 for reservation in page["Reservations"]:
                     found += [instance_from_ec2(item) for item in reservation["Instances"]]
@@ -439,6 +440,14 @@ def parse_interruption(body: str, receipt: str, now: float) -> Interruption | No
     except ValueError:
         noticed = now
     return Interruption(instance=instance, noticed_at=noticed, receipt=receipt)
+
+
+def pool_machine_filters(cluster: str) -> list[dict[str, Any]]:
+    """DescribeInstances filters for the cluster's pool machines: its tag, and the pool tag
+    that every launch of the service carries (CreateFleet's TagSpecifications, the launch
+    templates') and no instance of the stack does (head nodes, Ceph hosts: slurmforge:role).
+    The service's IAM policy lets it terminate and retag only instances with both."""
+    return [{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]}, {"Name": "tag-key", "Values": [TAG_POOL]}]
 
 
 def instance_from_ec2(item: Mapping[str, Any]) -> Instance:

@@ -120,7 +120,8 @@ class Machines(ABC):
 
     @abstractmethod
     def list_instances(self) -> list[Instance]:
-        """Every machine of this cluster that exists, whatever its state."""
+        """Every pool machine of this cluster that exists, whatever its state: never a head
+        node, a Ceph host or another cluster's machine."""
 
     @abstractmethod
     def start(self, request: LaunchRequest) -> LaunchResult:
