@@ -1,18 +1,24 @@
-"""The instance catalog: hardware facts and prices for the AWS types ML teams use.
+"""The instance catalog: hardware facts, prices and Service Quotas for the AWS types ML
+teams use.
 
 Node lines and validation read hardware from here (or from a pool's explicit
 hardware), never from whichever host Ansible gathered facts on. Prices
 (data/prices.yaml) carry their region, date and source; TRES billing weights and
-`slurmforge cost` read them through `price` (slurmforge.billing).
+`slurmforge cost` read them through `price` (slurmforge.billing). `ec2_quota` names the
+EC2 Service Quota a type's launches draw on, per market (the scheduler service says it
+when a launch fails for it).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
 import yaml
+
+from slurmforge.providers.base import Quota
 
 
 @dataclass(frozen=True)
@@ -104,3 +110,51 @@ def price(name: str, market: str = "on-demand") -> Price | None:
     saving = prices.spot_savings.get(name.split(".", 1)[0], prices.default_spot_savings)
     return Price(name, "spot", round(dollars * (1 - saving), 6), prices.region, spot["date"], spot["where"],
                  estimate=True)
+
+
+# --------------------------------------------------------------------------- quotas
+
+ON_DEMAND_QUOTAS: dict[str, tuple[str, str]] = {
+    "standard": ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"),
+    "g": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "p": ("L-417A185B", "Running On-Demand P instances"),
+    "trn": ("L-2C3B7624", "Running On-Demand Trn instances"),
+    "inf": ("L-1945791B", "Running On-Demand Inf instances"),
+    "dl": ("L-6E869C2A", "Running On-Demand DL instances"),
+    "f": ("L-74FC7D96", "Running On-Demand F instances"),
+    "x": ("L-7295265B", "Running On-Demand X instances"),
+    "hpc": ("L-F7808C92", "Running On-Demand HPC instances"),
+}
+"""EC2's vCPU quotas of running on-demand instances, per quota group (Service Quotas, ec2)."""
+SPOT_QUOTAS: dict[str, tuple[str, str]] = {
+    "standard": ("L-34B43A08", "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests"),
+    "g": ("L-3819A6DF", "All G and VT Spot Instance Requests"),
+    "p": ("L-7212CCBC", "All P4, P3 and P2 Spot Instance Requests"),
+    "p5": ("L-C4BD4855", "All P5 Spot Instance Requests"),
+    "trn": ("L-6B0D517C", "All Trn Spot Instance Requests"),
+    "inf": ("L-B5D1601B", "All Inf Spot Instance Requests"),
+    "dl": ("L-85EED4F7", "All DL Spot Instance Requests"),
+    "f": ("L-88CF9481", "All F Spot Instance Requests"),
+    "x": ("L-E3A00192", "All X Spot Instance Requests"),
+}
+"""EC2's vCPU quotas of spot instance requests, per quota group."""
+_GROUPS = {"a": "standard", "c": "standard", "d": "standard", "h": "standard", "i": "standard", "im": "standard",
+           "is": "standard", "m": "standard", "r": "standard", "t": "standard", "z": "standard", "g": "g",
+           "vt": "g", "p": "p", "trn": "trn", "inf": "inf", "dl": "dl", "f": "f", "x": "x", "hpc": "hpc"}
+"""Instance type prefix (the letters before the generation) -> quota group."""
+
+
+def ec2_quota(instance_type: str, market: str) -> Quota:
+    """The Service Quota that launches of `instance_type` in `market` (on-demand, spot)
+    draw on. A family the table does not know gets a quota without a code, named by its
+    family and market, so that a person still knows what to raise."""
+    prefix = re.match(r"[a-z]+", instance_type)
+    group = _GROUPS.get(prefix[0] if prefix else "")
+    spot = market == "spot"
+    if group == "p" and spot and re.match(r"p5", instance_type):
+        group = "p5"
+    known = (SPOT_QUOTAS if spot else ON_DEMAND_QUOTAS).get(group or "")
+    if known is None:
+        family = instance_type.split(".", 1)[0]
+        return Quota("", f"EC2 vCPU quota of {family} {'spot instance requests' if spot else 'on-demand instances'}")
+    return Quota(*known)

@@ -140,7 +140,10 @@ def alert_rules(spec: Cluster) -> dict[str, Any]:
               "max by (pool) (slurmforge_pool_links_cooling) > 0 "
               "and on (pool) max by (pool) (slurmforge_pool_links_cooling - slurmforge_pool_links) >= 0",
               a.links_cooling_for, "warning",
-              "every link of pool {{ $labels.pool }}'s fallback chain is cooling down: no capacity anywhere"),
+              "every link of pool {{ $labels.pool }}'s fallback chain is cooling down: no capacity or quota anywhere"),
+        _rule("LaunchesStoppedByQuota", "max by (link, quota_code, quota) (slurmforge_link_quota_blocked) > 0", "1m",
+              "warning", "the account's EC2 quota {{ $labels.quota }} ({{ $labels.quota_code }}) stops launches on "
+              "link {{ $labels.link }}: ask AWS to raise it in Service Quotas"),
         _rule("SharedStorageNearlyFull", f"max by (mountpoint) ({used}) > {a.storage_full_percent}",
               a.storage_full_for, "warning",
               f"shared storage {{{{ $labels.mountpoint }}}} is over {a.storage_full_percent}% full"),

@@ -7,12 +7,14 @@ interfaces live in its subnets. `slurmforge down --inventory DIR` therefore:
 
 1. stops the scheduler service on every controller (a service that keeps running would
    launch again for the jobs still pending), over each host's inventory connection;
-2. terminates every machine of the cluster the provider lists (the `slurmforge:cluster`
-   tag), through the same provider and settings the service itself runs with;
+2. terminates every pool machine of the cluster the provider lists (the `slurmforge:cluster`
+   and `slurmforge:pool` tags every launch of the service carries), through the same
+   provider and settings the service itself runs with;
 3. waits until the cloud reports none of them alive.
 
-Slurm's jobs on those machines end with them; the head nodes, storage and network are the
-stack's, removed by `pulumi destroy` afterwards.
+Slurm's jobs on those machines end with them; the head nodes (and a local accounting
+database on the controller), the Ceph hosts, storage and network are the stack's: the
+provider never lists them, and `pulumi destroy` removes them afterwards.
 """
 
 from __future__ import annotations

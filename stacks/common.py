@@ -16,7 +16,8 @@ import pulumi_aws as aws
 from slurmforge.hosts import TAG_CLUSTER, TAG_NODE, TAG_POOL
 
 # Tag keys: the ones the scheduler service sets on pool nodes come from the provider
-# interface (its IAM policy only lets it touch instances tagged with this cluster).
+# interface. Its IAM policy lets it touch only instances tagged with this cluster and a
+# pool: `tags` below never puts POOL_TAG on an instance of the stack (head nodes, Ceph).
 CLUSTER_TAG = TAG_CLUSTER
 POOL_TAG = TAG_POOL
 NODE_TAG = TAG_NODE

@@ -10,9 +10,10 @@ from the NAS, neither an API call.
 The scheduler service (SchedulerAccess, on the controller's role) may:
   - launch instances only from this cluster's launch templates (ec2:LaunchTemplate;
     CreateFleet names the templates as resources too),
-    and only tagged with this cluster's name (aws:RequestTag; a Deny enforces it),
-  - stop, start, terminate and retag only instances that carry this cluster's tag
-    (ec2:ResourceTag), never change that tag afterwards,
+    and only tagged with this cluster's name and a pool (aws:RequestTag; Denies enforce it),
+  - terminate and retag only its pool machines: instances that carry this cluster's tag
+    and a pool tag (ec2:ResourceTag), which no head node or Ceph host of the stack has;
+    never change either tag afterwards,
   - pass the pool nodes' role to EC2, read its pools' policies and the spot queue,
   - describe (EC2's Describe* calls have no resource-level permissions).
 """
@@ -27,7 +28,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from stacks.common import CLUSTER_TAG, assume_role_policy, child, partition, policy_json, tags
+from stacks.common import CLUSTER_TAG, POOL_TAG, assume_role_policy, child, partition, policy_json, tags
 
 SSM_CORE = "arn:{partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
 
@@ -80,7 +81,10 @@ def scheduler_policy(s: SchedulerScope) -> dict[str, Any]:
     """The scheduler service's permissions, nothing broader."""
     p = partition(s.region)
     ec2 = f"arn:{p}:ec2:{s.region}:{s.account}"
-    this_cluster = {"StringEquals": {f"ec2:ResourceTag/{CLUSTER_TAG}": s.cluster}}
+    # a pool machine of this cluster: the service launched it (stacks.common.tags never
+    # puts a pool tag on an instance)
+    pool_machine = {"StringEquals": {f"ec2:ResourceTag/{CLUSTER_TAG}": s.cluster},
+                    "Null": {f"ec2:ResourceTag/{POOL_TAG}": "false"}}
     return _doc([
         {"Sid": "LaunchFromClusterTemplates", "Effect": "Allow", "Action": LAUNCH_ACTIONS,
          # every resource RunInstances touches (instance, volume, ENI, subnet, SG, image, ...)
@@ -93,15 +97,17 @@ def scheduler_policy(s: SchedulerScope) -> dict[str, Any]:
         {"Sid": "LaunchOnlyTaggedForThisCluster", "Effect": "Deny", "Action": LAUNCH_ACTIONS,
          "Resource": f"{ec2}:instance/*",
          "Condition": {"StringNotEquals": {f"aws:RequestTag/{CLUSTER_TAG}": s.cluster}}},
+        {"Sid": "LaunchOnlyPoolMachines", "Effect": "Deny", "Action": LAUNCH_ACTIONS,
+         "Resource": f"{ec2}:instance/*", "Condition": {"Null": {f"aws:RequestTag/{POOL_TAG}": "true"}}},
         {"Sid": "TagOnLaunch", "Effect": "Allow", "Action": "ec2:CreateTags",
          "Resource": [f"{ec2}:{kind}/*" for kind in
                       ("instance", "volume", "network-interface", "spot-instances-request", "fleet")],
          "Condition": {"StringEquals": {"ec2:CreateAction": ["RunInstances", "CreateFleet"]}}},
         {"Sid": "ManageClusterInstances", "Effect": "Allow", "Action": INSTANCE_ACTIONS,
-         "Resource": f"{ec2}:instance/*", "Condition": this_cluster},
+         "Resource": f"{ec2}:instance/*", "Condition": pool_machine},
         {"Sid": "KeepTheClusterTag", "Effect": "Deny", "Action": ["ec2:CreateTags", "ec2:DeleteTags"],
          "Resource": f"{ec2}:instance/*",
-         "Condition": {"ForAnyValue:StringEquals": {"aws:TagKeys": [CLUSTER_TAG]},
+         "Condition": {"ForAnyValue:StringEquals": {"aws:TagKeys": [CLUSTER_TAG, POOL_TAG]},
                        "Null": {"ec2:CreateAction": "true"}}},
         {"Sid": "PassPoolNodeRole", "Effect": "Allow", "Action": "iam:PassRole", "Resource": s.compute_role_arn,
          "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}},

@@ -10,10 +10,13 @@
   asked for again on a later loop, instead of hammering EC2 into RequestLimitExceeded.
   A RequestLimitExceeded that happens anyway backs off exponentially with jitter.
 - Partial fleets are handled per node: nodes without an instance get the fleet's error
-  code (InsufficientInstanceCapacity, ...) and the service tries the next link for them.
+  code (InsufficientInstanceCapacity, VcpuLimitExceeded, ...) and the service tries the
+  next link for them; a quota's code says the account's EC2 Service Quota is used up
+  (the service names it: slurmforge.catalog.ec2_quota).
 - Tags: cluster, pool, link, token, jobs, users and accounts on the fleet's instances at
-  launch; each instance's node (and its job, user and account) by CreateTags right after, from a
-  background queue so a large launch is not held up by the tagging rate.
+  launch; each instance's node (and its job, user and account) by CreateTags right after,
+  from a background queue so a large launch is not held up by the tagging rate. Cluster and
+  pool tag together mark a pool machine: the only instances it lists, retags or terminates.
 - Spot interruption warnings arrive through EventBridge on an SQS queue (stack output).
 """
 
@@ -43,6 +46,7 @@ from slurmforge.providers.base import (
     LaunchRequest,
     LaunchResult,
     Machines,
+    QuotaError,
 )
 from slurmforge.spec.models import AwsTarget, Cluster, Market, Pool
 
@@ -165,14 +169,14 @@ class AwsProvider(Machines):
     # ------------------------------------------------------------------ interface
 
     def list_instances(self) -> list[Instance]:
-        """Every instance tagged for this cluster: all pages, or ProvisionError. A page that
-        fails (throttled, network) fails the whole list; it never comes back shorter."""
+        """Every pool machine of this cluster (`pool_machine_filters`): all pages, or
+        ProvisionError. A page that fails (throttled, network) fails the whole list; it never
+        comes back shorter."""
         found: list[Instance] = []
         pages = 0
         try:
             for page in self.ec2.get_paginator("describe_instances").paginate(
-                    Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [self.spec.name]}],
-                    PaginationConfig={"PageSize": self.list_page_size}):
+                    Filters=pool_machine_filters(self.spec.name), PaginationConfig={"PageSize": self.list_page_size}):
                 pages += 1
                 for reservation in page["Reservations"]:
                     found += [instance_from_ec2(item) for item in reservation["Instances"]]
@@ -208,9 +212,7 @@ class AwsProvider(Machines):
             return LaunchResult({}, dict.fromkeys(nodes, response))
         got = self._fleet_instances(response)
         self.run_bucket.give_back(len(nodes) - len(got))
-        errors = [str(e.get("ErrorCode") or "") for e in response.get("Errors") or []]
-        code = next((c for c in errors if CapacityError.is_capacity(c)), errors[0] if errors else
-                    CapacityError.UNFULFILLED_CAPACITY.value)
+        code = fleet_error(response)
         launched = {node: self._instance(request, node, fi) for node, fi in zip(nodes, got, strict=False)}
         self._queue_node_tags(request, launched)
         return LaunchResult(launched, dict.fromkeys(nodes[len(got):], code))
@@ -439,6 +441,24 @@ def parse_interruption(body: str, receipt: str, now: float) -> Interruption | No
     except ValueError:
         noticed = now
     return Interruption(instance=instance, noticed_at=noticed, receipt=receipt)
+
+
+def fleet_error(response: Mapping[str, Any]) -> str:
+    """The code that stands for a fleet's error entries (one per override that failed): a
+    used-up quota first (it is the account's, whatever the zone or type had), then no
+    capacity, then whatever EC2 said."""
+    errors = [str(e.get("ErrorCode") or "") for e in response.get("Errors") or []]
+    return next((c for c in errors if QuotaError.includes(c)), next(
+        (c for c in errors if CapacityError.includes(c)), errors[0] if errors else
+        CapacityError.UNFULFILLED_CAPACITY.value))
+
+
+def pool_machine_filters(cluster: str) -> list[dict[str, Any]]:
+    """DescribeInstances filters for the cluster's pool machines: its tag, and the pool tag
+    that every launch of the service carries (CreateFleet's TagSpecifications, the launch
+    templates') and no instance of the stack does (head nodes, Ceph hosts: slurmforge:role).
+    The service's IAM policy lets it terminate and retag only instances with both."""
+    return [{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]}, {"Name": "tag-key", "Values": [TAG_POOL]}]
 
 
 def instance_from_ec2(item: Mapping[str, Any]) -> Instance:

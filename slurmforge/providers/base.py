@@ -68,26 +68,48 @@ class LaunchRequest:
         return self.link or self.pool
 
 
-class CapacityError(StrEnum):
+class ErrorCodes(StrEnum):
+    """A kind of launch error, by the codes the cloud answers with."""
+
+    @classmethod
+    def includes(cls, code: str) -> bool:
+        return code in cls._value2member_map_
+
+
+class CapacityError(ErrorCodes):
     """Launch error codes that mean "no capacity on this link now": the service tries the
     next link of the pool's fallback chain at once and cools this one down."""
 
     INSUFFICIENT_INSTANCE_CAPACITY = "InsufficientInstanceCapacity"
     INSUFFICIENT_CAPACITY = "InsufficientCapacity"
-    MAX_SPOT_INSTANCE_COUNT_EXCEEDED = "MaxSpotInstanceCountExceeded"
     SPOT_MAX_PRICE_TOO_LOW = "SpotMaxPriceTooLow"
     UNSUPPORTED = "Unsupported"
-    VCPU_LIMIT_EXCEEDED = "VcpuLimitExceeded"
-    INSTANCE_LIMIT_EXCEEDED = "InstanceLimitExceeded"
     UNFULFILLED_CAPACITY = "UnfulfilledCapacity"
     """The fleet returned fewer instances than asked and named no reason."""
 
-    @classmethod
-    def is_capacity(cls, code: str) -> bool:
-        return code in _CAPACITY_CODES
+
+class QuotaError(ErrorCodes):
+    """Launch error codes that mean "the account's quota is used up": no other zone and no
+    wait helps until someone raises the quota. The service names the quota, blocks every
+    link drawing on it for longer than a capacity cooldown, and tries the next link of the
+    pool's fallback chain at once."""
+
+    VCPU_LIMIT_EXCEEDED = "VcpuLimitExceeded"
+    MAX_SPOT_INSTANCE_COUNT_EXCEEDED = "MaxSpotInstanceCountExceeded"
+    INSTANCE_LIMIT_EXCEEDED = "InstanceLimitExceeded"
 
 
-_CAPACITY_CODES = frozenset(c.value for c in CapacityError)
+@dataclass(frozen=True, order=True)
+class Quota:
+    """An account limit that stops a link's launches until someone raises it (EC2: a
+    Service Quota, such as L-DB2E81BA, "Running On-Demand G and VT instances")."""
+
+    code: str
+    """The quota's code ("" when the cloud's table does not know the instance family)."""
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.code})" if self.code else self.name
 
 THROTTLED = "RequestLimitExceeded"
 """The launch was not attempted or was throttled (EC2's token buckets): not a property
@@ -120,7 +142,8 @@ class Machines(ABC):
 
     @abstractmethod
     def list_instances(self) -> list[Instance]:
-        """Every machine of this cluster that exists, whatever its state."""
+        """Every pool machine of this cluster that exists, whatever its state: never a head
+        node, a Ceph host or another cluster's machine."""
 
     @abstractmethod
     def start(self, request: LaunchRequest) -> LaunchResult:

@@ -8,7 +8,8 @@ Rules learned the hard way:
 - a machine is matched to its node by instance id (service bindings) or node tag, and a
   field the cloud has not filled in yet (no private IP, not listed yet) means "not yet";
 - a node whose links all lack capacity is powered down (POWER_DOWN_FORCE, never DOWN) and
-  its jobs requeued at once; failed links cool down (60 s, doubling);
+  its jobs requeued at once; failed links cool down (60 s, doubling); a link the account's
+  quota stops is blocked longer (15 min, doubling), and the node's reason names the quota;
 - spot notices drain the node and signal the job's steps, then requeue after a grace that
   leaves time to checkpoint; the spot link cools down so the job lands elsewhere;
 - only nodes whose reason the service or Slurm's own timeouts wrote are reset or replaced;
@@ -72,7 +73,7 @@ from enum import Enum
 
 from slurmforge.hostlists import expand
 from slurmforge.hosts import TAG_LINK, TAG_TOKEN
-from slurmforge.providers.base import Instance, InstanceState
+from slurmforge.providers.base import Instance, InstanceState, Quota
 from slurmforge.service import when
 from slurmforge.service.actions import (
     AbandonLaunch,
@@ -243,10 +244,10 @@ def plan_launches(ctx: Context, nodes: Iterable[str]) -> list[Action]:
         members.sort(key=lambda n: (ctx.state.node_jobs.get(n, 0), n))
         jobs = tuple(sorted({ctx.state.node_jobs[n] for n in members if n in ctx.state.node_jobs}))
         if link is None:
-            chain = ", ".join(ctx.topology.chain(pool))
-            actions.append(PowerDown(tuple(members), f"{OWN_REASON} no capacity on {chain}"))
+            why = ctx.why_no_link(pool)
+            actions.append(PowerDown(tuple(members), f"{OWN_REASON} {why}"))
             if jobs:
-                actions.append(Requeue(jobs, f"no capacity on {chain}"))
+                actions.append(Requeue(jobs, why))
             continue
         actions.append(Launch(pool, link, tuple(members), launch_token(link, members, ctx.now), jobs))
     return actions
@@ -363,6 +364,23 @@ class Context:
             if cooldown is None or not cooldown.active(self.now):
                 return link
         return None
+
+    def why_no_link(self, pool: str) -> str:
+        """Why no link of the pool's chain may launch now (all cool down): no capacity, or
+        the account's quota that stops a link, named so that someone can raise it."""
+        capacity: list[str] = []
+        quotas: dict[tuple[Quota, ...], list[str]] = {}
+        for link in self.topology.chain(pool):
+            cooldown = self.state.cooldowns.get(link)
+            if cooldown is not None and cooldown.quotas:
+                quotas.setdefault(cooldown.quotas, []).append(link)
+            else:
+                capacity.append(link)
+        parts = [f"no capacity on {', '.join(capacity)}"] if capacity else []
+        if quotas:
+            parts.append("EC2 quota reached: " + ", ".join(
+                f"{' and '.join(map(str, q))} on {', '.join(links)}" for q, links in quotas.items()))
+        return "; ".join(parts)
 
     def mark_age(self, node: str, kind: str) -> float | None:
         since = self.state.marks.get(node, {}).get(kind)

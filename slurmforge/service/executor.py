@@ -19,7 +19,16 @@ from typing import Any
 
 from slurmforge.errors import SlurmCommandError
 from slurmforge.hostlists import compress
-from slurmforge.providers.base import THROTTLED, Instance, InstanceState, LaunchRequest, LaunchResult, Machines
+from slurmforge.providers.base import (
+    THROTTLED,
+    Instance,
+    InstanceState,
+    LaunchRequest,
+    LaunchResult,
+    Machines,
+    Quota,
+    QuotaError,
+)
 from slurmforge.service import actions as a
 from slurmforge.service import when
 from slurmforge.service.slurm import SlurmClient
@@ -252,12 +261,50 @@ class _Run:
                              len(nodes))
             self.event("launch-failed", x.pool, x.link, len(nodes), code)
         if failed:
-            cooldown = self.store.cool_down(x.link, sorted(set(failed.values()))[0], self.now)
-            self.event("cooldown", x.pool, x.link, 0, f"{cooldown.last_error}: not tried again for "
-                       f"{when.duration(cooldown.until - self.now)}, until {when.clock(cooldown.until)}")
+            codes = sorted(set(failed.values()))
+            quota = next((c for c in codes if QuotaError.includes(c)), None)
+            pool = self.topology.pools.get(x.link)
+            if quota is not None and pool is not None and pool.quotas:
+                self.quota_used_up(x, quota, pool.quotas)
+            else:
+                cooldown = self.store.cool_down(x.link, codes[0], self.now)
+                self.event("cooldown", x.pool, x.link, 0, f"{cooldown.last_error}: not tried again for "
+                           f"{when.duration(cooldown.until - self.now)}, until {when.clock(cooldown.until)}")
             self.report.failed.update(failed)
         elif result.launched:
-            self.store.link_succeeded(x.link)
+            self.link_succeeded(x.link)
+
+    def quota_used_up(self, x: a.Launch, code: str, quotas: tuple[Quota, ...]) -> None:
+        """The account's quota stops the link's launches: the link is blocked, and so is
+        every other link drawing only on the same quotas (it would fail alike), for longer
+        than a capacity cooldown (state.backoff). Said once in the log, when the block
+        begins, and as an event each time."""
+        links = [x.link, *(name for name, pool in self.topology.pools.items()
+                           if name != x.link and pool.quotas and set(pool.quotas) <= set(quotas))]
+        before = self.store.cooldowns()
+        named, wait, new = " and ".join(map(str, quotas)), "", []
+        for link in links:
+            cooldown = self.store.cool_down(link, code, self.now, quotas)
+            wait = f"tried again in {when.duration(cooldown.until - self.now)}, at {when.clock(cooldown.until)}"
+            self.event("quota", x.pool, link, 0, f"{code}: EC2 quota {named} used up; {wait}")
+            if link not in before or before[link].quotas != cooldown.quotas:
+                new.append(link)
+        if new:
+            log.warning("EC2 quota %s stops launches on %s (%s): raise it in Service Quotas; %s", named,
+                        _links(new), code, wait)
+
+    def link_succeeded(self, link: str) -> None:
+        """A launch on the link worked: its failures are forgotten. If a quota had blocked
+        it, that quota has room again, and so do the links blocked by it alone."""
+        ended = self.store.link_succeeded(link)
+        if ended is None or not ended.quotas:
+            return
+        freed = [link]
+        for other, cooldown in self.store.cooldowns().items():
+            if cooldown.quotas and set(cooldown.quotas) <= set(ended.quotas):
+                self.store.link_succeeded(other)
+                freed.append(other)
+        log.info("EC2 quota %s no longer stops launches on %s", " and ".join(map(str, ended.quotas)), _links(freed))
 
     def replaced(self, x: a.Replaced) -> None:
         """The replacement's event, with its times from the first sign of trouble, and
@@ -316,6 +363,10 @@ def _by_reason(items: Sequence[a.PowerDown | a.Drain | a.MarkDown]) -> dict[str,
     for x in items:
         grouped.setdefault(x.reason, []).extend(x.nodes)
     return {reason: list(dict.fromkeys(nodes)) for reason, nodes in grouped.items()}
+
+
+def _links(links: Sequence[str]) -> str:
+    return f"link{'s' if len(links) > 1 else ''} {', '.join(links)}"
 
 
 def _group(failed: Mapping[str, str]) -> dict[str, list[str]]:

@@ -1,7 +1,8 @@
 """What the pool page, /metrics and `slurmforge pools` show: every pool's nodes by
 state, its jobs running and pending (with Slurm's reasons), GPUs used / wanted by
 pending jobs / free / powered off, spend so far this month, recent launches and
-failures, links cooling down, and what the service holds back and why (service.guard).
+failures, links cooling down (and the account quotas that stop some), and what the
+service holds back and why (service.guard).
 
 Built by the daemon once per loop from data it already has; serialisable as JSON so the
 CLI can read it from the service (`GET /pools.json`).
@@ -16,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from slurmforge.providers.base import Quota
 from slurmforge.service.guard import Hold, HoldReason
 from slurmforge.service.slurm import Job, NodeState, parse_tres
 from slurmforge.service.spend import Spend
@@ -58,6 +60,8 @@ class LinkCooldown:
     until: float
     failures: int
     last_error: str
+    quotas: tuple[Quota, ...] = ()
+    """The account quotas that stop the link's launches (none: no capacity)."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,8 @@ class ClusterSnapshot:
         data = json.loads(text)
         pools = tuple(
             PoolSnapshot(**{**p, "chain": tuple(p["chain"]),
-                            "cooling": tuple(LinkCooldown(**c) for c in p["cooling"]),
+                            "cooling": tuple(LinkCooldown(**{**c, "quotas": tuple(
+                                Quota(**q) for q in c.get("quotas", ()))}) for c in p["cooling"]),
                             "pending_reasons": tuple((str(r), int(n)) for r, n in p.get("pending_reasons", ())),
                             "jobs": tuple(JobRow(**j) for j in p.get("jobs", ()))})
             for p in data["pools"])
@@ -177,7 +182,7 @@ def build_snapshot(topology: Topology, nodes: Iterable[NodeState], cooldowns: Ma
             gpus_used=t["used"], gpus_free=t["free"], gpus_off=t["off"],
             launches=sum(e.count for e in recent if e.kind == "launch" and e.pool == name),
             failures=sum(e.count for e in recent if e.kind == "launch-failed" and e.pool == name),
-            cooling=tuple(LinkCooldown(c.link, c.until, c.failures, c.last_error)
+            cooling=tuple(LinkCooldown(c.link, c.until, c.failures, c.last_error, c.quotas)
                           for c in cooling_links(pool.chain, cooldowns, now)),
             jobs_running=w.running, jobs_pending=w.pending,
             pending_reasons=tuple(sorted(w.reasons.items(), key=lambda kv: (-kv[1], kv[0]))),

@@ -5,7 +5,8 @@
   same idempotency token, so a crash never launches twice;
 - bindings: node <-> instance, from launch results, so a node is matched to its machine by
   instance id even before the cloud lists it (EC2 is eventually consistent);
-- per-link cooldowns with exponential backoff (60 s, doubling, at most an hour);
+- per-link cooldowns with exponential backoff (60 s, doubling, at most an hour; a link
+  whose account quota is used up: 15 min, doubling, at most an hour, with the quotas);
 - hand-off requests from the power-saving programs (the job each node is for);
 - interruption notices and their progress; per-node marks ("not responding since");
 - recent events and counters for the pool page and /metrics.
@@ -20,15 +21,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurmforge.providers.base import Quota
 from slurmforge.service.handoff import Handoff, HandoffKind
 from slurmforge.service.slurm import parse_resume_file
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: cooldowns.quotas."""
 JOINING = "joining"
 """Mark of a node whose machine the service launched, since the launch, until its slurmd
 registered (the join share's event) or the node went back to power save."""
 COOLDOWN_START = 60.0
 COOLDOWN_MAX = 3600.0
+QUOTA_COOLDOWN_START = 900.0
+"""A used-up quota stays so until someone raises it: tried again after 15 min, not 60 s."""
 EVENTS_KEPT = 2000
 
 SCHEMA = """
@@ -41,7 +46,7 @@ CREATE TABLE IF NOT EXISTS bindings (
     launched_at REAL NOT NULL, token TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS cooldowns (
     link TEXT PRIMARY KEY, until REAL NOT NULL, failures INTEGER NOT NULL,
-    last_error TEXT NOT NULL, updated_at REAL NOT NULL);
+    last_error TEXT NOT NULL, updated_at REAL NOT NULL, quotas TEXT NOT NULL DEFAULT '[]');
 CREATE TABLE IF NOT EXISTS requests (
     id TEXT PRIMARY KEY, kind TEXT NOT NULL, nodes TEXT NOT NULL, node_jobs TEXT NOT NULL,
     at REAL NOT NULL, closed INTEGER NOT NULL DEFAULT 0);
@@ -57,9 +62,11 @@ CREATE TABLE IF NOT EXISTS counters (
 """
 
 
-def backoff(failures: int) -> float:
-    """Cooldown after the n-th failure in a row: 60 s, 120 s, 240 s, ... at most 1 h."""
-    return float(min(COOLDOWN_START * 2 ** max(failures - 1, 0), COOLDOWN_MAX))
+def backoff(failures: int, quota: bool = False) -> float:
+    """Cooldown after the n-th failure in a row: 60 s, 120 s, 240 s, ... at most 1 h; for a
+    used-up quota 15 min, 30 min, 1 h."""
+    start = QUOTA_COOLDOWN_START if quota else COOLDOWN_START
+    return float(min(start * 2 ** max(failures - 1, 0), COOLDOWN_MAX))
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,8 @@ class Cooldown:
     failures: int
     last_error: str
     updated_at: float
+    quotas: tuple[Quota, ...] = ()
+    """The account quotas that stopped the link's launches (none: no capacity)."""
 
     def active(self, now: float) -> bool:
         return self.until > now
@@ -144,7 +153,19 @@ class Store:
         self._db.execute(f"PRAGMA journal_mode={'WAL' if wal else 'DELETE'}")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
+        self._migrate()
         self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _migrate(self) -> None:
+        """A store of an earlier version gets what this one added (the other controller's
+        service may be doing the same on a shared store)."""
+        if "quotas" in {row[1] for row in self._db.execute("PRAGMA table_info(cooldowns)")}:
+            return
+        try:
+            self._db.execute("ALTER TABLE cooldowns ADD COLUMN quotas TEXT NOT NULL DEFAULT '[]'")
+        except sqlite3.OperationalError as exc:
+            if "duplicate column" not in str(exc):
+                raise
 
     def close(self) -> None:
         self._db.close()
@@ -226,24 +247,29 @@ class Store:
 
     # ------------------------------------------------------------------ cooldowns
 
-    def cool_down(self, link: str, error: str, now: float) -> Cooldown:
-        """Record a failure of `link`; the cooldown doubles with each failure in a row."""
+    def cool_down(self, link: str, error: str, now: float, quotas: Sequence[Quota] = ()) -> Cooldown:
+        """Record a failure of `link` (for these used-up `quotas`, if any); the cooldown
+        doubles with each failure in a row."""
         previous = self.cooldowns().get(link)
         failures = (previous.failures if previous else 0) + 1
-        cooldown = Cooldown(link, now + backoff(failures), failures, error, now)
+        cooldown = Cooldown(link, now + backoff(failures, bool(quotas)), failures, error, now, tuple(quotas))
         self.set_cooldown(cooldown)
         return cooldown
 
     def set_cooldown(self, cooldown: Cooldown) -> None:
-        self._db.execute("INSERT OR REPLACE INTO cooldowns VALUES (?, ?, ?, ?, ?)",
-                         (cooldown.link, cooldown.until, cooldown.failures, cooldown.last_error, cooldown.updated_at))
+        self._db.execute("INSERT OR REPLACE INTO cooldowns VALUES (?, ?, ?, ?, ?, ?)",
+                         (cooldown.link, cooldown.until, cooldown.failures, cooldown.last_error, cooldown.updated_at,
+                          json.dumps([[q.code, q.name] for q in cooldown.quotas])))
 
-    def link_succeeded(self, link: str) -> None:
+    def link_succeeded(self, link: str) -> Cooldown | None:
+        """Forget the link's failures; the cooldown that ended, if there was one."""
+        ended = self.cooldowns().get(link)
         self._db.execute("DELETE FROM cooldowns WHERE link = ?", (link,))
+        return ended
 
     def cooldowns(self) -> dict[str, Cooldown]:
-        rows = self._db.execute("SELECT link, until, failures, last_error, updated_at FROM cooldowns")
-        return {r[0]: Cooldown(*r) for r in rows}
+        rows = self._db.execute("SELECT link, until, failures, last_error, updated_at, quotas FROM cooldowns")
+        return {r[0]: Cooldown(r[0], r[1], r[2], r[3], r[4], tuple(Quota(*q) for q in json.loads(r[5]))) for r in rows}
 
     # ------------------------------------------------------------------ requests
 

@@ -3,7 +3,8 @@ belongs to, which nodes are static (kept at count), and each pool's fallback cha
 
 A *link* is one pool's way of getting machines (its market, instance types, zones and
 launch template); a pool's chain is the pool itself, then its fallback pools in order,
-each followed by its own fallbacks (depth first, each pool once).
+each followed by its own fallbacks (depth first, each pool once). On AWS a link's
+launches draw on the EC2 Service Quotas of its instance types in its market.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from slurmforge.catalog import ec2_quota
 from slurmforge.nodes import node_sets, pool_hardware
+from slurmforge.providers.base import Quota
 from slurmforge.spec.models import Cluster
 
 
@@ -31,6 +34,9 @@ class PoolInfo:
     max_nodes: int
     chain: tuple[str, ...]
     instance_types: tuple[str, ...] = ()
+    quotas: tuple[Quota, ...] = ()
+    """The account limits this pool's launches draw on (AWS: the EC2 Service Quotas of its
+    instance types in its market); none on targets without any."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,8 @@ def topology(spec: Cluster) -> Topology:
             name=pool.name, kind=pool.kind.value, market=pool.market.value, gpus_per_node=hw.gpus if hw else 0,
             min_nodes=pool.min_nodes, max_nodes=pool.max_nodes, chain=fallback_chain(spec, pool.name),
             instance_types=tuple(pool.instance_types),
+            quotas=tuple(sorted({ec2_quota(t, pool.market.value) for t in pool.instance_types}))
+            if spec.target.kind == "aws" else (),
         )
         for nodeset in node_sets(spec, pool):
             info = NodeInfo(pool.name, not nodeset.dynamic)

@@ -75,6 +75,10 @@ def metrics_text(snap: ClusterSnapshot) -> str:
     lines += _gauge("slurmforge_link_cooldown_seconds", "Seconds until a failed link is tried again.",
                     (({"link": link}, max(c.until - snap.taken_at, 0.0)) for link, c in sorted(cooling.items())))
     lines += _gauge("slurmforge_links_cooling", "Links cooling down after failures.", [({}, len(cooling))])
+    lines += _gauge("slurmforge_link_quota_blocked",
+                    "1 while an EC2 Service Quota (quota_code, quota) stops a link's launches: raise it.",
+                    (({"link": link, "quota_code": q.code, "quota": q.name}, 1)
+                     for link, c in sorted(cooling.items()) for q in c.quotas))
     lines += _gauge("slurmforge_loop_duration_seconds", "Duration of the last loop.", [({}, snap.loop_seconds)])
     lines += _gauge("slurmforge_snapshot_timestamp_seconds", "When the last loop published.", [({}, snap.taken_at)])
     holding = {h.reason for h in snap.holds}
@@ -155,7 +159,8 @@ def _pool_context(p: PoolSnapshot, now: float) -> dict[str, Any]:
         "gpus_used": p.gpus_used, "gpus_free": p.gpus_free, "gpus_off": p.gpus_off, "gpus_wanted": p.gpus_wanted,
         "gpus_total": p.gpus_used + p.gpus_free + p.gpus_off, "launches": p.launches, "failures": p.failures,
         "cooling": [{"link": c.link, "left": when.duration(c.until - now), "until": when.clock(c.until),
-                     "failures": c.failures, "last_error": c.last_error} for c in p.cooling],
+                     "failures": c.failures, "last_error": c.last_error,
+                     "quotas": [{"code": q.code, "name": q.name} for q in c.quotas]} for c in p.cooling],
         "running": p.jobs_running, "pending": p.jobs_pending,
         "reasons": [{"reason": r, "count": n} for r, n in p.pending_reasons],
         "jobs": [{"id": j.id, "user": j.user, "account": j.account, "state": j.state.lower(), "gpus": j.gpus,
@@ -208,7 +213,8 @@ def pools_table(snap: ClusterSnapshot) -> Table:
                    "Cooling down"):
         table.add_column(header, justify="left" if header in ("Pool", "Kind", "Market", "Cooling down") else "right")
     for p in snap.pools:
-        cooling = ", ".join(f"{c.link} ({when.duration(c.until - snap.taken_at)})" for c in p.cooling)
+        cooling = ", ".join(f"{c.link} ({when.duration(c.until - snap.taken_at)}"
+                            f"{''.join(f', quota {q.code or q.name}' for q in c.quotas)})" for c in p.cooling)
         table.add_row(
             p.name, p.kind, p.market, str(p.total), str(p.count("idle")),
             str(p.count("allocated") + p.count("mixed")), str(p.count("powering_up")),

@@ -143,8 +143,9 @@ class MotoMocks(RecordingMocks):
     is made in moto (in-process `mock_aws` or a moto server through AWS_ENDPOINT_URL) from
     the program's inputs: the VPC and its subnets, the spot queue, the secrets and their
     values, the node roles with their policies and instance profiles, the pool launch
-    templates with their user data and profile. Their ids and ARNs in the stack outputs are
-    moto's, as a real stack's are AWS's. The roles' managed policies need moto to load AWS's
+    templates with their user data and profile, the head nodes and Ceph hosts with their
+    tags. Their ids, ARNs and addresses in the stack outputs are moto's, as a real stack's
+    are AWS's. The roles' managed policies need moto to load AWS's
     (MOTO_IAM_LOAD_MANAGED_POLICIES=true)."""
 
     def __init__(self, region: str) -> None:
@@ -185,6 +186,14 @@ class MotoMocks(RecordingMocks):
         elif typ == "aws:iam/instanceProfile:InstanceProfile":
             state["arn"] = self.iam.create_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Arn"]
             self.iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=inputs["role"])
+        elif typ == "aws:ec2/instance:Instance":
+            # head nodes and Ceph hosts, with the program's own tags: what `down` must leave alone
+            made = self.ec2.run_instances(
+                ImageId=inputs["ami"], InstanceType=inputs["instanceType"], SubnetId=inputs["subnetId"],
+                MinCount=1, MaxCount=1, TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                    {"Key": k, "Value": v} for k, v in inputs["tags"].items()]}])["Instances"][0]
+            state["privateIp"] = made["PrivateIpAddress"]
+            return str(made["InstanceId"])
         elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
             data = {"ImageId": inputs["imageId"], "InstanceType": inputs["instanceType"],
                     "MetadataOptions": _ec2_shape(inputs["metadataOptions"]), "UserData": inputs["userData"],

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from slurmforge.contract import NFS_OPTIONS
-from slurmforge.hosts import TAG_CLUSTER
+from slurmforge.hosts import TAG_CLUSTER, TAG_POOL
 from slurmforge.join import render_join
 from slurmforge.render import login_names
 from tests.pulumi.conftest import (
@@ -211,19 +211,27 @@ def test_scheduler_launches_only_from_this_clusters_templates(any_stack: StackRu
     assert sorted(launch["Action"]) == ["ec2:CreateFleet", "ec2:RunInstances"]
 
 
-def test_scheduler_must_tag_what_it_launches_with_the_cluster(any_stack: StackRun) -> None:
-    deny = scheduler_statements(any_stack)["LaunchOnlyTaggedForThisCluster"]
+def test_scheduler_must_tag_what_it_launches_with_the_cluster_and_a_pool(any_stack: StackRun) -> None:
+    statements = scheduler_statements(any_stack)
+    deny = statements["LaunchOnlyTaggedForThisCluster"]
     assert deny["Effect"] == "Deny"
     assert deny["Condition"] == {"StringNotEquals": {f"aws:RequestTag/{TAG_CLUSTER}": any_stack.spec.name}}
+    deny = statements["LaunchOnlyPoolMachines"]
+    assert deny["Effect"] == "Deny" and deny["Condition"] == {"Null": {f"aws:RequestTag/{TAG_POOL}": "true"}}
 
 
-def test_scheduler_terminates_only_instances_tagged_with_the_cluster(any_stack: StackRun) -> None:
+def test_scheduler_terminates_only_this_clusters_pool_machines(any_stack: StackRun) -> None:
     statements = scheduler_statements(any_stack)
     touching = [s for s in statements.values() if s["Effect"] == "Allow" and
                 "ec2:TerminateInstances" in s["Action"]]
     assert [s["Sid"] for s in touching] == ["ManageClusterInstances"]
-    assert touching[0]["Condition"] == {"StringEquals": {f"ec2:ResourceTag/{TAG_CLUSTER}": any_stack.spec.name}}
-    assert statements["KeepTheClusterTag"]["Effect"] == "Deny"
+    assert touching[0]["Condition"] == {"StringEquals": {f"ec2:ResourceTag/{TAG_CLUSTER}": any_stack.spec.name},
+                                        "Null": {f"ec2:ResourceTag/{TAG_POOL}": "false"}}
+    keep = statements["KeepTheClusterTag"]
+    assert keep["Effect"] == "Deny" and keep["Condition"]["ForAnyValue:StringEquals"] == {
+        "aws:TagKeys": [TAG_CLUSTER, TAG_POOL]}
+    # no instance of the stack carries the pool tag: the policy lets the service touch none of them
+    assert all(TAG_POOL not in i.inputs["tags"] for i in any_stack.of_type(INSTANCE))
     # what the AWS provider calls on a node's instance (slurmforge/providers/aws.py)
     assert set(touching[0]["Action"]) == {"ec2:TerminateInstances", "ec2:CreateTags"}
 

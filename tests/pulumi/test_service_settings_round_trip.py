@@ -120,34 +120,74 @@ def test_stack_outputs_reach_a_launch_in_the_pools_subnets(ec2: Any, tmp_path: P
         assert tags[TAG_NODE] in nodes
 
 
+def ec2_states(ec2: Any) -> dict[str, str]:
+    return {i["InstanceId"]: i["State"]["Name"] for r in ec2.describe_instances()["Reservations"]
+            for i in r["Instances"]}
+
+
+def ec2_tags(ec2: Any, instance_id: str) -> dict[str, str]:
+    (reservation,) = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+    return {t["Key"]: t["Value"] for t in reservation["Instances"][0].get("Tags", [])}
+
+
+def condition_holds(condition: dict[str, dict[str, Any]], tags: dict[str, str]) -> bool:
+    """An IAM condition block on `ec2:ResourceTag/...` keys, evaluated as IAM does for an
+    instance carrying `tags` (the operators the scheduler policy uses; moto ignores conditions)."""
+    def tag(key: str) -> str | None:
+        assert key.startswith("ec2:ResourceTag/"), key
+        return tags.get(key.removeprefix("ec2:ResourceTag/"))
+
+    for operator, entries in condition.items():
+        for key, wanted in entries.items():
+            if operator == "StringEquals" and tag(key) not in ([wanted] if isinstance(wanted, str) else wanted):
+                return False
+            if operator == "Null" and (tag(key) is None) != (wanted == "true"):
+                return False
+            assert operator in ("StringEquals", "Null"), operator
+    return True
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the role's settings files belong to root, as on a node")
-def test_down_terminates_every_machine_the_service_launched_and_nothing_else(
-        ec2: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_down_terminates_the_pool_machines_and_nothing_else(ec2: Any, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """`pulumi destroy` knows nothing of the pool machines the service launched (CreateFleet):
     `slurmforge down --inventory` stops the service on every controller, then terminates
-    them through the provider the service runs with, and leaves other machines alone."""
+    them through the provider the service runs with. The stack's own instances (controller,
+    login, Ceph hosts, made here in moto with the tags the program gives them, and with them
+    the accounting database on the controller) and another cluster's pool machine stay; the
+    service's IAM policy would refuse it a head node or a Ceph host too."""
     from slurmforge import teardown
     from slurmforge.hosts import Host
+    from tests.pulumi.test_secure_defaults import scheduler_statements
 
     spec = load_spec(POOLS_AWS)
-    _, inventory_dir, provider = stack_to_service(ec2, spec, tmp_path, monkeypatch)
+    run, inventory_dir, provider = stack_to_service(ec2, spec, tmp_path, monkeypatch)
+    stacks = ec2_states(ec2)  # the program's instances, as the stack made them
+    roles = sorted(ec2_tags(ec2, i)["slurmforge:role"] for i in stacks)
+    assert roles == ["ceph", "ceph", "ceph", "controller", "login"]
+    assert len(stacks) == len(run.of_type("aws:ec2/instance:Instance"))
     launched = provider.start(LaunchRequest(pool="cpu", nodes=("mlpools-cpu-01", "mlpools-cpu-02"),
                                             token="sf-down", jobs=(1,))).launched
     provider.flush_tags()
-    stopped = [i.id for i in launched.values()][:1]
-    ec2.stop_instances(InstanceIds=stopped)  # a stopped machine still holds its volume and interface
-    theirs = ec2.run_instances(ImageId=GOLDEN_AMI, MinCount=1, MaxCount=1, TagSpecifications=[{
-        "ResourceType": "instance", "Tags": [{"Key": "slurmforge:cluster", "Value": "another"}]}])
-    theirs_id = theirs["Instances"][0]["InstanceId"]
+    ec2.stop_instances(InstanceIds=[i.id for i in launched.values()][:1])  # still holds its volume and ENI
+    another = AwsProvider(spec.model_copy(update={"name": "another"}), provider.ec2, provider.templates,
+                          provider.subnets)
+    (theirs,) = another.start(LaunchRequest(pool="cpu", nodes=("another-cpu-01",), token="sf-theirs")).launched.values()
+    terminated: list[str] = []
+    terminate = AwsProvider.terminate  # `down` builds its own provider from the inventory: record its calls
+
+    def recorded(self: AwsProvider, instances: Any) -> None:
+        terminated.extend(i.id for i in instances)
+        terminate(self, instances)
+
+    monkeypatch.setattr(AwsProvider, "terminate", recorded)
 
     # a controller that cannot be reached: nothing is terminated, one line says why
     monkeypatch.setattr(teardown, "stop_service_over_connection", lambda host: "cannot reach it over ssh")
     res = CliRunner().invoke(app, ["down", "--inventory", str(inventory_dir)])
     assert res.exit_code != 0 and "could not stop the scheduler service" in res.output, res.output
     assert "Traceback" not in res.output
-    states = {i["InstanceId"]: i["State"]["Name"] for r in ec2.describe_instances()["Reservations"]
-              for i in r["Instances"]}
-    assert all(states[i.id] in ("running", "stopped") for i in launched.values())
+    assert all(ec2_states(ec2)[i.id] in ("running", "stopped") for i in launched.values())
 
     asked: list[str] = []
 
@@ -160,10 +200,17 @@ def test_down_terminates_every_machine_the_service_launched_and_nothing_else(
     assert res.exit_code == 0, res.output
     assert asked == controller_names(spec)
     assert "terminated 2 pool machine(s) (cpu: 2)" in res.output, res.output
-    states = {i["InstanceId"]: i["State"]["Name"] for r in ec2.describe_instances()["Reservations"]
-              for i in r["Instances"]}
+    states = ec2_states(ec2)
     assert all(states[i.id] == "terminated" for i in launched.values()), states
-    assert states[theirs_id] == "running"  # another cluster's machine
+    assert {i: states[i] for i in stacks} == dict.fromkeys(stacks, "running")  # head nodes, Ceph hosts
+    assert states[theirs.id] == "running"  # another cluster's pool machine
+    assert set(terminated) == {i.id for i in launched.values()}
+
+    # the policy the stack gives the service agrees: its pool machines, none of the stack's
+    manage = scheduler_statements(run)["ManageClusterInstances"]
+    assert "ec2:TerminateInstances" in manage["Action"]
+    assert all(condition_holds(manage["Condition"], ec2_tags(ec2, i)) for i in terminated)
+    assert not any(condition_holds(manage["Condition"], ec2_tags(ec2, i)) for i in [*stacks, theirs.id])
 
 
 # What an API call needs granted beyond its own action: an instant fleet runs instances and

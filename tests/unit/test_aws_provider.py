@@ -26,7 +26,7 @@ from test_service_world import POWERED_DOWN, POWERING_UP, SPEC, Clock, node, spe
 from slurmforge.contract import AwsProviderSettings
 from slurmforge.errors import ProvisionError, SpecError
 from slurmforge.hosts import TAG_ACCOUNT, TAG_CLUSTER, TAG_JOB, TAG_LINK, TAG_NODE, TAG_POOL, TAG_TOKEN, TAG_USER
-from slurmforge.providers.aws import AwsProvider, TokenBucket, parse_interruption
+from slurmforge.providers.aws import AwsProvider, TokenBucket, fleet_error, parse_interruption
 from slurmforge.providers.base import THROTTLED, InstanceState, LaunchRequest
 from slurmforge.service import handoff
 from slurmforge.service.daemon import Daemon, DaemonConfig
@@ -566,3 +566,122 @@ def test_daemon_on_ec2_holds_while_describe_is_throttled(ec2: Ec2, tmp_path: Pat
     assert daemon.snapshot.holds == () and od.id not in [p["InstanceIds"][0] for op, p in ec2.calls  # type: ignore[union-attr]
                                                           if op == "TerminateInstances"]
     assert len([op for op, _ in ec2.calls if op == "CreateFleet"]) == 2  # spot-01's machine, now
+
+
+# --------------------------------------------------------------------------- an account's quota
+
+
+def refuse_for_quota(ec2: Ec2) -> list[str]:
+    """A new account's zero GPU quotas, as EC2 says them: a spot fleet answers with an error
+    entry per override (MaxSpotInstanceCountExceeded) and no instance; an on-demand fleet is
+    refused outright (VcpuLimitExceeded). Returns the market of every CreateFleet call."""
+    asked: list[dict[str, Any]] = []
+    markets: list[str] = []
+
+    def ask(params: dict[str, Any], **_: Any) -> None:
+        asked.append(params)
+        markets.append(params["TargetCapacitySpecification"]["DefaultTargetCapacityType"])
+
+    def answer(**_: Any) -> tuple[Response, dict[str, Any]]:
+        params = asked[-1]
+        if markets[-1] == "on-demand":
+            return error("VcpuLimitExceeded")
+        config = params["LaunchTemplateConfigs"][0]
+        return Response(200), {"FleetId": "fleet-quota", "Instances": [], "Errors": [
+            {"ErrorCode": "MaxSpotInstanceCountExceeded", "Lifecycle": "spot",
+             "ErrorMessage": "Max spot instance count exceeded",
+             "LaunchTemplateAndOverrides": {"LaunchTemplateSpecification": config["LaunchTemplateSpecification"],
+                                            "Overrides": override}}
+            for override in config["Overrides"]]}
+
+    for hook, (event, unique_id) in zip((ask, answer), QUOTA_HOOKS, strict=True):
+        ec2.client.meta.events.register_first(event, hook, unique_id=unique_id)
+    return markets
+
+
+QUOTA_HOOKS = (("provide-client-params.ec2.CreateFleet", "quota-ask"), ("before-call.ec2.CreateFleet", "quota-answer"))
+
+
+def quota_raised(ec2: Ec2) -> None:
+    for event, unique_id in QUOTA_HOOKS:
+        ec2.client.meta.events.unregister(event, unique_id=unique_id)
+
+
+@pytest.fixture
+def unhook_quota(ec2: Ec2) -> Iterator[None]:
+    yield
+    quota_raised(ec2)
+
+
+SPOT_G = ("All G and VT Spot Instance Requests", "L-3819A6DF")
+ON_DEMAND_G = ("Running On-Demand G and VT instances", "L-DB2E81BA")
+
+
+@pytest.mark.usefixtures("unhook_quota")
+def test_a_new_accounts_zero_gpu_quota_is_named_and_not_hammered(ec2: Ec2, tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """A job for the spot GPU pool (g5, falls back to on-demand g5) on an account whose G
+    quotas are 0. Both links fail for their quota, not for capacity: the node goes back
+    to power save with a reason naming both quotas, the pool page and /metrics name them,
+    the log says it once, and for the next 10 minutes, while Slurm powers the node up
+    again every loop for the requeued job, no CreateFleet is sent; once the quota is
+    raised the job's node launches and the block is gone."""
+    from slurmforge.service.web import metrics_text, render_page
+
+    spec_file = tmp_path / "cluster.yaml"
+    spec_file.write_text(SPEC.replace("name: t\n", f"name: {ec2.cluster.name}\n").replace("min_nodes: 1, ", ""))
+    s1 = f"{ec2.cluster.name}-spot-01"
+    slurm = FakeSlurm([node(n, POWERING_UP if n == s1 else POWERED_DOWN) for n in topology(ec2.cluster).nodes],
+                      [Job(61, "CONFIGURING", s1, "fay")])
+    clock = Clock(time.time())
+    aws = provider(ec2, clock=clock)
+    daemon = Daemon(DaemonConfig(spec_path=spec_file, spool=tmp_path, heartbeat=tmp_path / "beat"), slurm, aws,
+                    Store(tmp_path / "state.db"), load_spec, clock)
+    markets = refuse_for_quota(ec2)
+    caplog.set_level("INFO")
+    for _ in range(60):  # 10 minutes of loops
+        daemon.loop_once()
+        if slurm.state[s1].is_powering_down():  # Slurm powers it up again for the requeued job
+            slurm._set(s1, "idle", "POWERING_UP", "NOT_RESPONDING")
+        clock.advance(10)
+
+    assert markets == ["spot", "on-demand"]  # once each, in the first loop
+    why = "slurmforge: EC2 quota reached: {} ({}) on spot, {} ({}) on od".format(*SPOT_G, *ON_DEMAND_G)
+    assert {reason for _, reason in slurm.called("power_down")} == {why}
+    page = render_page(daemon.snapshot)  # type: ignore[arg-type]
+    for link, (name, code) in (("spot", SPOT_G), ("od", ON_DEMAND_G)):
+        assert f'data-link="{link}" data-quota="{code}">EC2 quota reached: <b>{name}</b> ({code})' in page
+        line = f'slurmforge_link_quota_blocked{{link="{link}",quota="{name}",quota_code="{code}"}} 1'
+        assert line in metrics_text(daemon.snapshot).splitlines()  # type: ignore[arg-type]
+        said = [r.getMessage() for r in caplog.records if code in r.getMessage()]
+        assert len(said) == 1 and said[0].startswith(f"EC2 quota {name} ({code}) stops launches on link {link}")
+
+    quota_raised(ec2)
+    clock.advance(15 * 60)
+    daemon.loop_once()
+    assert [i.node for i in aws.list_instances()] == [s1]
+    assert "slurmforge_link_quota_blocked{" not in metrics_text(daemon.snapshot)  # type: ignore[arg-type]
+    assert 'class="quota"' not in render_page(daemon.snapshot)  # type: ignore[arg-type]
+
+
+def test_a_fleets_quota_error_stands_for_it_before_capacity() -> None:
+    """The quota is the account's: whatever capacity a zone or type had, it stops them all."""
+    entries = [{"ErrorCode": "InsufficientInstanceCapacity"}, {"ErrorCode": "VcpuLimitExceeded"}]
+    assert fleet_error({"Errors": entries}) == "VcpuLimitExceeded"
+    assert fleet_error({"Errors": entries[:1]}) == "InsufficientInstanceCapacity"
+    assert fleet_error({"Errors": [{"ErrorCode": "InvalidParameterValue"}]}) == "InvalidParameterValue"
+    assert fleet_error({}) == "UnfulfilledCapacity"
+
+
+def test_every_catalog_type_names_its_service_quota_in_both_markets() -> None:
+    from slurmforge.catalog import ec2_quota, load_catalog
+
+    for name in load_catalog():
+        for market in ("on-demand", "spot"):
+            assert ec2_quota(name, market).code.startswith("L-"), (name, market)
+    assert str(ec2_quota("p5.48xlarge", "spot")) == "All P5 Spot Instance Requests (L-C4BD4855)"
+    assert str(ec2_quota("p4d.24xlarge", "spot")) == "All P4, P3 and P2 Spot Instance Requests (L-7212CCBC)"
+    assert str(ec2_quota("p5.48xlarge", "on-demand")) == "Running On-Demand P instances (L-417A185B)"
+    assert str(ec2_quota("t3.medium", "spot")) == ("All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests "
+                                                   "(L-34B43A08)")
+    assert str(ec2_quota("u-6tb1.metal", "on-demand")) == "EC2 vCPU quota of u-6tb1 on-demand instances"

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_service_world import NOW, POWERED_DOWN, POWERING_UP, Clock, instance, node
+from test_service_world import NOW, POWERED_DOWN, POWERING_UP, SPEC, Clock, instance, node
 
 from slurmforge.hosts import TAG_POOL
 from slurmforge.providers.base import Instance, InstanceState, Interruption, LaunchRequest, LaunchResult, Machines
@@ -237,7 +237,7 @@ def test_no_capacity_anywhere_powers_down_and_requeues_at_once(env: dict[str, Pa
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock(time.time())  # the spool file carries the real time
     slurm = FakeSlurm(all_nodes(t_spot_01=POWERING_UP, t_od_01=("idle", "CLOUD")))
-    cloud = FakeCloud(clock, failing={"spot": "InsufficientInstanceCapacity", "od": "VcpuLimitExceeded"})
+    cloud = FakeCloud(clock, failing={"spot": "InsufficientInstanceCapacity", "od": "InsufficientCapacity"})
     cloud.instances["i-od"] = instance("i-od", OD1, pool="od")
     resume(env, monkeypatch, S1, '{"jobs":[{"job_id":9,"nodes":"t-spot-01"}]}')
     daemon = make(env, slurm, cloud, clock)
@@ -251,6 +251,42 @@ def test_no_capacity_anywhere_powers_down_and_requeues_at_once(env: dict[str, Pa
     clock.advance(10)
     daemon.loop_once()
     assert len(cloud.requests) == 2
+
+
+def test_a_used_up_quota_blocks_every_link_drawing_on_it_until_a_launch_works(
+        env: dict[str, Path], caplog: pytest.LogCaptureFixture) -> None:
+    """spot (g5 spot) falls back to od (g5 on-demand in one zone), then odb (the same in
+    another zone, for its capacity): both draw on one on-demand quota, so once od finds it
+    used up odb is not tried; the node's reason says which links lack capacity and which
+    quota stops the others. A launch on od that works later lifts the block of both."""
+    odb = "  - {name: odb, kind: gpu, instance_types: [g5.12xlarge], max_nodes: 2, zones: [us-east-1b], weight: 10}\n"
+    env["spec"].write_text(SPEC.replace("fallback: [od]", "fallback: [od, odb]").replace(
+        "  - {name: cpu,", odb + "  - {name: cpu,", 1).replace("pools: [spot, od]}", "pools: [spot, od, odb]}"))
+    caplog.set_level("INFO")
+    clock = Clock()
+    slurm = FakeSlurm([*all_nodes(t_spot_01=POWERING_UP, t_od_01=("idle", "CLOUD")),
+                       *(node(f"t-odb-0{i}", POWERED_DOWN) for i in (1, 2))])
+    cloud = FakeCloud(clock, failing={"spot": "InsufficientInstanceCapacity", "od": "VcpuLimitExceeded"})
+    cloud.instances["i-od"] = instance("i-od", OD1, pool="od")
+    daemon = make(env, slurm, cloud, clock)
+    daemon.loop_once()
+    assert [r.link for r in cloud.requests] == ["spot", "od"]
+    quota = "Running On-Demand G and VT instances (L-DB2E81BA)"
+    assert slurm.called("power_down") == [((S1,), f"slurmforge: no capacity on spot; EC2 quota reached: {quota} "
+                                                  "on od, odb")]
+    cooldowns = daemon.store.cooldowns()
+    assert cooldowns["od"].until == cooldowns["odb"].until == NOW + 900
+    assert [str(q) for q in cooldowns["odb"].quotas] == [quota]
+    (said,) = [r.getMessage() for r in caplog.records if "L-DB2E81BA" in r.getMessage()]
+    assert said.startswith(f"EC2 quota {quota} stops launches on links od, odb (VcpuLimitExceeded): raise it")
+
+    del cloud.failing["od"]  # the quota is raised
+    clock.advance(900)
+    slurm._set(S1, "idle", "POWERING_UP", "NOT_RESPONDING")
+    daemon.loop_once()
+    assert [r.link for r in cloud.requests][2:] == ["spot", "od"] and cloud.live(S1)
+    assert set(daemon.store.cooldowns()) == {"spot"}  # odb draws on the quota that had room again
+    assert f"EC2 quota {quota} no longer stops launches on links od, odb" in [r.getMessage() for r in caplog.records]
 
 
 def test_crash_mid_launch_never_double_launches(env: dict[str, Path]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from test_service_world import NOW
 
+from slurmforge.providers.base import Quota
 from slurmforge.service import handoff
 from slurmforge.service.handoff import HandoffKind
 from slurmforge.service.state import Binding, Event, InterruptionRecord, LaunchRecord, Store, backoff
@@ -101,6 +103,33 @@ def test_cooldown_backs_off_and_resets_on_success(tmp_path: Path) -> None:
     assert [backoff(n) for n in (1, 2, 3)] == [60, 120, 240]
     store.link_succeeded("spot")
     assert store.cool_down("spot", "x", NOW).until == NOW + 60
+
+
+G_ON_DEMAND = Quota("L-DB2E81BA", "Running On-Demand G and VT instances")
+
+
+def test_a_quota_cooldown_is_longer_and_kept_with_its_quotas(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    untils = [store.cool_down("od", "VcpuLimitExceeded", NOW, [G_ON_DEMAND]).until - NOW for _ in range(4)]
+    assert untils == [900, 1800, 3600, 3600]
+    store.close()
+    cooldown = Store(tmp_path / "s.db").cooldowns()["od"]
+    assert (cooldown.last_error, cooldown.quotas) == ("VcpuLimitExceeded", (G_ON_DEMAND,))
+
+
+def test_a_store_of_the_previous_version_gets_the_quota_column(tmp_path: Path) -> None:
+    """A service upgraded in place opens the SQLite file its previous release wrote."""
+    db = sqlite3.connect(tmp_path / "s.db")
+    db.executescript("""CREATE TABLE cooldowns (link TEXT PRIMARY KEY, until REAL NOT NULL,
+        failures INTEGER NOT NULL, last_error TEXT NOT NULL, updated_at REAL NOT NULL);
+        INSERT INTO cooldowns VALUES ('spot', 1800000060.0, 1, 'InsufficientInstanceCapacity', 1800000000.0);
+        PRAGMA user_version=1;""")
+    db.close()
+    store = Store(tmp_path / "s.db")
+    assert store.cooldowns()["spot"].quotas == ()
+    store.cool_down("od", "VcpuLimitExceeded", NOW, [G_ON_DEMAND])
+    assert store.cooldowns()["od"].quotas == (G_ON_DEMAND,)
+    assert Store(tmp_path / "s.db").cooldowns()["spot"].last_error == "InsufficientInstanceCapacity"
 
 
 def test_begin_launch_twice_keeps_the_first(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from test_service_world import (
     topo,
 )
 
+from slurmforge.providers.base import Quota
 from slurmforge.service.slurm import Job
 from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot, display_state
 from slurmforge.service.spend import Spend
@@ -167,6 +168,24 @@ def test_pools_table() -> None:
     assert re.search(r"spot\s+│\s+gpu\s+│\s+spot\s+│\s+4\s+│\s+0\s+│\s+2\s+│\s+1\s+│\s+1\s+│\s+0\s+│\s+1\s+│\s+2\s+│"
                      r"\s+5\s+│\s+5\s+│\s+3\s+│\s+\$1,234.50\s+│\s+3\s+│\s+3\s+│\s+spot \(1 min 30 s\)", row), row
     assert "spend since 1 Jan 2027 (read 2 min ago)" in text
+
+
+def test_a_used_up_quota_is_named_on_the_page_metrics_table_and_json() -> None:
+    quota = Quota("L-DB2E81BA", "Running On-Demand G and VT instances")
+    cooldowns = {"od": Cooldown("od", NOW + 900, 1, "VcpuLimitExceeded", NOW, (quota,)),
+                 "spot": Cooldown("spot", NOW + 60, 1, "InsufficientInstanceCapacity", NOW)}
+    snap = build_snapshot(topo(), [node("t-spot-01", POWERED_DOWN)], cooldowns, [], NOW)
+    assert ClusterSnapshot.from_json(snap.to_json()) == snap
+    text = metrics_text(snap)
+    assert metric(text, "slurmforge_link_quota_blocked", link="od", quota=quota.name, quota_code=quota.code) == 1
+    assert "slurmforge_link_quota_blocked{link=\"spot\"" not in text  # no capacity is not a quota
+    page = " ".join(re.sub(r"<[^>]+>", " ", render_page(snap)).split())  # the page's text
+    assert ("EC2 quota reached: Running On-Demand G and VT instances (L-DB2E81BA) stops launches on link od "
+            "(VcpuLimitExceeded). Ask AWS to raise it") in page
+    assert "link spot cooling down for 1 min" in page
+    console = Console(width=250, record=True)
+    console.print(pools_table(snap))
+    assert "spot (1 min), od (15 min, quota L-DB2E81BA)" in console.export_text()
 
 
 def test_server_routes() -> None:
