@@ -105,17 +105,21 @@ def _jump(outputs: dict[str, Any]) -> str | None:
     return None
 
 
-def _connection(outputs: dict[str, Any], public_ip: str | None) -> dict[str, str]:
-    """Ansible reaches a host on its public address when it has one, else through the
-    login node."""
-    # Debian's cloud user, with sudo: the roles run as root
-    conn = {"ansible_user": str(outputs[OUT_SSH_USER]), "ansible_become": "true"}
-    jump = _jump(outputs)
+def ssh_connection(user: str, jump: str | None, public_ip: str | None) -> dict[str, str]:
+    """How Ansible (and everything that reaches hosts the way it does: slurmforge.connection)
+    gets to a host: on its public address when it has one, else through the jump host
+    (`user@address`, the login node); as `user` (Debian's cloud user) with sudo, since the
+    roles and the checks work as root."""
+    conn = {"ansible_user": user, "ansible_become": "true"}
     if public_ip:
         conn["ansible_host"] = str(public_ip)
     elif jump is not None:
         conn["ansible_ssh_common_args"] = f"-o ProxyJump={jump}"
     return conn
+
+
+def _connection(outputs: dict[str, Any], public_ip: str | None) -> dict[str, str]:
+    return ssh_connection(str(outputs[OUT_SSH_USER]), _jump(outputs), public_ip)
 
 
 def hosts_from_outputs(outputs: dict[str, Any]) -> list[Host]:

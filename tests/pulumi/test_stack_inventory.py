@@ -19,6 +19,7 @@ import yaml
 
 from slurmforge import aws_inventory
 from slurmforge.aws_inventory import fetch_stack_secrets, inventory_from_stack_outputs, read_stack_outputs
+from slurmforge.connection import close_control
 from slurmforge.contract import AwsProviderSettings, read_settings
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import HostRole
@@ -26,6 +27,7 @@ from slurmforge.inventory import HOSTS_FILE, VARS_FILE, read_inventory
 from slurmforge.join import render_join
 from slurmforge.render import controller_name, controller_names
 from slurmforge.spec import load_spec
+from tests.infra.conftest import InventorySsh, connect
 from tests.pulumi.conftest import (
     DB_PASSWORD,
     LAB_AWS,
@@ -89,6 +91,30 @@ def test_private_hosts_are_reached_through_the_login_node(written: tuple[StackRu
         else:
             assert "ansible_host" not in host.connection
             assert host.connection["ansible_ssh_common_args"] == f"-o ProxyJump=admin@{login['public_ip']}"
+
+
+def test_validation_reaches_every_host_the_way_ansible_does(written: tuple[StackRun, Path]) -> None:
+    """`slurmforge validate --inventory`'s checks run on each host through the inventory's
+    connection: the login node on its public address, every other host through it
+    (ProxyJump), as the stack's ssh user with sudo (the checks read root-only state), one
+    shared connection per host."""
+    run, out = written
+    _, hosts = read_inventory(out)
+    public = {h["name"]: h.get("public_ip") for h in run.outputs["hosts"]}
+    jump = next(h["public_ip"] for h in run.outputs["hosts"] if h["role"] == "login")  # the first login node
+    control = Path("/run/sf-ssh")
+    shared = ["-o", "ControlMaster=auto", "-o", "ControlPersist=60s", "-o", f"ControlPath={control}/%C"]
+    for host in hosts:
+        backend = connect(host, control).backend
+        assert isinstance(backend, InventorySsh), host.name
+        argv = backend.command("cat %s", "/etc/munge/munge.key")
+        remote = "sudo -n /bin/sh -c 'cat /etc/munge/munge.key'"
+        if host.role is HostRole.LOGIN:
+            assert argv == ["ssh", "-o", "BatchMode=yes", *shared, f"admin@{public[host.name]}", "--", remote]
+        else:
+            assert argv == ["ssh", "-o", "BatchMode=yes", "-o", f"ProxyJump=admin@{jump}", *shared,
+                            f"admin@{host.address}", "--", remote], host.name
+        assert close_control(backend.argv)[-3:] == ["-O", "exit", backend.argv[-1]]
 
 
 def test_aws_vars_and_ceph_hosts_are_written(written: tuple[StackRun, Path]) -> None:
