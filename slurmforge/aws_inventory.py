@@ -62,6 +62,10 @@ OUT_DATABASE = "database"
 OUT_AMI = "ami_id"
 OUT_IMAGE_PIPELINE = "image_pipeline_arn"
 """The golden image's pipeline (null when images.ami is pinned): run it to rebake."""
+OUT_SPEC = "spec"
+"""The spec file as stack config `slurmforge:spec` names it: relative to the project root
+(where Pulumi.yaml is), or absolute. `slurmforge inventory` reads the spec from there
+unless given one."""
 OUT_MUNGE_KEY = "munge_key"
 """Secret output."""
 OUT_DB_PASSWORD = "db_password"
@@ -87,6 +91,18 @@ def read_stack_outputs(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ProvisionError(f"{path}: expected a JSON object of stack outputs")
     return data
+
+
+def spec_of_outputs(outputs: dict[str, Any], root: Path) -> Path:
+    """The spec the stack was built from (OUT_SPEC), a relative path taken from `root`,
+    the project root."""
+    named = outputs.get(OUT_SPEC)
+    if not isinstance(named, str) or not named:
+        raise ProvisionError("the stack outputs do not name the spec (a stack last updated before slurmforge "
+                             "exported it); fix: `pulumi up`, or pass the spec: "
+                             "slurmforge inventory SPEC --from-stack-outputs FILE")
+    path = Path(named).expanduser()
+    return path if path.is_absolute() else root / path
 
 
 def _check(outputs: dict[str, Any], cluster: str) -> None:
