@@ -61,6 +61,10 @@ OUT_DATABASE = "database"
 """{kind, host, endpoint}"""
 OUT_AMI = "ami_id"
 """The node image every node boots (the spec's images.ami, or the one the stack baked)."""
+OUT_SPEC = "spec"
+"""The spec file as stack config `slurmforge:spec` names it: relative to the project root
+(where Pulumi.yaml is), or absolute. `slurmforge inventory` reads the spec from there
+unless given one."""
 OUT_MUNGE_KEY = "munge_key"
 """Secret output."""
 OUT_DB_PASSWORD = "db_password"
@@ -88,6 +92,18 @@ def read_stack_outputs(path: Path) -> dict[str, Any]:
     return data
 
 
+def spec_of_outputs(outputs: dict[str, Any], root: Path) -> Path:
+    """The spec the stack was built from (OUT_SPEC), a relative path taken from `root`,
+    the project root."""
+    named = outputs.get(OUT_SPEC)
+    if not isinstance(named, str) or not named:
+        raise ProvisionError("the stack outputs do not name the spec (a stack last updated before slurmforge "
+                             "exported it); fix: `pulumi up`, or pass the spec: "
+                             "slurmforge inventory SPEC --from-stack-outputs FILE")
+    path = Path(named).expanduser()
+    return path if path.is_absolute() else root / path
+
+
 def _check(outputs: dict[str, Any], cluster: str) -> None:
     missing = [k for k in REQUIRED if k not in outputs]
     if missing:
@@ -104,17 +120,21 @@ def _jump(outputs: dict[str, Any]) -> str | None:
     return None
 
 
-def _connection(outputs: dict[str, Any], public_ip: str | None) -> dict[str, str]:
-    """Ansible reaches a host on its public address when it has one, else through the
-    login node."""
-    # Debian's cloud user, with sudo: the roles run as root
-    conn = {"ansible_user": str(outputs[OUT_SSH_USER]), "ansible_become": "true"}
-    jump = _jump(outputs)
+def ssh_connection(user: str, jump: str | None, public_ip: str | None) -> dict[str, str]:
+    """How Ansible (and everything that reaches hosts the way it does: slurmforge.connection)
+    gets to a host: on its public address when it has one, else through the jump host
+    (`user@address`, the login node); as `user` (Debian's cloud user) with sudo, since the
+    roles and the checks work as root."""
+    conn = {"ansible_user": user, "ansible_become": "true"}
     if public_ip:
         conn["ansible_host"] = str(public_ip)
     elif jump is not None:
         conn["ansible_ssh_common_args"] = f"-o ProxyJump={jump}"
     return conn
+
+
+def _connection(outputs: dict[str, Any], public_ip: str | None) -> dict[str, str]:
+    return ssh_connection(str(outputs[OUT_SSH_USER]), _jump(outputs), public_ip)
 
 
 def hosts_from_outputs(outputs: dict[str, Any]) -> list[Host]:

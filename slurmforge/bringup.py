@@ -11,6 +11,7 @@ and validating the live cluster (`validation.validate_inventory`) are the other 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -20,6 +21,7 @@ from typing import Protocol
 from slurmforge.contract import DIGEST_FILE
 from slurmforge.errors import ModuleError, ProvisionError
 from slurmforge.hosts import Host, HostRole
+from slurmforge.inventory import state_root
 from slurmforge.modules.executor import Completed, Executor
 from slurmforge.modules.node import executor_for
 from slurmforge.rollout import REPO, Progress, RolloutResult, roll_out, stale_hosts
@@ -27,6 +29,7 @@ from slurmforge.spec import Cluster
 
 INVENTORIES = REPO / "inventories"
 LOG_DIR = Path("/var/log/slurmforge")
+"""root's log directory (log_dir)."""
 SAMPLE_JOB = "#!/bin/bash\n#SBATCH -N 2\nsrun hostname | sort\n"
 
 
@@ -43,9 +46,15 @@ def inventory_dir(spec: Cluster) -> Path:
     return INVENTORIES / spec.name
 
 
+def log_dir() -> Path:
+    """Where rollouts and bring-ups log: /var/log/slurmforge for root, else beside the
+    user's own state (inventory.state_root)."""
+    return LOG_DIR if os.geteuid() == 0 else state_root() / "log"
+
+
 def log_path(cluster: str, action: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return LOG_DIR / f"{cluster}-{action}-{stamp}.log"
+    return log_dir() / f"{cluster}-{action}-{stamp}.log"
 
 
 def rollout_mark(host: Host) -> str:

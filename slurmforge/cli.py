@@ -205,27 +205,39 @@ def ssh(
 
 @app.command()
 def inventory(
-    spec: SpecArg = DEFAULT_SPEC,
+    spec: Annotated[Path | None, typer.Argument(
+        help="The cluster spec (default: the one the stack was built from, as its outputs name it).")] = None,
     from_stack_outputs: Annotated[
-        Path, typer.Option("--from-stack-outputs", help="`pulumi stack output --json --show-secrets` saved here.")
+        Path, typer.Option("--from-stack-outputs", help="`pulumi stack output --json` saved here.")
     ] = Path("outputs.json"),
     out_dir: Annotated[Path | None, typer.Option("--out", help="Default: inventories/<cluster>.")] = None,
     fetch_secrets: Annotated[bool, typer.Option(help="Copy munge key and DB password from Secrets Manager.")] = True,
 ) -> None:
-    """Write the inventory of an AWS stack (same format as the local provider's)."""
-    from slurmforge.aws_inventory import fetch_stack_secrets, inventory_from_stack_outputs, read_stack_outputs
+    """Write the inventory of an AWS stack (same format as the local provider's); the
+    cluster's secrets go to /var/lib/slurmforge/<cluster>/secrets as root, else to
+    ~/.local/state/slurmforge/<cluster>/secrets."""
+    from slurmforge.aws_inventory import (
+        fetch_stack_secrets,
+        inventory_from_stack_outputs,
+        read_stack_outputs,
+        spec_of_outputs,
+    )
     from slurmforge.bringup import inventory_dir
+    from slurmforge.rollout import REPO
 
-    cluster = load(spec)
-    target = out_dir or inventory_dir(cluster)
     outputs = report_errors(lambda: read_stack_outputs(from_stack_outputs))
-    written = report_errors(lambda: inventory_from_stack_outputs(outputs, spec, target))
+    spec_path = spec or report_errors(lambda: spec_of_outputs(outputs, REPO))
+    cluster = load(spec_path)
+    target = out_dir or inventory_dir(cluster)
+    written = report_errors(lambda: inventory_from_stack_outputs(outputs, spec_path, target))
     if fetch_secrets:
         import boto3  # type: ignore[import-untyped]
 
         region = str(outputs.get("region", getattr(cluster.target, "region", "")))
-        report_errors(lambda: fetch_stack_secrets(outputs, boto3.client("secretsmanager", region_name=region)))
-    out.print(f"wrote inventory {written}")
+        secrets = report_errors(lambda: fetch_stack_secrets(
+            outputs, boto3.client("secretsmanager", region_name=region)))
+        out.print(f"copied the stack's secrets to {secrets}")
+    out.print(f"wrote inventory {written} (spec {spec_path})")
 
 
 @app.command()
@@ -237,14 +249,14 @@ def rollout(
     dynamic pools are left out: they have no machine until the scheduler service starts
     one, and a machine that starts gets its config from slurmctld (configless). So are the
     nodes whose last rollout was this one (each node's mark says), unless --full-rollout."""
-    from slurmforge.bringup import LOG_DIR, fixed_hosts, roll_out_changed
+    from slurmforge.bringup import fixed_hosts, log_dir, roll_out_changed
     from slurmforge.inventory import read_inventory
     from slurmforge.rollout import rollout_digest
     from slurmforge.ui import PhaseDisplay
 
     require_inventory(inventory_dir)
     display = PhaseDisplay(out)
-    log = LOG_DIR / f"{inventory_dir.name}-rollout.log"
+    log = log_dir() / f"{inventory_dir.name}-rollout.log"
 
     def run() -> None:
         with display.phase("roll out (Ansible)"):

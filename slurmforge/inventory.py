@@ -16,6 +16,7 @@ validation run unchanged on any target.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +55,24 @@ SPEC_COPY = "cluster.yaml"
 ACCOUNTING_JSON = "accounting.json"
 """rendered/accounting.json: QoS, accounts and users as slurmdbd must have them (slurmforge.accounting)"""
 
-# Where per-cluster secrets live on the machine that runs the rollout: outside the
-# repo, 0700 directory, 0600 files. Roles read them with `lookup('file', ...)` + no_log.
 SECRETS_ROOT = Path("/var/lib/slurmforge")
+"""root's state root (state_root)."""
+
+
+def state_root() -> Path:
+    """Where this machine keeps slurmforge's per-cluster state, outside the repo: secrets
+    (and on the local target its NAS and database): /var/lib/slurmforge for root; anyone
+    else's own `$XDG_STATE_HOME/slurmforge` (~/.local/state/slurmforge), so an AWS cluster's
+    inventory, rollout and validation run from an admin's account without root."""
+    if os.geteuid() == 0:
+        return SECRETS_ROOT
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "slurmforge"
 
 
 def secrets_dir(cluster: str) -> Path:
-    return SECRETS_ROOT / cluster / "secrets"
+    """The cluster's secrets on the machine that runs the rollout: 0700 directory, 0600
+    files. Roles read them with `lookup('file', ...)` + no_log."""
+    return state_root() / cluster / "secrets"
 
 
 def group_name(pool: str) -> str:

@@ -1,6 +1,6 @@
 """`pulumi up`: read the spec path from stack config (`slurmforge:spec`), validate the
 spec, build the cluster, export the outputs `slurmforge inventory --from-stack-outputs`
-reads.
+reads (the spec path among them, as the config names it).
 
 Pulumi runs this file with stacks/ as the working directory; a relative spec path is
 taken relative to the project root (where Pulumi.yaml is).
@@ -22,6 +22,7 @@ if str(ROOT) not in sys.path:
 
 import pulumi  # noqa: E402
 
+from slurmforge.aws_inventory import OUT_SPEC  # noqa: E402
 from slurmforge.errors import SpecError  # noqa: E402
 from slurmforge.spec import Cluster, load_spec  # noqa: E402
 from stacks.cluster import aws_target, build_cluster  # noqa: E402
@@ -56,9 +57,11 @@ def load(config: pulumi.Config, aws_config: pulumi.Config) -> tuple[Cluster, Pat
 
 
 def main() -> None:
-    spec, path = load(pulumi.Config(CONFIG_NAMESPACE), pulumi.Config("aws"))
+    config = pulumi.Config(CONFIG_NAMESPACE)
+    spec, path = load(config, pulumi.Config("aws"))
     for key, value in build_cluster(spec, ROOT, source=path.name).items():
         pulumi.export(key, value)
+    pulumi.export(OUT_SPEC, config.require(SPEC_KEY))  # what `slurmforge inventory` reads the spec from
 
 
 if __name__ == "__main__":  # Pulumi runs this file as __main__; tests import it

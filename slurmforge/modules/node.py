@@ -2,8 +2,8 @@
 
 Local nodes (the inventory sets `slurmforge_container`) are reached through
 `podman exec -i`; every other node through ssh with the inventory's connection vars
-(ansible_host, ansible_user, ansible_port, ansible_ssh_private_key_file,
-ansible_ssh_common_args). Work runs as root (`sudo -n` when the ssh user is not root), or
+(slurmforge.connection: ansible_host, ansible_user, ansible_port, the key, the common args
+such as a ProxyJump). Work runs as root (`sudo -n` when the inventory says so), or
 as a cluster user when asked (`podman exec -u`; `runuser` over ssh), under `umask 022`,
 inside `timeout` on the node: a `podman exec` whose client dies keeps running otherwise.
 
@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmforge.connection import becomes_root, container, ssh_argv
 from slurmforge.errors import ModuleError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import read_inventory
@@ -98,20 +99,12 @@ class NodeExecutor:  # not frozen: Executor.name is a plain attribute
 
 
 def executor_for(host: Host, user: str | None = None) -> NodeExecutor:
-    """podman exec for a local node, ssh with the inventory's connection vars otherwise; as
-    root, or as `user`."""
-    conn = host.connection
-    container = conn.get("slurmforge_container")
-    if container:
-        return NodeExecutor(host.name, ("podman", "exec", "-i", *(("-u", user) if user else ()), container))
-    login = conn.get("ansible_user", "root")
-    ssh = ["ssh", "-o", "BatchMode=yes", *shlex.split(conn.get("ansible_ssh_common_args", ""))]
-    if "ansible_port" in conn:
-        ssh += ["-p", conn["ansible_port"]]
-    if "ansible_ssh_private_key_file" in conn:
-        ssh += ["-i", conn["ansible_ssh_private_key_file"]]
-    ssh += [f"{login}@{conn.get('ansible_host', host.address)}", "--"]
-    return NodeExecutor(host.name, tuple(ssh), remote_shell=True, sudo=login != "root", run_as=user)
+    """podman exec for a local node, ssh with the inventory's connection vars otherwise
+    (slurmforge.connection); as root, or as `user`."""
+    local = container(host)
+    if local:
+        return NodeExecutor(host.name, ("podman", "exec", "-i", *(("-u", user) if user else ()), local))
+    return NodeExecutor(host.name, (*ssh_argv(host), "--"), remote_shell=True, sudo=becomes_root(host), run_as=user)
 
 
 def build_host(hosts: list[Host], name: str | None = None) -> Host:

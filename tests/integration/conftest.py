@@ -99,3 +99,15 @@ def cluster() -> Cluster_:
         pytest.skip(reason)
     report = up(SPEC, QuietPhases(), run_sample_job=False)
     return Cluster_(load_spec(SPEC), report)
+
+
+@pytest.fixture(scope="session")
+def running_inventory(request: pytest.FixtureRequest) -> Path:
+    """The running cluster's inventory, for tests that only read the cluster:
+    SLURMFORGE_TEST_INVENTORY names one a checkout elsewhere brought up (its nodes are left
+    as they are: `up` from this checkout would make them again for its own paths), else the
+    `cluster` fixture's."""
+    given = os.environ.get("SLURMFORGE_TEST_INVENTORY")
+    if given:
+        return Path(given)
+    return Path(request.getfixturevalue("cluster").report.inventory)

@@ -13,7 +13,9 @@ import asyncio
 import base64
 import gzip
 import json
+import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -229,11 +231,11 @@ class StackRun:
         return json.loads(resource.inputs[key])
 
 
-async def _resolve(outputs: dict[str, Any], run: StackRun) -> None:
+async def _resolve(outputs: dict[str, Any], values: dict[str, Any], secret: dict[str, bool]) -> None:
     for key, value in outputs.items():
         output = pulumi.Output.from_input(value)
-        run.outputs[key] = await output.future()
-        run.secret[key] = await output.is_secret()
+        values[key] = await output.future()
+        secret[key] = await output.is_secret()
 
 
 def _unpinned(data: dict[str, Any]) -> None:
@@ -270,11 +272,63 @@ def run_program(spec: Cluster, mocks: RecordingMocks, source: str) -> StackRun:
 
     @pulumi.runtime.test
     def program() -> Any:
-        return asyncio.ensure_future(_resolve(build_cluster(spec, ROOT, source), run))
+        return asyncio.ensure_future(_resolve(build_cluster(spec, ROOT, source), run.outputs, run.secret))
 
     program()
     assert run.outputs, "the program ran but no output was resolved"
     return run
+
+
+def run_main(config: dict[str, str], mocks: RecordingMocks) -> StackRun:
+    """What `pulumi up` runs - stacks/__main__.py's main() - under `mocks` with this stack
+    config, its exports resolved (a spec problem: main's pulumi.RunError)."""
+    from stacks import __main__ as program
+
+    exported: dict[str, Any] = {}
+    values: dict[str, Any] = {}
+    secret: dict[str, bool] = {}
+    export = pulumi.export
+    pulumi.runtime.settings.reset_options()
+    pulumi.runtime.set_mocks(mocks, project="slurmforge", stack="test", preview=False)
+    pulumi.runtime.set_all_config(config)
+    setattr(pulumi, "export", lambda key, value: exported.__setitem__(key, value))  # noqa: B010
+
+    @pulumi.runtime.test
+    def run() -> Any:
+        program.main()
+        return asyncio.ensure_future(_resolve(exported, values, secret))
+
+    try:
+        run()
+    finally:
+        setattr(pulumi, "export", export)  # noqa: B010
+        pulumi.runtime.set_all_config({})
+    spec = load_spec(program.spec_path(config[f"{program.CONFIG_NAMESPACE}:{program.SPEC_KEY}"]))
+    return StackRun(spec, mocks.resources, mocks.calls, values, secret)
+
+
+@contextmanager
+def moto_server(region: str) -> Iterator[str]:
+    """A moto server on this machine, fresh, AWS's managed policies loaded (the stack's
+    roles attach some), with every boto3 client of this process pointed at it; its URL."""
+    from moto.server import ThreadedMotoServer
+
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                           "AWS_DEFAULT_REGION": region, "MOTO_IAM_LOAD_MANAGED_POLICIES": "true"}.items():
+            mp.setenv(key, value)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        url = f"http://{host}:{port}"
+        mp.setenv("AWS_ENDPOINT_URL", url)
+        reset = urllib.request.Request(f"{url}/moto-api/reset", method="POST")
+        urllib.request.urlopen(reset, timeout=10).close()  # fresh backends, the managed policies loaded
+        try:
+            yield url
+        finally:
+            urllib.request.urlopen(reset, timeout=10).close()
+            server.stop()
 
 
 def pool_join_settings(run: StackRun) -> JoinSettings:

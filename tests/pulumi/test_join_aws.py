@@ -40,7 +40,6 @@ import boto3
 import pytest
 from moto.core.authorization import enable_iam_authentication
 from moto.secretsmanager.responses import SecretsManagerResponse
-from moto.server import ThreadedMotoServer
 
 from slurmforge.contract import AwsProviderSettings
 from slurmforge.hosts import TAG_NODE
@@ -52,6 +51,7 @@ from tests.pulumi.conftest import (
     POOLS_AWS,
     MotoMocks,
     StackRun,
+    moto_server,
     pool_join_settings,
     run_program,
     user_data_program,
@@ -196,17 +196,7 @@ class AwsNode:
 @pytest.fixture(scope="module")
 def aws_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AwsNode]:
     tmp = tmp_path_factory.mktemp("aws-node")
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                           "AWS_DEFAULT_REGION": REGION, "MOTO_IAM_LOAD_MANAGED_POLICIES": "true"}.items():
-            mp.setenv(key, value)
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        host, port = server.get_host_and_port()
-        moto = f"http://{host}:{port}"
-        mp.setenv("AWS_ENDPOINT_URL", moto)  # every boto3 client of this process, and the node's
-        reset = urllib.request.Request(f"{moto}/moto-api/reset", method="POST")
-        urllib.request.urlopen(reset, timeout=10).close()  # fresh backends, the managed policies loaded
+    with moto_server(REGION) as moto:  # every boto3 client of this process, and the node's
         imds = None
         try:
             spec = load_spec(POOLS_AWS)
@@ -234,9 +224,6 @@ def aws_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AwsNode]:
         finally:
             if imds:
                 imds.stop()
-            urllib.request.urlopen(urllib.request.Request(f"{moto}/moto-api/reset", method="POST"),
-                                   timeout=10).close()
-            server.stop()
 
 
 def test_the_instance_gets_the_join_program_for_the_stacks_outputs(aws_node: AwsNode) -> None:

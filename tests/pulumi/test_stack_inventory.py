@@ -19,6 +19,7 @@ import yaml
 
 from slurmforge import aws_inventory
 from slurmforge.aws_inventory import fetch_stack_secrets, inventory_from_stack_outputs, read_stack_outputs
+from slurmforge.connection import close_control
 from slurmforge.contract import AwsProviderSettings, read_settings
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import HostRole
@@ -26,15 +27,18 @@ from slurmforge.inventory import HOSTS_FILE, VARS_FILE, read_inventory
 from slurmforge.join import render_join
 from slurmforge.render import controller_name, controller_names
 from slurmforge.spec import load_spec
+from tests.infra.conftest import InventorySsh, connect
 from tests.pulumi.conftest import (
     DB_PASSWORD,
     LAB_AWS,
     MUNGE_B64,
     POOLS_AWS,
+    ROOT,
     RecordingMocks,
     StackRun,
     launch_template_user_data,
     pool_join_settings,
+    run_main,
     stack_output_json,
     user_data_program,
 )
@@ -91,6 +95,30 @@ def test_private_hosts_are_reached_through_the_login_node(written: tuple[StackRu
             assert host.connection["ansible_ssh_common_args"] == f"-o ProxyJump=admin@{login['public_ip']}"
 
 
+def test_validation_reaches_every_host_the_way_ansible_does(written: tuple[StackRun, Path]) -> None:
+    """`slurmforge validate --inventory`'s checks run on each host through the inventory's
+    connection: the login node on its public address, every other host through it
+    (ProxyJump), as the stack's ssh user with sudo (the checks read root-only state), one
+    shared connection per host."""
+    run, out = written
+    _, hosts = read_inventory(out)
+    public = {h["name"]: h.get("public_ip") for h in run.outputs["hosts"]}
+    jump = next(h["public_ip"] for h in run.outputs["hosts"] if h["role"] == "login")  # the first login node
+    control = Path("/run/sf-ssh")
+    shared = ["-o", "ControlMaster=auto", "-o", "ControlPersist=60s", "-o", f"ControlPath={control}/%C"]
+    for host in hosts:
+        backend = connect(host, control).backend
+        assert isinstance(backend, InventorySsh), host.name
+        argv = backend.command("cat %s", "/etc/munge/munge.key")
+        remote = "sudo -n /bin/sh -c 'cat /etc/munge/munge.key'"
+        if host.role is HostRole.LOGIN:
+            assert argv == ["ssh", "-o", "BatchMode=yes", *shared, f"admin@{public[host.name]}", "--", remote]
+        else:
+            assert argv == ["ssh", "-o", "BatchMode=yes", "-o", f"ProxyJump=admin@{jump}", *shared,
+                            f"admin@{host.address}", "--", remote], host.name
+        assert close_control(backend.argv)[-3:] == ["-O", "exit", backend.argv[-1]]
+
+
 def test_aws_vars_and_ceph_hosts_are_written(written: tuple[StackRun, Path]) -> None:
     run, out = written
     aws_vars = yaml.safe_load((out / aws_inventory.AWS_VARS_FILE).read_text())
@@ -139,6 +167,13 @@ def test_outputs_that_are_not_a_slurmforge_stack_are_refused(tmp_path: Path) -> 
         inventory_from_stack_outputs({"cluster": "mlpools"}, POOLS_AWS, tmp_path)
 
 
+def test_the_spec_is_the_one_the_outputs_name(tmp_path: Path) -> None:
+    assert aws_inventory.spec_of_outputs({"spec": "examples/pools-aws.yaml"}, ROOT) == POOLS_AWS
+    assert aws_inventory.spec_of_outputs({"spec": str(LAB_AWS)}, tmp_path) == LAB_AWS
+    with pytest.raises(ProvisionError, match=re.escape("fix: `pulumi up`, or pass the spec: slurmforge inventory")):
+        aws_inventory.spec_of_outputs({"cluster": "mlpools"}, ROOT)
+
+
 def test_read_stack_outputs(tmp_path: Path, pools_aws: StackRun) -> None:
     path = tmp_path / "outputs.json"
     with pytest.raises(ProvisionError, match="no such file"):
@@ -153,47 +188,26 @@ def test_read_stack_outputs(tmp_path: Path, pools_aws: StackRun) -> None:
 # --------------------------------------------------------------------------- the entry point
 
 
-def run_main(config: dict[str, str], monkeypatch: pytest.MonkeyPatch,
-             mocks: RecordingMocks | None = None) -> dict[str, Any]:
-    """Run stacks/__main__.py's main() under fresh mocks with this stack config."""
-    from stacks import __main__ as program
-
-    exported: dict[str, Any] = {}
-    monkeypatch.setattr(pulumi, "export", lambda key, value: exported.__setitem__(key, value))
-    pulumi.runtime.settings.reset_options()
-    pulumi.runtime.set_mocks(mocks or RecordingMocks(), project="slurmforge", stack="test", preview=False)
-    pulumi.runtime.set_all_config(config)
-
-    @pulumi.runtime.test
-    def run() -> Any:
-        program.main()
-        return pulumi.Output.from_input(exported).apply(lambda v: exported.update(v))
-
-    try:
-        run()
-    finally:
-        pulumi.runtime.set_all_config({})
-    return exported
-
-
-def test_main_reads_the_spec_path_from_stack_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    mocks = RecordingMocks()
-    exported = run_main({"slurmforge:spec": "examples/pools-aws.yaml", "aws:region": "us-east-1"}, monkeypatch, mocks)
-    assert set(exported) >= {"hosts", "launch_templates", "pool_parameters", "spot_queue_url", "secret_arns", "efs"}
-    assert exported["cluster"] == "mlpools"
+def test_main_reads_the_spec_path_from_stack_config() -> None:
+    run = run_main({"slurmforge:spec": "examples/pools-aws.yaml", "aws:region": "us-east-1"}, RecordingMocks())
+    assert set(run.outputs) >= {"hosts", "launch_templates", "pool_parameters", "spot_queue_url", "secret_arns", "efs"}
+    assert run.outputs["cluster"] == "mlpools"
+    # ... and names it for `slurmforge inventory`, as the config does (relative to the project root)
+    assert run.outputs["spec"] == "examples/pools-aws.yaml" and not run.secret["spec"]
+    assert aws_inventory.spec_of_outputs(run.outputs, ROOT) == POOLS_AWS
     # the pools' join program is rendered from the spec file the config names
     spec = load_spec(POOLS_AWS)
-    run = StackRun(spec, mocks.resources, mocks.calls, exported)
+    assert run.spec == spec
     assert user_data_program(launch_template_user_data(run, "cpu")) == render_join(
         spec, pool_join_settings(run), "pools-aws.yaml")
 
 
-def test_main_reports_every_spec_problem_on_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_main_reports_every_spec_problem_on_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(POOLS_AWS.read_text().replace("max_nodes: 4", "max_nodes: 0").replace(
         "region: us-east-1", "region: us-east"))
     with pytest.raises(pulumi.RunError) as info:
-        run_main({"slurmforge:spec": str(bad)}, monkeypatch)
+        run_main({"slurmforge:spec": str(bad)}, RecordingMocks())
     lines = str(info.value).splitlines()
     assert lines[0] == "invalid cluster spec:"
     assert [line.split(": ")[1] for line in lines[1:]] == [
@@ -201,14 +215,14 @@ def test_main_reports_every_spec_problem_on_one_line(tmp_path: Path, monkeypatch
     assert all(line.startswith(f"{bad}: ") for line in lines[1:])
 
 
-def test_main_refuses_a_region_other_than_the_specs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_main_refuses_a_region_other_than_the_specs() -> None:
     with pytest.raises(pulumi.RunError, match=re.escape("aws:region is eu-central-1 but pools-aws.yaml says")):
-        run_main({"slurmforge:spec": "examples/pools-aws.yaml", "aws:region": "eu-central-1"}, monkeypatch)
+        run_main({"slurmforge:spec": "examples/pools-aws.yaml", "aws:region": "eu-central-1"}, RecordingMocks())
 
 
-def test_main_refuses_a_target_that_is_not_aws(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_main_refuses_a_target_that_is_not_aws() -> None:
     with pytest.raises(pulumi.RunError, match=re.escape("target.kind: the Pulumi program builds AWS clusters only")):
-        run_main({"slurmforge:spec": "examples/local.yaml"}, monkeypatch)
+        run_main({"slurmforge:spec": "examples/local.yaml"}, RecordingMocks())
 
 
 # --------------------------------------------------------------------------- secrets for the rollout

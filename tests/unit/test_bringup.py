@@ -6,6 +6,7 @@ recorder in place of `roll_out`."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -183,7 +184,7 @@ def test_rollout_inventory_skips_current_hosts_and_never_touches_dynamic_ones(mo
     assert call["limit"] == [n for n in static if n not in ("dev-controller", "dev-cpu-01")]
     assert call["ceph"] == ["dev-ceph-01"]
     assert call["digest"] == rollout_digest((tmp_path / "inventory").resolve())
-    assert call["log"] == bringup.LOG_DIR / "inventory-rollout.log"
+    assert call["log"] == bringup.log_dir() / "inventory-rollout.log"
     assert f"rollout changed {len(call['limit'])} thing(s) in 12 s; log {call['log']}" in result.output
 
 
@@ -245,3 +246,23 @@ def test_a_sample_job_that_fails_is_a_provision_error(monkeypatch: pytest.Monkey
     with pytest.raises(ProvisionError) as failed:
         bringup.sample_job(Host("dev-login", "10.89.7.12", HostRole.LOGIN), "alice", "/home/alice")
     assert str(failed.value) == message and len(calls) == 2  # no output read for a job that never ran
+
+
+@pytest.mark.parametrize(("euid", "xdg", "state", "logs"), [
+    (0, None, "/var/lib/slurmforge", "/var/log/slurmforge"),
+    (1000, None, "/home/ann/.local/state/slurmforge", "/home/ann/.local/state/slurmforge/log"),
+    (1000, "/srv/ann", "/srv/ann/slurmforge", "/srv/ann/slurmforge/log")])
+def test_secrets_and_logs_are_roots_or_the_users_own(euid: int, xdg: str | None, state: str, logs: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """An AWS cluster is built, rolled out and validated from an admin's own account: its
+    secrets and logs go to their state directory, never to root's."""
+    from slurmforge.inventory import secrets_dir
+
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+    monkeypatch.setenv("HOME", "/home/ann")
+    if xdg is None:
+        monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_STATE_HOME", xdg)
+    assert secrets_dir("mlpools") == Path(state) / "mlpools" / "secrets"
+    assert bringup.log_dir() == Path(logs)

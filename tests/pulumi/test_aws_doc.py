@@ -1,0 +1,159 @@
+"""docs/aws.md's commands, every line of its shell blocks, run as written and in order,
+from a copy of the repository, as a user who is not root (as root, each line runs in a
+user namespace of its own, where the euid is not 0).
+
+What cannot run here stands in: `pulumi` is tests/pulumi/pulumi_shim.py (the Pulumi
+program under the mocks, its AWS resources made in a moto server), the AWS SDK of every
+command goes to that server, and `.venv/bin/slurmforge` runs the copy's code with this
+interpreter (what `make venv` makes). `ssh` refuses every host (none of the stack's is
+real). The lines that cannot run at all are SKIPPED, each with its reason; the lines of
+`pulumi` and `.venv/bin/slurmforge` run; any other line fails the test. So a new or
+edited command that does not work, or that nobody handled, fails it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmforge.inventory import VARS_FILE, read_inventory
+from tests.pulumi.conftest import ROOT, moto_server
+from tests.pulumi.pulumi_shim import STATE
+
+pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
+
+DOC = ROOT / "docs" / "aws.md"
+REGION = "us-east-1"
+SKIPPED = {
+    "curl -fsSL https://get.pulumi.com | sh          # installs ~/.pulumi/bin/pulumi":
+        "downloads and installs the Pulumi CLI: no network here, the shim is the test's pulumi",
+    "make venv                                        # .venv with slurmforge, pulumi, pulumi-aws, ansible, ...":
+        "installs the venv from PyPI: the copy's .venv/bin/slurmforge runs this test's venv",
+    "ssh admin@$(pulumi stack output hosts --json | jq -r '.[] | select(.role==\"login\") | .public_ip' | head -1) "
+    "true": "ssh to the stack's login node: no real host here",
+    ".venv/bin/slurmforge rollout --inventory inventories/mlpools      # playbooks/site.yml, with progress":
+        "Ansible on the stack's hosts over ssh: no real host here",
+    ".venv/bin/slurmforge validate --inventory inventories/mlpools     # the testinfra suite (tests/infra)":
+        "the checks on the stack's hosts over ssh: no real host here (tests/integration/"
+        "test_validate_through_a_jump_host.py validates the local cluster through a jump host)",
+    ".venv/bin/slurmforge down --inventory inventories/mlpools   # stop the scheduler service, terminate its pool "
+    "machines": "stops the scheduler service on the stack's controllers over ssh: no real host here",
+}
+RUN = ("pulumi", ".venv/bin/slurmforge")
+"""The programs whose lines run; a line of any other program must be in SKIPPED."""
+COPIED = ("docs", "examples", "playbooks", "roles", "slurmforge", "stacks", "templates", "tests", "modules",
+          "Pulumi.yaml", "pyproject.toml", "Makefile")
+
+
+def doc_commands(text: str) -> list[str]:
+    """Every command of the ```sh blocks, in order: one per line (a trailing backslash
+    continues it), comment-only and empty lines left out."""
+    commands: list[str] = []
+    for block in re.findall(r"^```(?:sh|bash|console)\n(.*?)^```", text, re.M | re.S):
+        pending = ""
+        for line in block.splitlines():
+            line = pending + line.strip()
+            if line.endswith("\\"):
+                pending = line[:-1] + " "
+                continue
+            pending = ""
+            if line and not line.startswith("#"):
+                commands.append(line)
+    return commands
+
+
+def test_every_shell_block_line_of_the_doc_is_found() -> None:
+    commands = doc_commands(DOC.read_text())
+    assert commands[0].startswith("curl ") and commands[-1].startswith("pulumi destroy")
+    assert len(commands) == 15
+    assert set(SKIPPED) <= set(commands), f"skipped lines the doc no longer has: {set(SKIPPED) - set(commands)}"
+
+
+def stand_ins(bin_dir: Path, copy: Path) -> None:
+    """`pulumi` (the shim) and a refusing `ssh` on PATH; the copy's .venv/bin/slurmforge."""
+    scripts = {bin_dir / "pulumi": f'exec {sys.executable} -m tests.pulumi.pulumi_shim "$@"\n',
+               bin_dir / "ssh": 'echo "ssh: the test reaches no host ($*)" >&2\nexit 255\n',
+               copy / ".venv" / "bin" / "slurmforge": f'exec {sys.executable} -m slurmforge.cli "$@"\n'}
+    for path, body in scripts.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/bin/sh\n" + body)
+        path.chmod(0o755)
+
+
+@pytest.fixture(scope="module")
+def workplace() -> Iterator[tuple[Path, dict[str, str]]]:
+    """The copy of the repository the commands run in, and their environment."""
+    with tempfile.TemporaryDirectory(prefix="sf-aws-doc-") as tmp, moto_server(REGION) as moto:
+        copy, home, state, bin_dir = (Path(tmp) / name for name in ("repo", "home", "pulumi", "bin"))
+        for name in COPIED:
+            source = ROOT / name
+            if source.is_dir():
+                shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            else:
+                shutil.copy2(source, copy / name)
+        for directory in (home, state):
+            directory.mkdir()
+        stand_ins(bin_dir, copy)
+        env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
+               "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1", STATE: str(state),
+               "AWS_ENDPOINT_URL": moto, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+               "AWS_CONFIG_FILE": str(home / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(home / "none"),
+               "MOTO_IAM_LOAD_MANAGED_POLICIES": "true"}
+        yield copy, env
+
+
+def not_root() -> list[str]:
+    return ["unshare", "--user"] if os.geteuid() == 0 else []
+
+
+def test_the_docs_commands_work_as_written(workplace: tuple[Path, dict[str, str]]) -> None:
+    copy, env = workplace
+    root_secrets = Path("/var/lib/slurmforge/mlpools")
+    had_root_secrets = root_secrets.exists()
+    ran, skipped = [], []
+    for command in doc_commands(DOC.read_text()):
+        if command in SKIPPED:
+            skipped.append(command)
+            continue
+        assert command.split()[0] in RUN, f"docs/aws.md: `{command}` is neither run nor skipped by this test"
+        res = subprocess.run([*not_root(), "bash", "-o", "pipefail", "-ec", command], cwd=copy, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, f"docs/aws.md: `{command}` exits {res.returncode}:\n{res.stdout}{res.stderr}"
+        ran.append(command)
+        if "slurmforge inventory" in command:
+            assert_inventory_and_secrets(copy, Path(env["HOME"]))
+    assert set(skipped) == set(SKIPPED) and len(ran) == 9
+    assert ran[-1] == "pulumi destroy                                              # everything the stack made"
+    assert root_secrets.exists() == had_root_secrets, "the doc's commands wrote root's secrets directory"
+
+
+def assert_inventory_and_secrets(copy: Path, home: Path) -> None:
+    """What the doc says `inventory` does: inventories/mlpools/ from the spec the stack
+    names (the outputs the doc saved), the stack's secrets in the user's own state
+    directory (0700, files 0600)."""
+    import boto3
+
+    outputs = json.loads((copy / "mlpools-outputs.json").read_text())
+    assert outputs["spec"] == "examples/pools-aws.yaml" and outputs["munge_key"] == "[secret]"
+    spec, hosts = read_inventory(copy / "inventories" / "mlpools")
+    assert spec.name == "mlpools"
+    assert {h.name for h in hosts} == {h["name"] for h in [*outputs["hosts"], *outputs["ceph_hosts"]]}
+    secrets = home / ".local" / "state" / "slurmforge" / "mlpools" / "secrets"
+    cluster_vars = yaml.safe_load((copy / "inventories" / "mlpools" / VARS_FILE).read_text())
+    assert cluster_vars["slurmforge_secrets_dir"] == str(secrets)
+    arns = outputs["secret_arns"]
+    stored = boto3.client("secretsmanager", region_name=REGION).get_secret_value(SecretId=arns["munge_key"])
+    assert (secrets / "munge.key").read_bytes() == base64.b64decode(stored["SecretString"])
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(p.stat().st_mode) for p in secrets.iterdir()} == {0o600}
