@@ -38,6 +38,7 @@ from slurmforge.contract import (
     JOIN_PROGRAM,
     JOIN_SECRETS_DIR,
     JOIN_UNIT,
+    KIT_POOL_HOSTS,
     KIT_SUBDIR,
     NFS_OPTIONS,
     NODE_EXPORTER_PORT,
@@ -85,6 +86,12 @@ def environment() -> jinja2.Environment:
 def kit_dir(spec: Cluster) -> str:
     """The node kit on the NAS (under the software mount every node has)."""
     return f"{spec.storage.nas.mounts.software.rstrip('/')}/{KIT_SUBDIR}"
+
+
+def pool_hosts_file(spec: Cluster) -> str:
+    """The kit's pool hosts: every pool node's address while the scheduler service has a
+    machine for it (service.pool_hosts writes it, the join program's hosts step reads it)."""
+    return f"{kit_dir(spec)}/{KIT_POOL_HOSTS}"
 
 
 def nas_mounts(spec: Cluster) -> list[tuple[str, str]]:
