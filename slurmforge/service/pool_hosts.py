@@ -2,9 +2,10 @@
 node kit on the NAS (contract.KIT_POOL_HOSTS), so that pool node names resolve on every node
 without a DNS server (docs/node-lifecycle.md, "Names").
 
-The service knows a machine's address as soon as it has one: the local provider's launch
-returns it (the container's fixed address), EC2's first DescribeInstances after the launch
-lists it (an instance has its private address while still pending). The bindings (state.py)
+The service knows a machine's address as soon as it has one: the launch returns it (the
+local container's fixed address; an EC2 instance's private address, which it has while
+still pending), or, when EC2 does not know a fresh instance yet, the next listing of the
+machines has it. The bindings (state.py)
 say which node each machine is; an address is remembered by machine, so a node whose new
 machine has no address yet is left out rather than given the old one's.
 

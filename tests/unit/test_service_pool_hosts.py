@@ -111,8 +111,8 @@ def test_each_launch_publishes_at_once_not_at_the_end_of_the_loop(tmp_path: Path
 
 def test_a_machine_without_an_address_yet_is_published_once_it_is_listed_with_one(
         env: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    """EC2: CreateFleet returns instance ids only; the next loop's DescribeInstances has the
-    private address (an instance has it while pending)."""
+    """EC2 did not know the fresh instances when the provider asked for their addresses
+    right after the launch: the next loop's listing has them."""
     clock = Clock()
     slurm, cloud = two_powering_up(env, monkeypatch), AddressedCloud(clock, at_launch=False)
     cloud.instances["i-od"] = instance("i-od", OD1, pool="od")
