@@ -100,6 +100,14 @@ JOIN_SECRETS_DIR = "/etc/slurmforge/secrets"
 mounted read-only) and on machines you own (the munge role's copy)."""
 KIT_SUBDIR = ".slurmforge/kit"
 """The node kit, under the NAS's software mount (slurmforge.join.kit_dir)."""
+KIT_POOL_HOSTS = "pool/hosts"
+"""In the node kit: `address name` of every pool node the scheduler service has a machine
+for (service.pool_hosts), which the join program's hosts step adds to /etc/hosts. In a
+directory of the service's own: the service's user may replace this file, not the kit's
+accounts (slurmforge.join.pool_hosts_file)."""
+HOSTS_REFRESH = "slurmforge-hosts"
+"""The timer (and its service) the join program installs: `slurmforge-join --only hosts`
+every 30 s, so shells outside a job (the login node's) resolve pool nodes that came since."""
 NFS_OPTIONS = "nfsvers=4.1,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport,_netdev"
 """Every NFS/EFS mount of the NAS, by the join program and the storage_client role: NFS 4.1,
 1 MiB transfers, hard mounts with AWS's recommended timeouts for EFS, a new source port

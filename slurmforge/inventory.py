@@ -28,7 +28,7 @@ from slurmforge.contract import DIGEST_FILE
 from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole
-from slurmforge.join import kit_dir, kit_files, lmod_paths, local_settings, render_join
+from slurmforge.join import kit_dir, kit_files, lmod_paths, local_settings, pool_hosts_file, render_join
 from slurmforge.monitoring import has_real_gpus, render_monitoring
 from slurmforge.nodes import pool_hardware
 from slurmforge.render import (
@@ -154,6 +154,7 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host],
         "slurmforge_ceph": ceph_vars(spec, hosts),
         "slurmforge_scratch": spec.storage.scratch.path if spec.storage.scratch else None,
         "slurmforge_kit_dir": kit_dir(spec),
+        "slurmforge_pool_hosts_file": pool_hosts_file(spec),
         "slurmforge_lmod": lmod_paths(spec),
         "slurmforge_modules_root": spec.modules.root,
         "slurmforge_mail": spec.mail.model_dump(),

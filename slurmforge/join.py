@@ -15,7 +15,10 @@ One program on every target, only its inputs differ (`JoinSettings`):
 
 What changes without a new program lives in the node kit on the NAS, which every rollout
 publishes (`kit_files`): the users and groups as the spec has them now, every fixed host's
-address, the CephFS client's ceph.conf and (root only) keyring. A user added to the spec
+address, the CephFS client's ceph.conf and (root only) keyring. Beside them the scheduler
+service keeps the pool hosts (`pool_hosts_file`): the address of every pool node it has a
+machine for, which the program's hosts step adds to /etc/hosts at the join, in Slurm's
+Prolog before each job and every 30 s. A user added to the spec
 and rolled out exists on a node that boots afterwards, though no Ansible runs there: a
 published kit, rather than a directory service, because the cluster has no LDAP to keep
 alive and a kit is one more file on storage every node mounts already.
@@ -34,11 +37,13 @@ import jinja2
 from slurmforge.ceph import client_name
 from slurmforge.contract import (
     HOLD_FILE,
+    HOSTS_REFRESH,
     JOIN_LOCK,
     JOIN_PROGRAM,
     JOIN_SECRETS_DIR,
     JOIN_STEPS_FILE,
     JOIN_UNIT,
+    KIT_POOL_HOSTS,
     KIT_SUBDIR,
     NFS_OPTIONS,
     NODE_EXPORTER_PORT,
@@ -88,6 +93,12 @@ def kit_dir(spec: Cluster) -> str:
     return f"{spec.storage.nas.mounts.software.rstrip('/')}/{KIT_SUBDIR}"
 
 
+def pool_hosts_file(spec: Cluster) -> str:
+    """The kit's pool hosts: every pool node's address while the scheduler service has a
+    machine for it (service.pool_hosts writes it, the join program's hosts step reads it)."""
+    return f"{kit_dir(spec)}/{KIT_POOL_HOSTS}"
+
+
 def nas_mounts(spec: Cluster) -> list[tuple[str, str]]:
     """(directory on the NAS, mount point) a node mounts: the mount's name in the spec is its
     directory. Not Slurm's state: it is the controllers' only (job scripts, credentials)."""
@@ -127,6 +138,7 @@ def render_join(spec: Cluster, settings: JoinSettings, source: str = "cluster.ya
         "nas_mounts": nas_mounts(spec),
         "nas_directories": list(spec.storage.nas.mounts.model_dump()),
         "kit": kit_dir(spec),
+        "pool_hosts": pool_hosts_file(spec),
         "scratch": spec.storage.scratch.path if spec.storage.scratch else None,
         "secrets_dir": JOIN_SECRETS_DIR,
         "hold_file": HOLD_FILE,
@@ -134,6 +146,7 @@ def render_join(spec: Cluster, settings: JoinSettings, source: str = "cluster.ya
         "join_unit": JOIN_UNIT,
         "join_lock": JOIN_LOCK,
         "join_steps_file": JOIN_STEPS_FILE,
+        "hosts_refresh": HOSTS_REFRESH,
         "slurmd_flags": "".join(f"{flag} " for flag in settings.slurmd_flags),
         "exporter_port": NODE_EXPORTER_PORT,
         "lmod": lmod_paths(spec) | {"cached_loads": True},
@@ -172,5 +185,6 @@ def kit_files(spec: Cluster, hosts: Sequence[Host]) -> Mapping[str, str]:
     for u in spec.users:
         groups = [*u.groups, *(["sudo"] if u.admin else [])]
         accounts.append(f"user {u.name} {u.uid} {','.join(groups)}".rstrip())
-    host_lines = [f"{h.address} {h.name}" for h in sorted(hosts, key=lambda h: h.name) if h.address]
+    # fixed hosts only: a pool node's address is known once its machine is (the pool hosts)
+    host_lines = [f"{h.address} {h.name}" for h in sorted(hosts, key=lambda h: h.name) if h.address and not h.dynamic]
     return {"accounts": "\n".join(accounts) + "\n", "hosts": "\n".join(host_lines) + "\n"}

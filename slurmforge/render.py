@@ -21,6 +21,7 @@ from slurmforge.billing import BillingWeights, billing_weights
 from slurmforge.contract import (
     CTLD_IN_CONTROL_PROGRAM,
     CTLD_STANDBY_PROGRAM,
+    JOIN_PROGRAM,
     NODES_READY_PROGRAM,
     SERVICE_BIN,
     SLURMDBD_SECRET_CONF,
@@ -269,6 +270,11 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
         "TaskPlugin": ["task/cgroup", "task/affinity"],
         "JobAcctGatherType": "jobacct_gather/cgroup",
         "PrologFlags": "Contain",
+        # the join program's hosts step (it sees SLURM_SCRIPT_CONTEXT=prolog_slurmd): every
+        # node of a job adds its peers' names to /etc/hosts from the node kit's pool hosts as
+        # the job is allocated - Contain implies Alloc, so on all its nodes, once all of them
+        # registered (docs/node-lifecycle.md, "Names"); it never fails the job
+        "Prolog": JOIN_PROGRAM,
         # priority and fair share
         "PriorityType": f"priority/{prio.type}",
     }

@@ -13,6 +13,8 @@
   code (InsufficientInstanceCapacity, VcpuLimitExceeded, ...) and the service tries the
   next link for them; a quota's code says the account's EC2 Service Quota is used up
   (the service names it: slurmforge.catalog.ec2_quota).
+- The new instances' private addresses read right after the launch (DescribeInstances by
+  id), so the service publishes their names before they boot (service.pool_hosts).
 - Tags: cluster, pool, link, token, jobs, users and accounts on the fleet's instances at
   launch; each instance's node (and its job, user and account) by CreateTags right after,
   from a background queue so a large launch is not held up by the tagging rate. Cluster and
@@ -213,7 +215,9 @@ class AwsProvider(Machines):
         got = self._fleet_instances(response)
         self.run_bucket.give_back(len(nodes) - len(got))
         code = fleet_error(response)
-        launched = {node: self._instance(request, node, fi) for node, fi in zip(nodes, got, strict=False)}
+        addresses = self._addresses([fi.id for fi in got])
+        launched = {node: self._instance(request, node, fi, addresses.get(fi.id))
+                    for node, fi in zip(nodes, got, strict=False)}
         self._queue_node_tags(request, launched)
         return LaunchResult(launched, dict.fromkeys(nodes[len(got):], code))
 
@@ -301,9 +305,24 @@ class AwsProvider(Machines):
                                     str(item.get("Lifecycle") or "on-demand")) for iid in item.get("InstanceIds", [])]
         return sorted(found, key=lambda f: f.id)
 
-    def _instance(self, request: LaunchRequest, node: str, fi: FleetInstance) -> Instance:
+    def _addresses(self, ids: list[str]) -> dict[str, str]:
+        """The private addresses of instances just launched (one has its address while still
+        pending): with them the service publishes the nodes' names before the machines boot
+        (service.pool_hosts). EC2 may not know a fresh instance yet (eventual consistency):
+        then the service's next DescribeInstances lists the addresses."""
+        if not ids:
+            return {}
+        try:
+            found = self._call("describe_instances", InstanceIds=ids)
+        except self._aws_errors() as exc:
+            log.info("the addresses of %d new instance(s) come with the next listing: %s", len(ids), exc)
+            return {}
+        return {str(item["InstanceId"]): str(item["PrivateIpAddress"]) for reservation in found["Reservations"]
+                for item in reservation["Instances"] if item.get("PrivateIpAddress")}
+
+    def _instance(self, request: LaunchRequest, node: str, fi: FleetInstance, address: str | None) -> Instance:
         tags = self.fleet_tags(request, [node]) | self.node_tags(request, node)
-        return Instance(id=fi.id, node=node, pool=request.pool, state=InstanceState.PENDING, address=None,
+        return Instance(id=fi.id, node=node, pool=request.pool, state=InstanceState.PENDING, address=address,
                         launched_at=self.clock(), market=fi.market, instance_type=fi.instance_type, zone=fi.zone,
                         tags=tags)
 

@@ -215,16 +215,21 @@ class LocalProvider(Provisioner):
         return self.root / "secrets" / f"{SSH_KEY}.pub"
 
     def _ensure_network(self) -> None:
+        """The cluster's network, without podman's DNS (aardvark-dns, or CNI's dnsname):
+        nodes find each other by name only as on every target - /etc/hosts from the
+        join program (docs/node-lifecycle.md, "Names") - not by their container names."""
         if self.podman.network_exists(self.network):
             info = self.podman.json(["network", "inspect", self.network])
             subnets = [s.get("subnet") for s in (info[0].get("subnets") or [])] if info else []
-            if self.target.subnet in subnets:
+            dns = bool(info[0].get("dns_enabled")) if info else False
+            if self.target.subnet in subnets and not dns:
                 return
-            log.info("recreating network %s: subnet changed", self.network)
+            log.info("recreating network %s: %s", self.network, "its DNS answers container names" if dns
+                     else "subnet changed")
             for c in self.podman.containers(f"{LABEL}={self.spec.name}"):
                 self.podman.remove_container(c.name)
             self.podman.run(["network", "rm", "-f", self.network])
-        self.podman.run(["network", "create", "--subnet", self.target.subnet, self.network])
+        self.podman.run(["network", "create", "--disable-dns", "--subnet", self.target.subnet, self.network])
 
     def _ensure_nas(self) -> None:
         for source, _ in self.nas_binds():

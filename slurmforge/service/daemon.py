@@ -1,8 +1,9 @@
 """The daemon loop: a list of named steps, every 10 s (sooner when a hand-off arrives).
 
     read_spec -> take_handoffs -> take_interruptions -> observe -> classify -> guard
-              -> act -> fall_back -> close_runaway -> publish -> beat
+              -> act -> fall_back -> pool hosts -> close_runaway -> publish -> beat
 
+The pool hosts (service.pool_hosts) are written after the actions and after each launch.
 The spec is re-read every loop; when it cannot be read the last good one is kept. Side
 effects go through the Slurm client, the provider and the store only. `observe` never
 lets a failed or doubtful answer pass for an empty one, and `guard` (service.guard)
@@ -30,6 +31,7 @@ from slurmforge.service.classify import Context, Tunables, World, classify, plan
 from slurmforge.service.executor import ActReport, Executor
 from slurmforge.service.guard import VIEW_REASONS, Decision, Doubt, Guard, Hold, HoldReason
 from slurmforge.service.leader import Leadership
+from slurmforge.service.pool_hosts import PoolHosts
 from slurmforge.service.runaway import RUNAWAY_INTERVAL, RunawayCloser
 from slurmforge.service.slurm import Job, NodeState, SlurmClient, jobs_by_node
 from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot, cooling_links
@@ -66,6 +68,8 @@ class DaemonConfig:
     """Read it in a thread of its own (tests: in the loop)."""
     runaway_interval: float = RUNAWAY_INTERVAL
     """How often the leader closes runaway job records (service.runaway)."""
+    pool_hosts_file: Path | None = None
+    """The node kit's pool hosts (service.pool_hosts), written by the leader (None: off)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,8 @@ class Daemon:
                  leadership: Leadership | None = None) -> None:
         self.config, self.slurm, self.provider, self.store = config, slurm, provider, store
         self.load_spec, self.clock, self.leadership = load_spec, clock, leadership
-        self.executor = Executor(slurm, provider, store, clock)
+        self.pool_hosts = PoolHosts(config.pool_hosts_file) if config.pool_hosts_file is not None else None
+        self.executor = Executor(slurm, provider, store, clock, self.pool_hosts)
         self.spec: Cluster | None = None
         self.topology: Topology | None = None
         self.snapshot: ClusterSnapshot | None = None
@@ -139,6 +144,8 @@ class Daemon:
         decision = self.check(world, actions, doubts)
         act = self.act(world, decision.run)
         passes = self.fall_back(world, act) if not doubts else 0
+        if self.pool_hosts is not None:  # addresses listed since the launch, nodes released
+            self.pool_hosts.publish(self.store.bindings())
         self.close_runaway()
         seconds = self.clock() - started
         self.publish(world, seconds, trusted=not doubts)
@@ -208,6 +215,8 @@ class Daemon:
         instances = _ask(self.provider.list_instances, HoldReason.CLOUD_VIEW, doubts)
         if nodes is not None:
             self._nodes = nodes
+        if instances is not None and self.pool_hosts is not None:
+            self.pool_hosts.learn(instances, listing=True)
         if jobs is not None:
             self._jobs, self._job_users = jobs, {j.id: j.user for j in jobs}
             self._job_accounts = {j.id: j.account for j in jobs if j.account}

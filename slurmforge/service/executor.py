@@ -6,7 +6,7 @@ Order: bookkeeping (with the events of replaced nodes), then what protects runni
 power-ups and resumes, and launches last (the slow part).
 A launch is written to the store before the provider hears of it and completed after;
 if the provider raises, the record stays pending and the next loop retries it with the
-same token.
+same token. A completed launch publishes the pool hosts at once (service.pool_hosts).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from slurmforge.providers.base import (
 )
 from slurmforge.service import actions as a
 from slurmforge.service import when
+from slurmforge.service.pool_hosts import PoolHosts
 from slurmforge.service.slurm import SlurmClient
 from slurmforge.service.state import JOINING, Binding, Cooldown, Event, LaunchRecord, Store
 from slurmforge.service.topology import Topology
@@ -61,8 +62,11 @@ class ActReport:
 
 
 class Executor:
-    def __init__(self, slurm: SlurmClient, provider: Machines, store: Store, clock: Callable[[], float]) -> None:
+    def __init__(self, slurm: SlurmClient, provider: Machines, store: Store, clock: Callable[[], float],
+                 pool_hosts: PoolHosts | None = None) -> None:
+        """`pool_hosts`: published again after each launch (service.pool_hosts)."""
         self.slurm, self.provider, self.store, self.clock = slurm, provider, store, clock
+        self.pool_hosts = pool_hosts
 
     def execute(self, actions: Sequence[a.Action], topology: Topology, instances: Sequence[Instance] = (),
                 job_users: Mapping[int, str] | None = None, node_jobs: Mapping[str, int] | None = None,
@@ -244,6 +248,9 @@ class _Run:
         bindings = [Binding(node, inst.id, x.link, inst.launched_at or self.now, x.token)
                     for node, inst in result.launched.items()]
         self.store.finish_launch(x.token, bindings)
+        if self.ex.pool_hosts is not None:  # the new machines' names resolve before they boot, where known
+            self.ex.pool_hosts.learn(result.launched.values())
+            self.ex.pool_hosts.publish(self.store.bindings())
         for binding in bindings:  # until its slurmd registers: the join share (classify.Context.joined)
             self.store.clear_mark(binding.node, JOINING)
             self.store.set_mark(binding.node, JOINING, binding.launched_at)

@@ -82,6 +82,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=LOOP_INTERVAL)
     parser.add_argument("--targets-file", type=Path, help="write the dynamic nodes' node exporter targets here "
                         "(Prometheus file_sd), every loop")
+    parser.add_argument("--pool-hosts", type=Path, help="write the pool nodes' addresses and names here (the node "
+                        "kit's pool hosts, which every node adds to /etc/hosts)")
     parser.add_argument("--slurm-bin", default="", help="directory of sinfo/scontrol (default: PATH)")
     parser.add_argument("--once", action="store_true", help="run one loop and exit")
     parser.add_argument("--verbose", "-v", action="store_true")
@@ -101,7 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"slurmforge-service: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 1)
     config = DaemonConfig(spec_path=args.spec, spool=args.spool, heartbeat=args.state_dir / "heartbeat",
-                          interval=args.interval, targets_file=args.targets_file)
+                          interval=args.interval, targets_file=args.targets_file,
+                          pool_hosts_file=args.pool_hosts)
     shared = args.shared_dir or args.state_dir
     slurm = SlurmClient(bin_dir=args.slurm_bin)
     controllers = controller_names(spec)

@@ -13,17 +13,14 @@ Prometheus picks a changed file up by itself (inotify), without a reload.
 from __future__ import annotations
 
 import json
-import logging
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from slurmforge.contract import NODE_EXPORTER_PORT
+from slurmforge.service.files import replace_if_changed
 from slurmforge.service.slurm import NodeState
 from slurmforge.service.topology import Topology
-
-log = logging.getLogger(__name__)
 
 
 def is_scrapable(node: NodeState) -> bool:
@@ -48,16 +45,4 @@ def dynamic_targets(topology: Topology, nodes: Iterable[NodeState],
 
 def write_targets(path: Path, groups: list[dict[str, Any]]) -> bool:
     """Atomically replace the file when its content changes; True when written."""
-    text = json.dumps(groups, indent=1, sort_keys=True) + "\n"
-    try:
-        if path.exists() and path.read_text() == text:
-            return False
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        os.chmod(tmp, 0o644)
-        tmp.replace(path)
-    except OSError as exc:
-        log.warning("scrape targets %s: %s", path, exc)
-        return False
-    return True
+    return replace_if_changed(path, json.dumps(groups, indent=1, sort_keys=True) + "\n", "scrape targets")

@@ -21,7 +21,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmforge.contract import JOIN_PROGRAM
+from slurmforge.join import JoinSettings, render_join
 from slurmforge.nodes import node_names
+from slurmforge.render import controller_names
 from slurmforge.routing import JOB_SUBMIT_SCRIPT
 from slurmforge.spec import Cluster
 from tests.judge import Judge, node_image
@@ -32,11 +35,12 @@ COMMAND_TIMEOUT = 15
 AS_RENDERED = ("gres.conf", "cgroup.conf", JOB_SUBMIT_SCRIPT)
 """Files slurmctld reads next to slurm.conf, used as rendered."""
 # A judge container has no cgroup hierarchy of its own to give jobs: with a slurmd in it,
-# jobs are found and confined by process instead (None drops the key). These settings only
-# decide how a job's processes are tracked on the node; scheduling, priority and
-# preemption stay as rendered.
+# jobs are found and confined by process instead. These settings only decide how a job's
+# processes are tracked on the node; scheduling, priority and preemption stay as rendered,
+# and so does when the Prolog runs (Alloc: what the rendered Contain implies, without the
+# cgroup container).
 SLURMD_OVERRIDE = {"ProctrackType": "proctrack/linuxproc", "TaskPlugin": "task/none",
-                   "JobAcctGatherType": "jobacct_gather/none", "PrologFlags": None}
+                   "JobAcctGatherType": "jobacct_gather/none", "PrologFlags": "Alloc"}
 
 
 def free_port() -> int:
@@ -337,6 +341,17 @@ def write_config(spec: Cluster, rendered: Mapping[str, str], run: RunDir, judge:
     shutil.copy2(NODES_READY_SOURCE, run.nodes_ready)
     names = [name for pool in spec.pools for name in node_names(spec, pool)]
     install_etc(judge, run, names, ((g.name, g.gid) for g in spec.groups))
+    if slurmd:
+        install_join_program(judge, spec, run)
+
+
+def install_join_program(judge: Judge, spec: Cluster, run: RunDir) -> None:
+    """The rendered join program where slurm.conf's Prolog names it, as on every node (for
+    machines you own: the controllers' names on the judge's loopback)."""
+    settings = JoinSettings(target="static", controllers=tuple((name, "127.0.0.1") for name in controller_names(spec)))
+    program = run.root / "slurmforge-join"
+    program.write_text(render_join(spec, settings))
+    judge.run(["install", "-D", "-m", "0755", str(program), JOIN_PROGRAM], check=True)
 
 
 def start_slurmd(judge: Judge, run: RunDir, node: str) -> None:

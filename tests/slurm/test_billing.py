@@ -35,6 +35,7 @@ from tests.slurm.daemons import (
     adapt_for_tmp,
     free_port,
     install_etc,
+    install_join_program,
     power_stub_script,
     start_munged,
     start_slurmctld,
@@ -154,6 +155,7 @@ def accounted() -> Iterator[Accounted]:
                         "mknod -m 666 /dev/nvidia0 c 195 0 && mknod -m 666 /dev/nvidia1 c 195 1"],
                        check=True, capture_output=True, timeout=60)
         sh(judge, f"mkdir -p {run.root / 'slurmd'}")
+        install_join_program(judge, spec, run)  # the Prolog, as rendered
         judge.spawn(["env", f"SLURM_CONF={run.conf}", "slurmd", "-D", "-N", NODE], run.root / "slurmd.out")
         wait(f"{NODE} idle", lambda: "idle" in judge.run(["sinfo", "-h", "-n", NODE, "-o", "%t"], env=env).stdout)
         jobs: dict[str, int] = {}

@@ -216,6 +216,29 @@ def test_fleet_request_is_what_ec2_should_get(ec2: Ec2) -> None:
     assert all(i.pool == "spot" and i.address and i.state is InstanceState.RUNNING for i in listed.values())
 
 
+def test_a_launch_returns_the_new_instances_addresses(ec2: Ec2) -> None:
+    """Read right after CreateFleet, so the service publishes the nodes' names before the
+    machines boot; an EC2 that does not know the fresh instances yet (eventual consistency)
+    leaves them to the next listing, and the launch stands."""
+    aws = provider(ec2)
+    result = aws.start(request(["t-spot-01", "t-spot-02"]))
+    listed = {i.id: i.address for i in aws.list_instances()}
+    assert {i.id: i.address for i in result.launched.values()} == listed and all(listed.values())
+    assert [p["InstanceIds"] for op, p in ec2.calls if op == "DescribeInstances" and "InstanceIds" in p] == [
+        sorted(listed)]
+
+    def not_yet(model: Any, **_: Any) -> tuple[Response, dict[str, Any]] | None:
+        return error("InvalidInstanceID.NotFound") if model.name == "DescribeInstances" else None
+
+    ec2.client.meta.events.register_first("before-call.ec2.DescribeInstances", not_yet, unique_id="not-yet")
+    try:
+        later = aws.start(request(["t-spot-03"], token="sf-later"))
+    finally:
+        ec2.client.meta.events.unregister("before-call.ec2.DescribeInstances", unique_id="not-yet")
+    assert list(later.launched) == ["t-spot-03"] and later.launched["t-spot-03"].address is None
+    assert {i.node: i.address for i in aws.list_instances()}["t-spot-03"]
+
+
 def test_on_demand_fallback_link_uses_that_pools_template_and_flexible_types(ec2: Ec2) -> None:
     aws = provider(ec2)
     aws.start(request(["t-spot-01"], link="od"))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmforge.contract import JOIN_PROGRAM, JOIN_UNIT, NFS_OPTIONS
+from slurmforge.contract import HOSTS_REFRESH, JOIN_PROGRAM, JOIN_UNIT, KIT_POOL_HOSTS, NFS_OPTIONS
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import JOIN, KIT, RENDERED, write_inventory
 from slurmforge.join import JoinSettings, kit_files, local_settings, render_join
@@ -140,15 +140,152 @@ def test_a_kit_line_of_an_unknown_kind_stops_the_join(tmp_path: Path) -> None:
     assert done.returncode != 0 and "unknown line kind 'member'" in done.stderr
 
 
-def test_the_hosts_block_has_the_controllers_and_the_kit(tmp_path: Path) -> None:
+def local_program() -> tuple[Cluster, list[Host], str]:
     spec = load_spec(ROOT / "examples/local.yaml")
     hosts = LocalProvider(spec, "img").hosts()
-    program = render_join(spec, local_settings(spec, hosts))
-    (tmp_path / "kit").mkdir()
-    (tmp_path / "kit" / "hosts").write_text(kit_files(spec, hosts)["hosts"])
-    done = sourced(program, tmp_path, f"KIT={tmp_path}/kit; hosts_block", {})
-    want = sorted({f"{h.address} {h.name}" for h in hosts}, key=lambda line: line.split()[1])
+    return spec, hosts, render_join(spec, local_settings(spec, hosts))
+
+
+def test_the_kit_lists_the_fixed_hosts_only() -> None:
+    """A pool node's address is known once the service has its machine: the pool hosts,
+    not the kit (on the local target every node has a fixed address, which made names
+    resolve there that resolve nowhere else)."""
+    spec, hosts, _ = local_program()
+    listed = {line.split()[1] for line in kit_files(spec, hosts)["hosts"].splitlines()}
+    assert listed == {h.name for h in hosts if not h.dynamic}
+    assert "dev-cpu-01" in listed and not listed & {"dev-cpu-03", "dev-cpu-04", "dev-cpu-fallback-01"}
+
+
+def kit_with_pool_hosts(tmp_path: Path, spec: Cluster, hosts: list[Host], pool_hosts: str) -> Path:
+    """A node kit under tmp_path, at the spec's kit path (KIT and POOL_HOSTS say where)."""
+    kit = tmp_path / "kit"
+    (kit / "pool").mkdir(parents=True)
+    (kit / "hosts").write_text(kit_files(spec, hosts)["hosts"])
+    (kit / KIT_POOL_HOSTS).write_text(pool_hosts)
+    return kit
+
+
+POOL_HOSTS_TEXT = """# slurmforge pool hosts
+10.89.7.23 dev-cpu-03
+10.89.7.24 dev-cpu-04
+10.89.7.99 dev-controller
+10.89.7.98 dev-cpu-01
+10.89.7.97 github.com evil
+127.0.0.1 ; rm -rf /
+"""
+
+
+def test_the_hosts_block_has_the_controllers_the_kit_and_the_pool_hosts(tmp_path: Path) -> None:
+    """The pool hosts add names and never move one: a controller and a fixed host keep
+    their addresses; a line that is not `address name` is not taken."""
+    spec, hosts, program = local_program()
+    kit = kit_with_pool_hosts(tmp_path, spec, hosts, POOL_HOSTS_TEXT)
+    done = sourced(program, tmp_path, f"KIT={kit}; POOL_HOSTS={kit}/{KIT_POOL_HOSTS}; hosts_block", {})
+    assert done.returncode == 0, done.stderr
+    fixed = {f"{h.address} {h.name}" for h in hosts if not h.dynamic}
+    want = sorted(fixed | {"10.89.7.23 dev-cpu-03", "10.89.7.24 dev-cpu-04"}, key=lambda line: line.split()[1])
     assert done.stdout.splitlines() == want
+    # no pool hosts yet (the service has not written them): the fixed hosts
+    (kit / KIT_POOL_HOSTS).unlink()
+    done = sourced(program, tmp_path, f"KIT={kit}; POOL_HOSTS={kit}/{KIT_POOL_HOSTS}; hosts_block", {})
+    assert done.returncode == 0 and done.stdout.splitlines() == sorted(fixed, key=lambda line: line.split()[1])
+
+
+def hosts_run(tmp_path: Path, kit: Path) -> str:
+    """Where the program's hosts step writes, in tmp_path (set after sourcing it)."""
+    return (f"KIT={kit}; POOL_HOSTS={kit}/{KIT_POOL_HOSTS}; HOSTS_FILE={tmp_path}/etc/hosts; "
+            f"HOSTS_LOCK={tmp_path}/hosts.lock; ")
+
+
+def test_the_hosts_step_rewrites_its_block_only_whole_and_only_when_it_changes(tmp_path: Path) -> None:
+    spec, hosts, program = local_program()
+    kit = kit_with_pool_hosts(tmp_path, spec, hosts, "10.89.7.23 dev-cpu-03\n")
+    etc_hosts = tmp_path / "etc" / "hosts"
+    etc_hosts.parent.mkdir()
+    etc_hosts.write_text("127.0.0.1 localhost\n# BEGIN slurmforge hosts\n10.0.0.1 gone\n# END slurmforge hosts\n"
+                         "192.168.1.5 admins-own\n")
+    done = sourced(program, tmp_path, hosts_run(tmp_path, kit) + "update_hosts", {})
+    assert done.returncode == 0, done.stderr
+    assert f"changed {etc_hosts}" in done.stdout
+    text = etc_hosts.read_text()
+    assert text.startswith("127.0.0.1 localhost\n192.168.1.5 admins-own\n# BEGIN slurmforge hosts\n")
+    assert "10.89.7.23 dev-cpu-03\n" in text and "gone" not in text and text.endswith("# END slurmforge hosts\n")
+    assert etc_hosts.stat().st_mode & 0o777 == 0o644
+    before = etc_hosts.stat()
+    done = sourced(program, tmp_path, hosts_run(tmp_path, kit) + "update_hosts", {})
+    assert done.returncode == 0 and "changed" not in done.stdout
+    assert etc_hosts.stat().st_ino == before.st_ino and etc_hosts.stat().st_mtime_ns == before.st_mtime_ns
+    (kit / KIT_POOL_HOSTS).write_text("10.89.7.23 dev-cpu-03\n10.89.7.24 dev-cpu-04\n")
+    done = sourced(program, tmp_path, hosts_run(tmp_path, kit) + "update_hosts", {})
+    assert "10.89.7.24 dev-cpu-04\n" in etc_hosts.read_text()
+    assert etc_hosts.stat().st_ino != before.st_ino  # renamed over it, never truncated in place
+    assert sorted(p.name for p in etc_hosts.parent.iterdir()) == ["hosts"]
+
+
+JOIN_STEPS = ["identity", "munge", "nas", "kit", "hosts", "cephfs", "lmod", "exporter", "slurmd"]
+
+
+def recorded_steps(tmp_path: Path) -> str:
+    return "; ".join(f"step_{step}() {{ echo step {step} >> {tmp_path}/calls.log; }}" for step in JOIN_STEPS) + "; "
+
+
+@pytest.mark.parametrize("how", ["prolog", "only"])
+def test_the_prolog_and_only_hosts_run_the_hosts_step_alone(tmp_path: Path, how: str) -> None:
+    """Slurm runs the program as its Prolog (no arguments, SLURM_SCRIPT_CONTEXT set); the
+    timer runs `--only hosts`: /etc/hosts is refreshed and nothing else of the join runs."""
+    spec, hosts, program = local_program()
+    kit = kit_with_pool_hosts(tmp_path, spec, hosts, "10.89.7.23 dev-cpu-03\n")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "hosts").write_text("127.0.0.1 localhost\n")
+    call = "SLURM_SCRIPT_CONTEXT=prolog_slurmd SLURM_JOB_ID=42 main" if how == "prolog" else "main --only hosts"
+    done = sourced(program, tmp_path, hosts_run(tmp_path, kit) + recorded_steps(tmp_path) + call, {})
+    assert done.returncode == 0, done.stderr
+    assert "10.89.7.23 dev-cpu-03" in (tmp_path / "etc" / "hosts").read_text()
+    assert calls(tmp_path) == []  # no other step of the join ran
+    assert (tmp_path / "hosts.lock").exists()  # the hosts step's own lock (the join's is held for seconds)
+
+
+def test_the_prolog_never_fails_the_job(tmp_path: Path) -> None:
+    """A failed Prolog drains the node and requeues the job: no kit (the NAS not mounted)
+    leaves /etc/hosts as it is, and a refresh that fails is logged, with exit status 0."""
+    spec, hosts, program = local_program()
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "hosts").write_text("127.0.0.1 localhost\n")
+    prolog = "SLURM_SCRIPT_CONTEXT=prolog_slurmd SLURM_JOB_ID=42 main; echo exit $?"
+    done = sourced(program, tmp_path, hosts_run(tmp_path, tmp_path / "no-kit") + prolog, {})
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "exit 0", done.stderr
+    assert "no node kit" in done.stdout and (tmp_path / "etc" / "hosts").read_text() == "127.0.0.1 localhost\n"
+    kit = kit_with_pool_hosts(tmp_path, spec, hosts, "10.89.7.23 dev-cpu-03\n")
+    (tmp_path / "etc" / "hosts").unlink()  # awk cannot read it: the refresh fails
+    done = sourced(program, tmp_path, hosts_run(tmp_path, kit) + prolog, {})
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "exit 0", done.stderr
+    assert "not refreshed for job 42; the job starts anyway" in done.stdout
+    assert not (tmp_path / "etc" / "hosts").exists() and list((tmp_path / "etc").iterdir()) == []
+
+
+def test_only_runs_the_hosts_step_and_says_so(tmp_path: Path) -> None:
+    _, _, program = local_program()
+    done = sourced(program, tmp_path, recorded_steps(tmp_path) + "main --only munge", {})
+    assert done.returncode == 1 and "--only munge: the hosts step is the one that runs alone" in done.stderr
+    assert calls(tmp_path) == []
+
+
+def test_the_join_installs_the_timer_that_runs_the_hosts_step(tmp_path: Path) -> None:
+    """Every 30 s, for shells outside a job (the login node's): the timer's own service runs
+    the program with --only hosts; written and enabled by the hosts step of the join."""
+    _, _, program = local_program()
+    written = tmp_path / "root"
+    # `write` (the program's own helper) into tmp_path instead of /
+    write = (f'write() {{ mkdir -p "{written}$(dirname "$1")"; printf "%s\\n" "$2" > "{written}$1"; '
+             'CHANGED=yes; }; ')
+    done = sourced(program, tmp_path, write + "update_hosts() { :; }; step_hosts", {"systemctl": ""})
+    assert done.returncode == 0, done.stderr
+    unit = written / "etc/systemd/system" / f"{HOSTS_REFRESH}"
+    service = unit.with_suffix(".service").read_text()
+    timer = unit.with_suffix(".timer").read_text()
+    assert f"ExecStart={JOIN_PROGRAM} --only hosts" in service and "Type=oneshot" in service
+    assert "OnUnitActiveSec=30" in timer and "AccuracySec=1s" in timer and "WantedBy=timers.target" in timer
+    assert calls(tmp_path) == ["systemctl daemon-reload", f"systemctl enable --quiet --now {HOSTS_REFRESH}.timer"]
 
 
 def test_the_inventory_carries_the_program_and_the_kit(tmp_path: Path) -> None:

@@ -159,6 +159,40 @@ def test_up_makes_the_fixed_hosts_and_leaves_dynamic_nodes_to_the_service(tmp_pa
     assert set(podman.listed) == {*made, "dev-cpu-04", "dev-cpu-fallback-01"}
 
 
+class Networks(Host_):
+    """podman's networks as `provision` finds them: `inspect` answers `network`."""
+
+    def __init__(self, subnet: str, containers: list[ContainerInfo], network: dict[str, Any] | None) -> None:
+        super().__init__(subnet, containers)
+        self.network = network
+
+    def network_exists(self, name: str) -> bool:
+        return self.network is not None
+
+    def json(self, args: list[str]) -> list[dict[str, Any]]:
+        return [self.network] if self.network is not None else []
+
+
+@pytest.mark.parametrize(("network", "made_again"), [
+    (None, True),
+    ({"subnets": [{"subnet": "10.89.7.0/24"}], "dns_enabled": True}, True),  # podman's default
+    ({"subnets": [{"subnet": "10.89.7.0/24"}], "dns_enabled": False}, False),
+])
+def test_the_network_has_no_dns_of_podmans(tmp_path: Path, network: dict[str, Any] | None, made_again: bool) -> None:
+    """Container names must not resolve on the local target when they resolve nowhere else:
+    a node finds another by name through /etc/hosts, as on AWS. A network that has podman's
+    DNS is made again (its containers with it)."""
+    spec = load_spec(LOCAL)
+    running = ContainerInfo("dev-login", "running", os.getpid(), {}, "img")
+    podman = Networks(spec.target.subnet, [running], network)  # type: ignore[union-attr]
+    provider = LocalProvider(spec, "img", podman=podman, state_root=tmp_path)  # type: ignore[arg-type]
+    provider._ensure_network()
+    create = ["network", "create", "--disable-dns", "--subnet", "10.89.7.0/24", "slurmforge-dev"]
+    assert (create in podman.calls) is made_again
+    assert (["rm", "dev-login"] in podman.calls) is (made_again and network is not None)
+    assert all("create" not in c or "--disable-dns" in c for c in podman.calls)
+
+
 class Booting:
     """podman exec as wait_booted sees it: systemd's state and its job list, in turns."""
 
