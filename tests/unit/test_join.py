@@ -336,3 +336,44 @@ def test_as_user_data_it_installs_itself_and_joins_in_its_unit(tmp_path: Path, l
         assert f"joining in {JOIN_UNIT}" in done.stdout
     else:
         assert [line for line in log if line.startswith("step")] == [f"step {s}" for s in steps]
+
+
+def test_a_fresh_nas_gets_every_directory_of_the_layout_before_anything_mounts_it(tmp_path: Path) -> None:
+    """A new EFS has only its root: the nas step mounts the root once (the NFS options, the
+    source's root), makes each directory of the layout that is missing (Slurm's state too)
+    and unmounts it; the mounts that follow find their directories. `mount` here stands in
+    for the NFS server: the root 'mounted' is a directory of this test."""
+    spec = load_spec(ROOT / "examples/local.yaml")
+    program = render_join(spec, aws_settings(spec))
+    server = tmp_path / "efs-root"
+    (server / "home").mkdir(parents=True)  # one of them exists already: left alone
+    stubs = {  # the root mount: the test's directory appears at the mount point
+        "mount": f'target="${{!#}}"; rmdir "$target" && ln -s {server} "$target"',
+        "umount": 'rm "$1" && mkdir "$1"'}
+    done = sourced(program, tmp_path, "nas_directories", stubs)
+    assert done.returncode == 0, done.stderr
+    layout = sorted(spec.storage.nas.mounts.model_dump())
+    assert sorted(p.name for p in server.iterdir()) == layout == sorted(["home", "software", "slurm_state"])
+    mount, umount = calls(tmp_path)
+    assert mount.startswith(f"mount -t nfs4 -o {NFS_OPTIONS} fs-1.efs.eu-west-1.amazonaws.com:/ /run/slurmforge-nas.")
+    assert umount == f"umount {mount.split()[-1]}"
+    assert [line for line in done.stdout.splitlines() if "made" in line] == [
+        "slurmforge-join: changed: made software on the NAS", "slurmforge-join: changed: made slurm_state on the NAS"]
+
+
+def test_steps_run_only_what_is_asked(tmp_path: Path) -> None:
+    """A head node's first pass (munge key, NAS) before the rollout publishes the kit there;
+    a step that does not exist stops the join before any step runs."""
+    spec = load_spec(ROOT / "examples/local.yaml")
+    program = render_join(spec, local_settings(spec, LocalProvider(spec, "img").hosts()))
+    steps = ["identity", "munge", "nas", "kit", "hosts", "cephfs", "lmod", "exporter", "slurmd"]
+    record = "; ".join(f"step_{s}() {{ echo step {s} >> {tmp_path}/calls.log; }}" for s in steps)
+    record += f"; step_identity() {{ NODE=$1; echo step identity >> {tmp_path}/calls.log; }}"
+    stubs = {"install": "", "flock": ""}
+    joined = sourced(program, tmp_path, f'{record}; main --steps munge,nas dev-login', stubs)
+    assert joined.returncode == 0, joined.stderr
+    assert [c for c in calls(tmp_path) if c.startswith("step")] == ["step identity", "step munge", "step nas"]
+    (tmp_path / "calls.log").unlink()
+    wrong = sourced(program, tmp_path, f"{record}; main --steps munge,slurmdd dev-login", stubs)
+    assert wrong.returncode == 1 and "no step slurmdd" in wrong.stderr
+    assert not [c for c in calls(tmp_path) if c.startswith("step")]
