@@ -19,7 +19,6 @@ from slurmforge import aws_inventory as out
 from slurmforge.distro import distro
 from slurmforge.errors import Problem, SpecError
 from slurmforge.join import JoinSettings, nas_source, render_join
-from slurmforge.nodes import pool_hostlist
 from slurmforge.render import controller_name, controller_names, login_names
 from slurmforge.spec.models import AwsTarget, Cluster
 from stacks.ceph import CephStorage, CephStorageArgs
@@ -161,12 +160,10 @@ def _join_program(spec: Cluster, target: AwsTarget, base: Foundation, head: Head
 
 def _pools(spec: Cluster, base: Foundation, join_program: pulumi.Output[str],
            opts: pulumi.ResourceOptions) -> dict[str, NodePool]:
-    subnets = base.net.private_subnet_ids
     return {pool.name: NodePool(f"{spec.name}-{pool.name}", PoolArgs(
-        cluster=spec.name, pool=pool, node_prefix=spec.node_prefix(pool), hostlist=pool_hostlist(spec, pool),
-        ami_id=base.image.ami_id, subnet_ids={z: subnets[z] for z in pool.zones or subnets},
-        security_group_ids=[base.net.cluster_sg_id], instance_profile_arn=base.iam.profile_arns[NodeKind.COMPUTE],
-        join_program=join_program), opts) for pool in spec.pools}
+        cluster=spec.name, pool=pool, ami_id=base.image.ami_id, security_group_ids=[base.net.cluster_sg_id],
+        instance_profile_arn=base.iam.profile_arns[NodeKind.COMPUTE], join_program=join_program), opts)
+        for pool in spec.pools}
 
 
 def stack_outputs(spec: Cluster, target: AwsTarget, parts: Parts) -> dict[str, Any]:
@@ -180,7 +177,6 @@ def stack_outputs(spec: Cluster, target: AwsTarget, parts: Parts) -> dict[str, A
         out.OUT_HOSTS: parts.head.hosts,
         out.OUT_CEPH_HOSTS: parts.ceph.hosts if parts.ceph else [],
         out.OUT_LAUNCH_TEMPLATES: {n: p.launch_template_id for n, p in pools.items()},
-        out.OUT_POOL_PARAMETERS: {n: p.parameter_name for n, p in pools.items()},
         out.OUT_SPOT_QUEUE_URL: parts.spot.queue_url,
         out.OUT_SUBNETS: dict(parts.base.net.private_subnet_ids),
         out.OUT_SECRET_ARNS: {"munge_key": secrets.munge_key_arn, "db_password": secrets.db_password_arn},

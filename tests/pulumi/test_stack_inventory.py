@@ -95,7 +95,7 @@ def test_aws_vars_and_ceph_hosts_are_written(written: tuple[StackRun, Path]) -> 
     run, out = written
     aws_vars = yaml.safe_load((out / aws_inventory.AWS_VARS_FILE).read_text())
     assert aws_vars["slurmforge_aws_launch_templates"] == run.outputs["launch_templates"]
-    assert aws_vars["slurmforge_aws_pool_parameters"] == run.outputs["pool_parameters"]
+    assert not any("pool_parameters" in key for key in aws_vars)
     assert aws_vars["slurmforge_aws_spot_queue_url"] == run.outputs["spot_queue_url"]
     assert aws_vars["slurmforge_aws_secret_arns"] == run.outputs["secret_arns"]
     assert aws_vars["slurmforge_aws_efs_dns"] == run.outputs["efs"]["dns_name"]
@@ -179,7 +179,7 @@ def run_main(config: dict[str, str], monkeypatch: pytest.MonkeyPatch,
 def test_main_reads_the_spec_path_from_stack_config(monkeypatch: pytest.MonkeyPatch) -> None:
     mocks = RecordingMocks()
     exported = run_main({"slurmforge:spec": "examples/pools-aws.yaml", "aws:region": "us-east-1"}, monkeypatch, mocks)
-    assert set(exported) >= {"hosts", "launch_templates", "pool_parameters", "spot_queue_url", "secret_arns", "efs"}
+    assert set(exported) >= {"hosts", "launch_templates", "spot_queue_url", "secret_arns", "efs"}
     assert exported["cluster"] == "mlpools"
     # the pools' join program is rendered from the spec file the config names
     spec = load_spec(POOLS_AWS)

@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 from slurmforge.hosts import TAG_CLUSTER, TAG_POOL
-from slurmforge.nodes import pool_hostlist
 from stacks.image import DEBIAN_OWNER, IMAGE_PLAYBOOK
 from tests.pulumi.conftest import DEBIAN_AMI, GOLDEN_AMI, LAB_AWS, StackRun, run_stack
 
@@ -36,9 +35,9 @@ def test_the_largest_four_pool_cluster_stays_under_budget() -> None:
     assert len(run.resources) < RESOURCE_BUDGET
 
 
-def test_resource_count_grows_by_two_per_pool(pools_aws: StackRun) -> None:
+def test_resource_count_grows_by_one_per_pool(pools_aws: StackRun) -> None:
     pools = [r for r in pools_aws.resources if r.name.startswith("mlpools-gpu-spot")]
-    assert sorted(r.typ for r in pools) == [LAUNCH_TEMPLATE, "aws:ssm/parameter:Parameter", "slurmforge:stacks:Pool"]
+    assert sorted(r.typ for r in pools) == [LAUNCH_TEMPLATE, "slurmforge:stacks:Pool"]
 
 
 def test_components_use_slurmforge_type_tokens(any_stack: StackRun) -> None:
@@ -105,25 +104,12 @@ def test_templates_boot_the_golden_image_with_the_pool_type_and_tags(any_stack: 
             TAG_CLUSTER: any_stack.spec.name, TAG_POOL: pool.name}
 
 
-def test_pool_policy_is_published_for_the_scheduler_service(any_stack: StackRun) -> None:
-    spec = any_stack.spec
-    params = {p.inputs["name"]: json.loads(p.inputs["insecureValue"])
-              for p in any_stack.of_type("aws:ssm/parameter:Parameter")}
-    assert sorted(params) == sorted(any_stack.outputs["pool_parameters"].values())
-    for pool in spec.pools:
-        policy = params[f"/slurmforge/{spec.name}/pools/{pool.name}"]
-        assert (policy["min_nodes"], policy["max_nodes"], policy["idle_seconds"]) == (
-            pool.min_nodes, pool.max_nodes, pool.idle_seconds)
-        assert (policy["market"], policy["fallback"]) == (pool.market.value, pool.fallback)
-        assert policy["hostlist"] == pool_hostlist(spec, pool)
-        assert policy["launch_template_id"] == any_stack.outputs["launch_templates"][pool.name]
-        assert sorted(policy["subnets"]) == sorted(pool.zones or [s.zone for s in spec.network.private_subnets])
-
-
-def test_spot_pool_policy_names_its_fallback(pools_aws: StackRun) -> None:
-    (param,) = [p for p in pools_aws.of_type("aws:ssm/parameter:Parameter") if p.name == "mlpools-gpu-spot-policy"]
-    policy = json.loads(param.inputs["insecureValue"])
-    assert (policy["market"], policy["fallback"], policy["idle_seconds"]) == ("spot", ["gpu"], 300)
+def test_no_pool_settings_outside_the_inventory(any_stack: StackRun) -> None:
+    """The scheduler service reads its pools from the inventory (the spec, and the provider
+    settings slurmforge.aws_inventory writes from the stack outputs): a second copy of them
+    in Parameter Store would be read by nothing and drift from the one that is."""
+    assert any_stack.of_type("aws:ssm/parameter:Parameter") == []
+    assert "pool_parameters" not in any_stack.outputs
 
 
 def test_no_autoscaling_group(any_stack: StackRun) -> None:
