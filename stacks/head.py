@@ -42,7 +42,7 @@ class HeadNodesArgs:
     """Instance profile name of the controller role."""
     login_profile: pulumi.Input[str]
     """Instance profile name of the login role."""
-    key_name: str | None
+    key_name: str
     """EC2 key pair for the Ansible rollout."""
 
 
