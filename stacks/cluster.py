@@ -19,7 +19,7 @@ from slurmforge import aws_inventory as out
 from slurmforge.distro import distro
 from slurmforge.errors import Problem, SpecError
 from slurmforge.join import JoinSettings, nas_source, render_join
-from slurmforge.render import controller_name, controller_names, login_names
+from slurmforge.render import controller_name, controller_names, login_subnets
 from slurmforge.spec.models import AwsTarget, Cluster
 from stacks.ceph import CephStorage, CephStorageArgs
 from stacks.cluster_secrets import Secrets, SecretsArgs
@@ -125,8 +125,9 @@ def _head_nodes(spec: Cluster, target: AwsTarget, base: Foundation, opts: pulumi
     net, iam = base.net, base.iam
     return HeadNodes(spec.name, HeadNodesArgs(
         cluster=spec.name, controller=spec.head.controller, login=spec.head.login,
-        controller_names=controller_names(spec), login_names=login_names(spec), ami_id=base.image.ami_id,
-        private_subnet_ids=list(net.private_subnet_ids.values()), public_subnet_ids=net.public_subnet_ids,
+        controller_names=controller_names(spec), ami_id=base.image.ami_id,
+        login_subnet_ids={name: net.public_subnet_ids[i] for name, i in login_subnets(spec).items()},
+        private_subnet_ids=list(net.private_subnet_ids.values()),
         controller_sg_ids=[net.cluster_sg_id, net.controller_sg_id], login_sg_ids=[net.cluster_sg_id, net.login_sg_id],
         controller_profile=iam.profile_names[NodeKind.CONTROLLER], login_profile=iam.profile_names[NodeKind.LOGIN],
         key_name=target.key_name), opts)

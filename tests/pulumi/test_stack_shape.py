@@ -9,9 +9,11 @@ import json
 import pytest
 import yaml
 
+from slurmforge.errors import SpecError
 from slurmforge.hosts import TAG_CLUSTER, TAG_POOL
+from slurmforge.render import login_subnets
 from stacks.image import DEBIAN_OWNER, IMAGE_PLAYBOOK
-from tests.pulumi.conftest import DEBIAN_AMI, GOLDEN_AMI, LAB_AWS, StackRun, run_stack
+from tests.pulumi.conftest import DEBIAN_AMI, GOLDEN_AMI, LAB_AWS, StackRun, run_stack, variant
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
 
@@ -208,6 +210,29 @@ def test_efs_mount_target_in_every_private_subnet(any_stack: StackRun) -> None:
     assert sorted(t.inputs["subnetId"] for t in targets) == sorted(
         f"{name}-private-{i + 1}-id" for i in range(len(any_stack.spec.network.private_subnets)))
     assert {tuple(t.inputs["securityGroups"]) for t in targets} == {(f"{name}-efs-id",)}
+
+
+def test_every_head_node_mounts_efs_in_its_own_zone(any_stack: StackRun) -> None:
+    """A client resolves the EFS name only in a zone with a mount target: each controller and
+    login node sits in one (login nodes in the public subnets slurmforge.render.login_subnets
+    names, in turn)."""
+    zone_of = {f"{s.name}-id": s.inputs["availabilityZone"] for s in any_stack.of_type("aws:ec2/subnet:Subnet")}
+    mounted = {zone_of[t.inputs["subnetId"]] for t in any_stack.of_type("aws:efs/mountTarget:MountTarget")}
+    heads = {i.name: zone_of[i.inputs["subnetId"]] for i in any_stack.of_type("aws:ec2/instance:Instance")
+             if "-ceph-" not in i.name}
+    public = any_stack.spec.network.public_subnets
+    logins = {name: public[index].zone for name, index in login_subnets(any_stack.spec).items()}
+    assert logins and logins.items() <= heads.items()
+    assert set(heads.values()) <= mounted, heads
+
+
+def test_a_login_zone_without_a_mount_target_is_refused_before_the_stack() -> None:
+    """lab-aws with its second public subnet (the second login node's) in the one zone
+    without a private subnet: validation refuses it, so the stack never builds it."""
+    with pytest.raises(SpecError) as info:
+        variant(LAB_AWS, "login-without-efs")
+    assert [p.path for p in info.value.problems] == ["network.public_subnets[1].zone"]
+    assert "lab-login-2 but no private subnet: EFS has no mount target in eu-west-1d" in info.value.problems[0].line()
 
 
 def test_ceph_hosts_spread_over_zones_with_their_osds(lab_aws: StackRun) -> None:

@@ -11,6 +11,7 @@ from slurmforge.catalog import lookup
 from slurmforge.errors import Problem, listing
 from slurmforge.hosts import OWN_TAG_KEYS, OWN_TAG_PREFIX, TAG_NAME
 from slurmforge.nodes import node_names, pool_hostlist
+from slurmforge.render import login_subnets
 from slurmforge.spec.checks.registry import check, dupes, is_aws
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, StaticTarget, is_domain
 
@@ -167,6 +168,31 @@ def aws_tags(spec: Cluster) -> Iterator[Problem]:
 
 
 @check
+def login_zones_reach_efs(spec: Cluster) -> Iterator[Problem]:
+    """On AWS with EFS, every public subnet holding a login node is in a zone with a private
+    subnet: EFS has its mount targets there, and a client resolves the file system's name
+    only in a zone with one (the login node mounts the NAS)."""
+    if not isinstance(spec.target, AwsTarget) or spec.storage.nas.kind != "efs":
+        return
+    private = sorted({s.zone for s in spec.network.private_subnets})
+    logins: dict[int, list[str]] = {}
+    for name, index in login_subnets(spec).items():
+        logins.setdefault(index, []).append(name)
+    for index, names in sorted(logins.items()):
+        zone = spec.network.public_subnets[index].zone
+        if zone not in private and _zone_in(spec.target.region, zone):  # else: subnet_zones_in_region
+            nodes = f"login node {names[0]}" if len(names) == 1 else f"login nodes {listing(names)}"
+            where = f"put this public subnet in {' or '.join(private)}" if private else "add private subnets"
+            yield Problem(f"network.public_subnets[{index}].zone", f"holds {nodes} but no private subnet: EFS has "
+                          f"no mount target in {zone}, and the login node mounts the NAS",
+                          f"add a private subnet in {zone}, or {where}", zone)
+
+
+def _zone_in(region: str, zone: str) -> bool:
+    return zone.startswith(region) and len(zone) == len(region) + 1
+
+
+@check
 def subnet_zones_in_region(spec: Cluster) -> Iterator[Problem]:
     """Subnet zones belong to the target region."""
     if not isinstance(spec.target, AwsTarget):
@@ -174,7 +200,7 @@ def subnet_zones_in_region(spec: Cluster) -> Iterator[Problem]:
     region = spec.target.region
     for kind in ("public_subnets", "private_subnets"):
         for i, s in enumerate(getattr(spec.network, kind)):
-            if not s.zone.startswith(region) or len(s.zone) != len(region) + 1:
+            if not _zone_in(region, s.zone):
                 yield Problem(f"network.{kind}[{i}].zone", f"not a zone of {region}", f"use {region}a", s.zone)
 
 
