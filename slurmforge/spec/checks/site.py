@@ -30,6 +30,7 @@ LOCAL_MAX_NODES = 32
 TAG_KEY_MAX, TAG_VALUE_MAX, TAGS_PER_RESOURCE = 127, 256, 50
 TAG_KEY_CHARS = re.compile(r"[A-Za-z0-9+\-=._:@]")
 TAG_VALUE_PUNCTUATION = frozenset("_.:/=+-@")
+TAG_VALUE_ASCII = re.compile(r"[A-Za-z0-9 _.:/=+@-]*")  # the usual values, without a look per character
 METADATA_RESERVED_KEYS = (".", "..", "_index")
 MAX_USER_TAGS = TAGS_PER_RESOURCE - len(OWN_TAG_KEYS)
 
@@ -141,6 +142,8 @@ def _tag_key_problem(key: str) -> tuple[str, str] | None:
 def _tag_value_problem(value: str) -> tuple[str, str] | None:
     if len(value) > TAG_VALUE_MAX:
         return f"a tag value of {len(value)} characters; EC2 takes at most {TAG_VALUE_MAX}", "use a shorter value"
+    if TAG_VALUE_ASCII.fullmatch(value):
+        return None
     bad = sorted({c for c in value if unicodedata.category(c)[0] not in "LNZ" and c not in TAG_VALUE_PUNCTUATION})
     if bad:
         return (f"{' '.join(repr(c) for c in bad)} in a tag value: IAM and EFS take only letters, digits, spaces and "
