@@ -53,7 +53,7 @@ QUICK_SCALE = 20
 SPEC = """
 api_version: slurmforge/v1
 name: fan
-target: {{kind: aws, region: us-east-1}}
+target: {{kind: aws, region: us-east-1, key_name: ops}}
 network:
   public_subnets: [{{cidr: 10.0.0.0/24, zone: us-east-1a}}]
   private_subnets: [{{cidr: 10.0.64.0/18, zone: us-east-1a}}, {{cidr: 10.0.128.0/18, zone: us-east-1b}}]

@@ -50,7 +50,7 @@ NOW = 1_800_000_000.0
 SPEC = """
 api_version: slurmforge/v1
 name: big
-target: {{kind: aws, region: us-east-1}}
+target: {{kind: aws, region: us-east-1, key_name: ops}}
 network:
   public_subnets: [{{cidr: 10.0.0.0/24, zone: us-east-1a}}]
   private_subnets: [{{cidr: 10.0.64.0/18, zone: us-east-1a}}, {{cidr: 10.0.128.0/18, zone: us-east-1b}}]

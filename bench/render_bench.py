@@ -74,7 +74,7 @@ def spec_data(total_nodes: int) -> dict[str, Any]:
     return {
         "api_version": "slurmforge/v1",
         "name": "bench",
-        "target": {"kind": "aws", "region": "us-east-1"},
+        "target": {"kind": "aws", "region": "us-east-1", "key_name": "ops"},
         "network": {
             "vpc_cidr": "10.20.0.0/16",
             "public_subnets": [{"cidr": "10.20.0.0/24", "zone": "us-east-1a"}],

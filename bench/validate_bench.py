@@ -45,7 +45,8 @@ MB = 10**6
 
 def _aws(pools: list[dict[str, Any]], partitions: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     return {
-        "api_version": "slurmforge/v1", "name": "bench", "target": {"kind": "aws", "region": "us-east-1"},
+        "api_version": "slurmforge/v1", "name": "bench",
+        "target": {"kind": "aws", "region": "us-east-1", "key_name": "ops"},
         "network": {"vpc_cidr": "10.20.0.0/16", "public_subnets": [{"cidr": "10.20.0.0/24", "zone": "us-east-1a"}],
                     "private_subnets": [{"cidr": "10.20.128.0/18", "zone": "us-east-1a"},
                                         {"cidr": "10.20.192.0/18", "zone": "us-east-1b"}],

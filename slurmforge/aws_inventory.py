@@ -48,8 +48,6 @@ OUT_CEPH_HOSTS = "ceph_hosts"
 """[{name, private_ip, zone, osd_volumes}]"""
 OUT_LAUNCH_TEMPLATES = "launch_templates"
 """{pool: launch template id}"""
-OUT_POOL_PARAMETERS = "pool_parameters"
-"""{pool: SSM parameter name holding the pool's autoscaling policy}"""
 OUT_SPOT_QUEUE_URL = "spot_queue_url"
 OUT_SUBNETS = "private_subnets"
 """{zone: private subnet id}"""
@@ -71,7 +69,7 @@ OUT_DB_PASSWORD = "db_password"
 """Secret output."""
 
 REQUIRED = (OUT_CLUSTER, OUT_REGION, OUT_CONTROLLER, OUT_SSH_USER, OUT_HOSTS, OUT_LAUNCH_TEMPLATES,
-            OUT_POOL_PARAMETERS, OUT_SPOT_QUEUE_URL, OUT_SUBNETS, OUT_SECRET_ARNS)
+            OUT_SPOT_QUEUE_URL, OUT_SUBNETS, OUT_SECRET_ARNS)
 SECRET_OUTPUTS = (OUT_MUNGE_KEY, OUT_DB_PASSWORD)
 
 AWS_VARS_FILE = Path("group_vars/all/aws.yml")
@@ -175,7 +173,6 @@ def aws_vars(outputs: dict[str, Any]) -> dict[str, Any]:
         "slurmforge_aws_secret_arns": dict(outputs[OUT_SECRET_ARNS]),
         "slurmforge_aws_spot_queue_url": outputs[OUT_SPOT_QUEUE_URL],
         "slurmforge_aws_launch_templates": dict(outputs[OUT_LAUNCH_TEMPLATES]),
-        "slurmforge_aws_pool_parameters": dict(outputs[OUT_POOL_PARAMETERS]),
         "slurmforge_aws_private_addresses": addresses,
         "slurmforge_aws_database": outputs.get(OUT_DATABASE),
     }

@@ -18,10 +18,17 @@ TAG_JOB = "slurmforge:job"
 TAG_USER = "slurmforge:user"
 TAG_ACCOUNT = "slurmforge:account"
 TAG_TOKEN = "slurmforge:token"
-"""Instance tags (or container labels). The stack tags what it makes with the cluster (a pool's
-launch template with its pool too), a pool machine reads its node name from its node tag at
-boot, and the scheduler service's provider sets them on the machines it launches; the token
-tag marks a machine as launched by the service even before its node tag is visible."""
+TAG_ROLE = "slurmforge:role"
+TAG_NAME = "Name"
+"""Instance tags (or container labels). The stack tags what it makes with the cluster and its
+role (a pool's launch template with its pool too) and names it, a pool machine reads its node
+name from its node tag at boot, and the scheduler service's provider sets them on the machines
+it launches; the token tag marks a machine as launched by the service even before its node tag
+is visible."""
+OWN_TAG_PREFIX = "slurmforge:"
+OWN_TAG_KEYS = (TAG_CLUSTER, TAG_POOL, TAG_LINK, TAG_NODE, TAG_JOB, TAG_USER, TAG_ACCOUNT, TAG_TOKEN, TAG_ROLE,
+                TAG_NAME)
+"""Every tag key slurmforge sets: a user's tags (target.tags) may use none of them."""
 
 
 class HostRole(StrEnum):

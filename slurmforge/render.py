@@ -125,6 +125,13 @@ def login_names(spec: Cluster) -> list[str]:
     return [f"{spec.name}-login"] if count == 1 else [f"{spec.name}-login-{i}" for i in range(1, count + 1)]
 
 
+def login_subnets(spec: Cluster) -> dict[str, int]:
+    """AWS: each login node's public subnet (its index in network.public_subnets), the
+    subnets taken in turn. The stack places them so; the checks look at their zones."""
+    count = len(spec.network.public_subnets)
+    return {name: i % count for i, name in enumerate(login_names(spec))} if count else {}
+
+
 def state_save_location(spec: Cluster) -> str:
     """slurmctld's StateSaveLocation: on the shared slurm_state mount (a backup controller
     and the upgrade check see the same state)."""

@@ -51,7 +51,7 @@ class CephStorageArgs:
     """The cluster group."""
     instance_profile: pulumi.Input[str]
     """The Ceph hosts' instance profile name."""
-    key_name: str | None
+    key_name: str
     """EC2 key pair for the Ansible rollout (through the login node)."""
 
 

@@ -19,8 +19,7 @@ from slurmforge import aws_inventory as out
 from slurmforge.distro import distro
 from slurmforge.errors import Problem, SpecError
 from slurmforge.join import JoinSettings, nas_source, render_join
-from slurmforge.nodes import pool_hostlist
-from slurmforge.render import controller_name, controller_names, login_names
+from slurmforge.render import controller_name, controller_names, login_subnets
 from slurmforge.spec.models import AwsTarget, Cluster
 from stacks.ceph import CephStorage, CephStorageArgs
 from stacks.cluster_secrets import Secrets, SecretsArgs
@@ -126,8 +125,9 @@ def _head_nodes(spec: Cluster, target: AwsTarget, base: Foundation, opts: pulumi
     net, iam = base.net, base.iam
     return HeadNodes(spec.name, HeadNodesArgs(
         cluster=spec.name, controller=spec.head.controller, login=spec.head.login,
-        controller_names=controller_names(spec), login_names=login_names(spec), ami_id=base.image.ami_id,
-        private_subnet_ids=list(net.private_subnet_ids.values()), public_subnet_ids=net.public_subnet_ids,
+        controller_names=controller_names(spec), ami_id=base.image.ami_id,
+        login_subnet_ids={name: net.public_subnet_ids[i] for name, i in login_subnets(spec).items()},
+        private_subnet_ids=list(net.private_subnet_ids.values()),
         controller_sg_ids=[net.cluster_sg_id, net.controller_sg_id], login_sg_ids=[net.cluster_sg_id, net.login_sg_id],
         controller_profile=iam.profile_names[NodeKind.CONTROLLER], login_profile=iam.profile_names[NodeKind.LOGIN],
         key_name=target.key_name), opts)
@@ -161,12 +161,10 @@ def _join_program(spec: Cluster, target: AwsTarget, base: Foundation, head: Head
 
 def _pools(spec: Cluster, base: Foundation, join_program: pulumi.Output[str],
            opts: pulumi.ResourceOptions) -> dict[str, NodePool]:
-    subnets = base.net.private_subnet_ids
     return {pool.name: NodePool(f"{spec.name}-{pool.name}", PoolArgs(
-        cluster=spec.name, pool=pool, node_prefix=spec.node_prefix(pool), hostlist=pool_hostlist(spec, pool),
-        ami_id=base.image.ami_id, subnet_ids={z: subnets[z] for z in pool.zones or subnets},
-        security_group_ids=[base.net.cluster_sg_id], instance_profile_arn=base.iam.profile_arns[NodeKind.COMPUTE],
-        join_program=join_program), opts) for pool in spec.pools}
+        cluster=spec.name, pool=pool, ami_id=base.image.ami_id, security_group_ids=[base.net.cluster_sg_id],
+        instance_profile_arn=base.iam.profile_arns[NodeKind.COMPUTE], join_program=join_program), opts)
+        for pool in spec.pools}
 
 
 def stack_outputs(spec: Cluster, target: AwsTarget, parts: Parts) -> dict[str, Any]:
@@ -180,7 +178,6 @@ def stack_outputs(spec: Cluster, target: AwsTarget, parts: Parts) -> dict[str, A
         out.OUT_HOSTS: parts.head.hosts,
         out.OUT_CEPH_HOSTS: parts.ceph.hosts if parts.ceph else [],
         out.OUT_LAUNCH_TEMPLATES: {n: p.launch_template_id for n, p in pools.items()},
-        out.OUT_POOL_PARAMETERS: {n: p.parameter_name for n, p in pools.items()},
         out.OUT_SPOT_QUEUE_URL: parts.spot.queue_url,
         out.OUT_SUBNETS: dict(parts.base.net.private_subnet_ids),
         out.OUT_SECRET_ARNS: {"munge_key": secrets.munge_key_arn, "db_password": secrets.db_password_arn},

@@ -13,7 +13,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from slurmforge.hosts import TAG_CLUSTER, TAG_NODE, TAG_POOL
+from slurmforge.hosts import TAG_CLUSTER, TAG_NAME, TAG_NODE, TAG_POOL, TAG_ROLE
 
 # Tag keys: the ones the scheduler service sets on pool nodes come from the provider
 # interface. Its IAM policy lets it touch only instances tagged with this cluster and a
@@ -21,7 +21,7 @@ from slurmforge.hosts import TAG_CLUSTER, TAG_NODE, TAG_POOL
 CLUSTER_TAG = TAG_CLUSTER
 POOL_TAG = TAG_POOL
 NODE_TAG = TAG_NODE
-ROLE_TAG = "slurmforge:role"
+ROLE_TAG = TAG_ROLE
 """What a stack-made resource is for (controller, login, ceph, network, ...)."""
 
 # Debian's cloud images log in as `admin`; the root device is /dev/xvda.
@@ -85,7 +85,7 @@ def cloud_config_hostname(hostname: str) -> str:
 def tags(cluster: str, role: str, name: str | None = None, **extra: str) -> dict[str, str]:
     out = {CLUSTER_TAG: cluster, ROLE_TAG: role, **extra}
     if name is not None:
-        out["Name"] = name
+        out[TAG_NAME] = name
     return out
 
 

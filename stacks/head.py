@@ -4,7 +4,7 @@ public address (an Elastic IP, so the address admins put in their SSH config sta
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,14 +26,12 @@ class HeadNodesArgs:
     """Login instance type and root volume size."""
     controller_names: list[str]
     """The controller's host name, then the backup controller's when there is one."""
-    login_names: list[str]
-    """One name per login node (may be empty)."""
+    login_subnet_ids: Mapping[str, pulumi.Input[str]]
+    """Each login node's name and its public subnet (slurmforge.render.login_subnets)."""
     ami_id: pulumi.Input[str]
     """The golden image."""
     private_subnet_ids: Sequence[pulumi.Input[str]]
     """Private subnets in distinct zones: controller in the first, backup in the second."""
-    public_subnet_ids: Sequence[pulumi.Input[str]]
-    """Public subnets: login nodes round-robin."""
     controller_sg_ids: Sequence[pulumi.Input[str]]
     """The cluster and controller groups."""
     login_sg_ids: Sequence[pulumi.Input[str]]
@@ -42,7 +40,7 @@ class HeadNodesArgs:
     """Instance profile name of the controller role."""
     login_profile: pulumi.Input[str]
     """Instance profile name of the login role."""
-    key_name: str | None
+    key_name: str
     """EC2 key pair for the Ansible rollout."""
 
 
@@ -66,8 +64,7 @@ class HeadNodes(pulumi.ComponentResource):
                                   args.controller_profile, public=False, args=args)
             self.controller_ips.append(node.private_ip)
             self.hosts.append(host_entry(host, HostRole.CONTROLLER, node.private_ip))
-        for i, host in enumerate(args.login_names):
-            subnet = args.public_subnet_ids[i % len(args.public_subnet_ids)]
+        for host, subnet in args.login_subnet_ids.items():
             node = self._instance(host, "login", args.login, subnet, args.login_sg_ids, args.login_profile,
                                   public=True, args=args)
             address = aws.ec2.Eip(f"{host}-ip", domain="vpc", instance=node.id,

@@ -1,6 +1,6 @@
-"""A pool (node group): its launch template and the autoscaling policy the scheduler
-service enforces, published as an SSM parameter. No Auto Scaling group: the service
-launches and terminates each node by name (see docs/aws.md for why).
+"""A pool (node group): its launch template. No Auto Scaling group: the scheduler service
+launches and terminates each node by name (see docs/aws.md for why), with the pool's policy
+from the inventory (the spec and the provider settings slurmforge.aws_inventory writes).
 
 The launch template carries every secure default (IMDSv2 with hop limit 1, encrypted
 root volume, no public address), the pool's first instance type (the service overrides
@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import base64
 import gzip
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -58,31 +56,6 @@ def user_data(program: str) -> str:
     return base64.b64encode(raw).decode()
 
 
-def pool_policy(cluster: str, pool: Pool, node_prefix: str, hostlist: str, launch_template_id: str,
-                subnets: dict[str, str], security_group_ids: list[str],
-                placement_group: str | None) -> dict[str, Any]:
-    """The autoscaling policy the scheduler service reads for this pool."""
-    return {
-        "cluster": cluster,
-        "pool": pool.name,
-        "node_prefix": node_prefix,
-        "hostlist": hostlist,
-        "instance_types": list(pool.instance_types),
-        "market": pool.market.value,
-        "fallback": list(pool.fallback),
-        "min_nodes": pool.min_nodes,
-        "max_nodes": pool.max_nodes,
-        "idle_seconds": pool.idle_seconds,
-        "launch_template_id": launch_template_id,
-        # the template's interface names no subnet: the launch picks one per zone
-        "subnets": subnets,
-        "security_group_ids": security_group_ids,
-        "placement_group": placement_group,
-        "efa": pool.efa,
-        "tags": {CLUSTER_TAG: cluster, POOL_TAG: pool.name},
-    }
-
-
 def pool_tags(cluster: str, pool: str) -> dict[str, str]:
     return {**tags(cluster, "pool"), POOL_TAG: pool}
 
@@ -108,17 +81,11 @@ def network_interface(pool: Pool, groups: Sequence[pulumi.Input[str]]) -> aws.ec
 @dataclass(frozen=True)
 class PoolArgs:
     cluster: str
-    """Cluster name: tags, parameter path."""
+    """Cluster name: tags."""
     pool: Pool
     """The spec's pool."""
-    node_prefix: str
-    """Node names are <node_prefix>-<index>."""
-    hostlist: str
-    """All the pool's node names as a Slurm hostlist."""
     ami_id: pulumi.Input[str]
     """The golden image."""
-    subnet_ids: Mapping[str, pulumi.Input[str]]
-    """Private subnet by zone, for the zones this pool may use."""
     security_group_ids: Sequence[pulumi.Input[str]]
     """The cluster group."""
     instance_profile_arn: pulumi.Input[str]
@@ -130,8 +97,6 @@ class PoolArgs:
 class NodePool(pulumi.ComponentResource):
     launch_template_id: pulumi.Output[str]
     launch_template_arn: pulumi.Output[str]
-    parameter_name: pulumi.Output[str]
-    parameter_arn: pulumi.Output[str]
 
     def __init__(self, name: str, args: PoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("slurmforge:stacks:Pool", name, None, opts)
@@ -142,18 +107,7 @@ class NodePool(pulumi.ComponentResource):
                                            tags=pool_tags(args.cluster, pool.name), opts=child(self))
         template = self._template(name, args, group)
         self.launch_template_id, self.launch_template_arn = template.id, template.arn
-        policy = pulumi.Output.all(template.id, pulumi.Output.all(**args.subnet_ids),
-                                   pulumi.Output.all(*args.security_group_ids),
-                                   group.name if group else None).apply(
-            lambda v: json.dumps(pool_policy(args.cluster, pool, args.node_prefix, args.hostlist, v[0], dict(v[1]),
-                                             list(v[2]), v[3]), sort_keys=True))
-        parameter = aws.ssm.Parameter(f"{name}-policy", name=f"/slurmforge/{args.cluster}/pools/{pool.name}",
-                                      # not a secret: visible in diffs and the console
-                                      type="String", insecure_value=policy,
-                                      description=f"slurmforge pool {pool.name}",
-                                      tags=pool_tags(args.cluster, pool.name), opts=child(self))
-        self.parameter_name, self.parameter_arn = parameter.name, parameter.arn
-        self.register_outputs({"launch_template_id": template.id, "parameter_name": parameter.name})
+        self.register_outputs({"launch_template_id": template.id})
 
     def _template(self, name: str, args: PoolArgs, group: aws.ec2.PlacementGroup | None) -> aws.ec2.LaunchTemplate:
         pool = args.pool

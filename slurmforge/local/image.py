@@ -46,7 +46,10 @@ REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "slurmforge"  # image names: localhost/<namespace>-base, -node (bench uses its own)
 BASE_PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "ca-certificates",
                  "iproute2", "procps", "sudo", "less", "util-linux")
+# Nodes are privileged containers: the host's udev owns its devices, and a container's
+# `udevadm trigger` at boot (systemd-udev-trigger) would replay every host device's events.
 MASKED_UNITS = ("systemd-udevd.service", "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
+                "systemd-udev-trigger.service", "systemd-udev-settle.service",
                 "getty@tty1.service", "console-getty.service", "systemd-timesyncd.service",
                 "systemd-remount-fs.service", "systemd-modules-load.service",  # no kernel modules in a container
                 "sys-kernel-config.mount", "sys-kernel-debug.mount")

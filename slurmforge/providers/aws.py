@@ -38,7 +38,17 @@ from typing import Any, cast
 
 from slurmforge.contract import AwsProviderSettings
 from slurmforge.errors import Problem, ProvisionError, SpecError
-from slurmforge.hosts import TAG_ACCOUNT, TAG_CLUSTER, TAG_JOB, TAG_LINK, TAG_NODE, TAG_POOL, TAG_TOKEN, TAG_USER
+from slurmforge.hosts import (
+    TAG_ACCOUNT,
+    TAG_CLUSTER,
+    TAG_JOB,
+    TAG_LINK,
+    TAG_NAME,
+    TAG_NODE,
+    TAG_POOL,
+    TAG_TOKEN,
+    TAG_USER,
+)
 from slurmforge.providers.base import (
     THROTTLED,
     CapacityError,
@@ -328,7 +338,7 @@ class AwsProvider(Machines):
 
     @staticmethod
     def node_tags(request: LaunchRequest, node: str) -> dict[str, str]:
-        tags = {"Name": node, TAG_NODE: node}
+        tags = {TAG_NAME: node, TAG_NODE: node}
         job = request.node_jobs.get(node)
         if job is not None:
             tags[TAG_JOB] = str(job)

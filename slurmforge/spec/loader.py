@@ -27,6 +27,7 @@ from slurmforge.spec.models import (
     EMAIL_RE,
     FEATURE_RE,
     HTTP_URL_RE,
+    KEY_NAME_RE,
     NAME_RE,
     POSIX_NAME_RE,
     PROM_DURATION_RE,
@@ -101,6 +102,9 @@ MISSING = {
     "pools[].max_nodes": "add max_nodes: (the most nodes this pool may have)",
     "partitions[].pools": "add pools: (the pools whose nodes the partition holds)",
     "target.region": "add region: (e.g. us-east-1)",
+    "target.key_name": "add key_name: the EC2 key pair Ansible logs in with over SSH (create one in the target region: "
+                       "aws ec2 create-key-pair --key-name <name> --query KeyMaterial --output text > "
+                       "~/.ssh/<name>.pem; chmod 600 it)",
     "target.controller": "add controller: with name and address",
 }
 
@@ -117,6 +121,8 @@ PATTERNS = {
     CLUSTER_NAME_RE: ("not an allowed cluster name", "lowercase letters and digits, a letter first, at most 20"),
     REGION_RE: ("not an AWS region", "use a region such as eu-west-1"),
     AMI_RE: ("not an AMI id", "use an id such as ami-0123456789abcdef0"),
+    KEY_NAME_RE: ("not an EC2 key pair name", "the name of a key pair in the target region: ASCII letters, digits, "
+                  "spaces and punctuation, at most 255 characters"),
     PROM_DURATION_RE: ("not a duration", "a number and a unit: 30s, 5m, 4h or 1d"),
     EMAIL_RE: ("not a mail address", "use e.g. oncall@example.org"),
     HTTP_URL_RE: ("not an http(s) URL", "use e.g. https://hooks.example.org/alerts"),

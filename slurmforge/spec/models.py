@@ -36,6 +36,8 @@ TEXT_RE = r"^[^\x00-\x1f\x7f\"']*$"
 CLUSTER_NAME_RE = r"^[a-z][a-z0-9]{0,19}$"
 REGION_RE = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
 AMI_RE = r"^ami-[0-9a-f]{8,17}$"
+# EC2 key pair names: up to 255 ASCII characters.
+KEY_NAME_RE = r"^[ -~]{1,255}$"
 
 PoolName = Annotated[str, Field(pattern=NAME_RE)]
 SlurmName = Annotated[str, Field(pattern=SLURM_NAME_RE)]
@@ -198,8 +200,9 @@ Address = Annotated[str, AfterValidator(_check_address)]
 class AwsTarget(Model):
     kind: Literal["aws"]
     region: Annotated[str, Field(pattern=REGION_RE)]
-    key_name: str | None = None
-    """EC2 key pair for the login node (optional: SSM Session Manager works without)."""
+    key_name: Annotated[str, Field(pattern=KEY_NAME_RE)]
+    """The EC2 key pair every head and Ceph host accepts for SSH: the rollout's way in
+    (Ansible reaches the login node on its public address and every other host through it)."""
     tags: dict[str, str] = Field(default_factory=dict)
 
 

@@ -246,8 +246,13 @@ def _world_ssh(data: dict[str, Any]) -> None:
     data["network"] |= {"admin_cidrs": ["0.0.0.0/0"], "allow_ssh_from_anywhere": True}
 
 
+def _login_without_efs(data: dict[str, Any]) -> None:
+    data["network"]["public_subnets"][1]["zone"] = "eu-west-1d"
+
+
 # Variants of a spec file, validated again like a user's file.
-VARIANTS: dict[str, Callable[[dict[str, Any]], None]] = {"unpinned": _unpinned, "world-ssh": _world_ssh}
+VARIANTS: dict[str, Callable[[dict[str, Any]], None]] = {"unpinned": _unpinned, "world-ssh": _world_ssh,
+                                                         "login-without-efs": _login_without_efs}
 
 
 def variant(spec_path: Path, name: str) -> Cluster:

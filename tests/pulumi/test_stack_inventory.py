@@ -123,7 +123,7 @@ def test_aws_vars_and_ceph_hosts_are_written(written: tuple[StackRun, Path]) -> 
     run, out = written
     aws_vars = yaml.safe_load((out / aws_inventory.AWS_VARS_FILE).read_text())
     assert aws_vars["slurmforge_aws_launch_templates"] == run.outputs["launch_templates"]
-    assert aws_vars["slurmforge_aws_pool_parameters"] == run.outputs["pool_parameters"]
+    assert not any("pool_parameters" in key for key in aws_vars)
     assert aws_vars["slurmforge_aws_spot_queue_url"] == run.outputs["spot_queue_url"]
     assert aws_vars["slurmforge_aws_secret_arns"] == run.outputs["secret_arns"]
     assert aws_vars["slurmforge_aws_efs_dns"] == run.outputs["efs"]["dns_name"]
@@ -190,7 +190,7 @@ def test_read_stack_outputs(tmp_path: Path, pools_aws: StackRun) -> None:
 
 def test_main_reads_the_spec_path_from_stack_config() -> None:
     run = run_main({"slurmforge:spec": "examples/pools-aws.yaml", "aws:region": "us-east-1"}, RecordingMocks())
-    assert set(run.outputs) >= {"hosts", "launch_templates", "pool_parameters", "spot_queue_url", "secret_arns", "efs"}
+    assert set(run.outputs) >= {"hosts", "launch_templates", "spot_queue_url", "secret_arns", "efs"}
     assert run.outputs["cluster"] == "mlpools"
     # ... and names it for `slurmforge inventory`, as the config does (relative to the project root)
     assert run.outputs["spec"] == "examples/pools-aws.yaml" and not run.secret["spec"]

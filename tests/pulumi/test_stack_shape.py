@@ -8,9 +8,10 @@ import json
 
 import pytest
 
+from slurmforge.errors import SpecError
 from slurmforge.hosts import TAG_CLUSTER, TAG_POOL
-from slurmforge.nodes import pool_hostlist
-from tests.pulumi.conftest import DYNAMIC, LAB_AWS, StackRun, run_stack
+from slurmforge.render import login_subnets
+from tests.pulumi.conftest import DYNAMIC, LAB_AWS, StackRun, run_stack, variant
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
 
@@ -34,9 +35,9 @@ def test_the_largest_four_pool_cluster_stays_under_budget() -> None:
     assert len(run.resources) < RESOURCE_BUDGET
 
 
-def test_resource_count_grows_by_two_per_pool(pools_aws: StackRun) -> None:
+def test_resource_count_grows_by_one_per_pool(pools_aws: StackRun) -> None:
     pools = [r for r in pools_aws.resources if r.name.startswith("mlpools-gpu-spot")]
-    assert sorted(r.typ for r in pools) == [LAUNCH_TEMPLATE, "aws:ssm/parameter:Parameter", "slurmforge:stacks:Pool"]
+    assert sorted(r.typ for r in pools) == [LAUNCH_TEMPLATE, "slurmforge:stacks:Pool"]
 
 
 def test_components_use_slurmforge_type_tokens(any_stack: StackRun) -> None:
@@ -103,25 +104,12 @@ def test_templates_boot_the_golden_image_with_the_pool_type_and_tags(any_stack: 
             TAG_CLUSTER: any_stack.spec.name, TAG_POOL: pool.name}
 
 
-def test_pool_policy_is_published_for_the_scheduler_service(any_stack: StackRun) -> None:
-    spec = any_stack.spec
-    params = {p.inputs["name"]: json.loads(p.inputs["insecureValue"])
-              for p in any_stack.of_type("aws:ssm/parameter:Parameter")}
-    assert sorted(params) == sorted(any_stack.outputs["pool_parameters"].values())
-    for pool in spec.pools:
-        policy = params[f"/slurmforge/{spec.name}/pools/{pool.name}"]
-        assert (policy["min_nodes"], policy["max_nodes"], policy["idle_seconds"]) == (
-            pool.min_nodes, pool.max_nodes, pool.idle_seconds)
-        assert (policy["market"], policy["fallback"]) == (pool.market.value, pool.fallback)
-        assert policy["hostlist"] == pool_hostlist(spec, pool)
-        assert policy["launch_template_id"] == any_stack.outputs["launch_templates"][pool.name]
-        assert sorted(policy["subnets"]) == sorted(pool.zones or [s.zone for s in spec.network.private_subnets])
-
-
-def test_spot_pool_policy_names_its_fallback(pools_aws: StackRun) -> None:
-    (param,) = [p for p in pools_aws.of_type("aws:ssm/parameter:Parameter") if p.name == "mlpools-gpu-spot-policy"]
-    policy = json.loads(param.inputs["insecureValue"])
-    assert (policy["market"], policy["fallback"], policy["idle_seconds"]) == ("spot", ["gpu"], 300)
+def test_no_pool_settings_outside_the_inventory(any_stack: StackRun) -> None:
+    """The scheduler service reads its pools from the inventory (the spec, and the provider
+    settings slurmforge.aws_inventory writes from the stack outputs): a second copy of them
+    in Parameter Store would be read by nothing and drift from the one that is."""
+    assert any_stack.of_type("aws:ssm/parameter:Parameter") == []
+    assert "pool_parameters" not in any_stack.outputs
 
 
 def test_no_autoscaling_group(any_stack: StackRun) -> None:
@@ -183,6 +171,29 @@ def test_efs_mount_target_in_every_private_subnet(any_stack: StackRun) -> None:
     assert sorted(t.inputs["subnetId"] for t in targets) == sorted(
         f"{name}-private-{i + 1}-id" for i in range(len(any_stack.spec.network.private_subnets)))
     assert {tuple(t.inputs["securityGroups"]) for t in targets} == {(f"{name}-efs-id",)}
+
+
+def test_every_head_node_mounts_efs_in_its_own_zone(any_stack: StackRun) -> None:
+    """A client resolves the EFS name only in a zone with a mount target: each controller and
+    login node sits in one (login nodes in the public subnets slurmforge.render.login_subnets
+    names, in turn)."""
+    zone_of = {f"{s.name}-id": s.inputs["availabilityZone"] for s in any_stack.of_type("aws:ec2/subnet:Subnet")}
+    mounted = {zone_of[t.inputs["subnetId"]] for t in any_stack.of_type("aws:efs/mountTarget:MountTarget")}
+    heads = {i.name: zone_of[i.inputs["subnetId"]] for i in any_stack.of_type("aws:ec2/instance:Instance")
+             if "-ceph-" not in i.name}
+    public = any_stack.spec.network.public_subnets
+    logins = {name: public[index].zone for name, index in login_subnets(any_stack.spec).items()}
+    assert logins and logins.items() <= heads.items()
+    assert set(heads.values()) <= mounted, heads
+
+
+def test_a_login_zone_without_a_mount_target_is_refused_before_the_stack() -> None:
+    """lab-aws with its second public subnet (the second login node's) in the one zone
+    without a private subnet: validation refuses it, so the stack never builds it."""
+    with pytest.raises(SpecError) as info:
+        variant(LAB_AWS, "login-without-efs")
+    assert [p.path for p in info.value.problems] == ["network.public_subnets[1].zone"]
+    assert "lab-login-2 but no private subnet: EFS has no mount target in eu-west-1d" in info.value.problems[0].line()
 
 
 def test_ceph_hosts_spread_over_zones_with_their_osds(lab_aws: StackRun) -> None:

@@ -32,7 +32,7 @@ def aws_spec(pools: list[dict[str, object]], partitions: list[dict[str, object]]
              **extra: object) -> Cluster:
     data = {
         "api_version": "slurmforge/v1", "name": "t",
-        "target": {"kind": "aws", "region": "us-east-1"},
+        "target": {"kind": "aws", "region": "us-east-1", "key_name": "ops"},
         "network": {"public_subnets": [{"cidr": "10.0.0.0/24", "zone": "us-east-1a"}],
                     "private_subnets": [{"cidr": "10.0.16.0/20", "zone": "us-east-1a"},
                                         {"cidr": "10.0.32.0/20", "zone": "us-east-1b"}],

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit
 SPEC = """
 api_version: slurmforge/v1
 name: t
-target: {kind: aws, region: us-east-1}
+target: {kind: aws, region: us-east-1, key_name: ops}
 network:
   public_subnets: [{cidr: 10.0.0.0/24, zone: us-east-1a}]
   private_subnets:

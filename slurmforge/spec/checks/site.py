@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import ipaddress
+import re
+import unicodedata
 from collections.abc import Iterator
 
 from slurmforge.catalog import lookup
 from slurmforge.errors import Problem, listing
+from slurmforge.hosts import OWN_TAG_KEYS, OWN_TAG_PREFIX, TAG_NAME
 from slurmforge.nodes import node_names, pool_hostlist
+from slurmforge.render import login_subnets
 from slurmforge.spec.checks.registry import check, dupes, is_aws
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, StaticTarget, is_domain
 
@@ -17,6 +21,18 @@ AWS_RESERVED_PER_SUBNET = 5
 # podman's own default network; a local cluster network must not overlap it.
 PODMAN_DEFAULT = ipaddress.ip_network("10.88.0.0/16")
 LOCAL_MAX_NODES = 32
+# target.tags go on every resource the stack makes (the provider's default tags): instances
+# whose tags are in instance metadata (a node reads its name there), IAM roles, EFS, ...; a
+# tag must suit them all. EC2: keys of 1-127 characters (its API reference; IAM takes 128),
+# values of at most 256, 50 tags a resource, no aws: prefix (any case). Tags in instance
+# metadata: keys of letters, digits and + - = . , _ : @ only, never '.', '..' or '_index'.
+# IAM and EFS: no ',' in keys; values of letters, digits, spaces and _ . : / = + - @.
+TAG_KEY_MAX, TAG_VALUE_MAX, TAGS_PER_RESOURCE = 127, 256, 50
+TAG_KEY_CHARS = re.compile(r"[A-Za-z0-9+\-=._:@]")
+TAG_VALUE_PUNCTUATION = frozenset("_.:/=+-@")
+TAG_VALUE_ASCII = re.compile(r"[A-Za-z0-9 _.:/=+@-]*")  # the usual values, without a look per character
+METADATA_RESERVED_KEYS = (".", "..", "_index")
+MAX_USER_TAGS = TAGS_PER_RESOURCE - len(OWN_TAG_KEYS)
 
 
 def _subnets(spec: Cluster) -> list[tuple[str, ipaddress.IPv4Network]]:
@@ -91,6 +107,94 @@ def aws_needs_public_subnet(spec: Cluster) -> Iterator[Problem]:
                       "add one, e.g. {cidr: 10.0.0.0/24, zone: us-east-1a}", show_value=False)
 
 
+def _tag_path(key: str) -> str:
+    plain = bool(key) and key not in METADATA_RESERVED_KEYS and all(TAG_KEY_CHARS.fullmatch(c) for c in key)
+    return f"target.tags.{key}" if plain else f"target.tags[{key!r}]"
+
+
+def _tag_key_problem(key: str) -> tuple[str, str] | None:
+    """What is wrong with a tag key (message, fix), or None."""
+    bad = sorted({c for c in key if not TAG_KEY_CHARS.fullmatch(c)})
+    if not key:
+        return "an empty tag key", "give the tag a name"
+    if len(key) > TAG_KEY_MAX:
+        return f"a tag key of {len(key)} characters; EC2 takes at most {TAG_KEY_MAX}", "use a shorter key"
+    if key.casefold().startswith("aws:"):
+        return "the aws: prefix is AWS's own", f"drop it: {key[4:] or 'another key'}"
+    if key == TAG_NAME:
+        return "the stack names what it makes with this key (its value would replace yours)", \
+            "use a key of your own, e.g. project or team"
+    if key.casefold().startswith(OWN_TAG_PREFIX):
+        return "slurmforge's own tag keys start so (the stack and the scheduler service set and read them)", \
+            "use a key of your own, e.g. project or team"
+    if bad:
+        suggestion = "".join(c if TAG_KEY_CHARS.fullmatch(c) else "-" for c in key)
+        if bad == [","]:
+            return "',' in a tag key: IAM and EFS refuse it (the tags go on every resource)", f"use e.g. {suggestion}"
+        shown = " ".join("space" if c == " " else repr(c) for c in bad)
+        return (f"{shown} in a tag key: instance metadata, where the nodes read their tags, takes only letters, "
+                "digits and + - = . _ : @", f"use e.g. {suggestion}")
+    if key in METADATA_RESERVED_KEYS:
+        return "not a tag key instance metadata can hold", "use a key of your own, e.g. project"
+    return None
+
+
+def _tag_value_problem(value: str) -> tuple[str, str] | None:
+    if len(value) > TAG_VALUE_MAX:
+        return f"a tag value of {len(value)} characters; EC2 takes at most {TAG_VALUE_MAX}", "use a shorter value"
+    if TAG_VALUE_ASCII.fullmatch(value):
+        return None
+    bad = sorted({c for c in value if unicodedata.category(c)[0] not in "LNZ" and c not in TAG_VALUE_PUNCTUATION})
+    if bad:
+        return (f"{' '.join(repr(c) for c in bad)} in a tag value: IAM and EFS take only letters, digits, spaces and "
+                "_ . : / = + - @", "leave those characters out")
+    return None
+
+
+@check
+def aws_tags(spec: Cluster) -> Iterator[Problem]:
+    """target.tags suit every resource they go on: keys of 1-127 letters, digits and
+    + - = . _ : @ (instance metadata, where nodes read their tags, takes no spaces or '/';
+    IAM no ','), not '.', '..' or '_index', not aws:... (AWS's) nor slurmforge:... or Name
+    (the stack's own); values of at most 256 letters, digits, spaces and _ . : / = + - @;
+    at most 40 tags (EC2 takes 50 a resource; slurmforge's own keys are 10)."""
+    if not isinstance(spec.target, AwsTarget):
+        return
+    tags = spec.target.tags
+    for key, value in tags.items():
+        for found, shown in ((_tag_key_problem(key), None), (_tag_value_problem(value), value)):
+            if found:
+                yield Problem(_tag_path(key), found[0], found[1], shown)
+    if len(tags) > MAX_USER_TAGS:
+        yield Problem("target.tags", f"{len(tags)} tags; EC2 takes {TAGS_PER_RESOURCE} a resource and slurmforge's "
+                      f"own keys are {len(OWN_TAG_KEYS)}", f"keep at most {MAX_USER_TAGS}", show_value=False)
+
+
+@check
+def login_zones_reach_efs(spec: Cluster) -> Iterator[Problem]:
+    """On AWS with EFS, every public subnet holding a login node is in a zone with a private
+    subnet: EFS has its mount targets there, and a client resolves the file system's name
+    only in a zone with one (the login node mounts the NAS)."""
+    if not isinstance(spec.target, AwsTarget) or spec.storage.nas.kind != "efs":
+        return
+    private = sorted({s.zone for s in spec.network.private_subnets})
+    logins: dict[int, list[str]] = {}
+    for name, index in login_subnets(spec).items():
+        logins.setdefault(index, []).append(name)
+    for index, names in sorted(logins.items()):
+        zone = spec.network.public_subnets[index].zone
+        if zone not in private and _zone_in(spec.target.region, zone):  # else: subnet_zones_in_region
+            nodes = f"login node {names[0]}" if len(names) == 1 else f"login nodes {listing(names)}"
+            where = f"put this public subnet in {' or '.join(private)}" if private else "add private subnets"
+            yield Problem(f"network.public_subnets[{index}].zone", f"holds {nodes} but no private subnet: EFS has "
+                          f"no mount target in {zone}, and the login node mounts the NAS",
+                          f"add a private subnet in {zone}, or {where}", zone)
+
+
+def _zone_in(region: str, zone: str) -> bool:
+    return zone.startswith(region) and len(zone) == len(region) + 1
+
+
 @check
 def subnet_zones_in_region(spec: Cluster) -> Iterator[Problem]:
     """Subnet zones belong to the target region."""
@@ -99,7 +203,7 @@ def subnet_zones_in_region(spec: Cluster) -> Iterator[Problem]:
     region = spec.target.region
     for kind in ("public_subnets", "private_subnets"):
         for i, s in enumerate(getattr(spec.network, kind)):
-            if not s.zone.startswith(region) or len(s.zone) != len(region) + 1:
+            if not _zone_in(region, s.zone):
                 yield Problem(f"network.{kind}[{i}].zone", f"not a zone of {region}", f"use {region}a", s.zone)
 
 
