@@ -226,7 +226,11 @@ async def _resolve(outputs: dict[str, Any], run: StackRun) -> None:
 
 
 def _unpinned(data: dict[str, Any]) -> None:
+    """Image Builder bakes the images; NVSwitch types (p4d) then give way to g5.48xlarge,
+    the same size of EFA pool the gpu image variant can run."""
     data["images"] = {"base": "debian-13"}
+    for pool in data["pools"]:
+        pool["instance_types"] = ["g5.48xlarge" if t == "p4d.24xlarge" else t for t in pool["instance_types"]]
 
 
 def _world_ssh(data: dict[str, Any]) -> None:
