@@ -21,6 +21,7 @@ import pulumi_aws as aws
 import yaml
 
 from slurmforge.distro import Distro
+from slurmforge.image_variant import ImageVariant, variant_vars
 from stacks.common import (
     ROOT_DEVICE,
     VOLUME_TYPE,
@@ -64,10 +65,14 @@ class ImageArgs:
     """The directory holding playbooks/ and roles/ (the repo root)."""
     os: Distro
     """The spec's images.base: which Debian AMI to start from, and the image playbook's vars."""
+    variant: ImageVariant = ImageVariant.BASE
+    """Which image variant this pipeline bakes (slurmforge.image_variant): the playbook's vars."""
 
 
-def component_document(archive_url: str, archive_etag: str | None, os: Distro) -> str:
-    """The Image Builder component: fetch the playbooks, run the image playbook locally."""
+def component_document(archive_url: str, archive_etag: str | None, os: Distro,
+                       variant: ImageVariant = ImageVariant.BASE) -> str:
+    """The Image Builder component: fetch the playbooks, run the image playbook locally
+    (building `variant`)."""
     commands = [
         "set -euo pipefail",
         "export DEBIAN_FRONTEND=noninteractive",
@@ -76,7 +81,7 @@ def component_document(archive_url: str, archive_etag: str | None, os: Distro) -
         f"rm -rf {WORKDIR} && mkdir -p {WORKDIR}",
         f"unzip -q /tmp/{ARCHIVE_KEY} -d {WORKDIR}",
         f"cd {WORKDIR} && ansible-playbook -i localhost, -c local {IMAGE_PLAYBOOK} "
-        f"-e {shlex.quote(json.dumps(os.image_vars(), sort_keys=True))}",
+        f"-e {shlex.quote(json.dumps(os.image_vars() | variant_vars(variant), sort_keys=True))}",
         f"rm -rf {WORKDIR} /tmp/{ARCHIVE_KEY}",
     ]
     document = {
@@ -127,7 +132,7 @@ class Image(pulumi.ComponentResource):
         profile = self._builder_profile(name, args, bucket_arn)
         component = aws.imagebuilder.Component(
             f"{name}-component", platform="Linux", version=RECIPE_VERSION,
-            data=pulumi.Output.all(url, etag).apply(lambda v: component_document(v[0], v[1], args.os)),
+            data=pulumi.Output.all(url, etag).apply(lambda v: component_document(v[0], v[1], args.os, args.variant)),
             tags=tags(args.cluster, "image"), opts=child(self))
         recipe = aws.imagebuilder.ImageRecipe(
             f"{name}-recipe", version=RECIPE_VERSION, parent_image=base.id,

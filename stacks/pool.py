@@ -24,6 +24,7 @@ import pulumi
 import pulumi_aws as aws
 
 from slurmforge.errors import ProvisionError
+from slurmforge.image_variant import ImageVariant, pool_image_variant
 from slurmforge.spec.models import Market, Pool
 from stacks.common import (
     CLUSTER_TAG,
@@ -83,6 +84,15 @@ def pool_policy(cluster: str, pool: Pool, node_prefix: str, hostlist: str, launc
     }
 
 
+def pool_ami(pool: Pool, amis: Mapping[ImageVariant, pulumi.Input[str]]) -> pulumi.Input[str]:
+    """The image the pool's machines boot: the gpu variant (the NVIDIA driver) for NVIDIA
+    GPUs, the base otherwise."""
+    variant = pool_image_variant(pool)
+    if variant not in amis:
+        raise ProvisionError(f"pool {pool.name} boots the {variant} image variant, which this stack does not bake")
+    return amis[variant]
+
+
 def pool_tags(cluster: str, pool: str) -> dict[str, str]:
     return {**tags(cluster, "pool"), POOL_TAG: pool}
 
@@ -115,8 +125,8 @@ class PoolArgs:
     """Node names are <node_prefix>-<index>."""
     hostlist: str
     """All the pool's node names as a Slurm hostlist."""
-    ami_id: pulumi.Input[str]
-    """The golden image."""
+    amis: Mapping[ImageVariant, pulumi.Input[str]]
+    """The golden image of each variant the cluster bakes (slurmforge.image_variant)."""
     subnet_ids: Mapping[str, pulumi.Input[str]]
     """Private subnet by zone, for the zones this pool may use."""
     security_group_ids: Sequence[pulumi.Input[str]]
@@ -161,7 +171,7 @@ class NodePool(pulumi.ComponentResource):
         program = pulumi.Output.from_input(args.join_program).apply(user_data)
         return aws.ec2.LaunchTemplate(
             f"{name}-template", description=f"slurmforge {args.cluster} pool {pool.name}",
-            image_id=args.ami_id, instance_type=pool.instance_types[0],
+            image_id=pool_ami(pool, args.amis), instance_type=pool.instance_types[0],
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arn),
             metadata_options=launch_template_metadata(),
             network_interfaces=[network_interface(pool, args.security_group_ids)],

@@ -36,6 +36,9 @@ LAB_AWS = SPECS / "lab-aws.yaml"
 ACCOUNT = "123456789012"
 DEBIAN_AMI = "ami-0debian12base0000"
 GOLDEN_AMI = "ami-0golden000000000"
+GPU_AMI = "ami-0goldengpu000000"
+"""What Image Builder bakes: the base variant, and the gpu variant (its images are named
+<cluster>-image-gpu, slurmforge.image_variant)."""
 MUNGE_B64 = "bW9jay1tdW5nZS1rZXktYnl0ZXM="
 DB_PASSWORD = "mock-db-password-0123456789"
 
@@ -109,7 +112,8 @@ class RecordingMocks(Mocks):
         if typ == "aws:s3/bucket:Bucket":
             return {"bucket": f"{name}-bucket"}
         if typ == "aws:imagebuilder/image:Image":
-            return {"outputResources": [{"amis": [{"image": GOLDEN_AMI, "region": "mock"}]}]}
+            ami = GPU_AMI if name.endswith("-image-gpu-image") else GOLDEN_AMI
+            return {"outputResources": [{"amis": [{"image": ami, "region": "mock"}]}]}
         if typ == "random:index/randomBytes:RandomBytes":
             return {"base64": MUNGE_B64, "hex": "00"}
         if typ == "random:index/randomPassword:RandomPassword":

@@ -126,9 +126,10 @@ def test_imdsv2_with_hop_limit_1_on_every_instance(any_stack: StackRun) -> None:
 
 
 def test_imdsv2_on_the_image_build_instance() -> None:
-    (infra,) = run_stack(POOLS_AWS).of_type(
-        "aws:imagebuilder/infrastructureConfiguration:InfrastructureConfiguration")
-    assert infra.inputs["instanceMetadataOptions"] == {"httpTokens": "required", "httpPutResponseHopLimit": 1}
+    infras = run_stack(POOLS_AWS).of_type("aws:imagebuilder/infrastructureConfiguration:InfrastructureConfiguration")
+    assert len(infras) == 2  # the base and the gpu image variants
+    for infra in infras:
+        assert infra.inputs["instanceMetadataOptions"] == {"httpTokens": "required", "httpPutResponseHopLimit": 1}
 
 
 # --------------------------------------------------------------------------- encryption
@@ -157,10 +158,11 @@ def test_every_ceph_osd_volume_is_encrypted_and_sized_by_the_spec(any_stack: Sta
 def test_efs_and_rds_and_the_golden_image_are_encrypted() -> None:
     (efs,) = run_stack(LAB_AWS).of_type("aws:efs/fileSystem:FileSystem")
     (rds,) = run_stack(LAB_AWS).of_type("aws:rds/instance:Instance")
-    (recipe,) = run_stack(POOLS_AWS).of_type("aws:imagebuilder/imageRecipe:ImageRecipe")
+    recipes = run_stack(POOLS_AWS).of_type("aws:imagebuilder/imageRecipe:ImageRecipe")
     assert efs.inputs["encrypted"] is True
     assert rds.inputs["storageEncrypted"] is True
-    assert [d["ebs"]["encrypted"] for d in recipe.inputs["blockDeviceMappings"]] == ["true"]
+    assert recipes and all([d["ebs"]["encrypted"] for d in r.inputs["blockDeviceMappings"]] == ["true"]
+                           for r in recipes)
 
 
 # --------------------------------------------------------------------------- public addresses

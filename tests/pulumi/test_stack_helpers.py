@@ -14,6 +14,7 @@ import yaml
 from slurmforge.contract import SERVICE_VENV
 from slurmforge.distro import DEBIAN_13
 from slurmforge.errors import ProvisionError
+from slurmforge.image_variant import IMAGE_VARIANT_VAR
 from slurmforge.spec import validate_data
 from slurmforge.spec.models import Ceph
 from stacks.ceph import ceph_placements, osd_device
@@ -98,7 +99,7 @@ def test_component_runs_the_image_playbook_with_the_distributions_vars() -> None
     commands = next(s for s in steps if s["name"] == "RunImagePlaybook")["inputs"]["commands"]
     run = next(c for c in commands if IMAGE_PLAYBOOK in c)
     extravars = json.loads(shlex.split(run.split(IMAGE_PLAYBOOK, 1)[1])[1])
-    assert extravars == DEBIAN_13.image_vars()
+    assert extravars == DEBIAN_13.image_vars() | {IMAGE_VARIANT_VAR: "base"}
     assert extravars["slurmforge_python_version"] == "3.13"
     assert extravars["slurmforge_paths"]["service_venv"] == SERVICE_VENV  # the contract, as the inventory has it
 

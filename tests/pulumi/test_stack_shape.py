@@ -5,14 +5,16 @@ storage, spot notices and the outputs."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 import yaml
 
 from slurmforge.hosts import TAG_CLUSTER, TAG_POOL
+from slurmforge.image_variant import IMAGE_VARIANT_VAR, ImageVariant, pool_image_variant
 from slurmforge.nodes import pool_hostlist
 from stacks.image import DEBIAN_OWNER, IMAGE_PLAYBOOK
-from tests.pulumi.conftest import DEBIAN_AMI, GOLDEN_AMI, LAB_AWS, StackRun, run_stack
+from tests.pulumi.conftest import DEBIAN_AMI, GOLDEN_AMI, GPU_AMI, LAB_AWS, StackRun, run_stack
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
 
@@ -99,7 +101,8 @@ def test_templates_boot_the_golden_image_with_the_pool_type_and_tags(any_stack: 
     by_pool = templates(any_stack)
     for pool in any_stack.spec.pools:
         t = by_pool[pool.name]
-        assert t["imageId"] == any_stack.outputs["ami_id"]
+        if pool_image_variant(pool) is ImageVariant.BASE or any_stack.spec.images.ami:
+            assert t["imageId"] == any_stack.outputs["ami_id"]
         assert t["instanceType"] == pool.instance_types[0]
         assert {s["resourceType"]: s["tags"] for s in t["tagSpecifications"]}["instance"] == {
             TAG_CLUSTER: any_stack.spec.name, TAG_POOL: pool.name}
@@ -174,9 +177,19 @@ IMAGE_BUILDER = ("aws:imagebuilder/component:Component", "aws:imagebuilder/image
                  "aws:imagebuilder/imagePipeline:ImagePipeline", "aws:imagebuilder/image:Image")
 
 
+def test_gpu_pools_boot_the_gpu_image_variant(pools_aws: StackRun) -> None:
+    """Pools with NVIDIA GPUs boot the image with the NVIDIA driver; the rest, and the head
+    nodes, the base image."""
+    by_pool = templates(pools_aws)
+    assert {name: t["imageId"] for name, t in by_pool.items()} == {
+        "cpu": GOLDEN_AMI, "gpu": GPU_AMI, "gpu-spot": GPU_AMI}
+    assert {i.inputs["ami"] for i in pools_aws.of_type("aws:ec2/instance:Instance")} == {GOLDEN_AMI}
+
+
 def test_image_builder_only_when_the_ami_is_not_pinned(pools_aws: StackRun, lab_aws: StackRun) -> None:
     assert pools_aws.spec.images.ami is None
-    assert [len(pools_aws.of_type(t)) for t in IMAGE_BUILDER] == [1] * len(IMAGE_BUILDER)
+    # one pipeline per image variant: base, and gpu for its GPU pools
+    assert [len(pools_aws.of_type(t)) for t in IMAGE_BUILDER] == [2] * len(IMAGE_BUILDER)
     assert lab_aws.spec.images.ami is not None
     assert [r.typ for r in lab_aws.resources if r.typ.startswith("aws:imagebuilder/")] == []
     assert not [c for c in lab_aws.calls if c.token == "aws:ec2/getAmi:getAmi"]
@@ -192,25 +205,31 @@ def test_pinned_ami_is_what_every_node_boots(lab_aws: StackRun) -> None:
 
 
 def test_golden_image_is_built_on_debian_12(pools_aws: StackRun) -> None:
-    (ami,) = [c for c in pools_aws.calls if c.token == "aws:ec2/getAmi:getAmi"]
-    assert ami.args["owners"] == [DEBIAN_OWNER] and ami.args["mostRecent"] is True
-    assert {"name": "name", "values": ["debian-13-amd64-*"]} in ami.args["filters"]
-    (recipe,) = pools_aws.of_type("aws:imagebuilder/imageRecipe:ImageRecipe")
-    assert recipe.inputs["parentImage"] == DEBIAN_AMI
+    amis = [c for c in pools_aws.calls if c.token == "aws:ec2/getAmi:getAmi"]
+    for ami in amis:
+        assert ami.args["owners"] == [DEBIAN_OWNER] and ami.args["mostRecent"] is True
+        assert {"name": "name", "values": ["debian-13-amd64-*"]} in ami.args["filters"]
+    recipes = pools_aws.of_type("aws:imagebuilder/imageRecipe:ImageRecipe")
+    assert len(amis) == len(recipes) == 2
+    assert {r.inputs["parentImage"] for r in recipes} == {DEBIAN_AMI}
     assert pools_aws.outputs["ami_id"] == GOLDEN_AMI
     assert {i.inputs["ami"] for i in pools_aws.of_type("aws:ec2/instance:Instance")} == {GOLDEN_AMI}
 
 
 def test_image_component_runs_the_image_playbook(pools_aws: StackRun) -> None:
-    (component,) = pools_aws.of_type("aws:imagebuilder/component:Component")
-    document = yaml.safe_load(component.inputs["data"])
-    steps = {s["name"]: s for s in document["phases"][0]["steps"]}
-    assert steps["FetchPlaybooks"]["inputs"][0]["source"] == "s3://mlpools-ansible-bucket/slurmforge-ansible.zip"
-    commands = steps["RunImagePlaybook"]["inputs"]["commands"]
-    assert any(f"ansible-playbook -i localhost, -c local {IMAGE_PLAYBOOK} -e " in c for c in commands)
-    (block,) = pools_aws.of_type("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
-    assert all(block.inputs[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls",
-                                                  "restrictPublicBuckets"))
+    variants = {}
+    for component in pools_aws.of_type("aws:imagebuilder/component:Component"):
+        document = yaml.safe_load(component.inputs["data"])
+        steps = {s["name"]: s for s in document["phases"][0]["steps"]}
+        assert steps["FetchPlaybooks"]["inputs"][0]["source"].endswith("-ansible-bucket/slurmforge-ansible.zip")
+        commands = steps["RunImagePlaybook"]["inputs"]["commands"]
+        (run,) = [c for c in commands if f"ansible-playbook -i localhost, -c local {IMAGE_PLAYBOOK} -e " in c]
+        extravars = json.loads(shlex.split(run)[-1])
+        variants[component.name] = extravars[IMAGE_VARIANT_VAR]
+    assert variants == {"mlpools-component": "base", "mlpools-image-gpu-component": "gpu"}
+    blocks = pools_aws.of_type("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
+    assert len(blocks) == 2 and all(block.inputs[k] is True for block in blocks for k in (
+        "blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"))
 
 
 # --------------------------------------------------------------------------- storage, head, spot
