@@ -75,6 +75,8 @@ def spec_data(total_nodes: int) -> dict[str, Any]:
         "api_version": "slurmforge/v1",
         "name": "bench",
         "target": {"kind": "aws", "region": "us-east-1", "key_name": "ops"},
+        # p4d and p5 need NVIDIA's fabric manager, which only a pinned image can bring
+        "images": {"ami": "ami-0123456789abcdef0"},
         "network": {
             "vpc_cidr": "10.20.0.0/16",
             "public_subnets": [{"cidr": "10.20.0.0/24", "zone": "us-east-1a"}],

@@ -33,6 +33,8 @@ class InstanceType:
     accelerator_model: str | None = None
     accelerator_kind: str | None = None
     efa: bool = False
+    nvswitch: bool = False
+    """Its GPUs share NVSwitches: CUDA runs there only with NVIDIA's fabric manager."""
 
     @property
     def family(self) -> str:

@@ -34,8 +34,6 @@ from slurmforge.errors import ProvisionError
 PROMETHEUS_PORT = 9090
 ALERTMANAGER_PORT = 9093
 NODE_EXPORTER_PORT = 9100
-DCGM_EXPORTER_PORT = 9400
-"""NVIDIA's DCGM exporter listens here by itself; only the scrape config names it."""
 SERVICE_PORT = 9110
 """The scheduler service's pool page, /pools.json and /metrics."""
 
@@ -155,7 +153,6 @@ PORTS: Mapping[str, int] = {
     "prometheus": PROMETHEUS_PORT,
     "alertmanager": ALERTMANAGER_PORT,
     "node_exporter": NODE_EXPORTER_PORT,
-    "dcgm_exporter": DCGM_EXPORTER_PORT,
     "service": SERVICE_PORT,
 }
 """What the roles read as `slurmforge_ports.<key>`."""

@@ -37,6 +37,7 @@ import jinja2
 
 from slurmforge.distro import Distro
 from slurmforge.errors import ProvisionError
+from slurmforge.image_variant import ImageVariant, variant_vars
 from slurmforge.templating import make_environment
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,8 +53,6 @@ INPUT_DIRS = ("playbooks", "roles")
 IMAGE_PLAYBOOK = Path("playbooks") / "image.yml"
 """Relative to the repo and to WORKDIR."""
 DIGEST_FILE = "inputs.digest"
-VARIANTS = ("cpu",)
-"""Image variants: `cpu` is the node image every host boots."""
 
 
 @cache
@@ -61,14 +60,14 @@ def _environment() -> jinja2.Environment:
     return make_environment(quote=shlex.quote)
 
 
-def build_script(os: Distro, variant: str = "cpu") -> str:
+def build_script(os: Distro, variant: ImageVariant = ImageVariant.BASE) -> str:
     return _environment().get_template(TEMPLATE).render(
-        os=os, variant=variant, workdir=WORKDIR, record=RECORD, packages=PACKAGES)
+        os=os, variant=str(variant), workdir=WORKDIR, record=RECORD, packages=PACKAGES)
 
 
-def playbook_vars(os: Distro, variant: str = "cpu") -> dict[str, object]:
-    """The image playbook's variables (vars.json): the distribution's, and the variant."""
-    return {**os.image_vars(), "slurmforge_image_variant": variant}
+def playbook_vars(os: Distro, variant: ImageVariant = ImageVariant.BASE) -> dict[str, object]:
+    """The image playbook's variables (vars.json): the distribution's, and the variant's."""
+    return {**os.image_vars(), **variant_vars(variant)}
 
 
 def wheel_cache() -> Path:
@@ -98,11 +97,9 @@ def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
-def prepare_inputs(dest: Path, os: Distro, variant: str = "cpu", repo: Path = REPO) -> str:
+def prepare_inputs(dest: Path, os: Distro, variant: ImageVariant = ImageVariant.BASE, repo: Path = REPO) -> str:
     """Write a build's whole input into `dest` (which must not exist); returns its digest
     (also in dest/inputs.digest)."""
-    if variant not in VARIANTS:
-        raise ValueError(f"image variant {variant!r}: one of {', '.join(VARIANTS)}")
     dest.mkdir(parents=True)
     for name in INPUT_DIRS:
         shutil.copytree(repo / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.retry"))

@@ -29,7 +29,7 @@ from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.join import kit_dir, kit_files, lmod_paths, local_settings, pool_hosts_file, render_join
-from slurmforge.monitoring import has_real_gpus, render_monitoring
+from slurmforge.monitoring import render_monitoring
 from slurmforge.nodes import pool_hardware
 from slurmforge.render import (
     SLURMCTLD_LOG,
@@ -86,8 +86,7 @@ def host_vars(spec: Cluster, host: Host) -> dict[str, Any]:
     if host.pool is not None:
         hw = pool_hardware(spec.pool(host.pool))
         hv |= {"slurmforge_pool": host.pool, "slurmforge_dynamic": host.dynamic,
-               "slurmforge_gpus": hw.gpus if hw else 0, "slurmforge_gpu_kind": hw.gpu_kind if hw else None,
-               "slurmforge_dcgm_exporter": has_real_gpus(spec, spec.pool(host.pool))}
+               "slurmforge_gpus": hw.gpus if hw else 0, "slurmforge_gpu_kind": hw.gpu_kind if hw else None}
     return hv
 
 

@@ -39,7 +39,8 @@ class NodeHardware:
 
     @property
     def device_glob(self) -> str | None:
-        """The device files gres.conf names, e.g. /dev/nvidia[0-3]."""
+        """The device files gres.conf names, e.g. /dev/nvidia[0-3]: what the driver makes
+        for the GPUs of one machine (minors 0..N-1)."""
         if not self.gpus:
             return None
         base = "/dev/neuron" if self.gpu_kind == "neuron" else "/dev/nvidia"

@@ -406,7 +406,11 @@ def gres_context(spec: Cluster, source: str) -> dict[str, Any]:
         hw = line.hardware
         if hw.gpus:
             lines.append({"NodeName": line.hostlist, "Name": hw.gres_name, "File": hw.device_glob})
-    # gres autodetect needs Slurm built against NVML (Debian's is not): name the devices
+    # Name the device files, no AutoDetect: Slurm 24.11 refuses it for CLOUD nodes (every
+    # AWS node; slurmctld reads gres.conf for them at start: "Cannot use AutoDetect on
+    # cloud/dynamic node"), and the local target's GPUs are files without a driver. The
+    # files exist before slurmd starts: the gpu image variant makes /dev/nvidia<minor> of
+    # each GPU (roles/gpu/files/slurmforge-nvidia-devices), the local target fakes them.
     return {"source": source, "settings": {"AutoDetect": "off"}, "lines": lines}
 
 

@@ -18,6 +18,7 @@ import pulumi_aws as aws
 from slurmforge import aws_inventory as out
 from slurmforge.distro import distro
 from slurmforge.errors import Problem, SpecError
+from slurmforge.image_variant import ImageVariant, image_variants
 from slurmforge.join import JoinSettings, nas_source, render_join
 from slurmforge.render import controller_name, controller_names, login_subnets
 from slurmforge.spec.models import AwsTarget, Cluster
@@ -64,7 +65,13 @@ class Foundation:
     net: Network
     secrets: Secrets
     iam: Iam
-    image: Image
+    images: dict[ImageVariant, Image]
+    """One golden image per variant the cluster's machines boot (slurmforge.image_variant)."""
+
+    @property
+    def image(self) -> Image:
+        """The base variant: head nodes, Ceph hosts, CPU pools."""
+        return self.images[ImageVariant.BASE]
 
 
 @dataclass(frozen=True)
@@ -107,10 +114,12 @@ def _foundation(spec: Cluster, target: AwsTarget, ansible_root: Path, opts: pulu
     secrets = Secrets(name, SecretsArgs(name), opts)
     iam = Iam(name, IamArgs(name, target.region, secrets.munge_key_arn, secrets.db_password_arn), opts)
     first_private = next(iter(net.private_subnet_ids.values()))
-    image = Image(name, ImageArgs(name, target.region, spec.images.ami, net.vpc_id, first_private, ansible_root,
-                                  distro(spec.images.base)),
-                  opts)
-    return Foundation(net, secrets, iam, image)
+    images = {variant: Image(name if variant is ImageVariant.BASE else f"{name}-image-{variant}",
+                             ImageArgs(name, target.region, spec.images.ami, net.vpc_id, first_private, ansible_root,
+                                       distro(spec.images.base), variant),
+                             opts)
+              for variant in image_variants(spec)}
+    return Foundation(net, secrets, iam, images)
 
 
 def _nas(spec: Cluster, base: Foundation, opts: pulumi.ResourceOptions) -> NasStorage | None:
@@ -162,9 +171,9 @@ def _join_program(spec: Cluster, target: AwsTarget, base: Foundation, head: Head
 def _pools(spec: Cluster, base: Foundation, join_program: pulumi.Output[str],
            opts: pulumi.ResourceOptions) -> dict[str, NodePool]:
     return {pool.name: NodePool(f"{spec.name}-{pool.name}", PoolArgs(
-        cluster=spec.name, pool=pool, ami_id=base.image.ami_id, security_group_ids=[base.net.cluster_sg_id],
-        instance_profile_arn=base.iam.profile_arns[NodeKind.COMPUTE], join_program=join_program), opts)
-        for pool in spec.pools}
+        cluster=spec.name, pool=pool, amis={variant: image.ami_id for variant, image in base.images.items()},
+        security_group_ids=[base.net.cluster_sg_id], instance_profile_arn=base.iam.profile_arns[NodeKind.COMPUTE],
+        join_program=join_program), opts) for pool in spec.pools}
 
 
 def stack_outputs(spec: Cluster, target: AwsTarget, parts: Parts) -> dict[str, Any]:

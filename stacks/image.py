@@ -39,6 +39,7 @@ from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider
 from slurmforge.distro import Distro, distro
 from slurmforge.errors import ProvisionError
 from slurmforge.image import aws_user_data, prepare_inputs, read_record, tarball
+from slurmforge.image_variant import ImageVariant
 from stacks.common import ROOT_DEVICE, VOLUME_TYPE, all_egress_rules, child, tags
 
 # Debian's official AMIs are published by this account (https://wiki.debian.org/Cloud/AmazonEC2Image).
@@ -71,6 +72,8 @@ class ImageArgs:
     """The directory holding playbooks/ and roles/ (the repo root)."""
     os: Distro
     """The spec's images.base: the parent AMI and the image playbook's vars."""
+    variant: ImageVariant = ImageVariant.BASE
+    """Which image variant this build bakes (slurmforge.image_variant)."""
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float, poll: float) -> None:
@@ -220,11 +223,11 @@ class Image(pulumi.ComponentResource):
                                       description="slurmforge image build: outbound only",
                                       tags=tags(args.cluster, "image"), opts=child(self))
         image = GoldenImage(f"{name}-node-image", {
-            "region": args.region, "cluster": args.cluster, "base": args.os.base,
+            "region": args.region, "cluster": args.cluster, "base": args.os.base, "variant": str(args.variant),
             "parent_ami": parent_ami(args.os, self), "subnet_id": args.subnet_id, "security_group_id": group.id,
             "instance_type": BUILD_INSTANCE_TYPE, "volume_gb": IMAGE_VOLUME_GB, "bucket": bucket.bucket,
             "inputs_key": inputs.key, "inputs_digest": digest,
-            "tags": tags(args.cluster, "image", f"{args.cluster}-image-build"),
+            "tags": tags(args.cluster, "image", f"{args.cluster}-image-build-{args.variant}"),
         }, child(self))
         return image.ami_id
 
@@ -233,7 +236,7 @@ def inputs_tarball(args: ImageArgs) -> tuple[Path, str]:
     """The build's inputs (slurmforge.image.prepare_inputs) as the tarball the instance
     fetches, in a temporary file that lives as long as the program, and their digest."""
     tmp = Path(tempfile.mkdtemp(prefix="slurmforge-image-"))
-    digest = prepare_inputs(tmp / "inputs", args.os, repo=args.ansible_root)
+    digest = prepare_inputs(tmp / "inputs", args.os, args.variant, repo=args.ansible_root)
     out = tmp / INPUTS_KEY
     out.write_bytes(tarball(tmp / "inputs"))
     return out, digest

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import base64
 import gzip
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 
 from slurmforge.errors import ProvisionError
+from slurmforge.image_variant import ImageVariant, pool_image_variant
 from slurmforge.spec.models import Market, Pool
 from stacks.common import (
     CLUSTER_TAG,
@@ -56,6 +57,15 @@ def user_data(program: str) -> str:
     return base64.b64encode(raw).decode()
 
 
+def pool_ami(pool: Pool, amis: Mapping[ImageVariant, pulumi.Input[str]]) -> pulumi.Input[str]:
+    """The image the pool's machines boot: the gpu variant (the NVIDIA driver) for NVIDIA
+    GPUs, the base otherwise."""
+    variant = pool_image_variant(pool)
+    if variant not in amis:
+        raise ProvisionError(f"pool {pool.name} boots the {variant} image variant, which this stack does not bake")
+    return amis[variant]
+
+
 def pool_tags(cluster: str, pool: str) -> dict[str, str]:
     return {**tags(cluster, "pool"), POOL_TAG: pool}
 
@@ -84,8 +94,8 @@ class PoolArgs:
     """Cluster name: tags."""
     pool: Pool
     """The spec's pool."""
-    ami_id: pulumi.Input[str]
-    """The golden image."""
+    amis: Mapping[ImageVariant, pulumi.Input[str]]
+    """The golden image of each variant the cluster bakes (slurmforge.image_variant)."""
     security_group_ids: Sequence[pulumi.Input[str]]
     """The cluster group."""
     instance_profile_arn: pulumi.Input[str]
@@ -115,7 +125,7 @@ class NodePool(pulumi.ComponentResource):
         program = pulumi.Output.from_input(args.join_program).apply(user_data)
         return aws.ec2.LaunchTemplate(
             f"{name}-template", description=f"slurmforge {args.cluster} pool {pool.name}",
-            image_id=args.ami_id, instance_type=pool.instance_types[0],
+            image_id=pool_ami(pool, args.amis), instance_type=pool.instance_types[0],
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arn),
             metadata_options=launch_template_metadata(),
             network_interfaces=[network_interface(pool, args.security_group_ids)],

@@ -39,6 +39,9 @@ LAB_AWS = SPECS / "lab-aws.yaml"
 ACCOUNT = "123456789012"
 DEBIAN_AMI = "ami-0debian13base0000"
 GOLDEN_AMI = "ami-0golden000000000"
+GPU_AMI = "ami-0goldengpu000000"
+"""What Image Builder bakes: the base variant, and the gpu variant (its images are named
+<cluster>-image-gpu, slurmforge.image_variant)."""
 MUNGE_B64 = "bW9jay1tdW5nZS1rZXktYnl0ZXM="
 DB_PASSWORD = "mock-db-password-0123456789"
 
@@ -113,7 +116,8 @@ class RecordingMocks(Mocks):
         if typ == "aws:s3/bucket:Bucket":
             return {"bucket": f"{name}-bucket"}
         if typ == DYNAMIC:  # the golden image's bakery (stacks/image.py): tests/pulumi/test_golden_image.py
-            return {"ami_id": GOLDEN_AMI, "slurm": "24.11.5-4+deb13u1", "packages": 700, "build_seconds": 300}
+            ami = GPU_AMI if args.inputs.get("variant") == "gpu" else GOLDEN_AMI
+            return {"ami_id": ami, "slurm": "24.11.5-4+deb13u1", "packages": 700, "build_seconds": 300}
         if typ == "random:index/randomBytes:RandomBytes":
             return {"base64": MUNGE_B64, "hex": "00"}
         if typ == "random:index/randomPassword:RandomPassword":
@@ -239,7 +243,11 @@ async def _resolve(outputs: dict[str, Any], values: dict[str, Any], secret: dict
 
 
 def _unpinned(data: dict[str, Any]) -> None:
+    """Image Builder bakes the images; NVSwitch types (p4d) then give way to g5.48xlarge,
+    the same size of EFA pool the gpu image variant can run."""
     data["images"] = {"base": "debian-13"}
+    for pool in data["pools"]:
+        pool["instance_types"] = ["g5.48xlarge" if t == "p4d.24xlarge" else t for t in pool["instance_types"]]
 
 
 def _world_ssh(data: dict[str, Any]) -> None:

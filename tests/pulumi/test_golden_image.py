@@ -39,12 +39,15 @@ REGION = "us-east-1"
 
 
 def test_the_build_starts_from_the_pinned_debian_ami(pools_aws: StackRun) -> None:
-    (ami,) = [c for c in pools_aws.calls if c.token == "aws:ec2/getAmi:getAmi"]
-    assert ami.args["owners"] == [DEBIAN_OWNER] and not ami.args.get("mostRecent")
-    assert {"name": "name", "values": [DEBIAN_13.parent_ami]} in ami.args["filters"]
+    amis = [c for c in pools_aws.calls if c.token == "aws:ec2/getAmi:getAmi"]
+    assert len(amis) == 2  # one build per image variant, both from the same parent
+    for ami in amis:
+        assert ami.args["owners"] == [DEBIAN_OWNER] and not ami.args.get("mostRecent")
+        assert {"name": "name", "values": [DEBIAN_13.parent_ami]} in ami.args["filters"]
     assert "*" not in DEBIAN_13.parent_ami  # a name, not a pattern: a new Debian AMI rebakes nothing
-    (image,) = pools_aws.of_type(DYNAMIC)
-    assert image.inputs["parent_ami"] == DEBIAN_AMI
+    images = pools_aws.of_type(DYNAMIC)
+    assert sorted(i.inputs["variant"] for i in images) == ["base", "gpu"]  # pools-aws has GPU pools
+    assert {i.inputs["parent_ami"] for i in images} == {DEBIAN_AMI}
     assert pools_aws.outputs["ami_id"] == GOLDEN_AMI
     assert {i.inputs["ami"] for i in pools_aws.of_type("aws:ec2/instance:Instance")} == {GOLDEN_AMI}
 
@@ -52,15 +55,15 @@ def test_the_build_starts_from_the_pinned_debian_ami(pools_aws: StackRun) -> Non
 def test_the_build_receives_exactly_the_pipelines_inputs(pools_aws: StackRun, tmp_path: Path) -> None:
     """The tarball the instance fetches is what the local build copies into its builder,
     digest for digest."""
-    (obj,) = pools_aws.of_type("aws:s3/bucketObjectv2:BucketObjectv2")
-    (image,) = pools_aws.of_type(DYNAMIC)
+    (obj,) = [o for o in pools_aws.of_type("aws:s3/bucketObjectv2:BucketObjectv2") if o.name == "mlpools-image-inputs"]
+    (image,) = [i for i in pools_aws.of_type(DYNAMIC) if i.inputs["variant"] == "base"]
     with tarfile.open(obj.inputs["source"].path) as tar:
         names = tar.getnames()
         digest = tar.extractfile(DIGEST_FILE).read().decode().strip()  # type: ignore[union-attr]
     assert {n.split("/")[0] for n in names} == {"playbooks", "roles", "wheels", "vars.json", BUILD_SCRIPT, DIGEST_FILE}
     assert digest == image.inputs["inputs_digest"] == prepare_inputs(tmp_path / "local", DEBIAN_13)
-    (block,) = pools_aws.of_type("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
-    assert all(block.inputs[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls",
+    for block in pools_aws.of_type("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"):
+        assert all(block.inputs[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls",
                                                   "restrictPublicBuckets"))
 
 
@@ -156,7 +159,7 @@ class BuildMachine(threading.Thread):
 def built(slurm: str = "24.11.5-4+deb13u1") -> Callable[[tarfile.TarFile], dict[str, Any]]:
     def outcome(tar: tarfile.TarFile) -> dict[str, Any]:
         digest = tar.extractfile(DIGEST_FILE).read().decode().strip()  # type: ignore[union-attr]
-        record = {"base": "debian-13", "variant": "cpu", "slurm": slurm, "packages": 2, "inputs": digest,
+        record = {"base": "debian-13", "variant": "base", "slurm": slurm, "packages": 2, "inputs": digest,
                   "seconds": 300}
         return {"rc": 0, "record": json.dumps(record), "packages": f"slurm-client {slurm}\nmunge 0.5.16-1\n",
                 "log_tail": ["slurmforge-image: built"]}

@@ -76,17 +76,16 @@ def test_cluster_traffic_stays_inside_the_cluster_group(any_stack: StackRun) -> 
 
 def test_monitoring_ports_only_from_cluster_members(any_stack: StackRun) -> None:
     """Prometheus (9090), Alertmanager (9093), node exporter (9100), the service's /metrics
-    (9110) and DCGM (9400): any rule that lets them in admits only members of the cluster
+    (9110): any rule that lets them in admits only members of the cluster
     group, no CIDR."""
     from slurmforge.contract import (
         ALERTMANAGER_PORT,
-        DCGM_EXPORTER_PORT,
         NODE_EXPORTER_PORT,
         PROMETHEUS_PORT,
         SERVICE_PORT,
     )
 
-    ports = (PROMETHEUS_PORT, ALERTMANAGER_PORT, NODE_EXPORTER_PORT, SERVICE_PORT, DCGM_EXPORTER_PORT)
+    ports = (PROMETHEUS_PORT, ALERTMANAGER_PORT, NODE_EXPORTER_PORT, SERVICE_PORT)
     admitting = [(name, r) for name, r in ingress_rules(any_stack)
                  if r["protocol"] in ("-1", "tcp")
                  and any(r["protocol"] == "-1" or r["fromPort"] <= p <= r["toPort"] for p in ports)]

@@ -10,8 +10,9 @@ import pytest
 
 from slurmforge.errors import SpecError
 from slurmforge.hosts import TAG_CLUSTER, TAG_POOL
+from slurmforge.image_variant import ImageVariant, pool_image_variant
 from slurmforge.render import login_subnets
-from tests.pulumi.conftest import DYNAMIC, LAB_AWS, StackRun, run_stack, variant
+from tests.pulumi.conftest import DYNAMIC, GOLDEN_AMI, GPU_AMI, LAB_AWS, StackRun, run_stack, variant
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
 
@@ -98,7 +99,8 @@ def test_templates_boot_the_golden_image_with_the_pool_type_and_tags(any_stack: 
     by_pool = templates(any_stack)
     for pool in any_stack.spec.pools:
         t = by_pool[pool.name]
-        assert t["imageId"] == any_stack.outputs["ami_id"]
+        if pool_image_variant(pool) is ImageVariant.BASE or any_stack.spec.images.ami:
+            assert t["imageId"] == any_stack.outputs["ami_id"]
         assert t["instanceType"] == pool.instance_types[0]
         assert {s["resourceType"]: s["tags"] for s in t["tagSpecifications"]}["instance"] == {
             TAG_CLUSTER: any_stack.spec.name, TAG_POOL: pool.name}
@@ -153,6 +155,16 @@ def test_the_spec_database_host_resolves_to_rds(lab_aws: StackRun) -> None:
 
 
 # --------------------------------------------------------------------------- golden image
+
+
+def test_gpu_pools_boot_the_gpu_image_variant(pools_aws: StackRun) -> None:
+    """Pools with NVIDIA GPUs boot the image with the NVIDIA driver; the rest, and the head
+    nodes, the base image: one bake per variant."""
+    by_pool = templates(pools_aws)
+    assert {name: t["imageId"] for name, t in by_pool.items()} == {
+        "cpu": GOLDEN_AMI, "gpu": GPU_AMI, "gpu-spot": GPU_AMI}
+    assert {i.inputs["ami"] for i in pools_aws.of_type("aws:ec2/instance:Instance")} == {GOLDEN_AMI}
+    assert sorted(r.inputs["variant"] for r in pools_aws.of_type(DYNAMIC)) == ["base", "gpu"]
 
 
 def test_pinned_ami_is_what_every_node_boots(lab_aws: StackRun) -> None:

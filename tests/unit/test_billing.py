@@ -85,7 +85,9 @@ def test_a_whole_node_is_billed_its_price_and_a_share_its_share(name: str, marke
     # a spot partition may not be the default: an on-demand one is
     spec = aws_spec([{"name": "p", "kind": kind, "instance_types": [name], "max_nodes": 1, "market": market},
                      {"name": "od", "kind": "cpu", "instance_types": ["m6i.large"], "max_nodes": 1}],
-                    [{"name": "p", "pools": ["p"]}, {"name": "other", "pools": ["od"], "default": True}])
+                    [{"name": "p", "pools": ["p"]}, {"name": "other", "pools": ["od"], "default": True}],
+                    # p4d and p5 run only on an image with NVIDIA's fabric manager
+                    images={"ami": "ami-0123456789abcdef0"})
     weights = partition_weights(spec, spec.partitions[0])
     hw, cost = pool_hardware(spec.pools[0]), pool_price(spec.pools[0])
     assert weights is not None and hw is not None and cost is not None

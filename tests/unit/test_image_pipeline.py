@@ -51,7 +51,7 @@ def test_the_inputs_are_the_playbook_the_roles_the_wheels_and_the_vars(inputs: P
     wheels = {p.name.split("-")[0].lower() for p in (inputs / "wheels").iterdir()}
     assert {"boto3", "pydantic"} <= wheels  # the service's venv installs offline from these
     variables = json.loads((inputs / "vars.json").read_text())
-    assert variables == {**DEBIAN_13.image_vars(), "slurmforge_image_variant": "cpu"}
+    assert variables == {**DEBIAN_13.image_vars(), "slurmforge_image_variant": "base"}
     assert variables["slurmforge_paths"]["service_venv"] == SERVICE_VENV  # the contract, as the inventory has it
 
 

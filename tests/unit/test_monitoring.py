@@ -17,9 +17,8 @@ from test_service_world import spec as aws_spec
 
 from slurmforge.contract import ALERT_RULES_FILE, ALERTMANAGER_PORT, TARGETS_FILE
 from slurmforge.hosts import Host, HostRole
-from slurmforge.inventory import hosts_document
 from slurmforge.monitoring import alert_rules, render_monitoring, shared_mounts
-from slurmforge.nodes import node_sets
+from slurmforge.nodes import node_sets, pool_hardware
 from slurmforge.render import controller_name, login_names
 from slurmforge.spec import Cluster, load_spec, parse_spec
 from tests.judge import Judge
@@ -93,22 +92,12 @@ def test_static_hosts_listed_dynamic_nodes_from_the_service() -> None:
     assert node["file_sd_configs"] == [{"files": [TARGETS_FILE]}]
 
 
-def test_dcgm_only_where_gpus_are_real() -> None:
-    """The local target's GPUs are fake device files: no DCGM exporter, no dcgm job."""
-    local = local_spec()
-    assert "dcgm" not in scrape_jobs(local)
-    doc = hosts_document(local, hosts_of(local))
-    compute = doc["all"]["children"]["slurm_cluster"]["children"]["slurm_compute"]["hosts"]
-    gpu_hosts = [hv for hv in compute.values() if hv["slurmforge_gpus"] > 0]
-    assert gpu_hosts and not any(hv["slurmforge_dcgm_exporter"] for hv in gpu_hosts)
-
-    aws = aws_spec()
-    dcgm = scrape_jobs(aws)["dcgm"]
-    assert dcgm["relabel_configs"][0] == {"source_labels": ["pool"], "regex": "spot|od", "action": "keep"}  # type: ignore[index]
-    assert [g["targets"] for g in dcgm["static_configs"]] == [["10.1.1.6:9400"]]  # type: ignore[attr-defined]
-    compute = hosts_document(aws, hosts_of(aws))["all"]["children"]["slurm_cluster"]["children"]["slurm_compute"]
-    flags = {name: hv["slurmforge_dcgm_exporter"] for name, hv in compute["hosts"].items()}
-    assert flags["t-od-01"] and not flags["t-cpu-01"]
+def test_only_what_the_nodes_run_is_scraped() -> None:
+    """No job for an exporter nothing installs: NVIDIA's DCGM exporter is no Debian package,
+    so GPU pools (real GPUs on AWS, fake ones locally) add no scrape job."""
+    for spec in (local_spec(), aws_spec()):
+        assert any(hw and hw.gpus for hw in map(pool_hardware, spec.pools)), spec.name
+        assert set(scrape_jobs(spec)) == {"prometheus", "alertmanager", "slurmforge", "node"}, spec.name
 
 
 def test_thresholds_and_shared_mounts_come_from_the_spec() -> None:

@@ -62,6 +62,24 @@ def known_instance_types(spec: Cluster) -> Iterator[Problem]:
 
 
 @check
+def nvswitch_types_need_fabric_manager(spec: Cluster) -> Iterator[Problem]:
+    """On AWS without a pinned image, no type whose GPUs share NVSwitches (p4d, p4de, p5):
+    CUDA runs there only with NVIDIA's fabric manager, which Debian does not package, so
+    the gpu image variant cannot run them."""
+    if not is_aws(spec) or spec.images.ami is not None:
+        return
+    for i, p in enumerate(spec.pools):
+        for j, t in enumerate(p.instance_types):
+            found = lookup(t)
+            if found is not None and found.nvswitch:
+                yield Problem(f"pools[{i}].instance_types[{j}]",
+                              "its GPUs share NVSwitches, which need NVIDIA's fabric manager; Debian does not "
+                              "package it, so slurmforge's GPU image cannot run them",
+                              "pick a type without NVSwitch (g5, g6, p3, ...), or set images.ami to an image with "
+                              "the NVIDIA driver and its nvidia-fabricmanager", t)
+
+
+@check
 def unique_instance_types(spec: Cluster) -> Iterator[Problem]:
     """A pool lists each instance type once."""
     for i, p in enumerate(spec.pools):

@@ -1,0 +1,120 @@
+"""The gpu image variant built here, without a GPU: the one image pipeline (slurmforge.image:
+the inputs of variant gpu, build.sh) runs in a throwaway container from the node image
+(tests/judge.py) - every install task again, the node image's a no-op, plus what the gpu
+variant adds - as the AMI build runs it on Debian's AMI. Then what DKMS made is read back:
+the kernel the image boots, `dkms status`, the module's vermagic for that kernel, the
+packages, the device unit's wiring, and the size the variant adds (the container's own
+layer, apt's cache and lists removed as build.sh removes them).
+bench/gpu_image_bench.py and tests/slurm/test_gpu_image.py use it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from slurmforge.distro import DEFAULT_BASE, distro
+from slurmforge.image import BUILD_SCRIPT, RECORD, WORKDIR, prepare_inputs
+from slurmforge.image_variant import ImageVariant
+from tests.judge import Judge
+
+MODULE = "nvidia-current"
+"""Debian's file name of nvidia.ko (roles/gpu/defaults: gpu_kernel_module)."""
+WATCHED_PACKAGES = ("linux-image-cloud-amd64", "linux-headers-cloud-amd64", "nvidia-kernel-dkms",
+                    "firmware-nvidia-gsp", "nvidia-smi", "libnvidia-ml1", "libcuda1", "nvidia-persistenced",
+                    "xserver-xorg-core", "xserver-xorg-video-nvidia")
+DEVICE_UNIT_LINK = "/etc/systemd/system/slurmd.service.wants/slurmforge-nvidia-devices.service"
+
+
+@dataclass
+class VariantFacts:
+    ok: bool
+    seconds: float
+    """The build's wall time (build.sh: package downloads, kernel, DKMS build)."""
+    failures: list[str] = field(default_factory=list)
+    boot_kernel: str = ""
+    """The newest installed kernel: what the image's boot loader starts."""
+    kernels: list[str] = field(default_factory=list)
+    """/lib/modules entries that hold a kernel image's modules."""
+    dkms_status: str = ""
+    vermagic: str = ""
+    """The module's vermagic for boot_kernel."""
+    module_file: str = ""
+    packages: dict[str, str] = field(default_factory=dict)
+    """Installed version of each of WATCHED_PACKAGES ('' when absent)."""
+    device_unit_wanted_by_slurmd: bool = False
+    size_delta_bytes: int = 0
+    rebuild_seconds: list[float] = field(default_factory=list)
+    """Forced DKMS rebuilds of the module for boot_kernel (the bench's full mode)."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> VariantFacts:
+        return cls(**json.loads(text))
+
+
+def build_gpu_variant(container: Judge, log: Path) -> VariantFacts:
+    """Run the image pipeline's build of variant gpu in `container`; its facts."""
+    os_ = distro(DEFAULT_BASE)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gpu-variant-") as tmp:
+        prepare_inputs(Path(tmp) / "inputs", os_, ImageVariant.GPU)
+        subprocess.run(["podman", "cp", f"{tmp}/inputs", f"{container.name}:{WORKDIR}"], check=True,
+                       capture_output=True, timeout=300)
+    done = container.run(["bash", f"{WORKDIR}/{BUILD_SCRIPT}"], timeout=3600)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(done.stdout + done.stderr)
+    failures = [] if done.returncode == 0 else [
+        line for line in (done.stdout + done.stderr).splitlines() if "fatal:" in line or "slurmforge-image:" in line
+    ][-3:] or [f"build.sh exit {done.returncode}"]
+    facts = VariantFacts(ok=done.returncode == 0, seconds=round(time.monotonic() - started, 1), failures=failures)
+    if facts.ok:
+        record = json.loads(container.run(["cat", RECORD], check=True).stdout)
+        facts.ok = record.get("variant") == ImageVariant.GPU.value
+        read_facts(container, facts)
+    return facts
+
+
+def read_facts(container: Judge, facts: VariantFacts) -> None:
+    def sh(script: str, timeout: int = 120) -> str:
+        return container.run(["sh", "-c", script], timeout=timeout).stdout.strip()
+
+    facts.boot_kernel = sh("linux-version list | linux-version sort | tail -n 1")
+    facts.kernels = sh("ls /lib/modules/*/modules.order 2>/dev/null | cut -d/ -f4").split()
+    facts.dkms_status = sh("dkms status")
+    if facts.boot_kernel:
+        facts.vermagic = sh(f"modinfo -k {facts.boot_kernel} -F vermagic {MODULE}")
+        facts.module_file = sh(f"modinfo -k {facts.boot_kernel} -n {MODULE}")
+    versions = sh("dpkg-query -W -f '${Package} ${db:Status-Status} ${Version}\\n' "
+                  + " ".join(WATCHED_PACKAGES) + " 2>/dev/null")
+    found = {name: version for name, status, version in
+             (line.split(" ", 2) for line in versions.splitlines() if line.count(" ") == 2)
+             if status == "installed"}
+    facts.packages = {name: found.get(name, "") for name in WATCHED_PACKAGES}
+    facts.device_unit_wanted_by_slurmd = sh(f"test -L {DEVICE_UNIT_LINK} && echo yes") == "yes"
+    # what the node image build removes before it commits (slurmforge/local/image.py)
+    sh("apt-get clean && rm -rf /var/lib/apt/lists/*")
+    facts.size_delta_bytes = container_size(container.name)
+
+
+def container_size(name: str) -> int:
+    """Bytes in the container's own layer: what it added to its image."""
+    return int(subprocess.run(["podman", "container", "inspect", "--size", "-f", "{{.SizeRw}}", name],
+                              capture_output=True, text=True, check=True, timeout=300).stdout.strip())
+
+
+def rebuild_seconds(container: Judge, kernel: str) -> float:
+    """One forced DKMS build of the driver's module for `kernel` (the compile, without
+    downloads or packages), installed again after it."""
+    module = container.run(["sh", "-c", "dkms status | cut -d, -f1 | head -n 1"]).stdout.strip()
+    started = time.monotonic()
+    container.run(["dkms", "build", "--force", module, "-k", kernel], timeout=1800, check=True)
+    took = round(time.monotonic() - started, 1)
+    container.run(["dkms", "install", "--force", module, "-k", kernel], timeout=600, check=True)
+    return took
