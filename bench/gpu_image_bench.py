@@ -11,8 +11,10 @@ from the node image (tests/gpu_variant.py), as the AMI build runs them on Debian
     .venv/bin/python bench/gpu_image_bench.py [--rebuilds 2] [--quick] [--json FILE]
 
 Exits 1 when the build fails, or when the module DKMS installed is not for the kernel the
-image boots. `--quick` builds once and skips the rebuilds (tests/slurm/test_gpu_image.py
-runs it and judges its --json facts). Without a GPU nothing loads the module: that needs
+image boots. `--quick` builds once and skips the rebuilds, or - when the same inputs were
+built before on this machine (a committed image tagged with their digest) - reads that
+build's facts again in seconds (tests/slurm/test_gpu_image.py runs it and judges its --json
+facts). Without a GPU nothing loads the module: that needs
 a GPU machine.
 """
 
@@ -27,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from slurmforge.bringup import log_path  # noqa: E402
-from tests.gpu_variant import build_gpu_variant, rebuild_seconds  # noqa: E402
+from tests.gpu_variant import build_gpu_variant, cache_tag, cached_facts, keep, rebuild_seconds  # noqa: E402
 from tests.judge import Judge, node_image  # noqa: E402
 
 
@@ -40,10 +42,17 @@ def main() -> int:
 
     image = node_image()
     log = log_path("bench", "gpu-image")
-    with Judge(image, prefix="slurmforge-gpu-variant") as container:
-        facts = build_gpu_variant(container, log)
-        if facts.ok and facts.boot_kernel and not args.quick:
-            facts.rebuild_seconds = [rebuild_seconds(container, facts.boot_kernel) for _ in range(args.rebuilds)]
+    tag = cache_tag(image)
+    facts = cached_facts(tag) if args.quick else None
+    if facts is not None:
+        print(f"the last build of these inputs ({tag}), its facts read again")
+    else:
+        with Judge(image, prefix="slurmforge-gpu-variant") as container:
+            facts = build_gpu_variant(container, log)
+            if facts.ok and facts.boot_kernel and not args.quick:
+                facts.rebuild_seconds = [rebuild_seconds(container, facts.boot_kernel) for _ in range(args.rebuilds)]
+            if facts.ok:
+                keep(container, facts, tag)
     if args.json:
         args.json.write_text(facts.to_json())
     if not facts.ok:

@@ -10,6 +10,7 @@ bench/gpu_image_bench.py and tests/slurm/test_gpu_image.py use it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import tempfile
@@ -118,3 +119,40 @@ def rebuild_seconds(container: Judge, kernel: str) -> float:
     took = round(time.monotonic() - started, 1)
     container.run(["dkms", "install", "--force", module, "-k", kernel], timeout=600, check=True)
     return took
+
+
+CACHE_REPOSITORY = "localhost/slurmforge-gpu-variant"
+"""A built variant, committed under the digest of what built it (the node image it started
+from and the build's inputs): the quick mode reads the facts of the last build of the same
+inputs instead of compiling the driver again (~6 min), as the node image is reused."""
+SECONDS_LABEL, SIZE_LABEL = "slurmforge.gpu-variant-seconds", "slurmforge.gpu-variant-size"
+
+
+def cache_tag(node_image: str) -> str:
+    with tempfile.TemporaryDirectory(prefix="gpu-variant-") as tmp:
+        digest = prepare_inputs(Path(tmp) / "inputs", distro(DEFAULT_BASE), ImageVariant.GPU)
+    return f"{CACHE_REPOSITORY}:{hashlib.sha256(f'{node_image} {digest}'.encode()).hexdigest()[:12]}"
+
+
+def cached_facts(tag: str) -> VariantFacts | None:
+    """The facts of a cached build: read again from a container of it; None when there is none."""
+    if subprocess.run(["podman", "image", "exists", tag], capture_output=True).returncode != 0:
+        return None
+    labels = json.loads(subprocess.run(["podman", "image", "inspect", "-f", "{{json .Config.Labels}}", tag],
+                                       capture_output=True, text=True, check=True, timeout=60).stdout)
+    facts = VariantFacts(ok=True, seconds=float(labels[SECONDS_LABEL]))
+    with Judge(tag, prefix="slurmforge-gpu-variant") as container:
+        read_facts(container, facts)
+    facts.size_delta_bytes = int(labels[SIZE_LABEL])
+    return facts
+
+
+def keep(container: Judge, facts: VariantFacts, tag: str) -> None:
+    """Commit a successful build as the cache of its inputs; older builds go."""
+    subprocess.run(["podman", "commit", "--change", f"LABEL {SECONDS_LABEL}={facts.seconds}",
+                    "--change", f"LABEL {SIZE_LABEL}={facts.size_delta_bytes}", container.name, tag],
+                   check=True, capture_output=True, timeout=600)
+    listed = subprocess.run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}", CACHE_REPOSITORY],
+                            capture_output=True, text=True, timeout=60).stdout.split()
+    for old in set(listed) - {tag}:
+        subprocess.run(["podman", "rmi", old], capture_output=True, timeout=120)
