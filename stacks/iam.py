@@ -1,8 +1,9 @@
 """IAM: one instance role per node kind, and the scheduler service's permissions.
 
-Node roles (Iam): every kind gets Session Manager (admins reach private hosts without
-opening SSH); controller, login and pool nodes may read the munge key, the controller
-also the database password; nothing else. A pool node's join program (its user data)
+Node roles (Iam): controller, login and pool nodes may read the munge key, the controller
+also the database password; nothing else. (No Session Manager: Debian's AMIs carry no SSM
+Agent and Debian does not package it, so its policy would be a grant nothing uses; admins
+and the rollout reach private hosts over SSH through the login node.) A pool node's join program (its user data)
 makes one AWS call, GetSecretValue on the munge key (tests/pulumi/test_join_aws.py runs
 it against moto enforcing the role's policies); its name comes from IMDS and the node kit
 from the NAS, neither an API call.
@@ -29,8 +30,6 @@ import pulumi
 import pulumi_aws as aws
 
 from stacks.common import CLUSTER_TAG, POOL_TAG, assume_role_policy, child, partition, policy_json, tags
-
-SSM_CORE = "arn:{partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
 
 LAUNCH_ACTIONS = ["ec2:RunInstances", "ec2:CreateFleet"]
 # Exactly what slurmforge/providers/aws.py calls (tests/pulumi/test_service_settings_round_trip.py
@@ -60,7 +59,7 @@ READS_SECRETS: dict[NodeKind, tuple[str, ...]] = {
 
 
 def node_policy(kind: NodeKind, secret_arns: dict[str, str]) -> dict[str, Any]:
-    """What a node of this kind may do beyond Session Manager: read its secrets."""
+    """What a node of this kind may do: read its secrets."""
     return _doc([{"Sid": "ReadClusterSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
                   "Resource": [secret_arns[s] for s in READS_SECRETS[kind]]}])
 
@@ -150,8 +149,6 @@ class Iam(pulumi.ComponentResource):
         role = aws.iam.Role(f"{name}-{kind}", assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
                             description=f"slurmforge {args.cluster}: {kind} hosts",
                             tags=tags(args.cluster, kind.value), opts=child(self))
-        aws.iam.RolePolicyAttachment(f"{name}-{kind}-ssm", role=role.name,
-                                     policy_arn=SSM_CORE.format(partition=partition(args.region)), opts=child(self))
         if kind in READS_SECRETS:
             document = pulumi.Output.all(munge_key=args.munge_key_arn, db_password=args.db_password_arn).apply(
                 lambda arns: policy_json(node_policy(kind, arns)))
