@@ -7,7 +7,7 @@ required, as EC2's); every GET must carry a live token of the same instance, els
 Served, live from moto:
 
 - meta-data/: ami-id, instance-id, instance-type, local-ipv4, local-hostname, hostname,
-  mac, placement/, tags/instance/<key> (only with InstanceMetadataTags enabled, as on
+  mac, network/interfaces/macs/<mac>/, placement/, tags/instance/<key> (only with InstanceMetadataTags enabled, as on
   EC2), iam/info and iam/security-credentials/<role>: credentials of the role of the
   instance's profile, assumed in moto (EC2 does that for a real instance);
 - user-data (404 without), dynamic/instance-identity/document;
@@ -21,6 +21,7 @@ EC2 Fleet launches from it (EC2 does): for those, the template's apply.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import re
@@ -44,7 +45,25 @@ VERSION = re.compile(r"^/(latest|\d{4}-\d{2}-\d{2})(/.*)?$")
 REFRESH_SECONDS = 300
 """Role credentials are assumed again this long before they expire."""
 
+SERVICE_USER = "slurmforge-rehearsal-aws"
 Tree = dict[str, "Tree | str"]
+
+
+def service_session(session: Any) -> Any:
+    """A boto3 session for AWS's own side of the stand-in (the metadata service, the
+    machines): an IAM user of the account allowed everything. When moto enforces IAM on the
+    instances' calls (`enable_iam_authentication`) it checks every request, and the test
+    credentials are nobody's; this user's calls still pass, as EC2's own do on AWS."""
+    import boto3  # type: ignore[import-untyped]
+
+    iam = session.client("iam")
+    with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
+        iam.create_user(UserName=SERVICE_USER)
+    iam.put_user_policy(UserName=SERVICE_USER, PolicyName="everything", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+    key = iam.create_access_key(UserName=SERVICE_USER)["AccessKey"]
+    return boto3.Session(aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"],
+                         region_name=session.region_name)
 
 
 def _utc(value: datetime) -> str:
@@ -54,8 +73,9 @@ def _utc(value: datetime) -> str:
 class Imds:
     def __init__(self, session: Any, bind: tuple[str, int] = ("127.0.0.1", 0),
                  addresses: Mapping[str, str] | None = None) -> None:
-        """`session`: boto3's, pointed at the moto server; `addresses`: source address ->
-        instance id, for callers that are not an instance's container."""
+        """`session`: boto3's, pointed at the moto server (`service_session` for one that
+        works while moto enforces IAM); `addresses`: source address -> instance id, for
+        callers that are not an instance's container."""
         self.ec2, self.iam, self.sts = (session.client(s) for s in ("ec2", "iam", "sts"))
         self.region = str(session.region_name)
         self.addresses = dict(addresses or {})
@@ -209,13 +229,23 @@ class Imds:
         profile, options = self.launch_settings(i)
         ip = str(i["PrivateIpAddress"])
         hostname = str(i.get("PrivateDnsName") or f"ip-{ip.replace('.', '-')}.ec2.internal")
-        mac = str(i["NetworkInterfaces"][0]["MacAddress"]) if i.get("NetworkInterfaces") else ""
+        mac = str(i["NetworkInterfaces"][0]["MacAddress"])
+        subnet = self.ec2.describe_subnets(SubnetIds=[i["SubnetId"]])["Subnets"][0]
+        vpc = self.ec2.describe_vpcs(VpcIds=[i["VpcId"]])["Vpcs"][0]
+        groups = i.get("SecurityGroups", [])
         tree: Tree = {
             "ami-id": str(i["ImageId"]), "ami-launch-index": str(i.get("AmiLaunchIndex", 0)),
             "hostname": hostname, "instance-id": instance_id, "instance-type": str(i["InstanceType"]),
             "local-hostname": hostname, "local-ipv4": ip, "mac": mac,
             "placement": {"availability-zone": str(i["Placement"]["AvailabilityZone"]), "region": self.region},
-            "security-groups": "\n".join(str(g["GroupName"]) for g in i.get("SecurityGroups", [])),
+            "network": {"interfaces": {"macs": {mac: {
+                "device-number": "0", "interface-id": str(i["NetworkInterfaces"][0]["NetworkInterfaceId"]),
+                "local-hostname": hostname, "local-ipv4s": ip, "mac": mac, "owner-id": str(i["OwnerId"]),
+                "security-group-ids": "\n".join(str(g["GroupId"]) for g in groups),
+                "subnet-id": str(subnet["SubnetId"]), "subnet-ipv4-cidr-block": str(subnet["CidrBlock"]),
+                "vpc-id": str(vpc["VpcId"]), "vpc-ipv4-cidr-block": str(vpc["CidrBlock"]),
+                "vpc-ipv4-cidr-blocks": str(vpc["CidrBlock"])}}}},
+            "security-groups": "\n".join(str(g["GroupName"]) for g in groups),
             "services": {"domain": "amazonaws.com", "partition": "aws"},
         }
         if options.get("InstanceMetadataTags") == "enabled":

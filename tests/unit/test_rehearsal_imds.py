@@ -116,6 +116,11 @@ def test_the_tree_as_cloud_inits_ec2_datasource_walks_it(world: World) -> None:
     assert get(imds, B, "/latest/meta-data/mac") == (200, node["NetworkInterfaces"][0]["MacAddress"])
     assert get(imds, B, "/latest/meta-data/placement/availability-zone") == (
         200, node["Placement"]["AvailabilityZone"])
+    mac = node["NetworkInterfaces"][0]["MacAddress"]
+    assert get(imds, B, "/latest/meta-data/network/interfaces/macs/") == (200, f"{mac}/")
+    assert get(imds, B, f"/latest/meta-data/network/interfaces/macs/{mac}/subnet-ipv4-cidr-block") == (
+        200, "10.213.1.0/24")
+    assert get(imds, B, f"/latest/meta-data/network/interfaces/macs/{mac}/device-number") == (200, "0")
     assert get(imds, B, "/latest/user-data") == (200, "#!/bin/bash\necho join")
     assert get(imds, A, "/latest/user-data")[0] == 404
     status, document = get(imds, B, "/latest/dynamic/instance-identity/document")
