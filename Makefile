@@ -1,6 +1,7 @@
 # Everything a fresh Debian 12 or 13 machine (root) needs, installed idempotently.
 #   make up    - set up, bring up the local cluster and run a sample job
 #   make test  - set up, then lint, type-check and run the whole test suite
+#   make aws-rehearsal - the AWS path on this machine, without an AWS account (docs/rehearsal.md)
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 VENV ?= .venv
@@ -12,7 +13,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 APT_PACKAGES := python3 python3-venv git openssh-client podman runc debootstrap uidmap iptables chromium shellcheck
 SPEC ?= examples/local.yaml
 
-.PHONY: help setup apt venv up down test unit lint typecheck bench
+.PHONY: help setup apt venv up down test unit lint typecheck bench aws-rehearsal
 
 help:
 	@echo "make up    - bring up the local cluster ($(SPEC)) and run a sample job"
@@ -20,6 +21,7 @@ help:
 	@echo "make test  - lint, type-check and run every test (unit, slurm, pulumi, integration)"
 	@echo "make unit  - the fast tests only"
 	@echo "make bench - the benchmarks in bench/"
+	@echo "make aws-rehearsal - the AWS path on this machine: moto, IMDS and podman machines (docs/rehearsal.md)"
 
 setup: apt venv
 
@@ -53,10 +55,16 @@ typecheck: venv
 unit: venv
 	$(VENV)/bin/pytest -m "unit or pulumi" -q
 
-# fast tests first, the real local cluster last (it builds or reuses the node image)
+# fast tests first, then the real local cluster (it builds or reuses the node image), then the
+# AWS rehearsal's quick mode (it reuses the image it baked when the build's inputs are unchanged)
 test: setup lint typecheck
-	$(VENV)/bin/pytest -q -m "not integration"
+	$(VENV)/bin/pytest -q -m "not integration and not rehearsal"
 	$(VENV)/bin/pytest -q -m integration --durations=25 tests/integration
+	$(VENV)/bin/pytest -q -m rehearsal --durations=10 tests/rehearsal
+
+# the whole rehearsal, the golden image baked again (docs/rehearsal.md)
+aws-rehearsal: setup
+	$(PY) bench/rehearsal_bench.py
 
 bench: venv
 	$(PY) bench/render_bench.py

@@ -135,7 +135,11 @@ def aws_user_data(inputs_url: str, result_url: str) -> str:
     """The AWS build instance's user data: fetch the inputs, run build.sh as every target
     does, report (exit code, the record, the package list, the log's tail) to `result_url`
     (a presigned PUT), power off. cloud-init is cleaned so the image's instances boot as
-    new machines."""
+    new machines, and /etc/machine-id left empty, as in the local node image: each
+    instance makes its own at boot, and that boot is not systemd's "first boot" (which
+    cloud-init's `clean --machine-id` would make it), which applies Debian's presets and
+    enables every service the image leaves disabled - slurmctld, slurmdbd, MariaDB and
+    ceph-mon on every pool node (the AWS rehearsal found it: docs/rehearsal.md)."""
     return f"""#!/bin/bash
 # slurmforge golden image build (EC2): the node image's build, then power off
 exec > >(tee -a /var/log/slurmforge-image.log) 2>&1
@@ -159,7 +163,8 @@ print(json.dumps({{"rc": int(sys.argv[1]), "record": read({RECORD!r}), "packages
 PY
 curl -fsS --retry 10 -X PUT -H 'Content-Type: application/json' \\
     --upload-file /tmp/slurmforge-image-result.json {shlex.quote(result_url)}
-cloud-init clean --logs --machine-id || true
+cloud-init clean --logs || true
+: > /etc/machine-id
 rm -f /tmp/slurmforge-image-result.json
 poweroff
 """

@@ -1,0 +1,90 @@
+"""AWS on this machine: a moto server, the metadata service of its instances and their
+machines, all on this machine's own address (the machines' containers reach it; 127.0.0.1
+would be their own loopback).
+
+While `stand_in()` is open, this process's boto3 clients use the moto server
+(AWS_ENDPOINT_URL and test credentials in the environment), as the Pulumi program's and the
+scheduler service's do in the rehearsal; the environment is restored on exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from slurmforge.errors import ProvisionError
+from slurmforge.rehearsal.imds import Imds, service_session
+from slurmforge.rehearsal.machines import Machines
+
+REGION = "us-east-1"
+
+
+def host_address() -> str:
+    """This machine's address on its default route: the containers reach it through their
+    gateway (no packet is sent to find it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("198.51.100.1", 9))
+        except OSError:
+            raise ProvisionError("the AWS rehearsal needs an address the containers reach: this machine "
+                                 "has no default route") from None
+        address = str(probe.getsockname()[0])
+    return address
+
+
+def reset(url: str) -> None:
+    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"), timeout=30).close()
+
+
+@dataclass
+class StandIn:
+    url: str
+    """The moto server."""
+    region: str
+    session: Any
+    imds: Imds
+    machines: Machines
+
+
+@contextmanager
+def stand_in(region: str = REGION) -> Iterator[StandIn]:
+    import boto3  # type: ignore[import-untyped]
+    from moto.server import ThreadedMotoServer
+
+    address = host_address()
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the moto server's line per request
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": region}
+    saved = {key: os.environ.get(key) for key in [*env, "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"]}
+    os.environ.update(env)
+    os.environ.pop("AWS_SESSION_TOKEN", None)
+    server = ThreadedMotoServer(ip_address=address, port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    imds = machines = None
+    try:
+        os.environ["AWS_ENDPOINT_URL"] = url
+        reset(url)  # moto's backends are this process's: nothing from an earlier stand-in
+        service = service_session(boto3.Session(region_name=region))
+        imds = Imds(service, bind=(address, 0))
+        machines = Machines(service, url, (imds.host, imds.port))
+        machines.start()
+        yield StandIn(url, region, boto3.Session(region_name=region), imds, machines)
+    finally:
+        if machines is not None:
+            machines.close()
+        if imds is not None:
+            imds.close()
+        reset(url)
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
