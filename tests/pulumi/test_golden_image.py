@@ -23,13 +23,21 @@ from typing import Any
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from slurmforge.distro import DEBIAN_13
 from slurmforge.errors import ProvisionError
 from slurmforge.image import BUILD_SCRIPT, DIGEST_FILE, prepare_inputs, tarball
 from stacks.image import DEBIAN_OWNER, IMAGE_VOLUME_GB, INPUTS_KEY, bake, unbake
-from tests.pulumi.conftest import DEBIAN_AMI, DYNAMIC, GOLDEN_AMI, LAB_AWS, POOLS_AWS, StackRun, run_stack
+from tests.pulumi.conftest import (
+    DEBIAN_AMI,
+    DYNAMIC,
+    GOLDEN_AMI,
+    LAB_AWS,
+    POOLS_AWS,
+    StackRun,
+    moto_server,
+    run_stack,
+)
 
 pytestmark = pytest.mark.pulumi
 REGION = "us-east-1"
@@ -83,19 +91,8 @@ def test_no_image_builder_anywhere() -> None:
 
 @pytest.fixture(scope="module")
 def moto_url() -> Iterator[str]:
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                           "AWS_DEFAULT_REGION": REGION}.items():
-            mp.setenv(key, value)
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        host, port = server.get_host_and_port()
-        url = f"http://{host}:{port}"
-        mp.setenv("AWS_ENDPOINT_URL", url)
-        try:
-            yield url
-        finally:
-            server.stop()
+    with moto_server(REGION) as url:
+        yield url
 
 
 @pytest.fixture()
