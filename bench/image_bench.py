@@ -20,7 +20,6 @@ in a few seconds, no container.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import subprocess
 import sys
@@ -39,20 +38,11 @@ from slurmforge.image import (  # noqa: E402
     BUILD_SCRIPT,
     DIGEST_FILE,
     PACKAGES,
-    RECORD,
-    WORKDIR,
+    inputs_digest,
     package_differences,
     prepare_inputs,
-    read_record,
     tarball,
 )
-
-
-def tree_digest(root: Path) -> str:
-    h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != DIGEST_FILE):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()
 
 
 def clean_copy(tmp: Path) -> tuple[Path, bytes, float]:
@@ -72,7 +62,7 @@ def quick() -> int:
         received, packed, seconds = clean_copy(tmp)
         again = prepare_inputs(tmp / "again", DEBIAN_13)
         same_tarball = tarball(tmp / "again") == packed
-        same_tree = tree_digest(received) == tree_digest(tmp / "prepared")
+        same_tree = inputs_digest(received) == inputs_digest(tmp / "prepared")
         digest = (received / DIGEST_FILE).read_text().strip()
         print(f"inputs: {len(packed) / 1e6:.1f} MB packed, prepared in {seconds:.1f} s, digest {digest}")
         print(f"prepared twice, same digest: {digest == again}; same tarball: {same_tarball}; "
@@ -85,7 +75,8 @@ def podman(*args: str, timeout: float = 600) -> str:
 
 
 def full() -> int:
-    from slurmforge.local.image import base_tag, node_tag
+    from slurmforge.local.image import base_tag, node_tag, run_build
+    from slurmforge.local.podman import Podman
 
     base = base_tag()
     node = node_tag(base)
@@ -99,18 +90,9 @@ def full() -> int:
         received, packed, prepare_seconds = clean_copy(Path(tmp_name))
         podman("run", "-d", "--name", name, base, "sleep", "infinity")
         try:
-            podman("cp", str(received), f"{name}:{WORKDIR}")
             started = time.monotonic()
-            res = subprocess.run(["podman", "exec", name, "bash", f"{WORKDIR}/{BUILD_SCRIPT}"],
-                                 capture_output=True, text=True, timeout=3600)
+            record = run_build(Podman(), name, received, log, DEBIAN_13)
             build_seconds = time.monotonic() - started
-            log.parent.mkdir(parents=True, exist_ok=True)
-            log.write_text(res.stdout + res.stderr)
-            if res.returncode != 0:
-                print(f"build failed (exit {res.returncode}); log: {log}")
-                return 1
-            record = read_record(podman("exec", name, "cat", RECORD), podman("exec", name, "cat", PACKAGES),
-                                 DEBIAN_13)
             theirs = podman("run", "--rm", node, "cat", PACKAGES).splitlines()
             size = podman("exec", name, "du", "-sxm", "/").split()[0]
         finally:
@@ -118,7 +100,8 @@ def full() -> int:
     ours = str(record["packages_text"]).splitlines()
     differences = package_differences(theirs, ours)
     print(f"inputs: {len(packed) / 1e6:.1f} MB, prepared in {prepare_seconds:.1f} s")
-    print(f"build from the clean copy: {build_seconds:.0f} s (build.sh's own count: {record['seconds']} s), "
+    print(f"build from the clean copy (copied in and built): {build_seconds:.0f} s "
+          f"(build.sh's own count: {record['seconds']} s), "
           f"Slurm {record['slurm']}, {len(ours)} packages, {size} MB on disk")
     print(f"package differences with the local node image {node}: {len(differences)}")
     for line in differences[:20]:

@@ -108,12 +108,18 @@ def prepare_inputs(dest: Path, os: Distro, variant: ImageVariant = ImageVariant.
     script = dest / BUILD_SCRIPT
     script.write_text(build_script(os, variant))
     script.chmod(0o755)
-    h = hashlib.sha256()
-    for path in _files(dest):
-        h.update(path.relative_to(dest).as_posix().encode() + b"\0" + path.read_bytes())
-    digest = h.hexdigest()[:16]
+    digest = inputs_digest(dest)[:16]
     (dest / DIGEST_FILE).write_text(digest + "\n")
     return digest
+
+
+def inputs_digest(inputs: Path) -> str:
+    """The sha256 of a directory of inputs: every file's path and bytes (its digest file aside)."""
+    h = hashlib.sha256()
+    for path in _files(inputs):
+        if path.relative_to(inputs).as_posix() != DIGEST_FILE:
+            h.update(path.relative_to(inputs).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
 
 
 def tarball(inputs: Path) -> bytes:

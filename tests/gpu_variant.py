@@ -19,8 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurmforge.distro import DEFAULT_BASE, distro
-from slurmforge.image import BUILD_SCRIPT, RECORD, WORKDIR, prepare_inputs
+from slurmforge.errors import ProvisionError
+from slurmforge.image import prepare_inputs
 from slurmforge.image_variant import ImageVariant
+from slurmforge.local.image import run_build
+from slurmforge.local.podman import Podman
 from tests.judge import Judge
 
 MODULE = "nvidia-current"
@@ -64,20 +67,17 @@ def build_gpu_variant(container: Judge, log: Path) -> VariantFacts:
     """Run the image pipeline's build of variant gpu in `container`; its facts."""
     os_ = distro(DEFAULT_BASE)
     started = time.monotonic()
+    failures: list[str] = []
+    record: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="gpu-variant-") as tmp:
         prepare_inputs(Path(tmp) / "inputs", os_, ImageVariant.GPU)
-        subprocess.run(["podman", "cp", f"{tmp}/inputs", f"{container.name}:{WORKDIR}"], check=True,
-                       capture_output=True, timeout=300)
-    done = container.run(["bash", f"{WORKDIR}/{BUILD_SCRIPT}"], timeout=3600)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text(done.stdout + done.stderr)
-    failures = [] if done.returncode == 0 else [
-        line for line in (done.stdout + done.stderr).splitlines() if "fatal:" in line or "slurmforge-image:" in line
-    ][-3:] or [f"build.sh exit {done.returncode}"]
-    facts = VariantFacts(ok=done.returncode == 0, seconds=round(time.monotonic() - started, 1), failures=failures)
+        try:
+            record = run_build(Podman(), container.name, Path(tmp) / "inputs", log, os_)
+        except ProvisionError as e:
+            failures = [str(e)]
+    facts = VariantFacts(ok=not failures and record.get("variant") == ImageVariant.GPU.value,
+                         seconds=round(time.monotonic() - started, 1), failures=failures)
     if facts.ok:
-        record = json.loads(container.run(["cat", RECORD], check=True).stdout)
-        facts.ok = record.get("variant") == ImageVariant.GPU.value
         read_facts(container, facts)
     return facts
 

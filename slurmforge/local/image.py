@@ -145,22 +145,30 @@ def build_node(podman: Podman, base: str, tag: str, log_path: Path, os: Distro =
         with tempfile.TemporaryDirectory(prefix="slurmforge-image-") as tmp:
             inputs = Path(tmp) / "inputs"
             prepare_inputs(inputs, os)
-            podman.run(["cp", str(inputs), f"{builder}:{WORKDIR}"])
-        res = podman.exec(builder, ["bash", f"{WORKDIR}/{BUILD_SCRIPT}"], timeout=BUILD_TIMEOUT, check=False)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("a") as log_file:
-            log_file.write(res.stdout + res.stderr)
-        if res.returncode != 0:
-            tail = [line for line in (res.stdout + res.stderr).splitlines() if line.strip()]
-            why = next((line for line in reversed(tail) if line.startswith(("slurmforge-image:", "fatal:"))),
-                       tail[-1] if tail else f"exit {res.returncode}")
-            raise ProvisionError(f"node image build failed: {why.strip()[:300]} (log: {log_path})")
-        record = read_record(podman.exec(builder, ["cat", RECORD]).stdout,
-                             podman.exec(builder, ["cat", PACKAGES]).stdout, os)
+            record = run_build(podman, builder, inputs, log_path, os)
         podman.run(["commit", "--change", "CMD=/sbin/init", "--change",
                     f"LABEL {SLURM_VERSION_LABEL}={record['slurm']}", builder, tag])
     finally:
         podman.remove_container(builder)
+
+
+def run_build(podman: Podman, container: str, inputs: Path, log_path: Path, os: Distro = DEBIAN_13
+              ) -> dict[str, object]:
+    """The image pipeline's build on a running container: `inputs` (prepare_inputs') copied to
+    WORKDIR, build.sh run there, its output appended to `log_path`; the build's record,
+    checked (read_record). A failed build raises ProvisionError with its telling line."""
+    podman.run(["cp", str(inputs), f"{container}:{WORKDIR}"])
+    res = podman.exec(container, ["bash", f"{WORKDIR}/{BUILD_SCRIPT}"], timeout=BUILD_TIMEOUT, check=False)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("a") as log_file:
+        log_file.write(res.stdout + res.stderr)
+    if res.returncode != 0:
+        tail = [line for line in (res.stdout + res.stderr).splitlines() if line.strip()]
+        why = next((line for line in reversed(tail) if line.startswith(("slurmforge-image:", "fatal:"))),
+                   tail[-1] if tail else f"exit {res.returncode}")
+        raise ProvisionError(f"node image build failed: {why.strip()[:300]} (log: {log_path})")
+    return read_record(podman.exec(container, ["cat", RECORD]).stdout,
+                       podman.exec(container, ["cat", PACKAGES]).stdout, os)
 
 
 IMAGE_LOCK = Path("/run/lock/slurmforge-image.lock")
