@@ -10,7 +10,9 @@ every daemon in it.
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import re
 import shutil
 import socket
@@ -43,12 +45,29 @@ SLURMD_OVERRIDE = {"ProctrackType": "proctrack/linuxproc", "TaskPlugin": "task/n
                    "JobAcctGatherType": "jobacct_gather/none", "PrologFlags": "Alloc"}
 
 
+PORT_RANGE = range(20000, 32000)
+"""Ports handed to test daemons: below Linux's ephemeral range (32768 and up), so no
+outgoing connection in the judge's network namespace can hold one when a daemon binds it."""
+_ports = itertools.count(random.randrange(len(PORT_RANGE)))
+
+
 def free_port() -> int:
-    """A port free on this machine (the judge's network namespace has nothing else)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A port no other daemon of this test run was given and no outgoing connection takes.
+
+    The daemons listen in the judge's network namespace, not this process's, so a port
+    this process finds free says nothing about the judge: an ephemeral port free here was
+    held there by a connection (the CI failure "Unable to bind listen port"). Ports come
+    from PORT_RANGE in turn, from a random start so two test runs on one machine do not
+    walk the same sequence, and each is still checked free here."""
+    for _ in range(len(PORT_RANGE)):
+        port = PORT_RANGE[next(_ports) % len(PORT_RANGE)]
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
         return port
+    raise RuntimeError(f"no free port in {PORT_RANGE.start}-{PORT_RANGE.stop - 1}")
 
 
 @dataclass(frozen=True)
