@@ -1,18 +1,21 @@
 """The AWS rehearsal (docs/rehearsal.md), phase by phase, timed. What exists so far: the
-stack's golden image.
+stack (with its golden image), the head nodes booted from it, the admin's inventory and SSH,
+and `pulumi destroy`.
 
-    .venv/bin/python bench/rehearsal_bench.py [--quick]
+    .venv/bin/python bench/rehearsal_bench.py [--quick] [-v]
 
 Full (`make aws-rehearsal`): a moto server on this machine's address, the metadata service
-stand-in and the machines (slurmforge.rehearsal); `bake` from stacks/image.py with a real
-build instance (a container from the Debian AMI stand-in running its own user data under
-cloud-init: the inputs through the presigned URL, build.sh, the result back, power off),
-the AMI committed as a podman image; then an instance from that AMI boots and must hold
-the build's record and read its instance id through IMDSv2. About 4-5 minutes on 2 cores
-(the build itself most of it).
+stand-in and the machines (slurmforge.rehearsal). The stack phase runs stacks/ under the
+stand-in's engine: every resource made in moto, the golden image baked by the program's
+own dynamic provider with a real build instance (a container from the Debian AMI stand-in
+running its own user data under cloud-init), the head nodes and Ceph hosts booted from it
+with their user data; then `slurmforge inventory --from-stack-outputs`, SSH to the login
+node's Elastic IP with the key pair, every host through it with sudo; then destroy. The
+image phase then boots the kept image once more and checks its record, IMDSv2 and units.
+About 4 minutes on 2 cores (the build most of it).
 
 `--quick` (tests/rehearsal): the same, except that an image baked before from the same
-inputs is reused (an AMI registered for it) instead of baking again - under a minute.
+inputs is reused (as Pulumi leaves an unchanged resource alone) - about a minute.
 Needs root and podman; exits 1 when a check fails.
 """
 
@@ -21,14 +24,64 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from slurmforge.errors import ProvisionError  # noqa: E402
-from slurmforge.rehearsal import image_phase  # noqa: E402
+from slurmforge.rehearsal import image_phase, stack_phase  # noqa: E402
+from slurmforge.rehearsal.stack import DYNAMIC  # noqa: E402
 from slurmforge.rehearsal.stand_in import stand_in  # noqa: E402
+
+
+def image(args: argparse.Namespace) -> dict[str, bool]:
+    with stand_in() as aws:
+        phase = image_phase.run(aws, reuse=True)
+        errors = list(aws.machines.errors)
+    how = (f"baked: build instance {phase.build_instance}, build.sh {phase.bake['build_seconds']} s, "
+           f"Slurm {phase.bake['slurm']}, {phase.bake['packages']} packages" if phase.baked
+           else "reused the image baked from the same inputs")
+    print(f"golden image alone: {phase.bake_seconds:.0f} s ({how}) -> {phase.ami} = {phase.image}")
+    status = next((line for line in phase.cloud_init.splitlines() if line.startswith("extended_status:")), "?")
+    print(f"instance from the AMI: cloud-init done {phase.boot_seconds:.1f} s after RunInstances ({status})")
+    for error in errors[:5]:
+        print(f"  machines: {error}")
+    return {
+        "the machine from the AMI holds the build's record": phase.record.get("inputs") == phase.digest,
+        "its user data read its instance id through IMDSv2": phase.probe == phase.instance_id,
+        "cloud-init finished without an error or a warning": status == "extended_status: done",
+        f"its boot enabled nothing the image leaves disabled {phase.enabled_at_boot[:6]}": not phase.enabled_at_boot,
+        "the image phase's machines kept up without error": not errors,
+    }
+
+
+def stack(args: argparse.Namespace) -> dict[str, bool]:
+    with tempfile.TemporaryDirectory(prefix="slurmforge-rehearsal-", dir="/var/tmp") as tmp, stand_in() as aws:
+        phase = stack_phase.run(aws, Path(tmp), reuse=args.quick)
+        started = time.monotonic()
+        problems = stack_phase.destroy(phase)
+        aws.machines.wait("the machines gone", lambda: not aws.machines.machines, 300)
+        phase.seconds["destroy"] = time.monotonic() - started
+        errors = list(aws.machines.errors)
+    bake = sum(v for k, v in phase.engine.seconds.items() if k.startswith(DYNAMIC))
+    baked = ", ".join(f"{variant} {'baked' if now else 'reused'}" for variant, now in phase.engine.baked.items())
+    print(f"stack: `pulumi up` {phase.seconds['stack']:.1f} s ({len(phase.engine.seconds)} resources; "
+          f"golden image {bake:.0f} s: {baked})")
+    for what in ("head nodes booted", "inventory", "ssh", "destroy"):
+        print(f"  {what}: {phase.seconds[what]:.1f} s")
+    for error in [*problems, *errors][:5]:
+        print(f"  problem: {error}")
+    return {
+        "every head node ran its user data under cloud-init": all(
+            "extended_status: done" in h.cloud_init for h in phase.hosts),
+        "every head node reached through the inventory with sudo": all(
+            h.reached == f"{h.name} root" for h in phase.hosts),
+        "destroy removed everything": not problems,
+        "the stack phase's machines kept up without error": not errors,
+    }
 
 
 def main() -> int:
@@ -38,30 +91,17 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     logging.getLogger("slurmforge").setLevel(logging.INFO if args.verbose else logging.WARNING)
+    checks: dict[str, bool] = {}
     try:
-        with stand_in() as aws:
-            phase = image_phase.run(aws, reuse=args.quick)
-            errors = list(aws.machines.errors)
+        # the stack bakes through the program's own provider (not in quick mode); the image
+        # phase then boots the image it kept and checks it
+        checks |= stack(args)
+        checks |= image(args)
     except ProvisionError as e:
         print(f"error: {e}")
         return 1
-    how = (f"baked: build instance {phase.build_instance}, build.sh {phase.bake['build_seconds']} s, "
-           f"Slurm {phase.bake['slurm']}, {phase.bake['packages']} packages" if phase.baked
-           else "reused the image baked from the same inputs")
-    print(f"stack, golden image: {phase.bake_seconds:.0f} s ({how}) -> {phase.ami} = {phase.image}")
-    status = next((line for line in phase.cloud_init.splitlines() if line.startswith("extended_status:")), "?")
-    print(f"instance from the AMI: cloud-init done {phase.boot_seconds:.1f} s after RunInstances ({status})")
-    checks = {
-        "the machine from the AMI holds the build's record": phase.record.get("inputs") == phase.digest,
-        "its user data read its instance id through IMDSv2": phase.probe == phase.instance_id,
-        "cloud-init finished without an error or a warning": status == "extended_status: done",
-        f"its boot enabled nothing the image leaves disabled {phase.enabled_at_boot[:6]}": not phase.enabled_at_boot,
-        "the machines kept up without error": not errors,
-    }
     for what, ok in checks.items():
         print(f"  {'ok' if ok else 'FAILED'}: {what}")
-    for error in errors[:5]:
-        print(f"  machines: {error}")
     return 0 if all(checks.values()) else 1
 
 

@@ -7,6 +7,7 @@ required, as EC2's); every GET must carry a live token of the same instance, els
 Served, live from moto:
 
 - meta-data/: ami-id, instance-id, instance-type, local-ipv4, local-hostname, hostname,
+  public-keys/ (the launch's key pair: `0=<name>`, then 0/openssh-key, as cloud-init reads it),
   mac, network/interfaces/macs/<mac>/, placement/, tags/instance/<key> (only with InstanceMetadataTags enabled, as on
   EC2), iam/info and iam/security-credentials/<role>: credentials of the role of the
   instance's profile, assumed in moto (EC2 does that for a real instance);
@@ -173,6 +174,10 @@ class Imds:
             if not isinstance(node, dict) or part not in node:
                 return 404, b""
             node = node[part]
+        if isinstance(node, dict) and parts[-2:] == ["meta-data", "public-keys"]:
+            # EC2 lists a key as <index>=<key name>; its formats are under <index>/
+            keys = self.key_names(instance_id)
+            return 200, "\n".join(f"{index}={keys[int(index)]}" for index in node).encode()
         if isinstance(node, dict):
             return 200, "\n".join(k + "/" if isinstance(v, dict) else k for k, v in node.items()).encode()
         return 200, node.encode()
@@ -248,6 +253,12 @@ class Imds:
             "security-groups": "\n".join(str(g["GroupName"]) for g in groups),
             "services": {"domain": "amazonaws.com", "partition": "aws"},
         }
+        keys = self.key_names(instance_id)
+        if keys:
+            found = {str(k["KeyName"]): str(k.get("PublicKey", "")) for k in self.ec2.describe_key_pairs(
+                KeyNames=keys, IncludePublicKey=True)["KeyPairs"]}
+            tree["public-keys"] = {str(index): {"openssh-key": found[name].strip() + "\n"}
+                                   for index, name in enumerate(keys)}
         if options.get("InstanceMetadataTags") == "enabled":
             tree["tags"] = {"instance": {str(t["Key"]): str(t["Value"]) for t in i.get("Tags", [])}}
         if profile:
@@ -258,6 +269,11 @@ class Imds:
                                     "InstanceProfileArn": profile, "InstanceProfileId": profile.rsplit("/", 1)[1]}),
                 "security-credentials": {str(role["RoleName"]): json.dumps(credentials, indent=2)}}
         return tree
+
+    def key_names(self, instance_id: str) -> list[str]:
+        """The key pair the instance was launched with (EC2 serves one)."""
+        name = self.instance(instance_id).get("KeyName")
+        return [str(name)] if name else []
 
     def identity(self, instance_id: str) -> dict[str, Any]:
         i = self.instance(instance_id)

@@ -16,7 +16,11 @@ boots systemd from the podman image its AMI maps to, as the local target's nodes
 - the machine powers itself off (the container exits) -> the instance stopped, or
   terminated when its InstanceInitiatedShutdownBehavior says so, as EC2 does;
 - CreateImage in moto -> the instance's container committed as the new AMI's podman image
-  (moto's own record of the AMI's source instance: /moto-api/data.json).
+  (moto's own record of the AMI's source instance: /moto-api/data.json);
+- an instance with a public address (an Elastic IP associated) -> this machine reaches it
+  there: one DNAT rule in this machine's nat OUTPUT chain from the public address to the
+  instance's private one, EC2's one-to-one NAT for the traffic of this machine (the admin's
+  side of the rehearsal); removed with the machine or the address.
 
 An instance whose AMI maps to no image stays without a machine (logged once).
 """
@@ -77,6 +81,8 @@ class Machines:
         self.machines: dict[str, Machine] = {}
         self.networks: set[str] = set()
         self.committed: list[str] = []
+        self.public: dict[str, tuple[str, str]] = {}
+        """instance id -> (public address, private address) with a rule on this machine"""
         self.foreign: set[str] = set()
         """AMIs made from no machine of ours (registered ones: `images` maps them or not)."""
         self.imageless: set[str] = set()
@@ -106,6 +112,8 @@ class Machines:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+        for instance_id in list(self.public):
+            self._unpublish(instance_id)
         for machine in self.machines.values():
             self.podman.remove_container(machine.container)
         self.machines.clear()
@@ -147,6 +155,12 @@ class Machines:
 
     def _sync(self, instance: dict[str, Any], containers: dict[str, ContainerInfo]) -> None:
         instance_id, state = str(instance["InstanceId"]), str(instance["State"]["Name"])
+        public = instance.get("PublicIpAddress") if state in ("pending", "running") else None
+        published = self.public.get(instance_id)
+        if published and (public is None or published[0] != public):
+            self._unpublish(instance_id)
+        if public and instance_id not in self.public:
+            self._publish(instance_id, str(public), str(instance["PrivateIpAddress"]))
         machine = self.machines.get(instance_id)
         if machine is None:
             if state in ("pending", "running"):
@@ -207,6 +221,23 @@ class Machines:
             raise ProvisionError(f"{instance_id}: the IMDS rule: {rule.stderr.strip()}")
         self.podman.run(["start", container])
         self.event(instance_id, "machine booting")
+
+    def _publish(self, instance_id: str, public: str, private: str) -> None:
+        self._nat("-A", public, private)
+        self.public[instance_id] = (public, private)
+        self.event(instance_id, f"public address {public}")
+
+    def _unpublish(self, instance_id: str) -> None:
+        public, private = self.public.pop(instance_id)
+        self._nat("-D", public, private)
+        self.event(instance_id, f"public address {public} gone")
+
+    @staticmethod
+    def _nat(action: str, public: str, private: str) -> None:
+        done = subprocess.run(["iptables", "-w", "-t", "nat", action, "OUTPUT", "-d", f"{public}/32", "-j", "DNAT",
+                               "--to-destination", private], capture_output=True, text=True)
+        if done.returncode != 0 and action == "-A":
+            raise ProvisionError(f"the public address {public}: {done.stderr.strip()}")
 
     def _network(self, subnet_id: str) -> str:
         """The podman network of a subnet: its CIDR, the gateway at its first address (the

@@ -1,6 +1,7 @@
 """The stand-in for Debian's official AMI (the golden image's parent): the local
 debootstrap base (slurmforge.local.image) with what Debian's cloud images carry and the AWS
-path uses - Debian's cloud-init, curl, the SSH server - and cloud-init told where it is.
+path uses - Debian's cloud-init, curl, the SSH server, sudo, the `admin` user made from the
+launch's key pair - and cloud-init told where it is.
 
 The base has no cloud-init (the local target's nodes join through a systemd unit); an EC2
 instance runs its user data with cloud-init, so the rehearsal's machines do too: Debian's
@@ -34,7 +35,7 @@ from slurmforge.rehearsal.machines import PREFIX
 
 log = logging.getLogger(__name__)
 
-PACKAGES = ("cloud-init", "curl", "openssh-server")
+PACKAGES = ("cloud-init", "curl", "openssh-server", "sudo")
 CLOUD_CONFIG_FILE = "/etc/cloud/cloud.cfg.d/90-slurmforge-rehearsal.cfg"
 CLOUD_CONFIG = f"""\
 # slurmforge's AWS rehearsal: the EC2 datasource, at EC2's address
@@ -50,6 +51,15 @@ network: {{config: disabled}}
 updates: {{network: {{when: [boot-new-instance]}}}}
 # the base's Debian mirror (this machine's), as the local image build uses it
 apt: {{preserve_sources_list: true}}
+# Debian's AMIs log in as `admin` (their cloud.cfg.d), with the launch's key pair from IMDS
+system_info:
+  default_user:
+    name: admin
+    lock_passwd: true
+    gecos: Debian
+    groups: [adm, sudo]
+    sudo: ["ALL=(ALL) NOPASSWD:ALL"]
+    shell: /bin/bash
 """
 EC2_PLATFORM_MODULE = "DataSourceEc2.py"
 """In the machine's Python's site-packages: found before cloudinit.sources.DataSourceEc2."""

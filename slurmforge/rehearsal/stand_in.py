@@ -9,6 +9,7 @@ scheduler service's do in the rehearsal; the environment is restored on exit.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import socket
@@ -36,6 +37,28 @@ def host_address() -> str:
                                  "has no default route") from None
         address = str(probe.getsockname()[0])
     return address
+
+
+PUBLIC_ADDRESSES = "198.51.100.0/24"
+"""Where the stand-in's Elastic IPs come from: a documentation range, routed nowhere, so
+this machine can send an address of it to its instance (machines.py); moto's own are
+loopback addresses (127.x.y.z), which no rule can send elsewhere."""
+
+
+@contextmanager
+def public_addresses() -> Iterator[None]:
+    """moto's Elastic IP addresses from PUBLIC_ADDRESSES while open."""
+    import itertools
+
+    from moto.ec2.models import elastic_ip_addresses
+
+    hosts = itertools.cycle(str(a) for a in ipaddress.ip_network(PUBLIC_ADDRESSES).hosts())
+    saved = elastic_ip_addresses.random_ip  # type: ignore[attr-defined]
+    setattr(elastic_ip_addresses, "random_ip", lambda: next(hosts))  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(elastic_ip_addresses, "random_ip", saved)  # noqa: B010
 
 
 def reset(url: str) -> None:
@@ -68,6 +91,8 @@ def stand_in(region: str = REGION) -> Iterator[StandIn]:
     host, port = server.get_host_and_port()
     url = f"http://{host}:{port}"
     imds = machines = None
+    addresses = public_addresses()
+    addresses.__enter__()
     try:
         os.environ["AWS_ENDPOINT_URL"] = url
         reset(url)  # moto's backends are this process's: nothing from an earlier stand-in
@@ -83,6 +108,7 @@ def stand_in(region: str = REGION) -> Iterator[StandIn]:
             imds.close()
         reset(url)
         server.stop()
+        addresses.__exit__(None, None, None)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -28,6 +28,8 @@ from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks
 
 from slurmforge.distro import DEBIAN_13
 from slurmforge.join import JoinSettings
+from slurmforge.rehearsal import stack
+from slurmforge.rehearsal.stack import DYNAMIC, Registered, ec2_shape, plain, secret_keys
 from slurmforge.spec import Cluster, load_spec, validate_data
 from stacks.cluster import build_cluster
 
@@ -40,40 +42,10 @@ ACCOUNT = "123456789012"
 DEBIAN_AMI = "ami-0debian13base0000"
 GOLDEN_AMI = "ami-0golden000000000"
 GPU_AMI = "ami-0goldengpu000000"
-"""What Image Builder bakes: the base variant, and the gpu variant (its images are named
-<cluster>-image-gpu, slurmforge.image_variant)."""
+"""What the program's bakery returns under the recording mocks: the base variant, and the
+gpu variant (its images are named <cluster>-image-gpu, slurmforge.image_variant)."""
 MUNGE_B64 = "bW9jay1tdW5nZS1rZXktYnl0ZXM="
 DB_PASSWORD = "mock-db-password-0123456789"
-
-
-DYNAMIC = "pulumi-python:dynamic:Resource"
-SECRET_SIG = "4dabf18193072939515e22adb298388d"  # pulumi's marker of a secret value on the wire
-
-
-def plain(value: Any) -> Any:
-    """Inputs as the engine got them, with secret wrappers removed."""
-    if isinstance(value, dict):
-        if value.get(SECRET_SIG) is not None and "value" in value:
-            return plain(value["value"])
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
-
-
-def secret_keys(inputs: dict[str, Any]) -> set[str]:
-    return {k for k, v in inputs.items() if isinstance(v, dict) and v.get(SECRET_SIG) is not None}
-
-
-@dataclass(frozen=True)
-class Registered:
-    """One resource registration the mocks saw."""
-
-    typ: str
-    name: str
-    inputs: dict[str, Any]
-    custom: bool
-    secret_inputs: frozenset[str]
 
 
 class RecordingMocks(Mocks):
@@ -135,15 +107,6 @@ class RecordingMocks(Mocks):
         raise AssertionError(f"the program called an invoke the mocks do not know: {args.token}")
 
 
-def _ec2_shape(value: Any) -> Any:
-    """Pulumi's inputs (camelCase keys, numbers as floats) as EC2's API takes them."""
-    if isinstance(value, dict):
-        return {k[:1].upper() + k[1:]: _ec2_shape(v) for k, v in value.items()}
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
 class MotoMocks(RecordingMocks):
     """The recording mocks, except that what the scheduler service and the pool nodes touch
     is made in moto (in-process `mock_aws` or a moto server through AWS_ENDPOINT_URL) from
@@ -202,7 +165,7 @@ class MotoMocks(RecordingMocks):
             return str(made["InstanceId"])
         elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
             data = {"ImageId": inputs["imageId"], "InstanceType": inputs["instanceType"],
-                    "MetadataOptions": _ec2_shape(inputs["metadataOptions"]), "UserData": inputs["userData"],
+                    "MetadataOptions": ec2_shape(inputs["metadataOptions"]), "UserData": inputs["userData"],
                     "IamInstanceProfile": {"Arn": inputs["iamInstanceProfile"]["arn"]}}
             return str(self.ec2.create_launch_template(LaunchTemplateName=name, LaunchTemplateData=data)[
                 "LaunchTemplate"]["LaunchTemplateId"])
@@ -233,13 +196,6 @@ class StackRun:
     @staticmethod
     def json(resource: Registered, key: str = "policy") -> Any:
         return json.loads(resource.inputs[key])
-
-
-async def _resolve(outputs: dict[str, Any], values: dict[str, Any], secret: dict[str, bool]) -> None:
-    for key, value in outputs.items():
-        output = pulumi.Output.from_input(value)
-        values[key] = await output.future()
-        secret[key] = await output.is_secret()
 
 
 def _unpinned(data: dict[str, Any]) -> None:
@@ -285,7 +241,7 @@ def run_program(spec: Cluster, mocks: RecordingMocks, source: str) -> StackRun:
 
     @pulumi.runtime.test
     def program() -> Any:
-        return asyncio.ensure_future(_resolve(build_cluster(spec, ROOT, source), run.outputs, run.secret))
+        return asyncio.ensure_future(stack.resolve_outputs(build_cluster(spec, ROOT, source), run.outputs, run.secret))
 
     program()
     assert run.outputs, "the program ran but no output was resolved"
@@ -297,27 +253,9 @@ def run_main(config: dict[str, str], mocks: RecordingMocks) -> StackRun:
     config, its exports resolved (a spec problem: main's pulumi.RunError)."""
     from stacks import __main__ as program
 
-    exported: dict[str, Any] = {}
-    values: dict[str, Any] = {}
-    secret: dict[str, bool] = {}
-    export = pulumi.export
-    pulumi.runtime.settings.reset_options()
-    pulumi.runtime.set_mocks(mocks, project="slurmforge", stack="test", preview=False)
-    pulumi.runtime.set_all_config(config)
-    setattr(pulumi, "export", lambda key, value: exported.__setitem__(key, value))  # noqa: B010
-
-    @pulumi.runtime.test
-    def run() -> Any:
-        program.main()
-        return asyncio.ensure_future(_resolve(exported, values, secret))
-
-    try:
-        run()
-    finally:
-        setattr(pulumi, "export", export)  # noqa: B010
-        pulumi.runtime.set_all_config({})
+    ran = stack.run_main(config, mocks, stack="test")
     spec = load_spec(program.spec_path(config[f"{program.CONFIG_NAMESPACE}:{program.SPEC_KEY}"]))
-    return StackRun(spec, mocks.resources, mocks.calls, values, secret)
+    return StackRun(spec, mocks.resources, mocks.calls, ran.outputs, ran.secret)
 
 
 @contextmanager
@@ -368,8 +306,7 @@ def user_data_program(raw: bytes) -> str:
 
 def stack_output_json(run: StackRun, show_secrets: bool = False) -> dict[str, Any]:
     """What `pulumi stack output --json` prints for this run."""
-    shown = {k: v if show_secrets or not run.secret[k] else "[secret]" for k, v in run.outputs.items()}
-    return json.loads(json.dumps(shown))
+    return stack.stack_output_json(stack.StackRun(run.resources, run.outputs, run.secret), show_secrets)
 
 
 @pytest.fixture(scope="session")

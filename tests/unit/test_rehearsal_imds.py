@@ -20,6 +20,7 @@ pytestmark = pytest.mark.unit
 REGION = "us-east-1"
 A, B = "127.0.0.2", "127.0.0.3"
 """Two callers on this machine, standing for two instances."""
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHr1m9G1b0Q3cZ0mXlF0yQpZl8l5lYpQ0m2zJb7m8yBz admin@rehearsal"
 
 
 @dataclass
@@ -27,7 +28,7 @@ class World:
     ec2: Any
     imds: Imds
     plain: str
-    """An instance without profile, tags not enabled, no user data."""
+    """An instance without profile, tags not enabled, no user data, launched with a key pair."""
     node: str
     """An instance launched by an EC2 Fleet from a template with a profile and tags enabled."""
     subnet: str
@@ -66,8 +67,10 @@ def world() -> Iterator[World]:
         vpc = ec2.create_vpc(CidrBlock="10.213.0.0/16")["Vpc"]["VpcId"]
         subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.213.1.0/24")["Subnet"]["SubnetId"]
         ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        ec2.import_key_pair(KeyName="admin", PublicKeyMaterial=KEY.encode())
         plain = ec2.run_instances(ImageId=ami, InstanceType="t3.micro", MinCount=1, MaxCount=1, SubnetId=subnet,
-                                  MetadataOptions={"HttpTokens": "required"})["Instances"][0]["InstanceId"]
+                                  KeyName="admin", MetadataOptions={"HttpTokens": "required"})["Instances"][0][
+                                      "InstanceId"]
         template = ec2.create_launch_template(LaunchTemplateName="cpu", LaunchTemplateData={
             "ImageId": ami, "InstanceType": "t3.micro", "IamInstanceProfile": {"Arn": profile},
             "UserData": "IyEvYmluL2Jhc2gKZWNobyBqb2lu",  # "#!/bin/bash\necho join"
@@ -147,3 +150,14 @@ def test_the_credentials_are_the_profile_roles_assumed_in_moto(world: World) -> 
     assert ":assumed-role/nodes/" in sts.get_caller_identity()["Arn"]
     assert get(imds, B, "/latest/meta-data/iam/security-credentials/nodes")[1] == body  # kept until near expiry
     assert get(imds, A, "/latest/meta-data/iam/")[0] == 404  # no profile, no credentials
+
+
+def test_the_launchs_key_pair_as_cloud_init_reads_it(world: World) -> None:
+    """EC2 lists a key as <index>=<name>, its formats under <index>/: cloud-init installs
+    openssh-key for the default user (admin on Debian's AMIs)."""
+    imds = world.imds
+    assert "public-keys/" in get(imds, A, "/latest/meta-data/")[1].split("\n")
+    assert get(imds, A, "/latest/meta-data/public-keys/") == (200, "0=admin")
+    assert get(imds, A, "/latest/meta-data/public-keys/0/") == (200, "openssh-key")
+    assert get(imds, A, "/latest/meta-data/public-keys/0/openssh-key") == (200, KEY + "\n")
+    assert get(imds, B, "/latest/meta-data/public-keys/")[0] == 404  # launched without a key pair

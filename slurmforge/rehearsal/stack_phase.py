@@ -1,0 +1,224 @@
+"""The stack, rehearsed: `pulumi up` of stacks/ on the stand-in (stack.StandInEngine), the
+head nodes and Ceph hosts booted from the golden image it baked with their own user data,
+then the admin's side as docs/aws.md has it: the stack outputs saved, `slurmforge
+inventory --from-stack-outputs`, SSH to the login node's public address with the key pair
+named in the spec (the launch's key, which the machines' cloud-init installs for `admin`
+from the metadata service), and every host reached the way the rollout reaches it - the
+inventory's connection settings, through the login node as jump host, with sudo.
+
+The admin's commands run as subprocesses with a HOME of their own (the rehearsal's
+~/.ssh/known_hosts, ~/.local/state) and an ssh agent holding the key, as docs/aws.md asks
+of a user. The spec is examples/pools-aws.yaml made to fit this machine (`rehearsal_spec`).
+
+A golden image baked before from the same inputs is kept (as image_phase keeps its own):
+with `reuse`, the engine registers an AMI for it instead of baking again, as Pulumi leaves
+an unchanged dynamic resource alone on a second `pulumi up`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slurmforge.distro import DEBIAN_13
+from slurmforge.errors import ProvisionError, SpecError
+from slurmforge.image import RECORD
+from slurmforge.inventory import HOSTS_FILE, secrets_dir
+from slurmforge.local.image import prune_older
+from slurmforge.local.podman import Podman
+from slurmforge.rehearsal import image_phase
+from slurmforge.rehearsal.parent import ensure_parent
+from slurmforge.rehearsal.stack import StackRun, StandInEngine, run_main, stack_config, stack_output_json
+from slurmforge.rehearsal.stand_in import StandIn
+from slurmforge.spec import validate_data
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE_SPEC = ROOT / "examples" / "pools-aws.yaml"
+CLUSTER = "rehearsal"
+BOOT_TIMEOUT = 300
+SSH_TIMEOUT = 120
+
+
+def rehearsal_spec(out: Path) -> Path:
+    """examples/pools-aws.yaml as this machine can hold it, validated like a user's file:
+    the cluster named `rehearsal` (its secrets and state apart from any real cluster's);
+    the CPU pool, at most two nodes; two Ceph hosts, two replicas. What is cut is named in docs/rehearsal.md."""
+    data = yaml.safe_load(SOURCE_SPEC.read_text())
+    data["name"] = CLUSTER
+    data["target"]["key_name"] = f"{CLUSTER}-admin"
+    data["pools"] = [{**p, "max_nodes": 2} for p in data["pools"] if p["kind"] == "cpu"]
+    kept = {p["name"] for p in data["pools"]}
+    data["partitions"] = [p for p in data["partitions"] if set(p["pools"]) <= kept]
+    data["scheduling"] = {k: v for k, v in data["scheduling"].items() if k != "default_gpu_pool"}
+    data["storage"]["ceph"] |= {"hosts": 2, "replication": 2, "osd_size_gb": 10}
+    try:
+        validate_data(data, f"{SOURCE_SPEC.name} (rehearsal)")
+    except SpecError as e:
+        raise ProvisionError(f"the rehearsal's spec: {'; '.join(p.line() for p in e.problems)}") from None
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+class RehearsalEngine(StandInEngine):
+    """The stand-in's engine, keeping each golden image it bakes (image_phase's cache)."""
+
+    def __init__(self, aws: StandIn, podman: Podman, reuse: bool) -> None:
+        super().__init__(aws.session)
+        self.aws, self.podman, self.reuse = aws, podman, reuse
+        self.baked: dict[str, bool] = {}
+        """variant -> baked now (False: an image from the same inputs reused)"""
+
+    def create_dynamic(self, name: str, provider: Any, props: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        machines = self.aws.machines
+        kept = image_phase.cache_tag(str(props["inputs_digest"]), machines.images[str(props["parent_ami"])])
+        variant = str(props.get("variant", "base"))
+        if self.reuse and self.podman.image_exists(kept):
+            ami = str(self.ec2.register_image(Name=f"{props['cluster']}-node-{variant}-{props['inputs_digest']}",
+                                              Architecture="x86_64")["ImageId"])
+            machines.images[ami] = kept
+            record = json.loads(self.podman.run(["run", "--rm", "--network=none", kept, "cat", RECORD]))
+            self.baked[variant] = False
+            return ami, {**props, "ami_id": ami, "slurm": record.get("slurm"), "packages": None, "build_seconds": 0}
+        made, outs = super().create_dynamic(name, provider, props)
+        machines.wait(f"AMI {made}'s image", lambda: made in machines.images, BOOT_TIMEOUT)
+        self.podman.run(["tag", machines.images[made], kept])
+        prune_older(self.podman, kept)
+        self.baked[variant] = True
+        return made, outs
+
+
+@dataclass
+class Host:
+    name: str
+    role: str
+    private_ip: str
+    public_ip: str | None
+    instance_id: str = ""
+    container: str = ""
+    cloud_init: str = ""
+    reached: str = ""
+    """`<hostname> <user>` as the host printed them over the inventory's connection with
+    the inventory's become (the rollout's way in)."""
+
+
+@dataclass
+class StackPhase:
+    run: StackRun
+    engine: RehearsalEngine
+    workdir: Path
+    spec: Path
+    outputs_file: Path
+    inventory: Path
+    env: dict[str, str]
+    """The admin's environment (HOME, SSH_AUTH_SOCK, AWS endpoint)."""
+    hosts: list[Host]
+    seconds: dict[str, float] = field(default_factory=dict)
+    """stack, head nodes booted, inventory, ssh: wall seconds of each."""
+
+
+def _admin(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = SSH_TIMEOUT) -> str:
+    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise ProvisionError(f"the rehearsal's admin: `{' '.join(argv)}` failed ({done.returncode}): "
+                             f"{(done.stderr or done.stdout).strip()[-2000:]}")
+    return done.stdout
+
+
+def admin_env(workdir: Path, aws: StandIn) -> dict[str, str]:
+    """The admin's environment: a home of its own, an ssh agent with the key pair's private
+    key (docs/aws.md: `ssh-add` it), AWS credentials and region (the stand-in's)."""
+    home = workdir / "home"
+    (home / ".ssh").mkdir(parents=True, exist_ok=True, mode=0o700)
+    agent = _admin(["ssh-agent", "-s", "-a", str(workdir / "agent.sock")], dict(os.environ), workdir)
+    pid = next(line.split("=", 1)[1].split(";", 1)[0] for line in agent.splitlines()
+               if line.startswith("SSH_AGENT_PID"))
+    # ssh reads the user's files from the password database's home, not HOME: the admin's
+    # known hosts are named in a config of its own, which ssh gets with -F and hands on to
+    # the jump connections it starts (ProxyJump)
+    config = home / ".ssh" / "config"
+    config.write_text(f"Host *\n  UserKnownHostsFile {home / '.ssh' / 'known_hosts'}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SSH_", "ANSIBLE_"))}
+    env |= {"HOME": str(home), "SSH_AUTH_SOCK": str(workdir / "agent.sock"), "SSH_AGENT_PID": pid,
+            "ANSIBLE_SSH_ARGS": f"-F {config} -o ControlMaster=auto -o ControlPersist=60s",
+            "AWS_ENDPOINT_URL": aws.url, "AWS_DEFAULT_REGION": aws.region,
+            "PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"}
+    return env
+
+
+def key_pair(aws: StandIn, workdir: Path, name: str, env: dict[str, str]) -> None:
+    """The EC2 key pair docs/aws.md has the user make, imported; its key in the agent."""
+    key = workdir / "home" / ".ssh" / f"{name}.pem"
+    _admin(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], env, workdir)
+    aws.session.client("ec2").import_key_pair(KeyName=name, PublicKeyMaterial=key.with_suffix(".pem.pub").read_bytes())
+    _admin(["ssh-add", "-q", str(key)], env, workdir)
+
+
+def run(aws: StandIn, workdir: Path, reuse: bool, podman: Podman | None = None) -> StackPhase:
+    podman = podman or Podman()
+    ec2 = aws.session.client("ec2")
+    parent = ensure_parent(podman)
+    aws.machines.images[str(ec2.register_image(Name=DEBIAN_13.parent_ami, Architecture="x86_64")["ImageId"])] = parent
+    spec = rehearsal_spec(workdir / "cluster.yaml")
+    env = admin_env(workdir, aws)
+    key_pair(aws, workdir, f"{CLUSTER}-admin", env)
+    seconds: dict[str, float] = {}
+
+    started = time.monotonic()
+    engine = RehearsalEngine(aws, podman, reuse)
+    stack = run_main(stack_config(spec, aws.region), engine)
+    seconds["stack"] = time.monotonic() - started
+    outputs_file = workdir / f"{CLUSTER}-outputs.json"
+    outputs_file.write_text(json.dumps(stack_output_json(stack), indent=2))
+
+    started = time.monotonic()
+    hosts = [Host(h["name"], h["role"], h["private_ip"], h.get("public_ip")) for h in stack.outputs["hosts"]]
+    hosts += [Host(h["name"], "ceph", h["private_ip"], None) for h in stack.outputs.get("ceph_hosts", [])]
+    for host in hosts:
+        found = ec2.describe_instances(Filters=[{"Name": "private-ip-address", "Values": [host.private_ip]}])
+        host.instance_id = str(found["Reservations"][0]["Instances"][0]["InstanceId"])
+    for host in hosts:
+        aws.machines.wait(f"{host.name}'s machine", lambda h=host: h.instance_id in aws.machines.machines, BOOT_TIMEOUT)
+        host.container = aws.machines.machines[host.instance_id].container
+        status = podman.exec(host.container, ["cloud-init", "status", "--wait", "--long"], timeout=BOOT_TIMEOUT,
+                             check=False)
+        host.cloud_init = (status.stdout + status.stderr).strip()
+    seconds["head nodes booted"] = time.monotonic() - started
+
+    started = time.monotonic()
+    inventory = workdir / "inventory"
+    _admin(["slurmforge", "inventory", "--from-stack-outputs", str(outputs_file), "--out", str(inventory)], env,
+           workdir)
+    seconds["inventory"] = time.monotonic() - started
+
+    started = time.monotonic()
+    login = next(h for h in hosts if h.role == "login")
+    _admin(["ssh", "-F", str(workdir / "home" / ".ssh" / "config"), "-o", "StrictHostKeyChecking=accept-new",
+            f"admin@{login.public_ip}", "true"], env, workdir)
+    ansible = env | {"ANSIBLE_CONFIG": str(ROOT / "playbooks" / "ansible.cfg")}
+    reached = _admin(["ansible", "all", "-i", str(inventory / HOSTS_FILE), "-o", "-b", "-m", "shell",
+                      "-a", 'echo "$(hostname) $(id -un)"'], ansible, workdir, timeout=300)
+    for line in reached.splitlines():
+        name, _, rest = line.partition(" | ")
+        for host in hosts:
+            if host.name == name.strip() and "rc=0" in rest:
+                host.reached = rest.rsplit(")", 1)[-1].strip()
+    seconds["ssh"] = time.monotonic() - started
+    return StackPhase(stack, engine, workdir, spec, outputs_file, inventory, env, hosts, seconds)
+
+
+def destroy(phase: StackPhase) -> list[str]:
+    """`pulumi destroy`, and the admin's agent stopped; problems, one line each."""
+    problems = phase.engine.destroy()
+    subprocess.run(["ssh-agent", "-k"], env=phase.env, capture_output=True)
+    shutil.rmtree(phase.workdir / "home" / ".ssh", ignore_errors=True)
+    shutil.rmtree(secrets_dir(CLUSTER).parent, ignore_errors=True)  # what `inventory` copied from the stack
+    return problems

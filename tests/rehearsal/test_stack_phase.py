@@ -1,0 +1,133 @@
+"""The AWS rehearsal's stack phase (slurmforge.rehearsal.stack_phase): `pulumi up` of
+stacks/ with every resource made in the stand-in, the head nodes and Ceph hosts booted from
+the golden image with their own user data, then the admin's steps of docs/aws.md - the
+stack outputs, `slurmforge inventory --from-stack-outputs`, SSH to the login node's
+Elastic IP with the key pair, every host reached through it with sudo - and `pulumi
+destroy`, which must leave nothing of the stack in the stand-in.
+
+The golden image is reused when one was baked from the same inputs (the quick mode);
+SLURMFORGE_REHEARSAL_REBAKE=1 bakes it through the program's dynamic provider. Needs root
+and podman.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurmforge.inventory import secrets_dir
+from slurmforge.rehearsal import stack_phase
+from slurmforge.rehearsal.machines import LABEL
+from slurmforge.rehearsal.stack import DYNAMIC
+from slurmforge.rehearsal.stand_in import StandIn, stand_in
+
+pytestmark = pytest.mark.rehearsal
+
+
+@dataclass
+class Rehearsed:
+    aws: StandIn
+    phase: stack_phase.StackPhase
+    before_destroy: dict[str, Any]
+    """What the admin's side found while the stack stood."""
+    destroy_problems: list[str]
+    left: dict[str, list[str]]
+    """What the stand-in still held after `destroy`, by kind."""
+
+
+def _held(aws: StandIn) -> dict[str, list[str]]:
+    s = aws.session
+    ec2 = s.client("ec2")
+    return {
+        "instances": [i["InstanceId"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
+                      if i["State"]["Name"] != "terminated"],
+        "vpcs": [v["VpcId"] for v in ec2.describe_vpcs()["Vpcs"] if not v.get("IsDefault")],
+        "launch templates": [t["LaunchTemplateName"] for t in ec2.describe_launch_templates()["LaunchTemplates"]],
+        "volumes": [v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]],
+        "addresses": [a["PublicIp"] for a in ec2.describe_addresses()["Addresses"]],
+        "golden images": [i["Name"] for i in ec2.describe_images(Owners=["self"])["Images"]
+                          if i["Name"].startswith(stack_phase.CLUSTER)],
+        "secrets": [x["Name"] for x in s.client("secretsmanager").list_secrets()["SecretList"]],
+        "queues": s.client("sqs").list_queues().get("QueueUrls", []),
+        "buckets": [b["Name"] for b in s.client("s3").list_buckets()["Buckets"]],
+        "file systems": [f["FileSystemId"] for f in s.client("efs").describe_file_systems()["FileSystems"]],
+        "roles": [r["RoleName"] for r in s.client("iam").list_roles()["Roles"]
+                  if r["RoleName"].startswith(stack_phase.CLUSTER)],
+        "rules": [r["Name"] for r in s.client("events").list_rules()["Rules"]],
+        "containers": subprocess.run(["podman", "ps", "-aq", "--filter", f"label={LABEL}={aws.machines.ident}"],
+                                     capture_output=True, text=True).stdout.split(),
+    }
+
+
+@pytest.fixture(scope="module")
+def rehearsed() -> Iterator[Rehearsed]:
+    reuse = os.environ.get("SLURMFORGE_REHEARSAL_REBAKE") != "1"
+    with tempfile.TemporaryDirectory(prefix="slurmforge-rehearsal-", dir="/var/tmp") as tmp, stand_in() as aws:
+        phase = stack_phase.run(aws, Path(tmp), reuse=reuse)
+        login = next(h for h in phase.hosts if h.role == "login")
+        found = {
+            "authorized": subprocess.run(["podman", "exec", login.container, "cat", "/home/admin/.ssh/authorized_keys"],
+                                         capture_output=True, text=True).stdout,
+            "public key": (Path(tmp) / "home" / ".ssh" / f"{stack_phase.CLUSTER}-admin.pem.pub").read_text(),
+            "munge key file": (secrets_dir(stack_phase.CLUSTER) / "munge.key").read_bytes(),
+            "munge secret": aws.session.client("secretsmanager").get_secret_value(
+                SecretId=phase.run.outputs["secret_arns"]["munge_key"])["SecretString"],
+            "outputs file": json.loads(phase.outputs_file.read_text()),
+            "held": _held(aws),
+        }
+        problems = stack_phase.destroy(phase)
+        aws.machines.wait("the machines gone", lambda: not aws.machines.machines, 120)
+        yield Rehearsed(aws, phase, found, problems, _held(aws))
+
+
+def test_every_resource_of_the_program_is_made_in_the_stand_in(rehearsed: Rehearsed) -> None:
+    phase = rehearsed.phase
+    custom = [r for r in phase.run.resources if r.custom]
+    assert len(phase.engine.seconds) == len(custom) > 50
+    held = rehearsed.before_destroy["held"]
+    assert len(held["instances"]) == len(phase.hosts) == 4  # controller, login, two Ceph hosts
+    assert held["vpcs"] and held["volumes"] and held["file systems"] and held["queues"] and held["rules"]
+    assert sorted(held["launch templates"]) == [f"{stack_phase.CLUSTER}-cpu-template"]
+    # the stack outputs carry the stand-in's ids, as a real stack's carry AWS's
+    outputs = phase.run.outputs
+    assert outputs["efs"]["dns_name"].startswith(held["file systems"][0])
+    assert outputs["spot_queue_url"] in held["queues"]
+    assert any(r.typ == DYNAMIC for r in custom)  # the golden image, made by the program's own provider
+
+
+def test_the_secrets_are_generated_not_fixed_and_reach_the_admin(rehearsed: Rehearsed) -> None:
+    found = rehearsed.before_destroy
+    key = base64.b64decode(found["munge secret"])
+    assert len(key) == 1024 and len(set(key)) > 200  # pulumi_random's bytes, made here
+    assert found["munge key file"] == key  # `slurmforge inventory` copied it from the stand-in's Secrets Manager
+    assert found["outputs file"]["munge_key"] == "[secret]"  # `pulumi stack output --json` hides secrets
+
+
+def test_every_head_node_boots_its_own_user_data_from_the_golden_image(rehearsed: Rehearsed) -> None:
+    for host in rehearsed.phase.hosts:
+        assert "extended_status: done" in host.cloud_init, (host.name, host.cloud_init)
+        # its user data (the stack's cloud-config) named it; the inventory's way in, with sudo
+        assert host.reached == f"{host.name} root", (host.name, host.reached)
+
+
+def test_the_admin_reaches_the_login_node_with_the_key_pair_from_imds(rehearsed: Rehearsed) -> None:
+    found = rehearsed.before_destroy
+    assert found["public key"].split()[1] in found["authorized"]
+    login = next(h for h in rehearsed.phase.hosts if h.role == "login")
+    assert login.public_ip and login.public_ip.startswith("198.51.100.")
+
+
+def test_destroy_leaves_nothing_of_the_stack(rehearsed: Rehearsed) -> None:
+    assert rehearsed.destroy_problems == []
+    assert {k: v for k, v in rehearsed.left.items() if v} == {}
+    assert not secrets_dir(stack_phase.CLUSTER).exists()
+    assert rehearsed.aws.machines.errors == []
