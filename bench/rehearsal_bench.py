@@ -1,6 +1,7 @@
 """The AWS rehearsal (docs/rehearsal.md), phase by phase, timed. What exists so far: the
-stack (with its golden image), the head nodes booted from it, the admin's inventory and SSH,
-and `pulumi destroy`.
+stack (with its golden image), the head nodes booted from it, the admin's inventory, SSH and
+rollout, a first job on pool nodes the service launches, `slurmforge down` and `pulumi
+destroy`.
 
     .venv/bin/python bench/rehearsal_bench.py [--quick] [-v]
 
@@ -10,7 +11,10 @@ stand-in's engine: every resource made in moto, the golden image baked by the pr
 own dynamic provider with a real build instance (a container from the Debian AMI stand-in
 running its own user data under cloud-init), the head nodes and Ceph hosts booted from it
 with their user data; then `slurmforge inventory --from-stack-outputs`, SSH to the login
-node's Elastic IP with the key pair, every host through it with sudo; then destroy. The
+node's Elastic IP with the key pair, every host through it with sudo, `slurmforge rollout
+--inventory`, a user's first job on the pool's powered-down nodes (launched by the
+scheduler service through EC2 Fleet, joined by their user data), `slurmforge down
+--inventory`; then destroy. The
 image phase then boots the kept image once more and checks its record, IMDSv2 and units.
 About 4 minutes on 2 cores (the build most of it).
 
@@ -61,16 +65,21 @@ def image(args: argparse.Namespace) -> dict[str, bool]:
 def stack(args: argparse.Namespace) -> dict[str, bool]:
     with tempfile.TemporaryDirectory(prefix="slurmforge-rehearsal-", dir="/var/tmp") as tmp, stand_in() as aws:
         phase = stack_phase.run(aws, Path(tmp), reuse=args.quick)
+        stack_phase.roll_out(phase)
+        jobs = stack_phase.first_jobs(phase, "alice")
+        stack_phase.down(phase)
         started = time.monotonic()
         problems = stack_phase.destroy(phase)
         aws.machines.wait("the machines gone", lambda: not aws.machines.machines, 300)
         phase.seconds["destroy"] = time.monotonic() - started
         errors = list(aws.machines.errors)
     bake = sum(v for k, v in phase.engine.seconds.items() if k.startswith(DYNAMIC))
+    nodes = [f"{stack_phase.CLUSTER}-cpu-01", f"{stack_phase.CLUSTER}-cpu-02"]
     baked = ", ".join(f"{variant} {'baked' if now else 'reused'}" for variant, now in phase.engine.baked.items())
     print(f"stack: `pulumi up` {phase.seconds['stack']:.1f} s ({len(phase.engine.seconds)} resources; "
           f"golden image {bake:.0f} s: {baked})")
-    for what in ("head nodes booted", "inventory", "ssh", "destroy"):
+    for what in ("head nodes booted", "inventory", "ssh", "rollout", "pool nodes launched -> job done",
+                 "job on nodes up", "down", "destroy"):
         print(f"  {what}: {phase.seconds[what]:.1f} s")
     for error in [*problems, *errors][:5]:
         print(f"  problem: {error}")
@@ -79,6 +88,8 @@ def stack(args: argparse.Namespace) -> dict[str, bool]:
             "extended_status: done" in h.cloud_init for h in phase.hosts),
         "every head node reached through the inventory with sudo": all(
             h.reached == f"{h.name} root" for h in phase.hosts),
+        "a first job's two ranks ran on the pool's nodes, launched through EC2 Fleet, each resolving both":
+            sorted(jobs["cold"].splitlines()[:2]) == [f"{r} {nodes[r]} {' '.join(nodes)}" for r in (0, 1)],
         "destroy removed everything": not problems,
         "the stack phase's machines kept up without error": not errors,
     }

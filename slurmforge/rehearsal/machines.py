@@ -22,6 +22,20 @@ boots systemd from the podman image its AMI maps to, as the local target's nodes
   instance's private one, EC2's one-to-one NAT for the traffic of this machine (the admin's
   side of the rehearsal); removed with the machine or the address.
 
+Two things every machine gets from outside its image, as an EC2 instance gets them from
+outside its AMI:
+
+- AWS's endpoints: a systemd drop-in (DefaultEnvironment, read-only) gives every service
+  `AWS_ENDPOINT_URL` = the moto server, which botocore and the AWS CLI honour; on EC2
+  nothing is set and the regional endpoints answer;
+- EFS: this kernel has no NFS client. Every EFS file system of the stand-in is a directory
+  on this machine (`efs_root/<fs id>`, made when moto has it, removed with it), mounted
+  into every machine at EFS_MOUNT, and a helper (EFS_HELPER) is bind-mounted over
+  /usr/sbin/mount.nfs4 (/sbin/mount.nfs4 on merged /usr): `mount -t nfs4
+  <fs id>.efs.<region>.amazonaws.com:/path dir` - the join program's and the fstab's lines,
+  unchanged - bind-mounts that file system's path, and fails as EFS does when the path is
+  not there.
+
 An instance whose AMI maps to no image stays without a machine (logged once).
 """
 
@@ -30,11 +44,14 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from slurmforge.errors import ProvisionError
@@ -51,6 +68,24 @@ LABEL = "slurmforge.rehearsal"
 INSTANCE_LABEL = "slurmforge.rehearsal.instance"
 AMI_REPOSITORY = f"localhost/{PREFIX}-ami"
 """An AMI made by CreateImage: <AMI_REPOSITORY>:<ami id>."""
+EFS_MOUNT = "/var/lib/slurmforge-rehearsal-efs"
+"""Where a machine sees the stand-in's EFS file systems (one directory each)."""
+EFS_HELPER = f"""#!/bin/sh
+# slurmforge's AWS rehearsal: mount.nfs4 for a kernel without NFS. An EFS path
+# (<fs id>.efs.<region>.amazonaws.com:/path) is bind-mounted from the stand-in's copy of the
+# file system under {EFS_MOUNT}; a path the file system lacks fails as EFS's server does.
+set -eu
+spec=$1 dir=$2
+host=${{spec%%:*}} path=${{spec#*:}}
+fs=${{host%%.*}}
+root={EFS_MOUNT}/$fs
+if [ ! -d "$root" ]; then echo "mount.nfs4: Failed to resolve server $host: Name or service not known" >&2; exit 32; fi
+if [ ! -d "$root$path" ]; then
+    echo "mount.nfs4: mounting $spec failed, reason given by server: No such file or directory" >&2; exit 32
+fi
+exec mount --bind "$root$path" "$dir"
+"""
+SYSTEMD_DROP_IN = "/etc/systemd/system.conf.d/90-slurmforge-rehearsal.conf"
 GONE = ("shutting-down", "terminated")
 DOWN = ("stopping", "stopped")
 
@@ -71,8 +106,8 @@ def imds_rule(imds_host: str, imds_port: int) -> list[str]:
 
 class Machines:
     def __init__(self, session: Any, moto_url: str, imds: tuple[str, int], images: dict[str, str] | None = None,
-                 podman: Podman | None = None, poll: float = 1.0, ident: str = "") -> None:
-        self.ec2 = session.client("ec2")
+                 podman: Podman | None = None, poll: float = 1.0, ident: str = "", workdir: Path | None = None) -> None:
+        self.ec2, self.efs = session.client("ec2"), session.client("efs")
         self.moto_url, self.imds, self.poll = moto_url, imds, poll
         self.images: dict[str, str] = dict(images or {})
         """AMI id -> the podman image a machine from it boots."""
@@ -81,6 +116,8 @@ class Machines:
         self.machines: dict[str, Machine] = {}
         self.networks: set[str] = set()
         self.committed: list[str] = []
+        self.vpcs: set[str] = set()
+        """VPC CIDRs with a no-masquerade rule on this machine"""
         self.public: dict[str, tuple[str, str]] = {}
         """instance id -> (public address, private address) with a rule on this machine"""
         self.foreign: set[str] = set()
@@ -90,6 +127,13 @@ class Machines:
         self.events: list[tuple[float, str, str]] = []
         """(time.monotonic(), instance id, what happened)"""
         self.errors: list[str] = []
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"{PREFIX}-"))
+        """This machine's side of the machines: the EFS root, the helper, the drop-in."""
+        self.efs_root = self.workdir / "efs"
+        self.efs_root.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "mount.nfs4").write_text(EFS_HELPER)
+        (self.workdir / "mount.nfs4").chmod(0o755)
+        (self.workdir / "aws.conf").write_text(f"[Manager]\nDefaultEnvironment=AWS_ENDPOINT_URL={moto_url}\n")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="machines")
 
@@ -120,9 +164,13 @@ class Machines:
         for network in sorted(self.networks):
             self.podman.run(["network", "rm", "-f", network], check=False)
         self.networks.clear()
+        for vpc in self.vpcs:
+            self._vpc_rule("-D", vpc)
+        self.vpcs.clear()
         for tag in self.committed:
             self.podman.remove_image(tag)
         self.committed.clear()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def event(self, instance_id: str, what: str) -> None:
         log.info("%s: %s", instance_id, what)
@@ -150,6 +198,7 @@ class Machines:
         new = [ami for ami in amis if ami not in self.images and ami not in self.foreign]
         if new:
             self._commit(new)
+        self._file_systems()
         for instance in instances:
             self._sync(instance, containers)
 
@@ -206,6 +255,9 @@ class Machines:
         self.podman.remove_container(name)
         self.podman.run(["create", "--name", name, "--hostname", hostname, "--network", network, "--ip", address,
                          "--mac-address", mac, "--systemd=always", "--cgroupns=host", "--privileged",
+                         "-v", f"{self.efs_root}:{EFS_MOUNT}",
+                         "-v", f"{self.workdir / 'mount.nfs4'}:/usr/sbin/mount.nfs4:ro",
+                         "-v", f"{self.workdir / 'aws.conf'}:{SYSTEMD_DROP_IN}:ro",
                          "--label", f"{LABEL}={self.ident}", "--label", f"{INSTANCE_LABEL}={instance_id}",
                          image, "sh", "-c", INIT])
         self._power_on(instance_id, name)
@@ -222,6 +274,14 @@ class Machines:
         self.podman.run(["start", container])
         self.event(instance_id, "machine booting")
 
+    def _file_systems(self) -> None:
+        """A directory for each EFS file system moto has; none for one it no longer has."""
+        have = {str(f["FileSystemId"]) for f in self.efs.describe_file_systems()["FileSystems"]}
+        for fs in have - {p.name for p in self.efs_root.iterdir()}:
+            (self.efs_root / fs).mkdir()
+        for gone in {p.name for p in self.efs_root.iterdir()} - have:
+            shutil.rmtree(self.efs_root / gone, ignore_errors=True)
+
     def _publish(self, instance_id: str, public: str, private: str) -> None:
         self._nat("-A", public, private)
         self.public[instance_id] = (public, private)
@@ -233,6 +293,14 @@ class Machines:
         self.event(instance_id, f"public address {public} gone")
 
     @staticmethod
+    def _vpc_rule(action: str, vpc: str) -> None:
+        argv = ["iptables", "-w", "-t", "nat", action, "POSTROUTING", *(["1"] if action == "-I" else []),
+                "-s", vpc, "-d", vpc, "-j", "RETURN"]
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode != 0 and action == "-I":
+            raise ProvisionError(f"the VPC {vpc}'s routing: {done.stderr.strip()}")
+
+    @staticmethod
     def _nat(action: str, public: str, private: str) -> None:
         done = subprocess.run(["iptables", "-w", "-t", "nat", action, "OUTPUT", "-d", f"{public}/32", "-j", "DNAT",
                                "--to-destination", private], capture_output=True, text=True)
@@ -241,10 +309,19 @@ class Machines:
 
     def _network(self, subnet_id: str) -> str:
         """The podman network of a subnet: its CIDR, the gateway at its first address (the
-        VPC router's on AWS; moto hands out addresses from the fourth)."""
+        VPC router's on AWS; moto hands out addresses from the fourth). Traffic between
+        two subnets of a VPC goes through this machine; podman would masquerade it as the
+        gateway's (a reply to the sender's own address - slurmstepd to srun - refused), where
+        the VPC's router leaves the source alone: one rule per VPC in this machine's nat
+        POSTROUTING keeps it."""
         name = f"{PREFIX}-{subnet_id}"
         if name not in self.networks:
-            cidr = self.ec2.describe_subnets(SubnetIds=[subnet_id])["Subnets"][0]["CidrBlock"]
+            subnet = self.ec2.describe_subnets(SubnetIds=[subnet_id])["Subnets"][0]
+            cidr = subnet["CidrBlock"]
+            vpc = self.ec2.describe_vpcs(VpcIds=[subnet["VpcId"]])["Vpcs"][0]["CidrBlock"]
+            if vpc not in self.vpcs:
+                self._vpc_rule("-I", vpc)
+                self.vpcs.add(vpc)
             gateway = str(next(ipaddress.ip_network(cidr).hosts()))
             if not self.podman.network_exists(name):
                 self.podman.run(["network", "create", "--subnet", cidr, "--gateway", gateway,

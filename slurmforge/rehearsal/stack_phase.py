@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -46,12 +47,14 @@ SOURCE_SPEC = ROOT / "examples" / "pools-aws.yaml"
 CLUSTER = "rehearsal"
 BOOT_TIMEOUT = 300
 SSH_TIMEOUT = 120
+ROLLOUT_TIMEOUT = 1800
 
 
 def rehearsal_spec(out: Path) -> Path:
     """examples/pools-aws.yaml as this machine can hold it, validated like a user's file:
     the cluster named `rehearsal` (its secrets and state apart from any real cluster's);
-    the CPU pool, at most two nodes; two Ceph hosts, two replicas. What is cut is named in docs/rehearsal.md."""
+    the CPU pool, at most two nodes; no Ceph (its EBS volumes need udev, which the machines
+    lack). What is cut is named in docs/rehearsal.md."""
     data = yaml.safe_load(SOURCE_SPEC.read_text())
     data["name"] = CLUSTER
     data["target"]["key_name"] = f"{CLUSTER}-admin"
@@ -59,7 +62,7 @@ def rehearsal_spec(out: Path) -> Path:
     kept = {p["name"] for p in data["pools"]}
     data["partitions"] = [p for p in data["partitions"] if set(p["pools"]) <= kept]
     data["scheduling"] = {k: v for k, v in data["scheduling"].items() if k != "default_gpu_pool"}
-    data["storage"]["ceph"] |= {"hosts": 2, "replication": 2, "osd_size_gb": 10}
+    del data["storage"]["ceph"]
     try:
         validate_data(data, f"{SOURCE_SPEC.name} (rehearsal)")
     except SpecError as e:
@@ -125,8 +128,20 @@ class StackPhase:
     """stack, head nodes booted, inventory, ssh: wall seconds of each."""
 
 
+ADMIN_SSH = "SLURMFORGE_REHEARSAL_SSH"
+"""The admin's ~/.ssh on this machine, in the admin's environment."""
+
+
 def _admin(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = SSH_TIMEOUT) -> str:
-    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    """`argv` as the admin runs it. ssh reads and writes a user's known_hosts in the
+    password database's home, not HOME: the command runs in a mount namespace of its own
+    where the admin's ~/.ssh is mounted over this machine's, which is never read or written
+    (an address the rehearsal hands out again would otherwise meet the host key of an
+    earlier run's machine)."""
+    wrapped = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+               'mkdir -p -m 0700 ~/.ssh && mount --bind "$0" ~/.ssh && exec "$@"', env.get(ADMIN_SSH, ""), *argv]
+    done = subprocess.run(wrapped if ADMIN_SSH in env else argv, env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
     if done.returncode != 0:
         raise ProvisionError(f"the rehearsal's admin: `{' '.join(argv)}` failed ({done.returncode}): "
                              f"{(done.stderr or done.stdout).strip()[-2000:]}")
@@ -134,22 +149,17 @@ def _admin(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = SSH
 
 
 def admin_env(workdir: Path, aws: StandIn) -> dict[str, str]:
-    """The admin's environment: a home of its own, an ssh agent with the key pair's private
-    key (docs/aws.md: `ssh-add` it), AWS credentials and region (the stand-in's)."""
+    """The admin's environment: an ~/.ssh of its own (`_admin`), an ssh agent with the key
+    pair's private key (docs/aws.md: `ssh-add` it), AWS credentials and region (the
+    stand-in's)."""
     home = workdir / "home"
     (home / ".ssh").mkdir(parents=True, exist_ok=True, mode=0o700)
     agent = _admin(["ssh-agent", "-s", "-a", str(workdir / "agent.sock")], dict(os.environ), workdir)
     pid = next(line.split("=", 1)[1].split(";", 1)[0] for line in agent.splitlines()
                if line.startswith("SSH_AGENT_PID"))
-    # ssh reads the user's files from the password database's home, not HOME: the admin's
-    # known hosts are named in a config of its own, which ssh gets with -F and hands on to
-    # the jump connections it starts (ProxyJump)
-    config = home / ".ssh" / "config"
-    config.write_text(f"Host *\n  UserKnownHostsFile {home / '.ssh' / 'known_hosts'}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SSH_", "ANSIBLE_"))}
-    env |= {"HOME": str(home), "SSH_AUTH_SOCK": str(workdir / "agent.sock"), "SSH_AGENT_PID": pid,
-            "ANSIBLE_SSH_ARGS": f"-F {config} -o ControlMaster=auto -o ControlPersist=60s",
-            "AWS_ENDPOINT_URL": aws.url, "AWS_DEFAULT_REGION": aws.region,
+    env |= {ADMIN_SSH: str(home / ".ssh"), "SSH_AUTH_SOCK": str(workdir / "agent.sock"),
+            "SSH_AGENT_PID": pid, "AWS_ENDPOINT_URL": aws.url, "AWS_DEFAULT_REGION": aws.region,
             "PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"}
     return env
 
@@ -194,14 +204,14 @@ def run(aws: StandIn, workdir: Path, reuse: bool, podman: Podman | None = None) 
     seconds["head nodes booted"] = time.monotonic() - started
 
     started = time.monotonic()
-    inventory = workdir / "inventory"
+    inventory = workdir / CLUSTER  # the rollout's log is named after it
     _admin(["slurmforge", "inventory", "--from-stack-outputs", str(outputs_file), "--out", str(inventory)], env,
            workdir)
     seconds["inventory"] = time.monotonic() - started
 
     started = time.monotonic()
     login = next(h for h in hosts if h.role == "login")
-    _admin(["ssh", "-F", str(workdir / "home" / ".ssh" / "config"), "-o", "StrictHostKeyChecking=accept-new",
+    _admin(["ssh", "-o", "StrictHostKeyChecking=accept-new",
             f"admin@{login.public_ip}", "true"], env, workdir)
     ansible = env | {"ANSIBLE_CONFIG": str(ROOT / "playbooks" / "ansible.cfg")}
     reached = _admin(["ansible", "all", "-i", str(inventory / HOSTS_FILE), "-o", "-b", "-m", "shell",
@@ -213,6 +223,56 @@ def run(aws: StandIn, workdir: Path, reuse: bool, podman: Podman | None = None) 
                 host.reached = rest.rsplit(")", 1)[-1].strip()
     seconds["ssh"] = time.monotonic() - started
     return StackPhase(stack, engine, workdir, spec, outputs_file, inventory, env, hosts, seconds)
+
+
+def roll_out(phase: StackPhase) -> str:
+    """`slurmforge rollout --inventory` as the admin runs it (docs/aws.md); its output."""
+    started = time.monotonic()
+    printed = _admin(["slurmforge", "rollout", "--inventory", str(phase.inventory)], phase.env, phase.workdir,
+                     timeout=ROLLOUT_TIMEOUT)
+    phase.seconds["rollout"] = time.monotonic() - started
+    return printed
+
+
+JOB_TIMEOUT = 600
+RANKS = ("""srun -N2 --ntasks-per-node=1 bash -c 'echo "$SLURM_PROCID $(hostname)" $(for h in """
+         """$(scontrol show hostnames "$SLURM_JOB_NODELIST"); do getent hosts "$h" >/dev/null && echo "$h"; done)'""")
+"""Two ranks on two nodes; each prints its rank, its host name and the job's node names it
+resolves."""
+
+
+def login_shell(phase: StackPhase, user: str, command: str, timeout: float = JOB_TIMEOUT) -> str:
+    """`command` as `user` on the login node, reached as the admin reaches it (its Elastic
+    IP, the key pair, sudo)."""
+    login = next(h for h in phase.hosts if h.role == "login")
+    return _admin(["ssh", f"admin@{login.public_ip}",
+                   # not `sudo -i`: it leaves $ unescaped for the login shell, which would expand the job's
+                   # variables before the job runs
+                   "sudo", "-u", user, "-H", "bash", "-lc", shlex.quote(f"cd && {command}")], phase.env, phase.workdir,
+                  timeout=timeout)
+
+
+def first_jobs(phase: StackPhase, user: str) -> dict[str, str]:
+    """A user's first jobs: two ranks on the pool's powered-down nodes (the scheduler service
+    launches them through EC2 Fleet, they join with their user data), each naming itself and
+    the job's nodes as it resolves them; then the same on the nodes up. What each printed."""
+    started = time.monotonic()
+    cold = login_shell(phase, user, RANKS)
+    phase.seconds["pool nodes launched -> job done"] = time.monotonic() - started
+    started = time.monotonic()
+    warm = login_shell(phase, user, RANKS)
+    phase.seconds["job on nodes up"] = time.monotonic() - started
+    return {"cold": cold, "warm": warm}
+
+
+def down(phase: StackPhase) -> str:
+    """`slurmforge down --inventory` as docs/aws.md has the admin run it before `pulumi
+    destroy`: the scheduler service stopped, every pool machine it launched terminated."""
+    started = time.monotonic()
+    printed = _admin(["slurmforge", "down", "--inventory", str(phase.inventory)], phase.env, phase.workdir,
+                     timeout=JOB_TIMEOUT)
+    phase.seconds["down"] = time.monotonic() - started
+    return printed
 
 
 def destroy(phase: StackPhase) -> list[str]:

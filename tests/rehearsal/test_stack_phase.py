@@ -2,8 +2,10 @@
 stacks/ with every resource made in the stand-in, the head nodes and Ceph hosts booted from
 the golden image with their own user data, then the admin's steps of docs/aws.md - the
 stack outputs, `slurmforge inventory --from-stack-outputs`, SSH to the login node's
-Elastic IP with the key pair, every host reached through it with sudo - and `pulumi
-destroy`, which must leave nothing of the stack in the stand-in.
+Elastic IP with the key pair, every host reached through it with sudo, `slurmforge rollout
+--inventory` - a user's first jobs on the pool's powered-down nodes, which the scheduler
+service launches through EC2 Fleet and which join with their own user data, `slurmforge down
+--inventory` and `pulumi destroy`, which must leave nothing of the stack in the stand-in.
 
 The golden image is reused when one was baked from the same inputs (the quick mode);
 SLURMFORGE_REHEARSAL_REBAKE=1 bakes it through the program's dynamic provider. Needs root
@@ -73,6 +75,8 @@ def rehearsed() -> Iterator[Rehearsed]:
     reuse = os.environ.get("SLURMFORGE_REHEARSAL_REBAKE") != "1"
     with tempfile.TemporaryDirectory(prefix="slurmforge-rehearsal-", dir="/var/tmp") as tmp, stand_in() as aws:
         phase = stack_phase.run(aws, Path(tmp), reuse=reuse)
+        rolled = stack_phase.roll_out(phase)
+        jobs = stack_phase.first_jobs(phase, "alice")
         login = next(h for h in phase.hosts if h.role == "login")
         found = {
             "authorized": subprocess.run(["podman", "exec", login.container, "cat", "/home/admin/.ssh/authorized_keys"],
@@ -83,7 +87,15 @@ def rehearsed() -> Iterator[Rehearsed]:
                 SecretId=phase.run.outputs["secret_arns"]["munge_key"])["SecretString"],
             "outputs file": json.loads(phase.outputs_file.read_text()),
             "held": _held(aws),
+            "rollout": rolled,
+            "jobs": jobs,
+            "pool instances": [i for r in aws.session.client("ec2").describe_instances(Filters=[
+                {"Name": "tag:slurmforge:pool", "Values": ["cpu"]}])["Reservations"] for i in r["Instances"]],
+            "fleets": aws.session.client("ec2").describe_fleets()["Fleets"],
+            "imds": list(aws.imds.answered),
         }
+        found["down"] = stack_phase.down(phase)
+        found["after down"] = _held(aws)
         problems = stack_phase.destroy(phase)
         aws.machines.wait("the machines gone", lambda: not aws.machines.machines, 120)
         yield Rehearsed(aws, phase, found, problems, _held(aws))
@@ -94,7 +106,8 @@ def test_every_resource_of_the_program_is_made_in_the_stand_in(rehearsed: Rehear
     custom = [r for r in phase.run.resources if r.custom]
     assert len(phase.engine.seconds) == len(custom) > 50
     held = rehearsed.before_destroy["held"]
-    assert len(held["instances"]) == len(phase.hosts) == 4  # controller, login, two Ceph hosts
+    assert len(phase.hosts) == 2  # controller, login (no Ceph: docs/rehearsal.md)
+    assert len(held["instances"]) == 2 + 2  # and the pool's two nodes, launched for the first job
     assert held["vpcs"] and held["volumes"] and held["file systems"] and held["queues"] and held["rules"]
     assert sorted(held["launch templates"]) == [f"{stack_phase.CLUSTER}-cpu-template"]
     # the stack outputs carry the stand-in's ids, as a real stack's carry AWS's
@@ -131,3 +144,33 @@ def test_destroy_leaves_nothing_of_the_stack(rehearsed: Rehearsed) -> None:
     assert {k: v for k, v in rehearsed.left.items() if v} == {}
     assert not secrets_dir(stack_phase.CLUSTER).exists()
     assert rehearsed.aws.machines.errors == []
+
+
+def test_the_rollout_runs_as_docs_aws_md_says(rehearsed: Rehearsed) -> None:
+    rolled = rehearsed.before_destroy["rollout"]
+    assert "rollout changed" in rolled and "accounting: add user alice" in rolled
+
+
+def test_a_first_job_launches_the_pool_through_ec2_fleet_and_its_ranks_find_each_other(rehearsed: Rehearsed) -> None:
+    """Two ranks on the powered-down pool: the service's CreateFleet from the launch
+    template, each instance a machine that joined with its user data (the munge key from
+    Secrets Manager with the compute role's credentials from IMDS), each rank resolving
+    every node of the job by name."""
+    found = rehearsed.before_destroy
+    nodes = [f"{stack_phase.CLUSTER}-cpu-01", f"{stack_phase.CLUSTER}-cpu-02"]
+    for when in ("cold", "warm"):
+        lines = sorted(found["jobs"][when].split("\n")[:2])
+        assert lines == [f"0 {nodes[0]} {' '.join(nodes)}", f"1 {nodes[1]} {' '.join(nodes)}"], found["jobs"][when]
+    pool = found["pool instances"]
+    assert len(pool) == 2 and {i["State"]["Name"] for i in pool} == {"running"}
+    assert found["fleets"] and all(f["Type"] == "instant" for f in found["fleets"])
+    by_pool = {i["PrivateIpAddress"] for i in pool}
+    ids = {i["InstanceId"] for i in pool}
+    credentials = {who for who, method, path, status in found["imds"]
+                   if path.endswith(f"security-credentials/{stack_phase.CLUSTER}-compute") and status == 200}
+    assert credentials and credentials <= ids | by_pool
+
+
+def test_down_releases_every_pool_machine_and_no_head_node(rehearsed: Rehearsed) -> None:
+    found = rehearsed.before_destroy
+    assert sorted(found["after down"]["instances"]) == sorted(h.instance_id for h in rehearsed.phase.hosts)

@@ -349,12 +349,13 @@ def test_a_fresh_nas_gets_every_directory_of_the_layout_before_anything_mounts_i
     (server / "home").mkdir(parents=True)  # one of them exists already: left alone
     stubs = {  # the root mount: the test's directory appears at the mount point
         "mount": f'target="${{!#}}"; rmdir "$target" && ln -s {server} "$target"',
-        "umount": 'rm "$1" && mkdir "$1"'}
+        "umount": 'rm "$1" && mkdir "$1"',
+        "mountpoint": "true"}  # this machine's /home etc. are not the test's to copy
     done = sourced(program, tmp_path, "nas_directories", stubs)
     assert done.returncode == 0, done.stderr
     layout = sorted(spec.storage.nas.mounts.model_dump())
     assert sorted(p.name for p in server.iterdir()) == layout == sorted(["home", "software", "slurm_state"])
-    mount, umount = calls(tmp_path)
+    mount, umount = [c for c in calls(tmp_path) if not c.startswith("mountpoint")]
     assert mount.startswith(f"mount -t nfs4 -o {NFS_OPTIONS} fs-1.efs.eu-west-1.amazonaws.com:/ /run/slurmforge-nas.")
     assert umount == f"umount {mount.split()[-1]}"
     assert [line for line in done.stdout.splitlines() if "made" in line] == [
@@ -377,3 +378,29 @@ def test_steps_run_only_what_is_asked(tmp_path: Path) -> None:
     wrong = sourced(program, tmp_path, f"{record}; main --steps munge,slurmdd dev-login", stubs)
     assert wrong.returncode == 1 and "no step slurmdd" in wrong.stderr
     assert not [c for c in calls(tmp_path) if c.startswith("step")]
+
+
+def test_what_the_machine_held_under_a_nas_mount_point_is_copied_onto_the_nas_first(tmp_path: Path) -> None:
+    """An instance from the AMI has the login the rollout arrived with in /home/admin; the
+    NAS mounted over /home would hide it (its authorized_keys, Ansible's temporary files:
+    the rollout lost the controller at its next task). It is copied onto the NAS before the
+    mount, what the NAS has already winning (another host copied it first)."""
+    spec = load_spec(ROOT / "examples/local.yaml")
+    program = render_join(spec, aws_settings(spec))
+    server, local = tmp_path / "efs-root", tmp_path / "local"
+    (server / "home" / "admin").mkdir(parents=True)
+    (server / "home" / "admin" / ".bashrc").write_text("the NAS's\n")
+    (local / "home" / "admin" / ".ssh").mkdir(parents=True)
+    (local / "home" / "admin" / ".ssh" / "authorized_keys").write_text("ssh-ed25519 AAAA admin\n")
+    (local / "home" / "admin" / ".bashrc").write_text("this machine's\n")
+    (local / "software").mkdir()  # empty: nothing to copy
+    stubs = {"mount": f'target="${{!#}}"; rmdir "$target" && ln -s {server} "$target"',
+             "umount": 'rm "$1" && mkdir "$1"', "mountpoint": "false"}
+    mounts = f'NAS_MOUNTS=("home {local}/home" "software {local}/software"); '
+    done = sourced(program, tmp_path, mounts + "nas_directories", stubs)
+    assert done.returncode == 0, done.stderr
+    assert (server / "home" / "admin" / ".ssh" / "authorized_keys").read_text() == "ssh-ed25519 AAAA admin\n"
+    assert (server / "home" / "admin" / ".bashrc").read_text() == "the NAS's\n"
+    assert sorted(p.name for p in (server / "software").iterdir()) == []
+    assert [line for line in done.stdout.splitlines() if "copied" in line] == [
+        f"slurmforge-join: changed: copied 1 item(s) of this machine's {local}/home onto the NAS"]  # .ssh/
