@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from slurmforge.console import err, report_errors
+from slurmforge.console import FormatOpt, err, report_errors
 from slurmforge.contract import PROMETHEUS_PORT
 from slurmforge.modules.cli import modules_app
 from slurmforge.render import CONFIG_FILES, render, render_all
@@ -171,22 +171,24 @@ def down(
 
 
 @app.command()
-def status(local: LocalFlag = False, cluster: ClusterOpt = None) -> None:
+def status(local: LocalFlag = False, cluster: ClusterOpt = None, fmt: FormatOpt = None) -> None:
     """Nodes, their roles and Slurm state."""
     _need_local(local, "status")
     from slurmforge.local.manage import status_table
+    from slurmforge.tables import emit
 
-    out.print(report_errors(lambda: status_table(cluster)))
+    emit(report_errors(lambda: status_table(cluster)), fmt)
 
 
 @app.command()
-def pools(local: LocalFlag = False, cluster: ClusterOpt = None) -> None:
+def pools(local: LocalFlag = False, cluster: ClusterOpt = None, fmt: FormatOpt = None) -> None:
     """Every pool as the scheduler service sees it: nodes by state, GPUs, launches, cooldowns."""
     _need_local(local, "pools")
     from slurmforge.local.manage import pools_snapshot
     from slurmforge.service.web import pools_table
+    from slurmforge.tables import emit
 
-    out.print(pools_table(report_errors(lambda: pools_snapshot(cluster))))
+    emit(pools_table(report_errors(lambda: pools_snapshot(cluster))), fmt)
 
 
 @app.command()
@@ -307,16 +309,18 @@ def cost(
     since: Annotated[str | None, typer.Option(
         help="Start: YYYY-MM-DD[THH:MM] (local time) or a duration back (7d). Default: this month.")] = None,
     until: Annotated[str | None, typer.Option(help="End, in the same forms (default: now).")] = None,
-    csv_out: Annotated[bool, typer.Option("--csv", help="CSV on stdout instead of the table.")] = False,
+    fmt: FormatOpt = None,
     plot_path: Annotated[Path | None, typer.Option(
         "--plot", help="Also draw spend per day, stacked by group, into this PNG.")] = None,
-    top: Annotated[int, typer.Option(help="Table rows: the groups that cost most, the rest in one row; 0: all.")] = 40,
+    top: Annotated[int, typer.Option(help="The table format's rows: the groups that cost most, the rest in one "
+                                          "row; 0: all (the other formats show all).")] = 40,
 ) -> None:
     """Spend per user, account, partition or pool over a period, from Slurm's accounting
     (sacct) and the catalog's prices: the same money Slurm bills (TRES billing)."""
     import time
 
     from slurmforge import cost as c
+    from slurmforge.tables import emit
 
     now = time.time()
     options = report_errors(lambda: c.read_options(by, since, until, inventory_dir, sacct_file, now))
@@ -339,10 +343,7 @@ def cost(
         return report
 
     report = report_errors(run)
-    if csv_out:
-        sys.stdout.write(c.csv_text(report))
-    else:
-        out.print(c.cost_table(report, top))
+    emit(c.cost_table(report, top), fmt)
     if plot_path is not None:
         err.print(f"wrote {plot_path}")
 

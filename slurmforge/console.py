@@ -1,20 +1,25 @@
-"""How every command fails: one line per problem on stderr and the error's exit code,
-never a traceback. Shared by `slurmforge` and `slurmforge modules`."""
+"""What every command shares (`slurmforge` and `slurmforge modules`): how it fails (one
+line per problem on stderr and the error's exit code, never a traceback) and how it asks
+for a table's format (slurmforge.tables)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from slurmforge.errors import ModuleError, RolloutError, SlurmforgeError, SpecError
+from slurmforge.tables import FORMAT_HELP, Format
 
 T = TypeVar("T")
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+FormatOpt = Annotated[Format | None, typer.Option("--format", help=FORMAT_HELP, case_sensitive=False,
+                                                  show_default=False)]
 
 
 def report_errors(fn: Callable[[], T], verbose: bool = False, interrupted: str = "interrupted") -> T:

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from slurmforge.console import err, report_errors
+from slurmforge.console import FormatOpt, err, report_errors
 from slurmforge.errors import ModuleError
 from slurmforge.modules.catalog import Catalog, load_catalog
 from slurmforge.modules.executor import Executor, LocalExecutor, make_dirs
@@ -28,6 +28,7 @@ from slurmforge.modules.node import open_inventory
 from slurmforge.modules.plan import Action, Step
 from slurmforge.modules.publisher import Actor, ModuleTree
 from slurmforge.modules.tree import Tree
+from slurmforge.tables import Column, Table, emit
 
 modules_app = typer.Typer(
     name="modules",
@@ -160,16 +161,24 @@ def publish(
     out.print(f"{built} published, {sum(s.action is Action.UNCHANGED for s in steps)} unchanged")
 
 
+MODULE_COLUMNS = (
+    Column("module", "Module"), Column("kind", "Kind"), Column("flags", "Flags", scope="table"),
+    Column("default", "Default", scope="data"), Column("deprecated", "Deprecated", scope="data"),
+    Column("published_at", "Published at", drop=1), Column("published_by", "By"),
+    Column("checksum", "Checksum", lambda v: str(v)[:19], drop=2))
+"""`modules list`: the table format shows a checksum's first 19 characters (the others all)."""
+
+
 @modules_app.command("list")
-def list_cmd(tree: TreeOpt = None, inventory: InvOpt = None, node: NodeOpt = None) -> None:
+def list_cmd(tree: TreeOpt = None, inventory: InvOpt = None, node: NodeOpt = None, fmt: FormatOpt = None) -> None:
     """Every published version, with its default/deprecated flags and who published it."""
     entries = report_errors(lambda: Where(tree, inventory, node).open().entries())
-    width = max((len(e.name) + len(e.version) + 1 for e in entries), default=0)
+    table = Table("", MODULE_COLUMNS, notes=[f"{len(entries)} published"])
     for e in entries:
         flags = ", ".join(f for f, on in (("default", e.default), ("deprecated", e.deprecated)) if on)
-        out.print(f"  {escape(f'{e.name}/{e.version}'.ljust(width))}  {e.kind:<7} {flags:<11} "
-                  f"{e.published_at} {escape(e.published_by)}  [dim]{e.checksum[:19]}[/dim]")
-    out.print(f"{len(entries)} published")
+        table.rows.append((f"{e.name}/{e.version}", e.kind, flags or None, e.default, e.deprecated,
+                           e.published_at, e.published_by, e.checksum))
+    emit(table, fmt)
 
 
 @modules_app.command()
