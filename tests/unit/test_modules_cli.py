@@ -14,7 +14,7 @@ from lmod_node import PYTHON, node_executor
 from typer.testing import CliRunner, Result
 
 from slurmforge.errors import ModuleError, SpecError
-from slurmforge.modules import cli
+from slurmforge.modules import executor
 from slurmforge.modules.cli import modules_app
 from tests.judge import Judge
 
@@ -39,7 +39,7 @@ def write(modules: Path, definitions: dict[str, dict[str, object]]) -> Path:
 @pytest.fixture(autouse=True)
 def on_the_node_image(judge: Judge, monkeypatch: pytest.MonkeyPatch) -> None:
     """`--tree` runs its commands in the judge, through the NodeExecutor a local node gets."""
-    monkeypatch.setattr(cli, "LocalExecutor", lambda: node_executor(judge))
+    monkeypatch.setattr(executor, "LocalExecutor", lambda: node_executor(judge))
 
 
 @pytest.fixture
