@@ -10,7 +10,7 @@ figures differ. Times, median of 3 runs after one warm-up:
 
     by account        read the file, price and group, the table and the CSV
     by user,pool      the same, grouped by user and pool (node lists expanded)
-    process           `python -m slurmforge.cli cost ... --by account --csv` end to end
+    process           `python -m slurmforge.cli cost ... --by account --format csv` end to end
                       (interpreter start and imports included), once
 
     .venv/bin/python bench/cost_bench.py [--records 100000] [--runs 3] [--quick]
@@ -23,7 +23,6 @@ only the figures.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import random
 import statistics
@@ -34,11 +33,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rich.console import Console
-
 from slurmforge.billing import billing_weights
-from slurmforge.cost import SACCT_FIELDS, Period, Pricing, aggregate, cost_table, csv_text, read_sacct_file
+from slurmforge.cost import SACCT_FIELDS, Period, Pricing, aggregate, cost_table, read_sacct_file
 from slurmforge.spec import Cluster, parse_spec
+from slurmforge.tables import Format, render
 
 BUDGET_SECONDS = 2.0
 QUICK_RECORDS = 2_000
@@ -118,8 +116,9 @@ def run_once(path: Path, by: tuple[str, ...]) -> tuple[float, dict[tuple[str, ..
     started = time.perf_counter()
     report = aggregate(read_sacct_file(path), Pricing(spec()), Period(START, START + DAYS * 86400), by,
                        source=str(path))
-    Console(file=io.StringIO(), width=160).print(cost_table(report))
-    csv_text(report)
+    table = cost_table(report)
+    render(table, Format.TABLE, 160)
+    render(table, Format.CSV)
     seconds = time.perf_counter() - started
     return seconds, {key: totals.dollars for key, totals in report.groups.items()}
 
@@ -149,8 +148,8 @@ def process_seconds(path: Path) -> float:
     spec_file = path.with_suffix(".yaml")
     spec_file.write_text(SPEC)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    argv = [sys.executable, "-m", "slurmforge.cli", "cost", str(spec_file), "--sacct-file", str(path), "--csv",
-            "--since", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(START)),
+    argv = [sys.executable, "-m", "slurmforge.cli", "cost", str(spec_file), "--sacct-file", str(path), "--format",
+            "csv", "--since", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(START)),
             "--until", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(START + DAYS * 86400))]
     started = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
@@ -180,7 +179,7 @@ def main() -> int:
         print(f"by account:   {account_s:.3f} s (median of {runs})")
         print(f"by user,pool: {user_pool_s:.3f} s ({len(by_user_pool)} groups)")
         if not args.quick:
-            print(f"process:      {process_seconds(path):.3f} s (`slurmforge cost --sacct-file ... --csv`)")
+            print(f"process:      {process_seconds(path):.3f} s (`slurmforge cost --sacct-file ... --format csv`)")
     for problem in problems:
         print(f"WRONG: {problem}")
     slow = not args.quick and max(account_s, user_pool_s) > BUDGET_SECONDS

@@ -1,22 +1,27 @@
 """The slurmforge command line. People-facing messages live here; everything below
-raises typed errors that `main` turns into one line and an exit code."""
+raises typed errors that `main` turns into one line and an exit code.
+
+Each command imports what it uses when it runs: at start, this module imports only typer,
+the standard library and slurmforge's light modules, so `--help` answers at once and
+`validate` pays for the spec's models but not for Ansible, Pulumi, boto3, jinja2 or rich
+(tests/unit/test_startup.py; bench/startup_bench.py).
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from slurmforge.console import err, report_errors
+from slurmforge.console import FormatOpt, fail, note, paint, report_errors, rich_console, say
 from slurmforge.contract import PROMETHEUS_PORT
 from slurmforge.modules.cli import modules_app
-from slurmforge.render import CONFIG_FILES, render, render_all
-from slurmforge.spec import Cluster, load_spec
+
+if TYPE_CHECKING:
+    from slurmforge.spec import Cluster
 
 app = typer.Typer(
     name="slurmforge",
@@ -24,9 +29,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,
 )
 app.add_typer(modules_app, name="modules")
-out = Console(highlight=False, soft_wrap=True)
 
 SpecArg = Annotated[Path, typer.Argument(help="The cluster spec.", show_default=True)]
 DEFAULT_SPEC = Path("cluster.yaml")
@@ -35,11 +40,12 @@ DEFAULT_SPEC = Path("cluster.yaml")
 def require_inventory(inventory_dir: Path) -> None:
     """Exit 2 with one line unless inventory_dir is a slurmforge inventory."""
     if not (inventory_dir / "hosts.yml").exists():
-        err.print(f"[red]error[/red] {escape(str(inventory_dir))} is not a slurmforge inventory (no hosts.yml)")
-        raise typer.Exit(2)
+        fail(f"{inventory_dir} is not a slurmforge inventory (no hosts.yml)")
 
 
 def load(spec: Path) -> Cluster:
+    from slurmforge.spec import load_spec
+
     return report_errors(lambda: load_spec(spec))
 
 
@@ -55,11 +61,11 @@ def validate(
         from slurmforge.validation import validate_inventory
 
         report_errors(lambda: validate_inventory(inventory))
-        out.print(f"{inventory}: the live cluster passed every check")
+        say(f"{inventory}: the live cluster passed every check")
         return
     cluster = load(spec)
     nodes = sum(p.max_nodes for p in cluster.pools)
-    out.print(
+    say(
         f"{spec}: valid - cluster '{cluster.name}' ({cluster.target.kind}), "
         f"{len(cluster.pools)} pools, {nodes} nodes at most, {len(cluster.partitions)} partitions"
     )
@@ -70,16 +76,16 @@ def render_cmd(
     spec: SpecArg = DEFAULT_SPEC,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Write every config file here.")] = None,
     show: Annotated[
-        str | None, typer.Option(help=f"Print one file: {', '.join(CONFIG_FILES)}.")
+        str | None, typer.Option(help="Print one of them, e.g. slurm.conf.")
     ] = None,
 ) -> None:
     """Render slurm.conf, gres.conf, cgroup.conf, slurmdbd.conf, dma.conf and job_submit.lua from the spec."""
+    from slurmforge.render import CONFIG_FILES, render, render_all
+
     if show is not None and show not in CONFIG_FILES:
-        err.print(f"[red]error[/red] --show {show}: not a config file; use one of {', '.join(CONFIG_FILES)}")
-        raise typer.Exit(2)
+        fail(f"--show {show}: not a config file; use one of {', '.join(CONFIG_FILES)}")
     if out_dir is None and show is None:
-        err.print("[red]error[/red] nothing to do; pass --out DIR or --show slurm.conf")
-        raise typer.Exit(2)
+        fail("nothing to do; pass --out DIR or --show slurm.conf")
     cluster = load(spec)
     if show is not None:
         sys.stdout.write(render(cluster, show, source=spec.name))
@@ -89,9 +95,8 @@ def render_cmd(
             for name, text in render_all(cluster, source=spec.name).items():
                 (out_dir / name).write_text(text)
         except OSError as exc:
-            err.print(f"[red]error[/red] cannot write to {out_dir}: {exc.strerror}")
-            raise typer.Exit(1) from None
-        err.print(f"wrote {', '.join(CONFIG_FILES)} to {out_dir}")
+            fail(f"cannot write to {out_dir}: {exc.strerror}", 1)
+        note(f"wrote {', '.join(CONFIG_FILES)} to {out_dir}")
 
 
 LocalFlag = Annotated[bool, typer.Option("--local", help="The local cluster (podman containers on this machine).")]
@@ -102,15 +107,14 @@ ClusterOpt = Annotated[str | None, typer.Option("--cluster", help="Cluster name 
 
 def _need_local(local: bool, command: str) -> None:
     if not local:
-        err.print(f"[red]error[/red] {command}: only --local is handled here; for AWS run `pulumi up` "
-                  "(docs/aws.md), then `slurmforge rollout --inventory ...`")
-        raise typer.Exit(2)
+        fail(f"{command}: only --local is handled here; for AWS run `pulumi up` (docs/aws.md), then "
+             "`slurmforge rollout --inventory ...`")
 
 
 def _print_accounting(lines: list[str]) -> None:
     """What the rollout changed in slurmdbd (QoS, accounts, users, limits), kept or left waiting."""
     for line in lines:
-        out.print(f"accounting: {line}", markup=False, highlight=False)
+        say(f"accounting: {line}")
 
 
 @app.command()
@@ -127,18 +131,18 @@ def up(
     from slurmforge.ui import PhaseDisplay
     from slurmforge.validation import validate_inventory
 
-    display = PhaseDisplay(out)
+    display = PhaseDisplay(rich_console())
     report = report_errors(lambda: local_up(spec, display, run_sample_job=not no_job,
                                             validate=None if no_validate else validate_inventory,
                                             full_rollout=full_rollout),
                            interrupted="interrupted; what was created stays: `slurmforge down --local` removes it")
     changed = report.rollout.total_changed if report.rollout else 0
     _print_accounting(report.rollout.accounting if report.rollout else [])
-    out.print(f"\ncluster [bold]{report.cluster}[/bold] is up - rollout changed {changed} thing(s); "
-              f"inventory {report.inventory}; log {report.log}")
+    say(f"\ncluster {paint(report.cluster, '1', sys.stdout)} is up - rollout changed {changed} thing(s); "
+        f"inventory {report.inventory}; log {report.log}")
     if report.job_output:
-        out.print(report.job_output)
-    out.print(f"get in:  slurmforge ssh --local login --user <name>   (or podman exec -it {report.login} bash)")
+        say(report.job_output)
+    say(f"get in:  slurmforge ssh --local login --user <name>   (or podman exec -it {report.login} bash)")
 
 
 @app.command()
@@ -158,35 +162,36 @@ def down(
 
         require_inventory(inventory_dir)
 
-        out.print(summary(report_errors(lambda: release(inventory_dir, force=force))))
+        say(summary(report_errors(lambda: release(inventory_dir, force=force))))
         return
     if not local:
-        err.print("[red]error[/red] down: name the cluster: --local for this machine's, or --inventory DIR to "
-                  "release an AWS cluster's pool machines before `pulumi destroy` (docs/aws.md)")
-        raise typer.Exit(2)
+        fail("down: name the cluster: --local for this machine's, or --inventory DIR to release an AWS "
+             "cluster's pool machines before `pulumi destroy` (docs/aws.md)")
     from slurmforge.local.manage import down as local_down
 
     removed = report_errors(lambda: local_down(cluster, purge))
-    out.print(f"removed {removed}")
+    say(f"removed {removed}")
 
 
 @app.command()
-def status(local: LocalFlag = False, cluster: ClusterOpt = None) -> None:
+def status(local: LocalFlag = False, cluster: ClusterOpt = None, fmt: FormatOpt = None) -> None:
     """Nodes, their roles and Slurm state."""
     _need_local(local, "status")
     from slurmforge.local.manage import status_table
+    from slurmforge.tables import emit
 
-    out.print(report_errors(lambda: status_table(cluster)))
+    emit(report_errors(lambda: status_table(cluster)), fmt)
 
 
 @app.command()
-def pools(local: LocalFlag = False, cluster: ClusterOpt = None) -> None:
+def pools(local: LocalFlag = False, cluster: ClusterOpt = None, fmt: FormatOpt = None) -> None:
     """Every pool as the scheduler service sees it: nodes by state, GPUs, launches, cooldowns."""
     _need_local(local, "pools")
     from slurmforge.local.manage import pools_snapshot
     from slurmforge.service.web import pools_table
+    from slurmforge.tables import emit
 
-    out.print(pools_table(report_errors(lambda: pools_snapshot(cluster))))
+    emit(pools_table(report_errors(lambda: pools_snapshot(cluster))), fmt)
 
 
 @app.command()
@@ -236,8 +241,8 @@ def inventory(
         region = str(outputs.get("region", getattr(cluster.target, "region", "")))
         secrets = report_errors(lambda: fetch_stack_secrets(
             outputs, boto3.client("secretsmanager", region_name=region)))
-        out.print(f"copied the stack's secrets to {secrets}")
-    out.print(f"wrote inventory {written} (spec {spec_path})")
+        say(f"copied the stack's secrets to {secrets}")
+    say(f"wrote inventory {written} (spec {spec_path})")
 
 
 @app.command()
@@ -255,7 +260,7 @@ def rollout(
     from slurmforge.ui import PhaseDisplay
 
     require_inventory(inventory_dir)
-    display = PhaseDisplay(out)
+    display = PhaseDisplay(rich_console())
     log = log_dir() / f"{inventory_dir.name}-rollout.log"
 
     def run() -> None:
@@ -265,7 +270,7 @@ def rollout(
             result = roll_out_changed(inventory, fixed_hosts(hosts), log, display,
                                       rollout_digest(inventory), full_rollout)
         _print_accounting(result.accounting)
-        out.print(f"rollout changed {result.total_changed} thing(s) in {result.seconds:.0f} s; log {log}")
+        say(f"rollout changed {result.total_changed} thing(s) in {result.seconds:.0f} s; log {log}")
 
     report_errors(run)
 
@@ -291,7 +296,7 @@ def report(
         spec, hosts = read_inventory(inventory_dir)
         url = prometheus or f"http://{controller_address(hosts)}:{PROMETHEUS_PORT}"
         done = make_report(Prometheus(url), spec.name, seconds, out_dir)
-        out.print(f"wrote {done.html_path} ({len(done.images)} plots, last {since}, from {url})")
+        say(f"wrote {done.html_path} ({len(done.images)} plots, last {since}, from {url})")
 
     report_errors(run)
 
@@ -307,16 +312,18 @@ def cost(
     since: Annotated[str | None, typer.Option(
         help="Start: YYYY-MM-DD[THH:MM] (local time) or a duration back (7d). Default: this month.")] = None,
     until: Annotated[str | None, typer.Option(help="End, in the same forms (default: now).")] = None,
-    csv_out: Annotated[bool, typer.Option("--csv", help="CSV on stdout instead of the table.")] = False,
+    fmt: FormatOpt = None,
     plot_path: Annotated[Path | None, typer.Option(
         "--plot", help="Also draw spend per day, stacked by group, into this PNG.")] = None,
-    top: Annotated[int, typer.Option(help="Table rows: the groups that cost most, the rest in one row; 0: all.")] = 40,
+    top: Annotated[int, typer.Option(help="The table format's rows: the groups that cost most, the rest in one "
+                                          "row; 0: all (the other formats show all).")] = 40,
 ) -> None:
     """Spend per user, account, partition or pool over a period, from Slurm's accounting
     (sacct) and the catalog's prices: the same money Slurm bills (TRES billing)."""
     import time
 
     from slurmforge import cost as c
+    from slurmforge.tables import emit
 
     now = time.time()
     options = report_errors(lambda: c.read_options(by, since, until, inventory_dir, sacct_file, now))
@@ -339,12 +346,9 @@ def cost(
         return report
 
     report = report_errors(run)
-    if csv_out:
-        sys.stdout.write(c.csv_text(report))
-    else:
-        out.print(c.cost_table(report, top))
+    emit(c.cost_table(report, top), fmt)
     if plot_path is not None:
-        err.print(f"wrote {plot_path}")
+        note(f"wrote {plot_path}")
 
 
 def main() -> None:

@@ -1,20 +1,66 @@
-"""How every command fails: one line per problem on stderr and the error's exit code,
-never a traceback. Shared by `slurmforge` and `slurmforge modules`."""
+"""What every command shares (`slurmforge` and `slurmforge modules`): how it fails (one
+line per problem on stderr and the error's exit code, never a traceback), how it prints a
+line, and how it asks for a table's format (slurmforge.tables).
+
+Standard library and typer only: every command, `--help` too, imports this module, and a
+command pays at start for all it imports (tests/unit/test_startup.py keeps the heavy ones
+out). Rich, for the progress display and coloured plans, comes with `rich_console()`.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
-from typing import TypeVar
+from functools import cache
+from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO, TypeVar
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from slurmforge.errors import ModuleError, RolloutError, SlurmforgeError, SpecError
+from slurmforge.tables import FORMAT_HELP, Format
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 T = TypeVar("T")
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+FormatOpt = Annotated[Format | None, typer.Option("--format", help=FORMAT_HELP, case_sensitive=False,
+                                                  show_default=False)]
+
+
+def paint(text: str, style: str, stream: TextIO) -> str:
+    """text in an SGR style ('31' red, '1' bold) when stream is a terminal and NO_COLOR is unset."""
+    return f"\x1b[{style}m{text}\x1b[0m" if stream.isatty() and not os.environ.get("NO_COLOR") else text
+
+
+def say(text: str) -> None:
+    """One line of a command's result, on stdout."""
+    typer.echo(text)
+
+
+def note(text: str) -> None:
+    """One line about what a command did, on stderr (stdout stays the result)."""
+    typer.echo(text, err=True)
+
+
+def error(message: str) -> None:
+    """`error <message>` on stderr."""
+    note(f"{paint('error', '31', sys.stderr)} {message}")
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """`error <message>` on stderr, then exit with code."""
+    error(message)
+    raise typer.Exit(code)
+
+
+@cache
+def rich_console() -> Console:
+    """stdout as rich's Console (the progress display, coloured plans)."""
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
 
 
 def report_errors(fn: Callable[[], T], verbose: bool = False, interrupted: str = "interrupted") -> T:
@@ -24,21 +70,20 @@ def report_errors(fn: Callable[[], T], verbose: bool = False, interrupted: str =
         return fn()
     except SpecError as exc:
         for problem in exc.problems:
-            err.print(f"[red]error[/red] {escape(f'{exc.source}: {problem.line()}')}")
-        err.print(f"{len(exc.problems)} problem(s) in {exc.source or 'the input'}")
+            error(f"{exc.source}: {problem.line()}")
+        note(f"{len(exc.problems)} problem(s) in {exc.source or 'the input'}")
         raise typer.Exit(exc.exit_code) from None
     except RolloutError as exc:
-        err.print(f"[red]error[/red] {exc.phase}: task [bold]{escape(exc.task)}[/bold] failed on "
-                  f"[bold]{escape(exc.host)}[/bold]")
-        err.print(f"  {escape(exc.message)}")
+        error(f"{exc.phase}: task {paint(exc.task, '1', sys.stderr)} failed on {paint(exc.host, '1', sys.stderr)}")
+        note(f"  {exc.message}")
         if exc.log:
-            err.print(f"  full log: {exc.log}")
+            note(f"  full log: {exc.log}")
         raise typer.Exit(exc.exit_code) from None
     except SlurmforgeError as exc:
-        err.print(f"[red]error[/red] {escape(str(exc))}")
+        error(str(exc))
         if verbose and isinstance(exc, ModuleError) and exc.detail:
-            err.print(escape(exc.detail.rstrip()))
+            note(exc.detail.rstrip())
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
-        err.print(interrupted)
+        note(interrupted)
         raise typer.Exit(130) from None

@@ -19,8 +19,6 @@ controller's clock (`now-Nseconds`), so neither side's time zone matters.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import re
 import time
@@ -29,14 +27,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from rich.markup import escape
-from rich.table import Table
-
 from slurmforge.billing import BILLING_UNITS_PER_DOLLAR, billing_weights, pool_price
 from slurmforge.errors import Problem, SlurmforgeError, SpecError
 from slurmforge.hostlists import expand
 from slurmforge.nodes import node_names
 from slurmforge.spec.models import Cluster
+from slurmforge.tables import Column, Row, Table, Value, count, money
 
 GROUPS = ("user", "account", "partition", "pool")
 SACCT_FIELDS = ("JobID", "User", "Account", "Partition", "NodeList", "AllocTRES", "ElapsedRaw", "Start", "State")
@@ -355,63 +351,64 @@ def read_sacct_file(path: Path) -> Iterator[str]:
 # --------------------------------------------------------------------------- output
 
 
-def money(dollars: float) -> str:
-    return f"${dollars:,.2f}"
-
-
-def hours(seconds: float) -> str:
-    return f"{seconds / 3600:,.1f}"
-
-
-def csv_text(report: CostReport) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([*report.by, "jobs", "cpu_hours", "gpu_hours", "dollars", "unpriced_jobs"])
-    for key, t in report.rows():
-        writer.writerow([*key, _num(t.jobs), f"{t.cpu_seconds / 3600:.3f}", f"{t.gpu_seconds / 3600:.3f}",
-                         f"{t.dollars:.4f}", _num(t.unpriced_jobs)])
-    return out.getvalue()
-
-
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:.3f}"
-
-
 TOP_ROWS = 40
-"""The table shows the groups that cost most; the rest as one row (all of them in CSV)."""
+"""The `table` format shows the groups that cost most; the rest as one row (the other
+formats show every group)."""
+SPLIT_NOTE = ("Jobs: a job on nodes of several pools counts in each pool by its share of the nodes "
+              "(0.5 + 0.5), hence fractions")
+
+
+def _hours(value: Value) -> str:
+    return f"{value:,.1f}" if isinstance(value, float) else str(value)
+
+
+def _share(value: Value) -> str:
+    return f"{value:.1f}%" if isinstance(value, float) else str(value)
 
 
 def cost_table(report: CostReport, top: int = TOP_ROWS) -> Table:
-    """The report as a table: the `top` groups by spend (0: all), the rest as one row, a
-    total row, and where the prices came from in the caption."""
+    """The report as a table: a row per group by spend (the `table` format: the `top`
+    groups (0: all), the rest as one row, a total row, where the prices came from)."""
+    columns = [*(Column(name, name.capitalize()) for name in report.by),
+               Column("jobs", "Jobs", count, numeric=True),
+               Column("cpu_hours", "CPU-hours", _hours, numeric=True, drop=1),
+               Column("gpu_hours", "GPU-hours", _hours, numeric=True, drop=2),
+               Column("spend", "Spend (USD)", money, numeric=True, scope="table"),
+               Column("share", "Share", _share, numeric=True, drop=3, scope="table"),
+               Column("dollars", "Dollars", scope="data"),
+               Column("unpriced_jobs", "Unpriced jobs", scope="data")]
     total = report.total()
-    caption = [f"{report.records:,} sacct records; {report.period.label()}"]
-    caption += [f"prices: {note}" for note in report.notes]
-    if report.unpriced_partitions:
-        caption.append(f"not in dollars (no prices): jobs of {', '.join(sorted(report.unpriced_partitions))}")
-    table = Table(title=f"Spend by {', '.join(report.by)}", title_justify="left", caption="\n".join(caption),
-                  caption_justify="left")
-    for name in report.by:
-        table.add_column(name.capitalize())
-    for header in ("Jobs", "CPU-hours", "GPU-hours", "Spend (USD)", "Share"):
-        table.add_column(header, justify="right")
+
+    def row(key: Sequence[str], t: Totals) -> Row:
+        share = 100 * t.dollars / total.dollars if total.dollars else None
+        spend = t.dollars if t.jobs > t.unpriced_jobs else None
+        return (*key, _round(t.jobs), t.cpu_seconds / 3600, t.gpu_seconds / 3600, spend, share, t.dollars,
+                _round(t.unpriced_jobs))
+
     rows = report.rows()
-    shown = rows if top <= 0 else rows[:top]
-    if len(shown) < len(rows):
+    table = Table(f"Spend by {', '.join(report.by)}", columns, [row(tuple(k or "" for k in key), t) for key, t in rows],
+                  limit=max(top, 0))
+    if 0 < top < len(rows):
         rest = Totals()
-        for _, totals in rows[len(shown):]:
+        for _, totals in rows[top:]:
             rest.add(totals)
-        shown = [*shown, ((f"{len(rows) - len(shown):,} more (--top 0 or --csv: all)",
-                           *([""] * (len(report.by) - 1))), rest)]
-    for key, t in shown:
-        share = f"{100 * t.dollars / total.dollars:.1f}%" if total.dollars else "-"
-        spend = money(t.dollars) if t.jobs > t.unpriced_jobs else "-"
-        table.add_row(*(escape(k or "-") for k in key), _num(round(t.jobs, 3)), hours(t.cpu_seconds),
-                      hours(t.gpu_seconds), spend, share)
-    table.add_section()
-    table.add_row("Total", *([""] * (len(report.by) - 1)), _num(round(total.jobs, 3)), hours(total.cpu_seconds),
-                  hours(total.gpu_seconds), money(total.dollars), "100%" if total.dollars else "-")
+        table.footer.append(row((f"({len(rows) - top:,} more)", *([""] * (len(report.by) - 1))), rest))
+        table.notes.append(f"({len(rows) - top:,} more): the groups that cost least, in one row; --top 0 shows "
+                           "each (--format plain, csv and json always do)")
+    table.footer.append(row(("Total", *([""] * (len(report.by) - 1))), total))
+    if "pool" in report.by:
+        table.notes.append(SPLIT_NOTE)
+    table.notes.append(f"{report.records:,} sacct records; {report.period.label()}")
+    table.notes += [f"prices: {note}" for note in report.notes]
+    if report.unpriced_partitions:
+        table.notes.append(f"not in dollars (no prices): jobs of {', '.join(sorted(report.unpriced_partitions))}")
     return table
+
+
+def _round(jobs: float) -> int | float:
+    """A count of jobs: whole when it is (fractions add up to 0.9999...)."""
+    jobs = round(jobs, 4)
+    return int(jobs) if jobs.is_integer() else jobs
 
 
 def price_notes(spec: Cluster) -> list[str]:

@@ -13,9 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from slurmforge.billing import BillingWeights, billing_weights
 from slurmforge.contract import (
@@ -32,6 +30,9 @@ from slurmforge.routing import JOB_SUBMIT_SCRIPT, routing
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Partition, StaticTarget
 from slurmforge.spec.slurmtime import parse_slurm_time
 from slurmforge.templating import make_environment
+
+if TYPE_CHECKING:
+    import jinja2
 
 CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "slurmdbd.conf", "dma.conf", JOB_SUBMIT_SCRIPT)
 

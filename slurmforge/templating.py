@@ -1,13 +1,16 @@
 """The Jinja environment every template of the project is rendered with: the
-templates/ directory (repo root, or inside the wheel), StrictUndefined, no autoescape."""
+templates/ directory (repo root, or inside the wheel), StrictUndefined, no autoescape.
+Jinja is imported when an environment is made, not with this module: what only names
+hosts (slurmforge.render's host names, `slurmforge validate`) does not pay for it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
+if TYPE_CHECKING:
+    import jinja2
 
 
 def templates_dir() -> Path:
@@ -21,6 +24,8 @@ def templates_dir() -> Path:
 
 def make_environment(**filters: Callable[..., Any]) -> jinja2.Environment:
     """A strict environment with the given filters (callers cache it)."""
+    import jinja2
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,

@@ -8,8 +8,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from rich.table import Table
-
 from slurmforge.bringup import INVENTORIES
 from slurmforge.errors import HostError, ProvisionError
 from slurmforge.hosts import Host, HostRole
@@ -21,6 +19,7 @@ from slurmforge.providers.local import LABEL, LocalProvider
 from slurmforge.render import controller_name
 from slurmforge.service.snapshot import ClusterSnapshot
 from slurmforge.spec import Cluster
+from slurmforge.tables import Column, Table
 
 
 def local_inventories() -> dict[str, Path]:
@@ -44,20 +43,30 @@ def find_cluster(name: str | None) -> tuple[Cluster, list[Host]]:
     return read_inventory(found[name])
 
 
+STATUS_COLUMNS = (Column("node", "Node"), Column("role", "Role", drop=2), Column("pool", "Pool"),
+                  Column("address", "Address", drop=1), Column("container", "Container"),
+                  Column("slurm", "Slurm"))
+
+
 def status_table(name: str | None) -> Table:
     require_root()
     spec, hosts = find_cluster(name)
     podman = Podman()
     running = {c.name: c.is_running for c in podman.containers(f"{LABEL}={spec.name}")}
     states = slurm_states(podman, spec) if running.get(controller_name(spec)) else {}
-    table = Table(title=f"cluster {spec.name} (local)")
-    for column in ("node", "role", "pool", "address", "container", "slurm"):
-        table.add_column(column)
+    return node_table(spec.name, hosts, running, states)
+
+
+def node_table(cluster: str, hosts: list[Host], running: dict[str, bool], states: dict[str, str]) -> Table:
+    """`slurmforge status`: every host with its role, pool, address, container (running,
+    stopped; none for a powered-down dynamic node, missing for a fixed one) and Slurm
+    state (sinfo's: idle, idle~ when powered down, ...; '?' when slurmctld does not say)."""
+    table = Table(f"cluster {cluster} (local)", STATUS_COLUMNS)
     for host in hosts:
         container = "running" if running.get(host.name) else ("stopped" if host.name in running else
                                                               "none" if host.dynamic else "missing")
-        slurm = states.get(host.name, "-" if host.role is not HostRole.COMPUTE else "?")
-        table.add_row(host.name, host.role.value, host.pool or "-", host.address, container, slurm)
+        slurm = states.get(host.name, None if host.role is not HostRole.COMPUTE else "?")
+        table.rows.append((host.name, host.role.value, host.pool, host.address, container, slurm))
     return table
 
 

@@ -101,11 +101,12 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
 def slurm_states(podman: Podman, spec: Cluster) -> dict[str, str]:
     """node -> Slurm state (sinfo -N: 'idle', 'idle~' when powered down, ...)."""
     res = podman.exec(controller_name(spec), ["sinfo", "-N", "-h", "-o", "%N %T"], check=False, timeout=20)
-    states = {}
-    for line in res.stdout.splitlines():
-        node, _, state = line.partition(" ")
-        states[node] = state
-    return states
+    return node_states(res.stdout)
+
+
+def node_states(sinfo: str) -> dict[str, str]:
+    """`sinfo -N -h -o '%N %T'` (a node once per partition) -> node -> state."""
+    return {node: state for node, _, state in (line.partition(" ") for line in sinfo.splitlines())}
 
 
 def cluster_release(podman: Podman, provider: LocalProvider) -> str | None:

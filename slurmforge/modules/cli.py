@@ -4,30 +4,32 @@ Mounted into the main CLI as `slurmforge modules`. Every command works on a clus
 (`--inventory DIR`: the tree is the cluster spec's `modules.root`, reached on its build
 node through podman exec or ssh, with the spider cache the lmod role configures) or on
 a local tree (`--tree PATH`, through LocalExecutor). People-facing messages live here;
-errors become one line and an exit code.
+errors become one line and an exit code. Like the main CLI, a command imports the
+publisher when it runs, not when `slurmforge` starts.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from slurmforge.console import err, report_errors
+from slurmforge.console import FormatOpt, fail, paint, report_errors, say
+from slurmforge.contract import LMOD_LIBEXEC
 from slurmforge.errors import ModuleError
-from slurmforge.modules.catalog import Catalog, load_catalog
-from slurmforge.modules.executor import Executor, LocalExecutor, make_dirs
-from slurmforge.modules.lmod import DEBIAN_LIBEXEC, Lmod, cluster_cache_dir
-from slurmforge.modules.node import open_inventory
-from slurmforge.modules.plan import Action, Step
-from slurmforge.modules.publisher import Actor, ModuleTree
-from slurmforge.modules.tree import Tree
+from slurmforge.tables import Column, Table, emit
+
+if TYPE_CHECKING:
+    from slurmforge.modules.catalog import Catalog
+    from slurmforge.modules.executor import Executor
+    from slurmforge.modules.plan import Step
+    from slurmforge.modules.publisher import ModuleTree
+    from slurmforge.modules.tree import Tree
 
 modules_app = typer.Typer(
     name="modules",
@@ -35,8 +37,8 @@ modules_app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,
 )
-out = Console(highlight=False, soft_wrap=True)
 
 TreeOpt = Annotated[Path | None, typer.Option("--tree", help="A module tree root on this machine.")]
 InvOpt = Annotated[Path | None, typer.Option(
@@ -47,8 +49,8 @@ DefsOpt = Annotated[Path, typer.Option("--modules", help="The module definitions
 LibexecOpt = Annotated[str, typer.Option("--lmod-libexec", help="Lmod's libexec directory on the node.")]
 CacheOpt = Annotated[str | None, typer.Option("--lmod-cache", help="Lmod spider cache dir to refresh.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the failing command's output.")]
-COLORS = {Action.BUILD: "green", Action.UNCHANGED: "dim", Action.DEPRECATE: "yellow",
-          Action.DEFAULT: "cyan", Action.REFUSED: "red"}
+COLORS = {"build": "32", "unchanged": "2", "deprecate": "33", "default": "36", "refused": "31"}
+"""A plan's actions in SGR colours: green, dim, yellow, cyan, red."""
 
 
 
@@ -64,11 +66,17 @@ class Where:
     tree: Path | None = None
     inventory: Path | None = None
     node: str | None = None
-    libexec: str = DEBIAN_LIBEXEC
+    libexec: str = LMOD_LIBEXEC
     cache: str | None = None
     pip_cert: Path | None = None
 
     def open(self) -> ModuleTree:
+        from slurmforge.modules.executor import LocalExecutor
+        from slurmforge.modules.lmod import Lmod, cluster_cache_dir
+        from slurmforge.modules.node import open_inventory
+        from slurmforge.modules.publisher import Actor, ModuleTree
+        from slurmforge.modules.tree import Tree
+
         if self.tree is not None and self.inventory is not None:
             raise ModuleError("pass --tree or --inventory, not both")
         ex: Executor
@@ -86,6 +94,8 @@ class Where:
     def _pip_env(self, ex: Executor, tree: Tree) -> dict[str, str]:
         """The CA bundle pip trusts, copied onto the build node (a public certificate,
         kept in the tree's state directory)."""
+        from slurmforge.modules.executor import make_dirs
+
         if self.pip_cert is None:
             return {}
         try:
@@ -100,9 +110,8 @@ class Where:
 
 
 def show(step: Step, width: int = 0) -> None:
-    color = COLORS[step.action]
-    out.print(f"  [{color}]{step.action.value:<10}[/{color}] {escape(step.module.ljust(width))}  "
-              f"[dim]{escape(step.detail)}[/dim]")
+    say(f"  {paint(f'{step.action.value:<10}', COLORS[step.action.value], sys.stdout)} "
+        f"{step.module.ljust(width)}  {paint(step.detail, '2', sys.stdout)}")
 
 
 def _targets(catalog: Catalog, names: list[str] | None) -> list[str]:
@@ -118,6 +127,9 @@ def plan(
     modules: DefsOpt = Path("modules"),
 ) -> None:
     """Check the definitions and show what `publish` would build or change."""
+    from slurmforge.modules.catalog import load_catalog
+    from slurmforge.modules.plan import Action
+
     def run() -> list[Step]:
         catalog = load_catalog(modules)
         return Where(tree, inventory, node).open().plan(catalog, _targets(catalog, names))
@@ -126,7 +138,7 @@ def plan(
     for step in steps:
         show(step, width)
     todo = sum(s.action in (Action.BUILD, Action.DEPRECATE) for s in steps)
-    out.print(f"{todo} to change, {sum(s.action is Action.UNCHANGED for s in steps)} unchanged")
+    say(f"{todo} to change, {sum(s.action is Action.UNCHANGED for s in steps)} unchanged")
     if any(s.action is Action.REFUSED for s in steps):
         raise typer.Exit(ModuleError.exit_code)
 
@@ -139,7 +151,7 @@ def publish(
     inventory: InvOpt = None,
     node: NodeOpt = None,
     modules: DefsOpt = Path("modules"),
-    lmod_libexec: LibexecOpt = DEBIAN_LIBEXEC,
+    lmod_libexec: LibexecOpt = LMOD_LIBEXEC,
     lmod_cache: CacheOpt = None,
     pip_cert: Annotated[Path | None, typer.Option(
         "--pip-cert", help="A CA bundle (on this machine) for pip on the build node: behind a TLS-intercepting "
@@ -148,8 +160,9 @@ def publish(
 ) -> None:
     """Build, check and publish versions atomically; the same definition twice is a no-op."""
     if not names and not all_:
-        err.print("[red]error[/red] nothing to publish; name NAME/VERSION ... or pass --all")
-        raise typer.Exit(2)
+        fail("nothing to publish; name NAME/VERSION ... or pass --all")
+    from slurmforge.modules.catalog import load_catalog
+    from slurmforge.modules.plan import Action
 
     def run() -> list[Step]:
         catalog = load_catalog(modules)
@@ -157,19 +170,27 @@ def publish(
         return target.publish(catalog, _targets(catalog, names), on_step=show)
     steps = report_errors(run, verbose)
     built = sum(s.action is Action.BUILD for s in steps)
-    out.print(f"{built} published, {sum(s.action is Action.UNCHANGED for s in steps)} unchanged")
+    say(f"{built} published, {sum(s.action is Action.UNCHANGED for s in steps)} unchanged")
+
+
+MODULE_COLUMNS = (
+    Column("module", "Module"), Column("kind", "Kind"), Column("flags", "Flags", scope="table"),
+    Column("default", "Default", scope="data"), Column("deprecated", "Deprecated", scope="data"),
+    Column("published_at", "Published at", drop=1), Column("published_by", "By"),
+    Column("checksum", "Checksum", lambda v: str(v)[:19], drop=2))
+"""`modules list`: the table format shows a checksum's first 19 characters (the others all)."""
 
 
 @modules_app.command("list")
-def list_cmd(tree: TreeOpt = None, inventory: InvOpt = None, node: NodeOpt = None) -> None:
+def list_cmd(tree: TreeOpt = None, inventory: InvOpt = None, node: NodeOpt = None, fmt: FormatOpt = None) -> None:
     """Every published version, with its default/deprecated flags and who published it."""
     entries = report_errors(lambda: Where(tree, inventory, node).open().entries())
-    width = max((len(e.name) + len(e.version) + 1 for e in entries), default=0)
+    table = Table("", MODULE_COLUMNS, notes=[f"{len(entries)} published"])
     for e in entries:
         flags = ", ".join(f for f, on in (("default", e.default), ("deprecated", e.deprecated)) if on)
-        out.print(f"  {escape(f'{e.name}/{e.version}'.ljust(width))}  {e.kind:<7} {flags:<11} "
-                  f"{e.published_at} {escape(e.published_by)}  [dim]{e.checksum[:19]}[/dim]")
-    out.print(f"{len(entries)} published")
+        table.rows.append((f"{e.name}/{e.version}", e.kind, flags or None, e.default, e.deprecated,
+                           e.published_at, e.published_by, e.checksum))
+    emit(table, fmt)
 
 
 @modules_app.command()
@@ -178,7 +199,7 @@ def default(
     tree: TreeOpt = None,
     inventory: InvOpt = None,
     node: NodeOpt = None,
-    lmod_libexec: LibexecOpt = DEBIAN_LIBEXEC,
+    lmod_libexec: LibexecOpt = LMOD_LIBEXEC,
     lmod_cache: CacheOpt = None,
 ) -> None:
     """Make a published version what `module load NAME` picks."""
@@ -192,7 +213,7 @@ def rollback(
     tree: TreeOpt = None,
     inventory: InvOpt = None,
     node: NodeOpt = None,
-    lmod_libexec: LibexecOpt = DEBIAN_LIBEXEC,
+    lmod_libexec: LibexecOpt = LMOD_LIBEXEC,
     lmod_cache: CacheOpt = None,
 ) -> None:
     """Give NAME back the default it had before the last change."""
@@ -205,7 +226,7 @@ def deprecate(
     tree: TreeOpt = None,
     inventory: InvOpt = None,
     node: NodeOpt = None,
-    lmod_libexec: LibexecOpt = DEBIAN_LIBEXEC,
+    lmod_libexec: LibexecOpt = LMOD_LIBEXEC,
     lmod_cache: CacheOpt = None,
 ) -> None:
     """Hide a version from `module avail`; it still loads, with a message."""

@@ -5,7 +5,7 @@
     /pools.json  the snapshot, for `slurmforge pools`
     /healthz     200 once a loop has published a snapshot
 
-and `pools_table(snapshot)`, the same numbers as a rich table for the CLI.
+and `pools_table(snapshot)`, the same numbers as a table for the CLI (slurmforge.tables).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import jinja2
-from rich.table import Table
 
 from slurmforge.contract import SERVICE_PORT
 from slurmforge.service import when
 from slurmforge.service.guard import HoldReason
 from slurmforge.service.snapshot import NODE_STATES, ClusterSnapshot, JobRow, PoolSnapshot
 from slurmforge.service.usage import HELP as USAGE_HELP
+from slurmforge.tables import Column, Table, money
 from slurmforge.templating import templates_dir
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ def page_context(snap: ClusterSnapshot) -> dict[str, Any]:
                    "since": f"{when.clock(h.since)} ({when.relative(h.since, now)})"} for h in snap.holds],
         "spend": None if spend is None else {
             "since": when.day(spend.since), "read": when.relative(spend.at, now), "error": spend.error,
-            "total": _money(sum(spend.pools.values()))},
+            "total": money(sum(spend.pools.values()))},
     }
 
 
@@ -166,7 +166,7 @@ def _pool_context(p: PoolSnapshot, now: float) -> dict[str, Any]:
         "jobs": [{"id": j.id, "user": j.user, "account": j.account, "state": j.state.lower(), "gpus": j.gpus,
                   "what": _job_what(j, now)} for j in p.jobs],
         "more_jobs": p.jobs_running + p.jobs_pending - len(p.jobs),
-        "spend": None if p.spend is None else _money(p.spend),
+        "spend": None if p.spend is None else money(p.spend),
     }
 
 
@@ -177,10 +177,6 @@ def _job_what(job: JobRow, now: float) -> str:
         return f"{waited}: {job.reason}"
     ran = f"{job.state.lower()} {when.duration(now - job.since)}" if job.since else job.state.lower()
     return f"{ran}: {job.reason}" if job.reason else ran
-
-
-def _money(dollars: float) -> str:
-    return f"${dollars:,.2f}"
 
 
 _UNTIL = re.compile(r"\buntil (\d{9,11})(?:\.\d+)?\b")
@@ -202,29 +198,37 @@ def render_page(snap: ClusterSnapshot) -> str:
 # --------------------------------------------------------------------------- CLI table
 
 
+POOL_COLUMNS = (
+    Column("pool", "Pool"), Column("kind", "Kind", drop=6), Column("market", "Market", drop=7),
+    Column("nodes", "Nodes", numeric=True, drop=4), Column("idle", "Idle", numeric=True),
+    Column("busy", "Busy", numeric=True), Column("starting", "Starting", numeric=True),
+    Column("off", "Off", numeric=True), Column("down", "Down/drain", numeric=True),
+    Column("jobs_running", "Jobs run", numeric=True), Column("jobs_pending", "Jobs wait", numeric=True),
+    Column("gpus_used", "GPUs used", numeric=True), Column("gpus_wanted", "GPUs wanted", numeric=True, drop=5),
+    Column("gpus_free", "GPUs free", numeric=True), Column("spend", "Spend", money, numeric=True, drop=3),
+    Column("launched", "Launched", numeric=True, drop=9), Column("failed", "Failed", numeric=True, drop=8),
+    Column("cooling", "Cooling down", wrap=True),
+)
+"""`slurmforge pools`: at 80 columns the launches, failures, kind, market, GPUs wanted,
+total and spend give way (in that order) to the nodes by state, jobs, GPUs and cooling links."""
+
+
 def pools_table(snap: ClusterSnapshot) -> Table:
-    """`slurmforge pools`: one row per pool; what the service holds back in the caption."""
-    table = Table(title=f"{snap.cluster}: pools", title_justify="left",
-                  caption="\n".join(f"HOLDING BACK {h.held} action(s) since "
-                                     f"{time.strftime('%H:%M:%S', time.gmtime(h.since))}: {h.reason.value}: {h.detail}"
-                                     for h in snap.holds) or None, caption_justify="left")
-    for header in ("Pool", "Kind", "Market", "Nodes", "Idle", "Busy", "Starting", "Off", "Down/drain",
-                   "Jobs run", "Jobs wait", "GPUs used", "GPUs wanted", "GPUs free", "Spend", "Launched", "Failed",
-                   "Cooling down"):
-        table.add_column(header, justify="left" if header in ("Pool", "Kind", "Market", "Cooling down") else "right")
+    """`slurmforge pools`: one row per pool; what the service holds back in the notes."""
+    table = Table(f"{snap.cluster}: pools", POOL_COLUMNS)
     for p in snap.pools:
         cooling = ", ".join(f"{c.link} ({when.duration(c.until - snap.taken_at)}"
                             f"{''.join(f', quota {q.code or q.name}' for q in c.quotas)})" for c in p.cooling)
-        table.add_row(
-            p.name, p.kind, p.market, str(p.total), str(p.count("idle")),
-            str(p.count("allocated") + p.count("mixed")), str(p.count("powering_up")),
-            str(p.count("powered_down") + p.count("powering_down")),
-            str(p.count("down") + p.count("drained") + p.count("draining")), str(p.jobs_running),
-            str(p.jobs_pending), str(p.gpus_used), str(p.gpus_wanted), str(p.gpus_free),
-            "-" if p.spend is None else _money(p.spend), str(p.launches), str(p.failures), cooling or "-")
+        table.rows.append((
+            p.name, p.kind, p.market, p.total, p.count("idle"), p.count("allocated") + p.count("mixed"),
+            p.count("powering_up"), p.count("powered_down") + p.count("powering_down"),
+            p.count("down") + p.count("drained") + p.count("draining"), p.jobs_running, p.jobs_pending,
+            p.gpus_used, p.gpus_wanted, p.gpus_free, p.spend, p.launches, p.failures, cooling or None))
+    table.notes += [f"HOLDING BACK {h.held} action(s) since {time.strftime('%H:%M:%S', time.gmtime(h.since))}: "
+                    f"{h.reason.value}: {h.detail}" for h in snap.holds]
     if snap.spend is not None:
-        line = f"spend since {when.day(snap.spend.since)} (read {when.relative(snap.spend.at, snap.taken_at)})"
-        table.caption = f"{table.caption}\n{line}" if table.caption else line
+        table.notes.append(f"spend since {when.day(snap.spend.since)} "
+                           f"(read {when.relative(snap.spend.at, snap.taken_at)})")
     return table
 
 

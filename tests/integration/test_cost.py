@@ -35,7 +35,8 @@ def test_a_gpu_jobs_billing_and_spend(cluster: Cluster_) -> None:
     # one GPU of the node's two, with 1 CPU of 2 and a quarter of its memory: half of $2/h
     assert "billing=10000" in tres.split(",") and state == "COMPLETED", row
     out = subprocess.run([sys.executable, "-m", "slurmforge.cli", "cost", "--inventory", str(cluster.report.inventory),
-                          "--by", "user,pool", "--since", "30m", "--csv"], capture_output=True, text=True, timeout=120)
+                          "--by", "user,pool", "--since", "30m", "--format", "csv"], capture_output=True, text=True,
+                         timeout=120)
     assert out.returncode == 0, out.stderr
     rows = {(r["user"], r["pool"]): r for r in csv.DictReader(io.StringIO(out.stdout))}
     assert float(rows[("alice", "gpu")]["dollars"]) >= 10_000 * int(elapsed) / 36_000_000 > 0

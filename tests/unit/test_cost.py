@@ -21,7 +21,7 @@ from slurmforge.cost import (
     Period,
     Pricing,
     aggregate,
-    csv_text,
+    cost_table,
     month_start,
     parse_when,
     read_options,
@@ -29,6 +29,7 @@ from slurmforge.cost import (
     tres_values,
 )
 from slurmforge.spec import load_spec, validate_data
+from slurmforge.tables import Format, render
 
 pytestmark = pytest.mark.unit
 
@@ -160,7 +161,7 @@ def test_sacct_argv_is_relative_to_the_controllers_clock() -> None:
 
 
 def test_csv() -> None:
-    rows = list(csv.reader(io.StringIO(csv_text(report(("account", "pool"))))))
+    rows = list(csv.reader(io.StringIO(render(cost_table(report(("account", "pool"))), Format.CSV))))
     assert rows[0] == ["account", "pool", "jobs", "cpu_hours", "gpu_hours", "dollars", "unpriced_jobs"]
     research_gpu = next(r for r in rows if r[:2] == ["research", "gpu"])
     assert float(research_gpu[5]) == pytest.approx(2.5)
@@ -176,11 +177,12 @@ def test_cli_table_csv_plot_and_errors(tmp_path: Path) -> None:
         line(2, "bob", "research", "ml-gpu", "dev-gpu-01", "billing=20000,cpu=2,gres/gpu=2,mem=1G,node=1", 900,
              start)]) + "\n")
     runner = CliRunner()
-    res = runner.invoke(app, ["cost", str(LOCAL), "--sacct-file", str(sacct), "--by", "user", "--since", "1d"])
+    res = runner.invoke(app, ["cost", str(LOCAL), "--sacct-file", str(sacct), "--by", "user", "--since", "1d",
+                              "--format", "table"])
     assert res.exit_code == 0, res.output
     assert "bob" in res.output and "$0.50" in res.output and "$0.05" in res.output and "$0.55" in res.output
     assert "price_per_hour in the spec" in res.output
-    res = runner.invoke(app, ["cost", str(LOCAL), "--sacct-file", str(sacct), "--csv", "--plot",
+    res = runner.invoke(app, ["cost", str(LOCAL), "--sacct-file", str(sacct), "--format", "csv", "--plot",
                               str(tmp_path / "out" / "cost.png")])
     assert res.exit_code == 0, res.output
     assert res.stdout.splitlines()[0].startswith("account,jobs,")

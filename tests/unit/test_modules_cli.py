@@ -14,7 +14,7 @@ from lmod_node import PYTHON, node_executor
 from typer.testing import CliRunner, Result
 
 from slurmforge.errors import ModuleError, SpecError
-from slurmforge.modules import cli
+from slurmforge.modules import executor
 from slurmforge.modules.cli import modules_app
 from tests.judge import Judge
 
@@ -39,7 +39,7 @@ def write(modules: Path, definitions: dict[str, dict[str, object]]) -> Path:
 @pytest.fixture(autouse=True)
 def on_the_node_image(judge: Judge, monkeypatch: pytest.MonkeyPatch) -> None:
     """`--tree` runs its commands in the judge, through the NodeExecutor a local node gets."""
-    monkeypatch.setattr(cli, "LocalExecutor", lambda: node_executor(judge))
+    monkeypatch.setattr(executor, "LocalExecutor", lambda: node_executor(judge))
 
 
 @pytest.fixture
@@ -63,12 +63,22 @@ def test_plan_then_publish_then_nothing_to_do(dirs: tuple[Path, Path]) -> None:
     assert first.stdout.splitlines()[-1] == "4 published, 0 unchanged"
     again = run("publish", "apps/base/1.0", "--modules", modules, "--tree", tree)
     assert again.stdout.splitlines()[-1] == "0 published, 3 unchanged"  # base and what it loads
-    listing = run("list", "--tree", tree).stdout.splitlines()
-    assert [line.split()[0] for line in listing[:-1]] == ["apps/base/1.0", "apps/python/3.13", "apps/tool/1.0",
-                                                          "apps/tool/2.0"]
-    python = listing[1].split()
-    assert python[1:3] == ["python", "default"] and python[3].endswith("Z") and python[4] == "carol"
-    assert listing[-1] == "4 published"
+    listing = listed(tree)
+    assert list(listing) == ["apps/base/1.0", "apps/python/3.13", "apps/tool/1.0", "apps/tool/2.0"]
+    python = listing["apps/python/3.13"]
+    assert (python["kind"], python["default"], python["deprecated"]) == ("python", "true", "false")
+    assert python["published_at"].endswith("Z") and python["published_by"] == "carol"
+    assert python["checksum"].startswith("sha256:") and len(python["checksum"]) == 71  # in full when piped
+    table = run("list", "--tree", tree, "--format", "table").stdout.splitlines()
+    assert table[0].split()[:3] == ["Module", "Kind", "Flags"] and "4 published" in table
+    assert table[2].split()[:3] == ["apps/python/3.13", "python", "default"]
+
+
+def listed(tree: Path) -> dict[str, dict[str, str]]:
+    """`modules list` piped: a header of keys, then one row per version."""
+    header, *rows = [line.split() for line in run("list", "--tree", tree).stdout.splitlines()]
+    assert header == ["module", "kind", "default", "deprecated", "published_at", "published_by", "checksum"]
+    return {row[0]: dict(zip(header, row, strict=True)) for row in rows}
 
 
 def test_default_rollback_deprecate(dirs: tuple[Path, Path]) -> None:
@@ -80,7 +90,7 @@ def test_default_rollback_deprecate(dirs: tuple[Path, Path]) -> None:
     assert back.exit_code == 0 and back.stdout.split()[:2] == ["default", "apps/tool/2.0"]
     hidden = run("deprecate", "apps/tool/1.0", "--tree", tree)
     assert hidden.exit_code == 0 and hidden.stdout.split()[:2] == ["deprecate", "apps/tool/1.0"]
-    assert "deprecated" in next(ln for ln in run("list", "--tree", tree).stdout.splitlines() if "tool/1.0" in ln)
+    assert listed(tree)["apps/tool/1.0"]["deprecated"] == "true"
     assert (tree / "modulefiles/apps/tool/.modulerc.lua").read_text().splitlines()[1:] == [
         'module_version("apps/tool/2.0", "default")', 'hide_version("apps/tool/1.0")']
 

@@ -24,9 +24,11 @@ import yaml
 from lmod_node import PYTHON, check_syntax, in_judge, module, node_executor
 
 from slurmforge.errors import ModuleError
-from slurmforge.modules import Action, Actor, Lmod, ModuleTree, Tree, load_catalog
-from slurmforge.modules.catalog import Catalog
-from slurmforge.modules.lmod import DEBIAN_LIBEXEC
+from slurmforge.modules.catalog import Catalog, load_catalog
+from slurmforge.modules.lmod import DEBIAN_LIBEXEC, Lmod
+from slurmforge.modules.plan import Action
+from slurmforge.modules.publisher import Actor, ModuleTree
+from slurmforge.modules.tree import Tree
 from tests.judge import Judge
 
 log = logging.getLogger(__name__)
