@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import gc
 import re
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ from slurmforge.spec.models import (
     AMI_RE,
     API_VERSION,
     CLUSTER_NAME_RE,
+    DB_NAME_RE,
     EMAIL_RE,
     FEATURE_RE,
     HTTP_URL_RE,
@@ -116,8 +118,8 @@ PATTERNS = {
     POSIX_NAME_RE: ("not a POSIX user/group name", "lowercase letters, digits, '_', '.' and '-', a letter or '_' "
                     "first, at most 32"),
     ABS_PATH_RE: ("not an absolute path", "start with '/'; letters, digits, '.', '_', '-', '+' and '@'"),
-    TEXT_RE: ("not one line of plain text", "no line breaks, control characters or quotes (sacctmgr would change "
-              "them), at most 255 characters"),
+    DB_NAME_RE: ("not a database name RDS and MariaDB take", "a letter, then letters, digits and '_', at most 64 "
+                 "(e.g. slurm_acct_db)"),
     CLUSTER_NAME_RE: ("not an allowed cluster name", "lowercase letters and digits, a letter first, at most 20"),
     REGION_RE: ("not an AWS region", "use a region such as eu-west-1"),
     AMI_RE: ("not an AMI id", "use an id such as ami-0123456789abcdef0"),
@@ -127,6 +129,24 @@ PATTERNS = {
     EMAIL_RE: ("not a mail address", "use e.g. oncall@example.org"),
     HTTP_URL_RE: ("not an http(s) URL", "use e.g. https://hooks.example.org/alerts"),
 }
+
+
+def text_problem(value: str) -> tuple[str, str]:
+    """(message, fix) for text Slurm prints that it would not print back as written
+    (models.TEXT_RE): the first character that is wrong, and why."""
+    for char in value:
+        code = f"U+{ord(char):04X}"
+        name = unicodedata.name(char, "")
+        if char in "\"'":
+            return (f"a quote ({char}): sacctmgr stores it as a backtick, so every rollout would set the text again",
+                    "leave the quotes out")
+        if f"a{char}b".splitlines() != [f"a{char}b"]:
+            return (f"a line break ({code}{' ' + name if name else ''}): sacctmgr prints the text on two lines, "
+                    "and every rollout would set it again", "write it on one line")
+        if unicodedata.category(char) == "Cc":
+            return (f"a control character ({code}): terminals act on it when sacctmgr, sshare or sacct print it",
+                    "leave it out")
+    return "not one line of plain text", "no line breaks, control characters or quotes"
 
 
 def load_spec(path: str | Path) -> Cluster:
@@ -193,7 +213,7 @@ def _parse_spec(text: str, source: str) -> Cluster:
         kind = {list: "a list", str: "plain text", bool: "a boolean"}.get(type(data), "a number")
         raise SpecError([Problem("", f"the file is {kind}, not a YAML mapping",
                                  f"write key: value lines, starting with 'api_version: {API_VERSION}'")], source)
-    return validate_data(data, source)
+    return _validate(data, source, consume=True)
 
 
 # Top-level keys with this prefix are left out before validation: a place for the
@@ -202,6 +222,12 @@ EXTENSION_PREFIX = "x-"
 
 
 def validate_data(data: dict[str, Any], source: str = "<data>") -> Cluster:
+    """The validated spec of plain data (as YAML gives it); SpecError with every problem."""
+    return _validate(data, source, consume=False)
+
+
+def _validate(data: dict[str, Any], source: str, consume: bool) -> Cluster:
+    """`consume`: the data is the loader's own and may be used up."""
     data = {key: value for key, value in data.items() if not str(key).startswith(EXTENSION_PREFIX)}
     version = data.get("api_version")
     if version is not None and version != API_VERSION:
@@ -289,15 +315,83 @@ def _problem(err: Any) -> Problem:
         return Problem(f"{path}.kind", "unknown target kind", "use kind: aws, local or static", ctx.get("tag"))
     if kind == "string_pattern_mismatch":
         pattern = ctx.get("pattern", "")
-        message, fix = PATTERNS.get(pattern, ("does not match the allowed form", f"match {pattern}"))
+        if pattern == TEXT_RE and isinstance(value, str):
+            message, fix = text_problem(value)
+        else:
+            message, fix = PATTERNS.get(pattern, ("does not match the allowed form", f"match {pattern}"))
         return Problem(path, message, fix, value)
+    key = next((str(part) for part in reversed(loc) if isinstance(part, str)), "")
+    if kind in ONE_VALUE_KINDS and isinstance(value, list | dict):
+        return _not_one_value(path, key, value)
+    if kind in ("int_parsing", "float_parsing") and key in FIELD_UNITS and isinstance(value, str):
+        return _number_problem(path, key, value, whole=kind == "int_parsing")
     value = value if _small(value) else None
     if kind in ("model_type", "model_attributes_type", "dict_type"):  # not pydantic's "instance of Pool"
         return Problem(path, "should be a mapping", "write key: value lines under it (or remove it)", value)
     if "fix" in ctx:  # our own field errors (models.field_error)
         return Problem(path, err["msg"], ctx["fix"], value)
     message = err["msg"].removeprefix("Value error, ")
-    return Problem(path, message[0].lower() + message[1:], _fix_for(kind, ctx), value)
+    return Problem(path, message[0].lower() + message[1:], _fix_for(kind, ctx, key), value)
+
+
+# pydantic's errors for a field that takes one value: given a list or mapping, the fix is
+# to keep one value, not to quote it.
+ONE_VALUE_KINDS = frozenset({"string_type", "int_type", "float_type", "bool_type"})
+# Why a field takes one value, where that is not plain from its name.
+ONE_VALUE_WHY = {
+    "default_cpu_pool": " (jobs that name no partition and ask for no GPUs all go to one pool's partition)",
+    "default_gpu_pool": " (jobs that name no partition and ask for GPUs all go to one pool's partition)",
+}
+
+
+def _not_one_value(path: str, key: str, value: list[Any] | dict[str, Any]) -> Problem:
+    what = "a list" if isinstance(value, list) else "a mapping"
+    first = value[0] if isinstance(value, list) and value else None
+    example = f", e.g. {key}: {first}" if isinstance(first, str | int | float) and _small(first) else ""
+    return Problem(path, f"{what}, but {key} takes one value", f"keep one{example}{ONE_VALUE_WHY.get(key, '')}",
+                   value)
+
+
+# Numbers whose unit their field names: (unit, factors of the units people write with a
+# number, into it). A value written with a unit (memory_mb: 256G) gets the number to write.
+_MIB: dict[str, float] = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024**2}
+_GIB: dict[str, float] = {"m": 1 / 1024, "g": 1, "t": 1024}
+_SECONDS: dict[str, float] = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_HOURS: dict[str, float] = {"h": 1, "d": 24}
+FIELD_UNITS: dict[str, tuple[str, dict[str, float]]] = {
+    "memory_mb": ("MiB", _MIB), "default_mem_per_cpu_mb": ("MiB", _MIB),
+    "volume_gb": ("GiB", _GIB), "osd_size_gb": ("GiB", _GIB), "size_gb": ("GiB", _GIB), "retention_gb": ("GB", _GIB),
+    "idle_seconds": ("seconds", _SECONDS), "resume_timeout": ("seconds", _SECONDS),
+    "pending_minutes": ("minutes", {"m": 1.0, "h": 60.0, "d": 1440.0}),
+    "retention_days": ("days", {"d": 1.0, "w": 7.0}),
+    "storage_full_percent": ("percent", {"%": 1.0}),
+    "gpu_hours": ("GPU-hours", _HOURS), "cpu_hours": ("CPU-hours", _HOURS), "billing_hours": ("billing hours", _HOURS),
+    "price_per_hour": ("US dollars per hour", {}),
+}
+_WITH_UNIT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z%]+)\s*")
+_UNIT_WORDS = {"sec": "s", "secs": "s", "second": "s", "seconds": "s", "min": "m", "mins": "m", "minute": "m",
+               "minutes": "m", "hr": "h", "hrs": "h", "hour": "h", "hours": "h", "day": "d", "days": "d",
+               "week": "w", "weeks": "w"}
+
+
+def _number_problem(path: str, key: str, value: str, whole: bool) -> Problem:
+    """A number field given text: with a unit it knows, the number to write instead."""
+    unit, factors = FIELD_UNITS[key]
+    kind = "a whole number" if whole else "a number"
+    found = _WITH_UNIT.fullmatch(value)
+    if found:
+        word = found[2].lower()
+        letter = _UNIT_WORDS.get(word, word[0] if factors is _MIB or factors is _GIB else word)
+        if letter in factors:
+            number = float(found[1]) * factors[letter]
+            if not whole or number.is_integer():
+                written = int(number) if number.is_integer() else round(number, 3)
+                same = f" ({value.strip()} in {unit})" if factors[letter] != 1 else ""
+                return Problem(path, f"{key} is {kind} of {unit}, without a unit", f"write {key}: {written}{same}",
+                               value)
+        return Problem(path, f"{key} is {kind} of {unit}, without a unit",
+                       f"write the number of {unit} alone, e.g. {key}: {found[1]}", value)
+    return Problem(path, f"not {kind}", f"write {kind} of {unit}", value)
 
 
 def _unknown_key_fix(key: str, parent: type[BaseModel] | None) -> str:
@@ -314,9 +408,10 @@ def _small(value: object) -> bool:
     return isinstance(value, str | int | float | bool) and len(str(value)) <= 80
 
 
-def _fix_for(kind: str, ctx: dict[str, Any]) -> str:
+def _fix_for(kind: str, ctx: dict[str, Any], key: str) -> str:
+    unit = FIELD_UNITS[key][0] if key in FIELD_UNITS else ""
     if kind in ("int_parsing", "int_type", "int_from_float"):
-        return "use a whole number"
+        return f"use a whole number of {unit}" if unit else "use a whole number"
     if kind in ("bool_parsing", "bool_type"):
         return "use true or false"
     if kind == "string_type":
@@ -332,7 +427,7 @@ def _fix_for(kind: str, ctx: dict[str, Any]) -> str:
     if kind in ("less_than_equal", "less_than"):
         return f"use a value <= {ctx.get('le', ctx.get('lt'))}"
     if kind in ("float_parsing", "float_type", "finite_number"):
-        return "write a number of US dollars, e.g. 0.096"
+        return f"write a number of {unit or 'your choice'}"
     if kind == "too_short":
         return "add at least one entry"
     return "see docs/spec.md for this key"

@@ -120,6 +120,10 @@ def placement_and_efa(spec: Cluster) -> Iterator[Problem]:
     in one zone."""
     subnet_zones = {s.zone for s in spec.network.private_subnets}
     for i, p in enumerate(spec.pools):
+        if (p.placement_group or p.efa) and not is_aws(spec):
+            yield Problem(f"pools[{i}]", "placement_group/efa only apply to target aws",
+                          "remove them", show_value=False)
+            continue
         if p.efa:
             for t in (lookup(n) for n in p.instance_types):
                 if t is not None and not t.efa:
@@ -128,10 +132,7 @@ def placement_and_efa(spec: Cluster) -> Iterator[Problem]:
             if not p.placement_group:
                 yield Problem(f"pools[{i}].placement_group", "efa needs a cluster placement group",
                               "set placement_group: true", False)
-        if (p.placement_group or p.efa) and not is_aws(spec):
-            yield Problem(f"pools[{i}]", "placement_group/efa only apply to target aws",
-                          "remove them", show_value=False)
-        elif p.placement_group and (len(p.zones) > 1 or (not p.zones and len(subnet_zones) > 1)):
+        if p.placement_group and (len(p.zones) > 1 or (not p.zones and len(subnet_zones) > 1)):
             yield Problem(f"pools[{i}].zones", f"a cluster placement group lives in one zone; the pool would span "
                           f"{len(p.zones) or len(subnet_zones)}", "list one zone, or set placement_group: false",
                           show_value=False)

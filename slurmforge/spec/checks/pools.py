@@ -9,7 +9,7 @@ from slurmforge.catalog import InstanceType, load_catalog, lookup
 from slurmforge.errors import Problem
 from slurmforge.nodes import SCHEDULABLE_MEMORY, pool_hardware
 from slurmforge.spec.checks.registry import check, dupes, is_aws
-from slurmforge.spec.models import Cluster, LocalTarget, PoolKind
+from slurmforge.spec.models import MAX_SLURM_NODES, Cluster, LocalTarget, PoolKind
 
 # A local node is a container on this machine; larger claims let Slurm place jobs the
 # machine cannot run (config_overrides makes slurmd trust the spec).
@@ -178,6 +178,19 @@ def min_not_above_max(spec: Cluster) -> Iterator[Problem]:
         if p.min_nodes > p.max_nodes:
             yield Problem(f"pools[{i}].min_nodes", f"{p.min_nodes} is above max_nodes {p.max_nodes}",
                           "raise max_nodes or lower min_nodes", show_value=False)
+
+
+@check
+def node_count_slurm_holds(spec: Cluster) -> Iterator[Problem]:
+    """The pools' nodes fit slurmctld's node table: at most 65,536 in all (Slurm's
+    MAX_SLURM_NODES; slurmctld 24.11 refuses to create more node records). One pool is one
+    hostlist range, which holds as many at most (the models refuse a larger pool)."""
+    total = sum(p.max_nodes for p in spec.pools)
+    if total > MAX_SLURM_NODES:
+        largest = max(range(len(spec.pools)), key=lambda i: spec.pools[i].max_nodes)
+        yield Problem("pools", f"{total:,} nodes in all; slurmctld holds at most {MAX_SLURM_NODES:,}",
+                      f"lower max_nodes (pools[{largest}], {spec.pools[largest].name}, has "
+                      f"{spec.pools[largest].max_nodes:,}), or run a second cluster", show_value=False)
 
 
 @check

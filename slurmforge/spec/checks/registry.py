@@ -82,6 +82,26 @@ def cycles(graph: dict[str, list[str]]) -> list[list[str]]:
     return found
 
 
+def parent_cycles(parents: dict[str, str | None]) -> list[list[str]]:
+    """The cycles of a graph in which each node has at most one parent, each once, as
+    [a, b, ..., a]; self-loops left out. One walk up from each node not yet seen: linear in
+    the nodes, where `cycles` keeps an iterator and a path entry per node of a long chain."""
+    seen: dict[str, bool] = {}  # node -> is it on the walk being made
+    found: list[list[str]] = []
+    for start in parents:
+        walk: list[str] = []
+        node: str | None = start
+        while node is not None and node not in seen:
+            seen[node] = True
+            walk.append(node)
+            node = parents.get(node)
+        if node is not None and seen[node] and node != walk[-1]:
+            found.append([*walk[walk.index(node):], node])
+        for name in walk:
+            seen[name] = False
+    return found
+
+
 def reaching_on_demand(spec: Cluster) -> set[str]:
     """The pools that are on-demand, or whose fallback chain reaches an on-demand pool:
     one walk backwards from the on-demand pools, linear in the pools and their links."""

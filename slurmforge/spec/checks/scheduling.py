@@ -90,6 +90,44 @@ def suspend_needs_gang(spec: Cluster) -> Iterator[Problem]:
                           "SUSPEND,GANG (partitions keep their own preempt_mode)", part.preempt_mode)
 
 
+def _gpu_pools(spec: Cluster) -> set[str]:
+    return {p.name for p in spec.pools if (hw := pool_hardware(p)) is not None and hw.gpus}
+
+
+@check
+def suspend_not_over_gpus(spec: Cluster) -> Iterator[Problem]:
+    """Preempted jobs are never suspended on GPU nodes: a suspended job keeps its GPUs
+    ("Suspended jobs will not release GRES. Higher priority jobs will not be able to
+    preempt to gain access to GRES": slurm.conf(5), PreemptMode), so the job that
+    preempts it could never have them. partition_prio: a SUSPEND partition shares no GPU
+    pool with a partition of a higher tier; qos: SUSPEND,GANG needs a cluster without GPU
+    pools in its partitions."""
+    pre = spec.scheduling.preemption
+    gpus = _gpu_pools(spec)
+    if not gpus or pre.type == "none":
+        return
+    if pre.type == "qos":
+        used = sorted({name for part in spec.partitions for name in part.pools} & gpus)
+        if used and pre.mode.startswith("SUSPEND"):
+            yield Problem("scheduling.preemption.mode", f"QoS preemption would suspend jobs on the GPU nodes of "
+                          f"pool {used[0]}, and a suspended job keeps its GPUs: the preempting job could never have "
+                          "them", "use mode REQUEUE or CANCEL", pre.mode)
+        return
+    for i in preemptible_partitions(spec):
+        low = spec.partitions[i]
+        mode = low.preempt_mode or pre.mode
+        if not mode.startswith("SUSPEND"):
+            continue
+        shared = sorted({name for high in spec.partitions if _tier(high) > _tier(low) for name in high.pools}
+                        & set(low.pools) & gpus)
+        if shared:
+            path = f"partitions[{i}].preempt_mode" if low.preempt_mode else "scheduling.preemption.mode"
+            yield Problem(path, f"jobs of partition {low.name} on pool {shared[0]}'s GPU nodes would be suspended, "
+                          "and a suspended job keeps its GPUs: the preempting job could never have them",
+                          f"set partitions[{i}].preempt_mode: REQUEUE (or CANCEL), or keep GPU pools out of "
+                          f"{low.name}", mode)
+
+
 @check
 def suspend_needs_memory_room(spec: Cluster) -> Iterator[Problem]:
     """Suspending preempted jobs while Slurm schedules memory needs a default memory per

@@ -6,14 +6,16 @@ import ipaddress
 import re
 import unicodedata
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 from slurmforge.catalog import lookup
 from slurmforge.errors import Problem, listing
 from slurmforge.hosts import OWN_TAG_KEYS, OWN_TAG_PREFIX, TAG_NAME
 from slurmforge.nodes import node_names, pool_hostlist
 from slurmforge.render import login_subnets
+from slurmforge.spec.checks.people import mariadb_reserved_words
 from slurmforge.spec.checks.registry import check, dupes, is_aws
-from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, StaticTarget, is_domain
+from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, StaticHost, StaticTarget, is_domain
 
 # AWS accepts VPC and subnet netmasks from /16 to /28, and keeps 5 addresses of every subnet.
 AWS_PREFIXES = range(16, 29)
@@ -21,6 +23,9 @@ AWS_RESERVED_PER_SUBNET = 5
 # podman's own default network; a local cluster network must not overlap it.
 PODMAN_DEFAULT = ipaddress.ip_network("10.88.0.0/16")
 LOCAL_MAX_NODES = 32
+# Addresses of a local network besides the nodes: network, gateway, broadcast, the head
+# containers and room for Ceph's.
+LOCAL_OTHER_ADDRESSES = 8
 # target.tags go on every resource the stack makes (the provider's default tags): instances
 # whose tags are in instance metadata (a node reads its name there), IAM roles, EFS, ...; a
 # tag must suit them all. EC2: keys of 1-127 characters (its API reference; IAM takes 128),
@@ -82,7 +87,7 @@ def private_subnets_fit_nodes(spec: Cluster) -> Iterator[Problem]:
                  for s in spec.network.private_subnets)
     nodes = sum(p.max_nodes for p in spec.pools)
     if usable < nodes:
-        yield Problem("network.private_subnets", f"{usable} usable addresses for up to {nodes} nodes",
+        yield Problem("network.private_subnets", f"{usable:,} usable addresses for up to {nodes:,} nodes",
                       "use larger private subnets (a /20 holds 4,091 nodes) or lower max_nodes", show_value=False)
 
 
@@ -170,6 +175,92 @@ def aws_tags(spec: Cluster) -> Iterator[Problem]:
                       f"own keys are {len(OWN_TAG_KEYS)}", f"keep at most {MAX_USER_TAGS}", show_value=False)
 
 
+# RDS's master user name for MariaDB (Amazon RDS API Reference, CreateDBInstance,
+# MasterUsername: "1 to 16 letters, numbers, or underscores; first character must be a
+# letter; can't be a reserved word for the chosen database engine"). moto does not check it.
+RDS_USER = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,15}")
+# Domains the cluster's own machines resolve in the VPC: AWS's service endpoints (EFS, SSM,
+# Secrets Manager, RDS's own address) and EC2's private host names.
+AWS_DOMAINS = ("amazonaws.com", "compute.internal", "ec2.internal")
+
+
+def _stack_makes_rds(spec: Cluster) -> bool:
+    """stacks/database.py: RDS for an external accounting database on AWS."""
+    db = spec.accounting.database
+    return is_aws(spec) and spec.accounting.enabled and db.kind == "external"
+
+
+@check
+def rds_database(spec: Cluster) -> Iterator[Problem]:
+    """Where the stack makes the accounting database (target aws, database kind external),
+    RDS takes its user as the master user (1-16 letters, digits and '_', a letter first:
+    Amazon RDS API Reference, CreateDBInstance, MasterUsername; not a reserved word), and
+    the host is the DNS name the stack publishes RDS's address under in a private zone (the
+    host minus its first label): not an IP address (RDS picks its own), not a bare name (no
+    zone can hold it)."""
+    if not _stack_makes_rds(spec):
+        return
+    db = spec.accounting.database
+    if not RDS_USER.fullmatch(db.user):
+        yield Problem("accounting.database.user", "not a master user name RDS takes",
+                      "1-16 letters, digits and '_', a letter first (e.g. slurm)", db.user)
+    elif db.user.lower() in mariadb_reserved_words():
+        yield Problem("accounting.database.user", "a word MariaDB reserves: RDS refuses it as the master user",
+                      "use e.g. slurm", db.user)
+    host = db.host or ""
+    try:
+        ipaddress.ip_address(host)
+        yield Problem("accounting.database.host", "an IP address, but the stack makes RDS, which picks its own",
+                      f"name it instead: the stack publishes RDS's address under that name in the VPC (e.g. "
+                      f"db.{spec.name}.internal)", host)
+    except ValueError:
+        if host and "." not in host:
+            yield Problem("accounting.database.host", "a bare name: the stack publishes RDS's address in a private "
+                          "DNS zone, the name minus its first label", f"use a name with a domain, e.g. "
+                          f"{host}.{spec.name}.internal", host)
+
+
+def _within(name: str, zone: str) -> bool:
+    name, zone = name.lower().rstrip("."), zone.lower().rstrip(".")
+    return name == zone or name.endswith("." + zone)
+
+
+@check
+def database_zone_shadows_nothing(spec: Cluster) -> Iterator[Problem]:
+    """The private DNS zone the stack makes for an RDS accounting database (the host minus
+    its first label) holds no name the cluster resolves elsewhere: in the VPC the zone
+    answers for every name in it, and a name it lacks does not exist ("Resolver doesn't
+    forward the request to a public DNS resolver. Instead, it returns NXDOMAIN": Amazon
+    Route 53 Developer Guide, Considerations when working with a private hosted zone). So
+    not the mail relay, not the alert webhook's host, not AWS's own domains (amazonaws.com:
+    EFS, SSM, RDS's address itself; compute.internal, ec2.internal: EC2's host names)."""
+    host = spec.accounting.database.host or ""
+    if not _stack_makes_rds(spec) or "." not in host or _is_ip(host):
+        return
+    zone = host.split(".", 1)[1]
+    webhook = spec.monitoring.alerts.webhook
+    outside = [("mail.relay", spec.mail.relay), ("monitoring.alerts.webhook", urlsplit(webhook).hostname
+                                                    if webhook else None)]
+    for path, name in outside:
+        if name and not _is_ip(name) and _within(name, zone):
+            yield Problem("accounting.database.host", f"the stack would make a private DNS zone {zone}, and {path} "
+                          f"({name}) is in it: the cluster could no longer resolve it", "name the database "
+                          f"in a domain of its own, e.g. db.{spec.name}.internal", host)
+    aws = [domain for domain in AWS_DOMAINS if _within(zone, domain) or _within(domain, zone)]
+    if aws:
+        yield Problem("accounting.database.host", f"the stack would make a private DNS zone {zone}, which "
+                      f"overlaps AWS's {' and '.join(aws)}: the cluster's machines could no longer resolve AWS's "
+                      f"names", f"name the database in a domain of its own, e.g. db.{spec.name}.internal", host)
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 @check
 def login_zones_reach_efs(spec: Cluster) -> Iterator[Problem]:
     """On AWS with EFS, every public subnet holding a login node is in a zone with a private
@@ -250,33 +341,54 @@ def login_node_exists(spec: Cluster) -> Iterator[Problem]:
                       "use login_count: 1 or more", 0)
 
 
+def _static_hosts(target: StaticTarget) -> list[tuple[str, str, str, StaticHost]]:
+    """(path, role, which one, host) of every machine of a static target: the pools' nodes
+    first, then the head machines (a machine named twice is reported where it is a head)."""
+    hosts = [(f"target.nodes.{pool}[{j}]", "node", f"node {h.name} of pool {pool}", h)
+             for pool, members in target.nodes.items() for j, h in enumerate(members)]
+    hosts.append(("target.controller", "controller", "the controller", target.controller))
+    if target.backup_controller is not None:
+        hosts.append(("target.backup_controller", "backup controller", "the backup controller",
+                      target.backup_controller))
+    hosts += [(f"target.login[{j}]", "login host", f"login host {h.name}", h) for j, h in enumerate(target.login)]
+    return hosts
+
+
 @check
 def static_target_hosts(spec: Cluster) -> Iterator[Problem]:
     """A static target lists, for every pool, exactly max_nodes machines; hosts only for
-    known pools; every name and address once."""
+    known pools; every machine once: no name (compared as DNS does, ignoring case) or
+    address twice, none called localhost (every machine's name for itself)."""
     target = spec.target
     if not isinstance(target, StaticTarget):
         return
     pools = {p.name: p for p in spec.pools}
-    hosts = [target.controller, *([target.backup_controller] if target.backup_controller else []), *target.login]
     for pool_name, members in target.nodes.items():
         if pool_name not in pools:
             yield Problem(f"target.nodes.{pool_name}", "unknown pool", f"use one of: {listing(sorted(pools))}",
                           pool_name)
-            continue
-        if len(members) != pools[pool_name].max_nodes:
+        elif len(members) != pools[pool_name].max_nodes:
             yield Problem(f"target.nodes.{pool_name}", f"{len(members)} host(s) for max_nodes "
                           f"{pools[pool_name].max_nodes}", "list one machine per node, or change max_nodes",
                           show_value=False)
-        hosts += members
     for i, p in enumerate(spec.pools):
         if p.name not in target.nodes:
             yield Problem(f"pools[{i}].name", "no machines listed under target.nodes",
                           f"add target.nodes.{p.name} with its {p.max_nodes} machine(s)", p.name)
-    for name in sorted(dupes([h.name for h in hosts])):
-        yield Problem("target", "host named twice", "give each machine one role", name)
-    for address in sorted(dupes([h.address for h in hosts])):
-        yield Problem("target", "address used twice", "give each machine its own address", address)
+    names: dict[str, str] = {}
+    addresses: dict[str, str] = {}
+    for path, what, role, host in _static_hosts(target):
+        if host.name.lower() == "localhost":
+            yield Problem(f"{path}.name", "localhost is every machine's name for itself",
+                          "use the machine's own host name", host.name)
+        elif host.name.lower() in names:
+            yield Problem(f"{path}.name", f"also {names[host.name.lower()]}: one machine cannot be both",
+                          f"give the {what} a machine of its own", host.name)
+        if host.address in addresses:
+            yield Problem(f"{path}.address", f"also the address of {addresses[host.address]}",
+                          f"give the {what} a machine of its own", host.address)
+        names.setdefault(host.name.lower(), role)
+        addresses.setdefault(host.address, role)
 
 
 @check
@@ -328,8 +440,12 @@ def local_target_size(spec: Cluster) -> Iterator[Problem]:
         yield Problem("pools", f"{total} nodes on one machine", f"keep local clusters at {LOCAL_MAX_NODES} nodes "
                       "or fewer", show_value=False)
     net = ipaddress.ip_network(spec.target.subnet)
-    if net.num_addresses < total + 8:
-        yield Problem("target.subnet", "too small for every node", "use a /24", spec.target.subnet)
+    needed = min(total, LOCAL_MAX_NODES) + LOCAL_OTHER_ADDRESSES
+    if net.num_addresses < needed:
+        prefix = 32 - (needed - 1).bit_length()
+        yield Problem("target.subnet", f"{net.num_addresses} addresses for {min(total, LOCAL_MAX_NODES)} nodes and "
+                      f"the cluster's own {LOCAL_OTHER_ADDRESSES}", f"use a /{prefix} or larger (e.g. a /24)",
+                      spec.target.subnet)
 
 
 @check
