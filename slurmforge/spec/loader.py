@@ -11,11 +11,12 @@ import re
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from slurmforge.errors import Problem, SpecError
 from slurmforge.spec.checks import run_checks
@@ -171,6 +172,7 @@ def load_spec(path: str | Path) -> Cluster:
     except OSError as exc:
         raise SpecError([Problem("", f"cannot read {source}: {exc.__class__.__name__}", "pass a readable YAML file")],
                         source) from None
+    del raw  # the text is all that is read from here on (a large spec's bytes need not stay)
     return parse_spec(text, source)
 
 
@@ -227,12 +229,14 @@ def validate_data(data: dict[str, Any], source: str = "<data>") -> Cluster:
 
 
 def _validate(data: dict[str, Any], source: str, consume: bool) -> Cluster:
-    """`consume`: the data is the loader's own and may be used up."""
+    """`consume`: the data is the loader's own and may be used up (see _validate_lists)."""
     data = {key: value for key, value in data.items() if not str(key).startswith(EXTENSION_PREFIX)}
     version = data.get("api_version")
     if version is not None and version != API_VERSION:
         # another version is another schema: its other errors would only mislead
         raise SpecError([Problem("api_version", "unsupported api_version", f"use {API_VERSION}", version)], source)
+    if consume:
+        _validate_lists(data)
     try:
         spec = Cluster.model_validate(data)
     except ValidationError as exc:
@@ -245,6 +249,47 @@ def _validate(data: dict[str, Any], source: str, consume: bool) -> Cluster:
     if problems:
         raise SpecError(bounded(problems[:MAX_PROBLEMS], len(problems)), source)
     return spec
+
+
+# Lists validated ahead in chunks of this many items (see _validate_lists).
+CHUNK = 1024
+
+
+@cache
+def _model_lists(model: type[BaseModel] = Cluster, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """(path, list validator) of every list of models in the spec that nested models
+    reach (users, accounting.accounts, pools, ...)."""
+    found = []
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if get_origin(annotation) is list:
+            item = _inner_model(get_args(annotation)[0])
+            if item is not None:
+                found.append(((*path, name), TypeAdapter(list[item])))  # type: ignore[valid-type]
+        else:
+            inner = _inner_model(annotation)
+            if inner is not None and inner is not model:
+                found += _model_lists(inner, (*path, name))
+    return found
+
+
+def _validate_lists(data: dict[str, Any]) -> None:
+    """Validate the spec's lists of models ahead, a chunk at a time, each valid chunk
+    replacing its mappings by models (the whole spec's validation then takes the models as
+    they are): a large spec then never holds all its mappings and all its models at once
+    (a 10 MB spec's peak memory). At the first chunk that fails the rest of that list is
+    left as it is: validating the whole reports every problem with its path."""
+    for path, adapter in _model_lists():
+        items: Any = data
+        for key in path:
+            items = items.get(key) if isinstance(items, dict) else None
+        if not isinstance(items, list) or len(items) <= CHUNK:
+            continue
+        for start in range(0, len(items), CHUNK):
+            try:
+                items[start:start + CHUNK] = adapter.validate_python(items[start:start + CHUNK])
+            except ValidationError:
+                break
 
 
 # Problems reported at most: the first ones, then how many more (a 10 MB file can hold a

@@ -13,6 +13,7 @@ from slurmforge.spec.models import ROOT_ACCOUNT, Cluster, StaticTarget
 
 # Slurm's limit on a node name (hostnames longer than this break DNS as well).
 MAX_NODE_NAME = 63
+HOST_LABEL = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
 
 # Users and groups the node image (Debian 13 and the daemons slurmforge installs) already
 # has, and the scheduler service's account the rollout makes: useradd/groupadd fail on them
@@ -71,7 +72,7 @@ def node_names_slurm_can_take(spec: Cluster) -> Iterator[Problem]:
     for i, p in enumerate(spec.pools):
         prefix = spec.node_prefix(p)
         path = f"pools[{i}].node_prefix"
-        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]*", prefix):
+        if not HOST_LABEL.fullmatch(prefix):
             yield Problem(path, "node names must start with a letter and hold only letters, digits and '-'",
                           "use a prefix such as 'gpu-a100'", prefix)
         elif prefix != prefix.lower():

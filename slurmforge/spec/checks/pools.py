@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 from slurmforge.catalog import InstanceType, load_catalog, lookup
 from slurmforge.errors import Problem
-from slurmforge.nodes import SCHEDULABLE_MEMORY, pool_hardware
-from slurmforge.spec.checks.registry import check, dupes, is_aws
+from slurmforge.nodes import SCHEDULABLE_MEMORY
+from slurmforge.spec.checks.registry import check, dupes, hardware, is_aws
 from slurmforge.spec.models import MAX_SLURM_NODES, Cluster, LocalTarget, PoolKind
 
 # A local node is a container on this machine; larger claims let Slurm place jobs the
@@ -160,7 +160,7 @@ def memory_fits_type(spec: Cluster) -> Iterator[Problem]:
 def kind_matches_hardware(spec: Cluster) -> Iterator[Problem]:
     """A gpu pool has GPUs; a cpu pool has none."""
     for i, p in enumerate(spec.pools):
-        hw = pool_hardware(p)
+        hw = hardware(p)
         if hw is None:
             continue
         if p.kind is PoolKind.GPU and not hw.gpus:
@@ -199,7 +199,7 @@ def features_listed_once(spec: Cluster) -> Iterator[Problem]:
     for i, p in enumerate(spec.pools):
         for f in sorted(dupes(p.features)):
             yield Problem(f"pools[{i}].features", "feature listed twice", "list it once", f)
-        hw = pool_hardware(p)
+        hw = hardware(p)
         if hw and hw.gpus and hw.gpu_model in p.features:
             yield Problem(f"pools[{i}].features[{p.features.index(hw.gpu_model)}]",
                           "the GPU model is already a feature of every node", "remove it", hw.gpu_model)
@@ -212,7 +212,7 @@ def local_pools_fit_a_container(spec: Cluster) -> Iterator[Problem]:
     if not isinstance(spec.target, LocalTarget):
         return
     for i, p in enumerate(spec.pools):
-        hw = pool_hardware(p)
+        hw = hardware(p)
         where = f"pools[{i}].instance_types" if p.instance_types else f"pools[{i}].hardware"
         if hw and hw.cpus > LOCAL_MAX_CPUS:
             yield Problem(where, f"{hw.cpus} CPUs per node; local nodes are containers sharing this machine",

@@ -7,9 +7,9 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TypeVar
 
 from slurmforge.errors import Problem
-from slurmforge.nodes import ceph_host_name
+from slurmforge.nodes import NodeHardware, ceph_host_name, pool_hardware
 from slurmforge.render import login_names
-from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market, StaticTarget
+from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market, Pool, StaticTarget
 
 Check = Callable[[Cluster], Iterator[Problem]]
 T = TypeVar("T", bound=Hashable)
@@ -22,15 +22,47 @@ def check(fn: Check) -> Check:
     return fn
 
 
+# What several checks work out from the spec, kept while run_checks runs (the spec and
+# every part of it live until it returns): 100,000 pools must not be worked out a dozen times.
+_RUN: dict[object, object] | None = None
+R = TypeVar("R")
+
+
 def run_checks(spec: Cluster) -> list[Problem]:
+    global _RUN
     problems: list[Problem] = []
-    for fn in CHECKS:
-        problems.extend(fn(spec))
+    _RUN = {}
+    try:
+        for fn in CHECKS:
+            problems.extend(fn(spec))
+    finally:
+        _RUN = None
     return problems
 
 
+def per_run(fn: Callable[[Cluster], R]) -> Callable[[Cluster], R]:
+    """fn(spec), worked out once while run_checks runs."""
+    def cached(spec: Cluster) -> R:
+        if _RUN is None:
+            return fn(spec)
+        if fn not in _RUN:
+            _RUN[fn] = fn(spec)
+        return _RUN[fn]  # type: ignore[return-value]
+    return cached
+
+
+def hardware(pool: Pool) -> NodeHardware | None:
+    """nodes.pool_hardware, worked out once per pool while run_checks runs."""
+    if _RUN is None:
+        return pool_hardware(pool)
+    key = id(pool)
+    if key not in _RUN:
+        _RUN[key] = pool_hardware(pool)
+    return _RUN[key]  # type: ignore[return-value]
+
+
 def dupes(names: Sequence[T]) -> set[T]:
-    if len(set(names)) == len(names):  # the usual case, without counting
+    if len(names) < 2 or len(set(names)) == len(names):  # the usual cases, without counting
         return set()
     return {n for n, c in Counter(names).items() if c > 1}
 
