@@ -186,15 +186,26 @@ def aws_tags(spec: Cluster) -> Iterator[Problem]:
     """target.tags suit every resource they go on: keys of 1-127 letters, digits and
     + - = . _ : @ (instance metadata, where nodes read their tags, takes no spaces or '/';
     IAM no ','), not '.', '..' or '_index', not aws:... (AWS's) nor slurmforge:... or Name
-    (the stack's own); values of at most 256 letters, digits, spaces and _ . : / = + - @;
-    at most 40 tags (EC2 takes 50 a resource; slurmforge's own keys are 10)."""
+    (the stack's own), no two that differ only in case (IAM compares keys so); values of at
+    most 256 letters, digits, spaces and _ . : / = + - @; at most 40 tags (EC2 takes 50 a
+    resource; slurmforge's own keys are 10). Sources: the EC2, IAM and EFS API References'
+    Tag (keys of 127, 128 and 128 characters; values of 256; no aws: prefix; IAM's and
+    EFS's characters), the EC2 User Guide's instance tags in instance metadata (its key
+    characters and reserved keys), AWS's tagging guide (50 tags a resource).
+    tests/unit/test_aws_names.py runs what moto enforces of them (EC2's 50 tags, IAM's
+    lengths, characters, count and case)."""
     if not isinstance(spec.target, AwsTarget):
         return
     tags = spec.target.tags
+    folded: dict[str, str] = {}
     for key, value in tags.items():
         for found, shown in ((_tag_key_problem(key), None), (_tag_value_problem(value), value)):
             if found:
                 yield Problem(_tag_path(key), found[0], found[1], shown)
+        first = folded.setdefault(key.casefold(), key)
+        if first != key:
+            yield Problem(_tag_path(key), f"the same key as {first!r} to IAM, which ignores case",
+                          "keep one of them", show_value=False)
     if len(tags) > MAX_USER_TAGS:
         yield Problem("target.tags", f"{len(tags)} tags; EC2 takes {TAGS_PER_RESOURCE} a resource and slurmforge's "
                       f"own keys are {len(OWN_TAG_KEYS)}", f"keep at most {MAX_USER_TAGS}", show_value=False)
