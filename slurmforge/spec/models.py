@@ -159,8 +159,8 @@ _IPV4_CIDR = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}/(3[0-2]|[12]?[
 def _check_cidr(value: str) -> str:
     found = _IPV4_CIDR.fullmatch(value)
     if found:  # the usual case, without ipaddress's objects (microseconds each)
-        address = sum(int(octet) << shift for octet, shift in zip(found.groups()[:4], (24, 16, 8, 0), strict=True))
-        if address & ((1 << (32 - int(found[5]))) - 1) == 0:
+        number = sum(int(octet) << shift for octet, shift in zip(found.groups()[:4], (24, 16, 8, 0), strict=True))
+        if number & ((1 << (32 - int(found[5]))) - 1) == 0:
             return value
     try:
         address = ipaddress.ip_interface(value)
