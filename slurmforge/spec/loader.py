@@ -245,9 +245,9 @@ def _validate(data: dict[str, Any], source: str, consume: bool) -> Cluster:
             exc = _sample_errors(data) or exc
         errors = exc.errors(include_url=False)[:MAX_PROBLEMS]
         raise SpecError(bounded([_problem(err) for err in errors], total), source) from None
-    problems = run_checks(spec)
+    problems = run_checks(spec, most=MAX_COUNTED)
     if problems:
-        raise SpecError(bounded(problems[:MAX_PROBLEMS], len(problems)), source)
+        raise SpecError(bounded(problems[:MAX_PROBLEMS], len(problems), exact=len(problems) <= MAX_COUNTED), source)
     return spec
 
 
@@ -295,6 +295,8 @@ def _validate_lists(data: dict[str, Any]) -> None:
 # Problems reported at most: the first ones, then how many more (a 10 MB file can hold a
 # million mistakes; nobody reads past the first screens, and each costs time to word).
 MAX_PROBLEMS = 1000
+# Cross-field problems counted at most (the checks stop there): "more than 9,000 more".
+MAX_COUNTED = 10 * MAX_PROBLEMS
 
 
 def _sample_errors(data: dict[str, Any]) -> ValidationError | None:
@@ -317,11 +319,13 @@ def _sample_errors(data: dict[str, Any]) -> ValidationError | None:
     return None
 
 
-def bounded(problems: list[Problem], total: int) -> list[Problem]:
-    """The first MAX_PROBLEMS problems of `total`, and a line saying how many are left out."""
+def bounded(problems: list[Problem], total: int, exact: bool = True) -> list[Problem]:
+    """The first MAX_PROBLEMS problems of `total` (or more, when not `exact`), and a line
+    saying how many are left out."""
     if total <= MAX_PROBLEMS:
         return problems
-    return [*problems[:MAX_PROBLEMS - 1], Problem("", f"{total - MAX_PROBLEMS + 1:,} more problem(s) not shown",
+    more = f"{total - MAX_PROBLEMS + 1:,}" if exact else f"more than {total - MAX_PROBLEMS:,}"
+    return [*problems[:MAX_PROBLEMS - 1], Problem("", f"{more} more problem(s) not shown",
                                                   "fix the ones above and validate again")]
 
 

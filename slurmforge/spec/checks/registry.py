@@ -28,13 +28,21 @@ _RUN: dict[object, object] | None = None
 R = TypeVar("R")
 
 
-def run_checks(spec: Cluster) -> list[Problem]:
+def run_checks(spec: Cluster, most: int | None = None) -> list[Problem]:
+    """Every check's problems, in order; with `most`, it stops once it has found more
+    (most + 1 problems then: a spec of 100,000 bad pools need not be worded to the last)."""
     global _RUN
     problems: list[Problem] = []
     _RUN = {}
     try:
         for fn in CHECKS:
-            problems.extend(fn(spec))
+            if most is None:
+                problems.extend(fn(spec))
+                continue
+            for problem in fn(spec):
+                problems.append(problem)
+                if len(problems) > most:
+                    return problems
     finally:
         _RUN = None
     return problems
@@ -142,6 +150,8 @@ def reaching_on_demand(spec: Cluster) -> set[str]:
         for f in p.fallback:
             fallen_back_from.setdefault(f, []).append(p.name)
     todo = [p.name for p in spec.pools if p.market is Market.ON_DEMAND]
+    if len(todo) == len(spec.pools):
+        return set(todo)
     found = set(todo)
     while todo:
         for name in fallen_back_from.get(todo.pop(), []):

@@ -458,8 +458,9 @@ def static_host_names_match_nodes(spec: Cluster) -> Iterator[Problem]:
     if not isinstance(spec.target, StaticTarget):
         return
     for p in spec.pools:
-        expected = set(node_names(spec, p))
-        for j, host in enumerate(spec.target.nodes.get(p.name, [])):
+        hosts = spec.target.nodes.get(p.name, [])
+        expected = set(node_names(spec, p)) if hosts else set()
+        for j, host in enumerate(hosts):
             if host.name not in expected:
                 yield Problem(f"target.nodes.{p.name}[{j}].name", f"Slurm names this pool's nodes "
                               f"{pool_hostlist(spec, p)}", "rename the machine, or set the pool's node_prefix",
