@@ -295,7 +295,7 @@ def _validate_lists(data: dict[str, Any]) -> None:
 # Problems reported at most: the first ones, then how many more (a 10 MB file can hold a
 # million mistakes; nobody reads past the first screens, and each costs time to word).
 MAX_PROBLEMS = 1000
-# Cross-field problems counted at most (the checks stop there): "more than 9,000 more".
+# Cross-field problems counted at most (the checks stop past it: "more than 9,001 more").
 MAX_COUNTED = 10 * MAX_PROBLEMS
 
 
