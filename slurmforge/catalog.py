@@ -21,6 +21,10 @@ import yaml
 
 from slurmforge.providers.base import Quota
 
+# libyaml's safe loader when PyYAML has it: the catalog is read at every validation, and the
+# pure-Python loader takes ~10x as long (the same data either way).
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 @dataclass(frozen=True)
 class InstanceType:
@@ -46,7 +50,7 @@ def _data(name: str) -> Any:
     """A YAML file of slurmforge/data, read with libyaml when PyYAML has it (the pure
     Python parser takes a tenth of a second for the catalog: `validate` reads it)."""
     text = resources.files("slurmforge").joinpath(f"data/{name}").read_text()
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return yaml.load(text, Loader=SAFE_LOADER)
 
 
 @cache

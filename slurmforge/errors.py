@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -46,6 +47,20 @@ def listing(items: list[str], most: int = 8) -> str:
     if len(items) <= most:
         return ", ".join(items)
     return f"{', '.join(items[:most])}, ... ({len(items):,} in all)"
+
+
+class SortedListing:
+    """listing(sorted(items)) as text, worked out when first shown and only once: a check
+    that finds 100,000 unknown names must not sort the known ones for each."""
+
+    def __init__(self, items: Iterable[str]) -> None:
+        self._items = items
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = listing(sorted(self._items))
+        return self._text
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ key of a spec is a field name, a pool name or a tag name. Merge keys work as in 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
 import yaml
@@ -31,6 +32,8 @@ MAX_BYTES = 32 * 1024 * 1024
 MAX_DEPTH = 64
 MAX_VALUES = 2_000_000
 MAX_NUMBER_CHARS = 100
+# Key names shared as one string each (a spec has a few hundred; more are kept as read).
+MAX_KEY_NAMES = 10_000
 
 CORE = "tag:yaml.org,2002:"
 MERGE_KEY = "<<"
@@ -75,7 +78,9 @@ class _Open:
     mark: Any
     anchor: str | None
     is_map: bool
-    size: int = 1
+    first: int = 0
+    """The values counted when it opened: its size (itself, its items, every alias in it as
+    a copy of what it names) is the count when it closes less this."""
     key: str | None = None
     merging: bool = False
     merges: list[dict[str, Any]] = field(default_factory=list)
@@ -85,8 +90,9 @@ _UNSET: Any = object()
 
 
 class _Composer:
-    """Events -> data. `run` is one loop with the common events handled inline: a 10 MB
-    spec is about 1.6 million events, and a method call per event would double the time."""
+    """Events -> data. `run` is one loop with the common events handled inline (a plain
+    scalar, a plain collection opening or closing): a 10 MB spec is about 1.6 million
+    events, and a method call per event would double the time."""
 
     def __init__(self) -> None:
         self.stack: list[_Open] = []
@@ -101,19 +107,48 @@ class _Composer:
         scalar_class, stream_end = yaml.ScalarEvent, yaml.StreamEndEvent
         map_start, seq_start = yaml.MappingStartEvent, yaml.SequenceStartEvent
         closers = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+        implicit_starts = _IMPLICIT
         while True:
             event = get_event()
             kind = event.__class__
             if kind is scalar_class:
-                self._scalar_event(event)
+                top = stack[-1] if stack else None
+                if top is None or top.merging or event.anchor or event.tag is not None:
+                    self._scalar_event(event)
+                    continue
+                text = event.value
+                if top.is_map and top.key is None:  # a key: kept as written
+                    if text in top.value or text == MERGE_KEY:
+                        self._scalar_event(event)
+                    else:
+                        # one string per key name: 100,000 mappings share their few names
+                        top.key = intern(text)
+                        self.values += 1
+                    continue
+                if not event.implicit[0]:
+                    value: object = text
+                elif text.isdigit() and text.isascii() and text[0] != "0" and len(text) < 19:
+                    value = int(text)  # the common number, without the resolver's patterns
+                elif text[:1] in implicit_starts:
+                    value = _plain_value(text, event.start_mark)
+                else:
+                    value = text
+                self.values += 1
+                if self.values > MAX_VALUES:
+                    self._count_exceeded(event.start_mark)
+                if top.is_map:
+                    top.value[top.key] = value
+                    top.key = None
+                else:
+                    top.value.append(value)
             elif (kind is map_start or kind is seq_start) and event.tag is None and event.anchor is None \
                     and len(stack) < MAX_DEPTH:
-                stack.append(_Open({} if kind is map_start else [], event.start_mark, None, kind is map_start))
+                stack.append(_Open({} if kind is map_start else [], event.start_mark, None, kind is map_start,
+                                   self.values))
             elif kind in closers and len(stack) > 1 and _is_plain_end(stack[-1], stack[-2]):
                 done = stack.pop()
                 top = stack[-1]
                 self.values += 1
-                top.size += done.size
                 if top.is_map:
                     top.value[top.key] = done.value
                     top.key = None
@@ -127,39 +162,21 @@ class _Composer:
                 self._structure(event)
 
     def _scalar_event(self, event: yaml.ScalarEvent) -> None:
+        """A scalar the loop does not take inline: with an anchor or a tag, a duplicate or
+        merge key, a merge source, or the whole document."""
         stack = self.stack
         text = event.value
         top = stack[-1] if stack else None
         if top is not None and top.is_map and top.key is None and not top.merging:  # a key: kept as written
             if event.tag is None and text not in top.value and text != MERGE_KEY:
-                top.key = text
-                top.size += 1
+                top.key = intern(text)
                 self.values += 1
                 if event.anchor:
                     self.anchors[event.anchor] = _Anchor(text, 1, text)
             else:  # a tag to check, a duplicate or a merge key
                 self._scalar(event)
             return
-        if event.tag is not None:
-            value = scalar_value(event)
-        elif event.implicit[0] and text.isdigit() and text.isascii() and text[0] != "0" and len(text) < 19:
-            value = int(text)  # the common number, without the resolver's patterns
-        elif event.implicit[0] and text[:1] in _IMPLICIT:
-            value = _plain_value(text, event.start_mark)
-        else:
-            value = text
-        if event.anchor or top is None or top.merging:
-            self._scalar(event, value)
-            return
-        self.values += 1
-        if self.values > MAX_VALUES:
-            self._count_exceeded(event.start_mark)
-        top.size += 1
-        if top.is_map:
-            top.value[top.key] = value
-            top.key = None
-        else:
-            top.value.append(value)
+        self._scalar(event, scalar_value(event))
 
     def _scalar(self, event: yaml.ScalarEvent, value: object = _UNSET) -> None:
         """A scalar off the common path: with an anchor, a tag on a key, a merge key, the
@@ -170,7 +187,7 @@ class _Composer:
             self.anchors[event.anchor] = _Anchor(value, 1, event.value)
         self.values += 1
         merge_key = event.value == MERGE_KEY and event.tag is None and event.implicit[0]
-        self._add(value, 1, event.start_mark, event.value, merge_key)
+        self._add(value, event.start_mark, event.value, merge_key)
 
     def _structure(self, event: yaml.Event) -> None:
         handler = _HANDLERS.get(event.__class__)
@@ -193,7 +210,7 @@ class _Composer:
             raise YamlProblem(f"alias *{_clip(name)} names no anchor defined before it",
                               f"define &{_clip(name)} on a value above the alias", event.start_mark)
         self.values += anchor.size
-        self._add(anchor.value, anchor.size, event.start_mark, anchor.text, False)
+        self._add(anchor.value, event.start_mark, anchor.text, False)
 
     def _start(self, event: yaml.SequenceStartEvent | yaml.MappingStartEvent) -> None:
         is_map = isinstance(event, yaml.MappingStartEvent)
@@ -205,7 +222,7 @@ class _Composer:
                               "close the brackets you opened", event.start_mark)
         if event.anchor:
             self.open_anchors.add(event.anchor)
-        self.stack.append(_Open({} if is_map else [], event.start_mark, event.anchor, is_map))
+        self.stack.append(_Open({} if is_map else [], event.start_mark, event.anchor, is_map, self.values))
 
     def _end(self, event: yaml.Event) -> None:
         done = self.stack.pop()
@@ -216,26 +233,25 @@ class _Composer:
                 merged.update(source)
             merged.update(done.value)  # and the mapping's own keys win over all
             value = merged
+        self.values += 1  # its items are counted already
         if done.anchor:
             self.open_anchors.discard(done.anchor)
-            self.anchors[done.anchor] = _Anchor(value, done.size, None)
-        self.values += 1  # its items are counted already
-        self._add(value, done.size, done.mark, None, False)
+            self.anchors[done.anchor] = _Anchor(value, self.values - done.first, None)
+        self._add(value, done.mark, None, False)
 
     @staticmethod
     def _count_exceeded(mark: Any) -> None:
         raise YamlProblem(f"more than {MAX_VALUES:,} values (counting every alias as a copy of what it names)",
                           "a spec is far smaller: look for aliases that name aliases", mark)
 
-    def _add(self, value: object, size: int, mark: Any, text: str | None, merge_key: bool) -> None:
-        """Put a value (of `size` values, itself included) into the collection being read."""
+    def _add(self, value: object, mark: Any, text: str | None, merge_key: bool) -> None:
+        """Put a value (counted already) into the collection being read."""
         if self.values > MAX_VALUES:  # checked here for collections and aliases
             self._count_exceeded(mark)
         if not self.stack:
             self.result = value
             return
         top = self.stack[-1]
-        top.size += size
         if isinstance(top.value, list):
             top.value.append(value)
         elif top.key is None and not top.merging:

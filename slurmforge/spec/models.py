@@ -31,11 +31,18 @@ POSIX_NAME_RE = r"^[a-z_][a-z0-9_.-]{0,31}$"
 # Mount points and directories: the POSIX portable file name characters. fstab, systemd
 # mount units, slurm.conf ('#' starts a comment) and shell lines take them as written.
 ABS_PATH_RE = r"^/[A-Za-z0-9._/+@-]*$"
-# One line of text Slurm keeps as written (sacctmgr turns quotes into backticks).
-TEXT_RE = r"^[^\x00-\x1f\x7f\"']*$"
+# One line of text Slurm keeps as written and prints back on one line: no C0 or C1 control
+# characters (line feed, vertical tab, form feed, NEL, ...), no Unicode line or paragraph
+# separators (what the rollout's line-by-line read of sacctmgr splits on), no quotes
+# (sacctmgr turns them into backticks). tests/slurm/test_accounting_text.py runs sacctmgr.
+TEXT_RE = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029\"']*$"
 CLUSTER_NAME_RE = r"^[a-z][a-z0-9]{0,19}$"
 REGION_RE = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
 AMI_RE = r"^ami-[0-9a-f]{8,17}$"
+# A database name RDS takes (its CreateDBInstance DBName rule for MariaDB: 1-64 letters,
+# digits and '_', a letter first) and MariaDB takes unquoted (slurmdbd runs `create database
+# <name>`); its reserved words are refused by a check (checks/people.py).
+DB_NAME_RE = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"
 # EC2 key pair names: up to 255 ASCII characters.
 KEY_NAME_RE = r"^[ -~]{1,255}$"
 
@@ -58,6 +65,19 @@ FAIRSHARE_MAX = 0x7FFFFFFE
 MAX_PRICE_PER_HOUR = 1000.0
 # slurmctld allocates a hash table entry per MaxJobCount at start (8 bytes each, twice).
 MAX_JOB_COUNT = 10_000_000
+# Slurm's MAX_SLURM_NODES (slurm.h, "64K hosts"): the most hosts one hostlist range holds
+# (hostlist.c's MAX_RANGE; slurmctld cannot read a NodeName range of more: "Too many hosts
+# in range") and the size of slurmctld's node table (node_conf.c). A pool is one range.
+MAX_SLURM_NODES = 65_536
+
+
+def _node_count(value: int) -> int:
+    if value > MAX_SLURM_NODES:
+        raise field_error("slurm_node_count", f"more nodes than one Slurm hostlist range holds ({MAX_SLURM_NODES:,}: "
+                          "slurmctld could not read the pool's NodeName line)",
+                          f"use at most {MAX_SLURM_NODES:,}, in several pools if you need more (a cluster holds "
+                          f"{MAX_SLURM_NODES:,} nodes in all)")
+    return value
 
 
 class Model(BaseModel):
@@ -132,7 +152,16 @@ def _yes_no(value: object) -> object:
     return ("YES" if value else "NO") if isinstance(value, bool) else value
 
 
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_IPV4_CIDR = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}/(3[0-2]|[12]?[0-9])")
+
+
 def _check_cidr(value: str) -> str:
+    found = _IPV4_CIDR.fullmatch(value)
+    if found:  # the usual case, without ipaddress's objects (microseconds each)
+        number = sum(int(octet) << shift for octet, shift in zip(found.groups()[:4], (24, 16, 8, 0), strict=True))
+        if number & ((1 << (32 - int(found[5]))) - 1) == 0:
+            return value
     try:
         address = ipaddress.ip_interface(value)
     except ValueError:
@@ -281,8 +310,8 @@ class Pool(Model):
     memory_mb: Annotated[Count | None, Field(ge=64, le=SLURM_U32_MAX)] = None
     """RealMemory override; default: 95% of the instance type's memory."""
     features: list[Feature] = Field(default_factory=list)
-    min_nodes: Annotated[Count, Field(ge=0, le=100_000)] = 0
-    max_nodes: Annotated[Count, Field(ge=1, le=100_000)]
+    min_nodes: Annotated[Count, Field(ge=0), AfterValidator(_node_count)] = 0
+    max_nodes: Annotated[Count, Field(ge=1), AfterValidator(_node_count)]
     market: Market = Market.ON_DEMAND
     fallback: list[PoolName] = Field(default_factory=list)
     """Pools to try, in order, when this pool cannot get capacity."""
@@ -436,7 +465,7 @@ class Database(Model):
     kind: Literal["local", "external"] = "local"
     host: Address | None = None
     port: Annotated[Count, Field(ge=1, le=65535)] = 3306
-    name: SlurmName = "slurm_acct_db"
+    name: Annotated[str, Field(pattern=DB_NAME_RE)] = "slurm_acct_db"
     user: PosixName = "slurm"
 
 
@@ -465,11 +494,22 @@ class Budget(Model):
         return self
 
 
+# Slurm's own top account: every account without a parent sits under it.
+ROOT_ACCOUNT = "root"
+
+
+def _root_is_no_parent(value: str | None) -> str | None:
+    """`parent: root` (any case: Slurm keeps account names in lowercase) says what no parent
+    says: the account sits under Slurm's root account."""
+    return None if value is not None and value.lower() == ROOT_ACCOUNT else value
+
+
 class Account(Model):
     name: SlurmName
     description: Text = ""
     organization: Text = ""
-    parent: SlurmName | None = None
+    parent: Annotated[SlurmName | None, AfterValidator(_root_is_no_parent)] = None
+    """The parent account; none (or root, the same) puts the account under Slurm's root."""
     fairshare: Annotated[Count, Field(ge=1, le=FAIRSHARE_MAX)] = 1
     budget: Budget | None = None
 

@@ -218,6 +218,22 @@ def start_mariadb(judge: Judge, run: RunDir, database: str, user: str, password:
                f"'{password}'; GRANT ALL ON {database}.* TO '{user}'@'localhost';"], check=True)
 
 
+def start_accounting(judge: Judge, run: RunDir, spec: Cluster, rendered: Mapping[str, str]) -> None:
+    """A slurmdbd in the judge on the rendered slurmdbd.conf, with the node image's MariaDB
+    holding the spec's database and user (a throwaway password) and a private munged; the
+    run dir's slurm.conf is the rendered one pointed at it (slurmctld is not started)."""
+    password = os.urandom(12).hex()
+    dbd_port = free_port()
+    run.conf.write_text(adapt_for_tmp(rendered["slurm.conf"], run, judge.hostname, free_port(), free_port(),
+                                      slurmdbd_port=dbd_port))
+    (run.root / "slurmdbd.conf").write_text(adapt_slurmdbd_conf(rendered["slurmdbd.conf"], run, judge.hostname,
+                                                                dbd_port, password))
+    start_munged(judge, run)
+    db = spec.accounting.database
+    start_mariadb(judge, run, db.name, db.user, password)
+    start_slurmdbd(judge, run)
+
+
 def start_slurmdbd(judge: Judge, run: RunDir) -> None:
     """slurmdbd reads slurmdbd.conf next to slurm.conf (SLURM_CONF's directory): root's, 0600."""
     (run.root / "slurmdbd.conf").chmod(0o600)

@@ -41,14 +41,9 @@ from tests.judge import Judge, node_image
 from tests.slurm.daemons import (
     AS_RENDERED,
     RunDir,
-    adapt_for_tmp,
-    adapt_slurmdbd_conf,
-    free_port,
     power_stub_script,
-    start_mariadb,
-    start_munged,
+    start_accounting,
     start_slurmctld,
-    start_slurmdbd,
     wait_until_up,
 )
 
@@ -116,13 +111,7 @@ def accounting() -> Iterator[Accounting]:
     rendered = render_all(spec, source="a.yaml")
     run = RunDir.create()
     judge = Judge(node_image())
-    password = os.urandom(12).hex()
     try:
-        dbd_port = free_port()
-        run.conf.write_text(adapt_for_tmp(rendered["slurm.conf"], run, judge.hostname, free_port(), free_port(),
-                                          slurmdbd_port=dbd_port))
-        (run.root / "slurmdbd.conf").write_text(adapt_slurmdbd_conf(rendered["slurmdbd.conf"], run, judge.hostname,
-                                                                    dbd_port, password))
         for name in AS_RENDERED:  # what slurmctld reads beside slurm.conf (job_submit.lua too)
             (run.root / name).write_text(rendered[name])
         for program in (run.power_stub, run.nodes_ready):  # nodes "power up" and are never ready
@@ -131,10 +120,7 @@ def accounting() -> Iterator[Accounting]:
         shutil.copy2(MODULE, run.root / "accounting.py")
         for user, uid in USERS.items():
             judge.run(["useradd", "-u", str(uid), user], check=True)
-        start_munged(judge, run)
-        db = spec.accounting.database
-        start_mariadb(judge, run, db.name, db.user, password)
-        start_slurmdbd(judge, run)
+        start_accounting(judge, run, spec, rendered)
         yield Accounting(judge, run)
     finally:
         judge.remove()

@@ -278,7 +278,7 @@ def test_desired_state_in_slurms_spelling() -> None:
     data["scheduling"]["qos"] = [{"name": "Short", "max_wall": "00:00:30", "max_gpus_per_user": 3},
                                  {"name": "long", "max_wall": "UNLIMITED"}, {"name": "mid", "max_wall": "90"}]
     data["accounting"]["accounts"] = [{"name": "Kids", "parent": "Team"},
-                                      {"name": "Team", "organization": "Big Org",
+                                      {"name": "Team", "organization": "Big Org", "parent": "Root",
                                        "budget": {"gpu_hours": 1.5, "cpu_hours": 10}}]
     data["users"] = [{"name": "alice", "uid": 3001, "accounts": ["Kids"]}]
     desired = desired_state(validate_data(data, "x"))

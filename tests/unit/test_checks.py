@@ -170,6 +170,19 @@ def test_field_problems_are_reported_all_at_once() -> None:
     assert len({p.path for p in found}) == len(found)
 
 
+@pytest.mark.parametrize(("groups", "last"), [(3000, "5,001 more problem(s) not shown"),
+                                               (6000, "more than 9,001 more problem(s) not shown")])
+def test_a_flood_of_problems_is_counted_then_cut(groups: int, last: str) -> None:
+    """Every problem counts up to 10,000 (two a group here: name and gid); past that the
+    checks stop and the last line says there are more."""
+    data = yaml.safe_load((ROOT / "examples/local.yaml").read_text())
+    data["groups"] += [{"name": "team", "gid": 5000}] * groups
+    with pytest.raises(SpecError) as info:
+        validate_data(data, "flood")
+    lines = [p.line() for p in info.value.problems]
+    assert len(lines) == 1000 and lines[-1] == f"{last}; fix: fix the ones above and validate again", lines[-1]
+
+
 # --------------------------------------------------------------------------- the CLI
 
 

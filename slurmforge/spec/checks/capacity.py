@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from slurmforge.catalog import lookup
-from slurmforge.errors import Problem, listing
-from slurmforge.nodes import NodeHardware, pool_hardware
-from slurmforge.spec.checks.registry import check, cycles, dupes, is_aws
+from slurmforge.errors import Problem, SortedListing
+from slurmforge.nodes import NodeHardware
+from slurmforge.spec.checks.registry import check, cycles, dupes, hardware, is_aws
 from slurmforge.spec.models import AwsTarget, Cluster, Market
 
 # EC2 nodes take 2-6 minutes from RunInstances to a registered slurmd.
@@ -18,10 +18,11 @@ MIN_AWS_RESUME_TIMEOUT = 300
 def fallback_targets_exist(spec: Cluster) -> Iterator[Problem]:
     """Fallback names existing pools, not the pool itself, each once."""
     names = {p.name for p in spec.pools}
+    known = SortedListing(names)
     for i, p in enumerate(spec.pools):
         for j, f in enumerate(p.fallback):
             if f not in names:
-                yield Problem(f"pools[{i}].fallback[{j}]", "unknown pool", f"use one of: {listing(sorted(names))}", f)
+                yield Problem(f"pools[{i}].fallback[{j}]", "unknown pool", f"use one of: {known}", f)
             elif f == p.name:
                 yield Problem(f"pools[{i}].fallback[{j}]", "a pool cannot fall back to itself", "remove it", f)
         for f in sorted(dupes(p.fallback)):
@@ -51,9 +52,9 @@ def fallback_same_hardware(spec: Cluster) -> Iterator[Problem]:
     node line (a smaller node drains)."""
     pools = {p.name: p for p in spec.pools}
     for i, p in enumerate(spec.pools):
-        hw = pool_hardware(p)
+        hw = hardware(p)
         for j, f in enumerate(p.fallback):
-            other = pool_hardware(pools[f]) if f in pools and f != p.name else None
+            other = hardware(pools[f]) if f in pools and f != p.name else None
             if hw is None or other is None or pools[f].kind is not p.kind:
                 continue  # unknown, itself, or another kind: reported by the checks above
             if (other.cpus, other.gpus, other.gpu_model) != (hw.cpus, hw.gpus, hw.gpu_model):
@@ -120,6 +121,10 @@ def placement_and_efa(spec: Cluster) -> Iterator[Problem]:
     in one zone."""
     subnet_zones = {s.zone for s in spec.network.private_subnets}
     for i, p in enumerate(spec.pools):
+        if (p.placement_group or p.efa) and not is_aws(spec):
+            yield Problem(f"pools[{i}]", "placement_group/efa only apply to target aws",
+                          "remove them", show_value=False)
+            continue
         if p.efa:
             for t in (lookup(n) for n in p.instance_types):
                 if t is not None and not t.efa:
@@ -128,10 +133,7 @@ def placement_and_efa(spec: Cluster) -> Iterator[Problem]:
             if not p.placement_group:
                 yield Problem(f"pools[{i}].placement_group", "efa needs a cluster placement group",
                               "set placement_group: true", False)
-        if (p.placement_group or p.efa) and not is_aws(spec):
-            yield Problem(f"pools[{i}]", "placement_group/efa only apply to target aws",
-                          "remove them", show_value=False)
-        elif p.placement_group and (len(p.zones) > 1 or (not p.zones and len(subnet_zones) > 1)):
+        if p.placement_group and (len(p.zones) > 1 or (not p.zones and len(subnet_zones) > 1)):
             yield Problem(f"pools[{i}].zones", f"a cluster placement group lives in one zone; the pool would span "
                           f"{len(p.zones) or len(subnet_zones)}", "list one zone, or set placement_group: false",
                           show_value=False)

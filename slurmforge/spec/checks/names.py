@@ -5,23 +5,33 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from slurmforge.contract import SERVICE_USER
 from slurmforge.errors import Problem
 from slurmforge.nodes import index_width, node_index
 from slurmforge.spec.checks.registry import check, dupes, head_names
-from slurmforge.spec.models import Cluster
+from slurmforge.spec.models import ROOT_ACCOUNT, Cluster, StaticTarget
 
 # Slurm's limit on a node name (hostnames longer than this break DNS as well).
 MAX_NODE_NAME = 63
+HOST_LABEL = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
 
-# Users and groups a Debian 12 image (and the daemons slurmforge installs) already has;
-# useradd/groupadd fail on them. 'admin' is the default user of Debian's cloud images.
+# Users and groups the node image (Debian 13 and the daemons slurmforge installs) already
+# has, and the scheduler service's account the rollout makes: useradd/groupadd fail on them
+# (tests/slurm/test_reserved_names.py reads the image's /etc/passwd and /etc/group). 'admin'
+# is the default user of Debian's cloud images.
 SYSTEM_NAMES = frozenset({
     "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy", "www-data",
     "backup", "list", "irc", "_apt", "nobody", "nogroup", "adm", "tty", "disk", "kmem", "dialout", "fax", "voice",
     "cdrom", "floppy", "tape", "sudo", "audio", "dip", "operator", "src", "shadow", "utmp", "video", "sasl",
     "plugdev", "staff", "users", "input", "sgx", "kvm", "render", "netdev", "systemd-journal", "systemd-network",
-    "systemd-timesync", "messagebus", "sshd", "polkitd", "admin", "slurm", "munge", "mysql",
+    "systemd-timesync", "messagebus", "sshd", "_ssh", "polkitd", "admin", "slurm", "munge", "mysql", "ceph",
+    "prometheus", "uuidd", "rdma", "clock", "statd", "_rpc", SERVICE_USER,
 })
+# Slurm's own QoS: slurmdbd makes it and gives it to every association; the rollout never
+# changes it (a spec QoS of this name would be applied once and never reverted).
+SLURM_QOS = "normal"
+# The word Slurm reads as "everyone" in AllowAccounts= and AllowGroups= (read_config.c).
+SLURM_ALL = "all"
 
 
 @check
@@ -62,7 +72,7 @@ def node_names_slurm_can_take(spec: Cluster) -> Iterator[Problem]:
     for i, p in enumerate(spec.pools):
         prefix = spec.node_prefix(p)
         path = f"pools[{i}].node_prefix"
-        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]*", prefix):
+        if not HOST_LABEL.fullmatch(prefix):
             yield Problem(path, "node names must start with a letter and hold only letters, digits and '-'",
                           "use a prefix such as 'gpu-a100'", prefix)
         elif prefix != prefix.lower():
@@ -76,7 +86,10 @@ def node_names_slurm_can_take(spec: Cluster) -> Iterator[Problem]:
 @check
 def reserved_host_names(spec: Cluster) -> Iterator[Problem]:
     """Host names are one namespace: no pool's node (or node prefix) has the name of a
-    controller, login, database or Ceph host, compared as DNS does (ignoring case)."""
+    controller, login, database or Ceph host slurmforge names, compared as DNS does
+    (ignoring case). (A static target's own machines: static_target_hosts.)"""
+    if isinstance(spec.target, StaticTarget):
+        return  # machines you own: static_target_hosts names the machine used twice
     pools = {spec.node_prefix(p).lower(): (i, p) for i, p in enumerate(spec.pools)}
     reported: set[int] = set()
     for name, what in sorted(head_names(spec).items()):
@@ -149,18 +162,32 @@ def reserved_posix_names(spec: Cluster) -> Iterator[Problem]:
     for kind, names in named:
         for i, name in enumerate(names):
             if name in SYSTEM_NAMES:
-                yield Problem(f"{kind}[{i}].name", "already exists on the Debian 12 image (a system account)",
+                yield Problem(f"{kind}[{i}].name", "already exists on every node (a system account)",
                               "pick another name", name)
 
 
 @check
 def slurm_reserved_names(spec: Cluster) -> Iterator[Problem]:
-    """No partition is called DEFAULT and no account root: Slurm gives both a meaning of their own."""
+    """No object Slurm owns is redefined: no partition is called DEFAULT (Slurm reads it as
+    defaults for the others), no account root (Slurm's top account; `parent: root` is the
+    same as no parent), no QoS normal (slurmdbd's own, every association's), and no
+    allow_accounts or allow_groups entry is ALL (Slurm reads it as everyone)."""
     for i, part in enumerate(spec.partitions):
         if part.name.lower() == "default":
             yield Problem(f"partitions[{i}].name", "Slurm reads PartitionName=DEFAULT as defaults for the other "
                           "partitions", "pick another name; mark the default partition with default: true", part.name)
+        for key in ("allow_accounts", "allow_groups"):
+            for j, name in enumerate(getattr(part, key)):
+                if name.lower() == SLURM_ALL:
+                    yield Problem(f"partitions[{i}].{key}[{j}]", f"Slurm reads {key.title().replace('_', '')}=ALL "
+                                  "as everyone", f"rename the {key.split('_')[1][:-1]}, or drop {key} to allow "
+                                  "everyone", name)
     for i, a in enumerate(spec.accounting.accounts):
-        if a.name.lower() == "root":
+        if a.name.lower() == ROOT_ACCOUNT:
             yield Problem(f"accounting.accounts[{i}].name", "root is Slurm's own top account",
                           "pick another name (accounts without parent already sit under root)", a.name)
+    for i, q in enumerate(spec.scheduling.qos):
+        if q.name.lower() == SLURM_QOS:
+            yield Problem(f"scheduling.qos[{i}].name", "normal is Slurm's own QoS (every association has it; the "
+                          "rollout never changes it, so nothing set here would be undone)",
+                          "give this QoS a name of its own and name it where it applies (partitions' qos)", q.name)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from slurmforge.errors import Problem, listing
-from slurmforge.nodes import pool_hardware
+from slurmforge.errors import Problem, SortedListing, listing
 from slurmforge.routing import pool_partitions
-from slurmforge.spec.checks.registry import check, dupes, reaching_on_demand
+from slurmforge.spec.checks.registry import check, dupes, hardware, reaching_on_demand
 from slurmforge.spec.models import Cluster, Market, Pool, PoolKind
 from slurmforge.spec.slurmtime import parse_slurm_time
 
@@ -76,11 +75,11 @@ def pools_in_some_partition(spec: Cluster) -> Iterator[Problem]:
 def partitions_name_known_pools(spec: Cluster) -> Iterator[Problem]:
     """Partitions name existing pools, each once."""
     names = {p.name for p in spec.pools}
+    known = SortedListing(names)
     for i, part in enumerate(spec.partitions):
         for j, pool in enumerate(part.pools):
             if pool not in names:
-                yield Problem(f"partitions[{i}].pools[{j}]", "unknown pool",
-                              f"use one of: {listing(sorted(names))}", pool)
+                yield Problem(f"partitions[{i}].pools[{j}]", "unknown pool", f"use one of: {known}", pool)
         for d in sorted(dupes(part.pools)):
             yield Problem(f"partitions[{i}].pools", "pool listed twice", "list it once", d)
 
@@ -112,11 +111,12 @@ def allow_groups_defined(spec: Cluster) -> Iterator[Problem]:
     """AllowGroups names groups the spec defines (or a user's private group)."""
     groups = {g.name for g in spec.groups}
     private = {u.name for u in spec.users}
+    defined = SortedListing(groups) if groups else "none"
     for i, part in enumerate(spec.partitions):
         for j, g in enumerate(part.allow_groups):
             if g not in groups and g not in private:
                 yield Problem(f"partitions[{i}].allow_groups[{j}]", "undefined group",
-                              f"add it under groups: (defined: {listing(sorted(groups)) or 'none'})", g)
+                              f"add it under groups: (defined: {defined})", g)
 
 
 @check
@@ -149,7 +149,7 @@ def partition_pool_weights(spec: Cluster) -> Iterator[Problem]:
     """In a partition that mixes pools, GPU nodes weigh more than CPU nodes (or CPU-only jobs
     fill them), and a spot and an on-demand pool of the same hardware never tie on weight."""
     pools = {p.name: p for p in spec.pools}
-    hardware = {p.name: pool_hardware(p) for p in spec.pools}
+    shapes = {p.name: hardware(p) for p in spec.pools}
     for i, part in enumerate(spec.partitions):
         members = [pools[n] for n in dict.fromkeys(part.pools) if n in pools]
         cpu = [p for p in members if p.kind is PoolKind.CPU]
@@ -165,10 +165,10 @@ def partition_pool_weights(spec: Cluster) -> Iterator[Problem]:
         # one line per spot pool that ties, naming the first on-demand pool it ties with
         on_demand: dict[tuple[object, int], str] = {}
         for o in members:
-            if o.market is Market.ON_DEMAND and hardware[o.name] is not None:
-                on_demand.setdefault((hardware[o.name], _weight(o)), o.name)
+            if o.market is Market.ON_DEMAND and shapes[o.name] is not None:
+                on_demand.setdefault((shapes[o.name], _weight(o)), o.name)
         for s in (p for p in members if p.market is Market.SPOT):
-            tie = on_demand.get((hardware[s.name], _weight(s)))
+            tie = on_demand.get((shapes[s.name], _weight(s)))
             if tie is not None:
                 yield Problem(f"partitions[{i}].pools", f"spot pool '{s.name}' and on-demand pool '{tie}' "
                               f"have the same hardware and weight {_weight(s)}: Slurm may start either first",

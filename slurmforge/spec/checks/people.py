@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cache
+from importlib import resources
 
+from slurmforge.contract import SERVICE_GID, SERVICE_UID
 from slurmforge.errors import Problem
-from slurmforge.nodes import pool_hardware
-from slurmforge.spec.checks.registry import check, cycles, is_aws
+from slurmforge.spec.checks.registry import check, hardware, is_aws, parent_cycles
 from slurmforge.spec.models import Cluster
 from slurmforge.spec.slurmtime import parse_slurm_time
 
-# uid/gid 65534 is nobody/nogroup on Debian; 1000 is taken by the default user ('admin')
-# cloud-init creates on Debian's AWS images.
-NOBODY_ID = 65534
+# Ids of 1000 and up the node image and the rollout already give (tests/slurm/
+# test_reserved_names.py reads the image's /etc/passwd and /etc/group): a spec user's uid
+# and private group's gid, and a spec group's gid, must be none of them.
+IMAGE_IDS = {65534: "nobody/nogroup", 64030: "the image's slurm account", 64045: "the image's ceph account",
+             **dict.fromkeys({SERVICE_UID, SERVICE_GID}, "the scheduler service's account")}
+# Taken on AWS by the default user ('admin') cloud-init creates on Debian's AWS images.
 CLOUD_USER_ID = 1000
 
 
@@ -27,9 +32,39 @@ def external_db_needs_host(spec: Cluster) -> Iterator[Problem]:
         yield Problem("accounting.database.host", "host is only for kind: external", "remove host", db.host)
 
 
+@cache
+def mariadb_reserved_words() -> frozenset[str]:
+    """MariaDB's reserved words, lowercase (slurmforge/data/mariadb_reserved_words.txt)."""
+    text = resources.files("slurmforge").joinpath("data/mariadb_reserved_words.txt").read_text()
+    return frozenset(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
+
+
+# The databases MariaDB keeps for itself (and RDS, which adds none a name can take).
+MARIADB_OWN_DATABASES = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
+
+
+@check
+def database_name_not_reserved(spec: Cluster) -> Iterator[Problem]:
+    """The accounting database's name is neither a MariaDB reserved word (select, order,
+    ...) nor one of MariaDB's own databases (mysql, sys, ...): slurmdbd creates its database
+    with `create database <name>`, unquoted, and uses it as its own; RDS refuses reserved
+    words as DBName (Amazon RDS API Reference, CreateDBInstance: "Can't be a word reserved
+    by the specified database engine")."""
+    name = spec.accounting.database.name
+    if not spec.accounting.enabled:
+        return
+    if name.lower() in MARIADB_OWN_DATABASES:
+        yield Problem("accounting.database.name", "one of MariaDB's own databases",
+                      "use a database of its own, e.g. slurm_acct_db", name)
+    elif name.lower() in mariadb_reserved_words():
+        yield Problem("accounting.database.name", "a word MariaDB reserves: slurmdbd could not create the database",
+                      f"use e.g. {name.lower()}_db or slurm_acct_db", name)
+
+
 @check
 def account_parents(spec: Cluster) -> Iterator[Problem]:
-    """An account's parent exists and is not itself."""
+    """An account's parent exists and is not itself (root, Slurm's top account, is where an
+    account without a parent sits: the models read `parent: root` as no parent)."""
     names = {a.name for a in spec.accounting.accounts}
     for i, a in enumerate(spec.accounting.accounts):
         if a.parent and (a.parent not in names or a.parent == a.name):
@@ -42,7 +77,7 @@ def account_parents_acyclic(spec: Cluster) -> Iterator[Problem]:
     """Account parents form a tree: no account is its own ancestor."""
     accounts = spec.accounting.accounts
     index = {a.name: i for i, a in enumerate(accounts)}
-    for cycle in cycles({a.name: [a.parent] if a.parent else [] for a in accounts}):
+    for cycle in parent_cycles({a.name: a.parent for a in accounts}):
         yield Problem(f"accounting.accounts[{index[cycle[0]]}].parent", f"parent cycle {' -> '.join(cycle)}",
                       "let one of them have no parent (it then sits under root)", show_value=False)
 
@@ -77,10 +112,10 @@ def user_accounts_defined(spec: Cluster) -> Iterator[Problem]:
 @check
 def uid_gid_ranges(spec: Cluster) -> Iterator[Problem]:
     """uids and gids do not collide with each other (users get a private group with
-    gid = uid), nor with nobody (65534) or, on AWS, the image's default user (1000)."""
+    gid = uid), nor with ids the node image or the rollout give (nobody 65534, slurm, ceph,
+    the scheduler service's account) or, on AWS, the image's default user (1000)."""
     gids = {g.gid: g.name for g in spec.groups}
-    taken = {NOBODY_ID: "nobody/nogroup"} | ({CLOUD_USER_ID: "the image's default user 'admin'"}
-                                               if is_aws(spec) else {})
+    taken = IMAGE_IDS | ({CLOUD_USER_ID: "the image's default user 'admin'"} if is_aws(spec) else {})
     for i, u in enumerate(spec.users):
         if u.uid in gids:
             yield Problem(f"users[{i}].uid", f"equals the gid of group '{gids[u.uid]}' (users get a private "
@@ -145,7 +180,7 @@ def limits_are_enforced(spec: Cluster) -> Iterator[Problem]:
 def gpu_limits_need_gpus(spec: Cluster) -> Iterator[Problem]:
     """A GPU limit (QoS max_gpus_per_user, budget gpu_hours) needs a pool with GPUs: Slurm
     counts GPUs only when some node has them (AccountingStorageTRES=gres/gpu)."""
-    if any((hw := pool_hardware(p)) is not None and hw.gpus for p in spec.pools):
+    if any((hw := hardware(p)) is not None and hw.gpus for p in spec.pools):
         return
     for i, q in enumerate(spec.scheduling.qos):
         if q.max_gpus_per_user is not None:

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 from slurmforge.catalog import InstanceType, load_catalog, lookup
 from slurmforge.errors import Problem
-from slurmforge.nodes import SCHEDULABLE_MEMORY, pool_hardware
-from slurmforge.spec.checks.registry import check, dupes, is_aws
-from slurmforge.spec.models import Cluster, LocalTarget, PoolKind
+from slurmforge.nodes import SCHEDULABLE_MEMORY
+from slurmforge.spec.checks.registry import check, dupes, hardware, is_aws
+from slurmforge.spec.models import MAX_SLURM_NODES, Cluster, LocalTarget, PoolKind
 
 # A local node is a container on this machine; larger claims let Slurm place jobs the
 # machine cannot run (config_overrides makes slurmd trust the spec).
@@ -160,7 +160,7 @@ def memory_fits_type(spec: Cluster) -> Iterator[Problem]:
 def kind_matches_hardware(spec: Cluster) -> Iterator[Problem]:
     """A gpu pool has GPUs; a cpu pool has none."""
     for i, p in enumerate(spec.pools):
-        hw = pool_hardware(p)
+        hw = hardware(p)
         if hw is None:
             continue
         if p.kind is PoolKind.GPU and not hw.gpus:
@@ -181,12 +181,25 @@ def min_not_above_max(spec: Cluster) -> Iterator[Problem]:
 
 
 @check
+def node_count_slurm_holds(spec: Cluster) -> Iterator[Problem]:
+    """The pools' nodes fit slurmctld's node table: at most 65,536 in all (Slurm's
+    MAX_SLURM_NODES; slurmctld 24.11 refuses to create more node records). One pool is one
+    hostlist range, which holds as many at most (the models refuse a larger pool)."""
+    total = sum(p.max_nodes for p in spec.pools)
+    if total > MAX_SLURM_NODES:
+        largest = max(range(len(spec.pools)), key=lambda i: spec.pools[i].max_nodes)
+        yield Problem("pools", f"{total:,} nodes in all; slurmctld holds at most {MAX_SLURM_NODES:,}",
+                      f"lower max_nodes (pools[{largest}], {spec.pools[largest].name}, has "
+                      f"{spec.pools[largest].max_nodes:,}), or run a second cluster", show_value=False)
+
+
+@check
 def features_listed_once(spec: Cluster) -> Iterator[Problem]:
     """features never repeat, and never repeat the GPU model (it is added automatically)."""
     for i, p in enumerate(spec.pools):
         for f in sorted(dupes(p.features)):
             yield Problem(f"pools[{i}].features", "feature listed twice", "list it once", f)
-        hw = pool_hardware(p)
+        hw = hardware(p)
         if hw and hw.gpus and hw.gpu_model in p.features:
             yield Problem(f"pools[{i}].features[{p.features.index(hw.gpu_model)}]",
                           "the GPU model is already a feature of every node", "remove it", hw.gpu_model)
@@ -199,7 +212,7 @@ def local_pools_fit_a_container(spec: Cluster) -> Iterator[Problem]:
     if not isinstance(spec.target, LocalTarget):
         return
     for i, p in enumerate(spec.pools):
-        hw = pool_hardware(p)
+        hw = hardware(p)
         where = f"pools[{i}].instance_types" if p.instance_types else f"pools[{i}].hardware"
         if hw and hw.cpus > LOCAL_MAX_CPUS:
             yield Problem(where, f"{hw.cpus} CPUs per node; local nodes are containers sharing this machine",

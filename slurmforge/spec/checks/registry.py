@@ -7,9 +7,9 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TypeVar
 
 from slurmforge.errors import Problem
-from slurmforge.nodes import ceph_host_name
+from slurmforge.nodes import NodeHardware, ceph_host_name, pool_hardware
 from slurmforge.render import login_names
-from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market, StaticTarget
+from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market, Pool, StaticTarget
 
 Check = Callable[[Cluster], Iterator[Problem]]
 T = TypeVar("T", bound=Hashable)
@@ -22,15 +22,55 @@ def check(fn: Check) -> Check:
     return fn
 
 
-def run_checks(spec: Cluster) -> list[Problem]:
+# What several checks work out from the spec, kept while run_checks runs (the spec and
+# every part of it live until it returns): 100,000 pools must not be worked out a dozen times.
+_RUN: dict[object, object] | None = None
+R = TypeVar("R")
+
+
+def run_checks(spec: Cluster, most: int | None = None) -> list[Problem]:
+    """Every check's problems, in order; with `most`, it stops once it has found more
+    (most + 1 problems then: a spec of 100,000 bad pools need not be worded to the last)."""
+    global _RUN
     problems: list[Problem] = []
-    for fn in CHECKS:
-        problems.extend(fn(spec))
+    _RUN = {}
+    try:
+        for fn in CHECKS:
+            if most is None:
+                problems.extend(fn(spec))
+                continue
+            for problem in fn(spec):
+                problems.append(problem)
+                if len(problems) > most:
+                    return problems
+    finally:
+        _RUN = None
     return problems
 
 
+def per_run(fn: Callable[[Cluster], R]) -> Callable[[Cluster], R]:
+    """fn(spec), worked out once while run_checks runs."""
+    def cached(spec: Cluster) -> R:
+        if _RUN is None:
+            return fn(spec)
+        if fn not in _RUN:
+            _RUN[fn] = fn(spec)
+        return _RUN[fn]  # type: ignore[return-value]
+    return cached
+
+
+def hardware(pool: Pool) -> NodeHardware | None:
+    """nodes.pool_hardware, worked out once per pool while run_checks runs."""
+    if _RUN is None:
+        return pool_hardware(pool)
+    key = id(pool)
+    if key not in _RUN:
+        _RUN[key] = pool_hardware(pool)
+    return _RUN[key]  # type: ignore[return-value]
+
+
 def dupes(names: Sequence[T]) -> set[T]:
-    if len(set(names)) == len(names):  # the usual case, without counting
+    if len(names) < 2 or len(set(names)) == len(names):  # the usual cases, without counting
         return set()
     return {n for n, c in Counter(names).items() if c > 1}
 
@@ -82,6 +122,26 @@ def cycles(graph: dict[str, list[str]]) -> list[list[str]]:
     return found
 
 
+def parent_cycles(parents: dict[str, str | None]) -> list[list[str]]:
+    """The cycles of a graph in which each node has at most one parent, each once, as
+    [a, b, ..., a]; self-loops left out. One walk up from each node not yet seen: linear in
+    the nodes, where `cycles` keeps an iterator and a path entry per node of a long chain."""
+    seen: dict[str, bool] = {}  # node -> is it on the walk being made
+    found: list[list[str]] = []
+    for start in parents:
+        walk: list[str] = []
+        node: str | None = start
+        while node is not None and node not in seen:
+            seen[node] = True
+            walk.append(node)
+            node = parents.get(node)
+        if node is not None and seen[node] and node != walk[-1]:
+            found.append([*walk[walk.index(node):], node])
+        for name in walk:
+            seen[name] = False
+    return found
+
+
 def reaching_on_demand(spec: Cluster) -> set[str]:
     """The pools that are on-demand, or whose fallback chain reaches an on-demand pool:
     one walk backwards from the on-demand pools, linear in the pools and their links."""
@@ -90,6 +150,8 @@ def reaching_on_demand(spec: Cluster) -> set[str]:
         for f in p.fallback:
             fallen_back_from.setdefault(f, []).append(p.name)
     todo = [p.name for p in spec.pools if p.market is Market.ON_DEMAND]
+    if len(todo) == len(spec.pools):
+        return set(todo)
     found = set(todo)
     while todo:
         for name in fallen_back_from.get(todo.pop(), []):

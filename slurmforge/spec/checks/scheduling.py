@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from slurmforge.errors import Problem
-from slurmforge.nodes import pool_hardware
-from slurmforge.spec.checks.registry import check
+from slurmforge.spec.checks.registry import check, hardware
 from slurmforge.spec.models import Cluster, Partition
 
 # Slurm's default partition PriorityTier (man slurm.conf).
@@ -17,11 +16,23 @@ def _tier(part: Partition) -> int:
     return DEFAULT_PRIORITY_TIER if part.priority_tier is None else part.priority_tier
 
 
+def top_tiers(spec: Cluster) -> dict[str, int]:
+    """Each pool's highest priority tier among the partitions that hold it."""
+    top: dict[str, int] = {}
+    for part in spec.partitions:
+        tier = _tier(part)
+        for name in part.pools:
+            if top.get(name, -1) < tier:
+                top[name] = tier
+    return top
+
+
 def preemptible_partitions(spec: Cluster) -> list[int]:
     """partition_prio: the partitions whose jobs a job of another partition may preempt (a
-    partition of a higher tier shares a pool with them)."""
-    return [i for i, low in enumerate(spec.partitions)
-            if any(_tier(high) > _tier(low) and set(high.pools) & set(low.pools) for high in spec.partitions)]
+    partition of a higher tier shares a pool with them: one of their pools is in a higher
+    tier)."""
+    top = top_tiers(spec)
+    return [i for i, low in enumerate(spec.partitions) if any(top[name] > _tier(low) for name in low.pools)]
 
 
 def suspending(spec: Cluster) -> list[tuple[str, str]]:
@@ -90,6 +101,44 @@ def suspend_needs_gang(spec: Cluster) -> Iterator[Problem]:
                           "SUSPEND,GANG (partitions keep their own preempt_mode)", part.preempt_mode)
 
 
+def _gpu_pools(spec: Cluster) -> set[str]:
+    return {p.name for p in spec.pools if (hw := hardware(p)) is not None and hw.gpus}
+
+
+@check
+def suspend_not_over_gpus(spec: Cluster) -> Iterator[Problem]:
+    """Preempted jobs are never suspended on GPU nodes: a suspended job keeps its GPUs
+    ("Suspended jobs will not release GRES. Higher priority jobs will not be able to
+    preempt to gain access to GRES": slurm.conf(5), PreemptMode), so the job that
+    preempts it could never have them. partition_prio: a SUSPEND partition shares no GPU
+    pool with a partition of a higher tier; qos: SUSPEND,GANG needs a cluster without GPU
+    pools in its partitions."""
+    pre = spec.scheduling.preemption
+    gpus = _gpu_pools(spec)
+    if not gpus or pre.type == "none":
+        return
+    if pre.type == "qos":
+        used = sorted({name for part in spec.partitions for name in part.pools} & gpus)
+        if used and pre.mode.startswith("SUSPEND"):
+            yield Problem("scheduling.preemption.mode", f"QoS preemption would suspend jobs on the GPU nodes of "
+                          f"pool {used[0]}, and a suspended job keeps its GPUs: the preempting job could never have "
+                          "them", "use mode REQUEUE or CANCEL", pre.mode)
+        return
+    top = top_tiers(spec)
+    for i in preemptible_partitions(spec):
+        low = spec.partitions[i]
+        mode = low.preempt_mode or pre.mode
+        if not mode.startswith("SUSPEND"):
+            continue
+        shared = sorted({name for name in low.pools if name in gpus and top[name] > _tier(low)})
+        if shared:
+            path = f"partitions[{i}].preempt_mode" if low.preempt_mode else "scheduling.preemption.mode"
+            yield Problem(path, f"jobs of partition {low.name} on pool {shared[0]}'s GPU nodes would be suspended, "
+                          "and a suspended job keeps its GPUs: the preempting job could never have them",
+                          f"set partitions[{i}].preempt_mode: REQUEUE (or CANCEL), or keep GPU pools out of "
+                          f"{low.name}", mode)
+
+
 @check
 def suspend_needs_memory_room(spec: Cluster) -> Iterator[Problem]:
     """Suspending preempted jobs while Slurm schedules memory needs a default memory per
@@ -98,7 +147,7 @@ def suspend_needs_memory_room(spec: Cluster) -> Iterator[Problem]:
     its node's whole memory, or with a larger default, too much of it)."""
     sched = spec.scheduling
     found = suspending(spec) if sched.select_parameters.endswith("_Memory") else []
-    halves = [(p, hw, hw.memory_mb // (2 * hw.cpus)) for p in spec.pools for hw in [pool_hardware(p)] if hw]
+    halves = [(p, hw, hw.memory_mb // (2 * hw.cpus)) for p in spec.pools for hw in [hardware(p)] if hw]
     if not found or not halves:
         return
     pool, hw, half = min(halves, key=lambda phh: phh[2])
@@ -122,7 +171,7 @@ def default_mem_per_cpu_fits(spec: Cluster) -> Iterator[Problem]:
     per_cpu = spec.scheduling.default_mem_per_cpu_mb
     if per_cpu is None:
         return
-    over = [(p, hw) for p in spec.pools for hw in [pool_hardware(p)] if hw and per_cpu * hw.cpus > hw.memory_mb]
+    over = [(p, hw) for p in spec.pools for hw in [hardware(p)] if hw and per_cpu * hw.cpus > hw.memory_mb]
     if over:
         pool, hw = min(over, key=lambda ph: ph[1].memory_mb // ph[1].cpus)
         yield Problem("scheduling.default_mem_per_cpu_mb", f"{per_cpu} MB x {hw.cpus} CPUs is more than pool "

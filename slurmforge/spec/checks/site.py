@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 import unicodedata
 from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from slurmforge.catalog import lookup
-from slurmforge.errors import Problem, listing
+from slurmforge.errors import Problem, SortedListing, listing
 from slurmforge.hosts import OWN_TAG_KEYS, OWN_TAG_PREFIX, TAG_NAME
 from slurmforge.nodes import node_names, pool_hostlist
 from slurmforge.render import login_subnets
-from slurmforge.spec.checks.registry import check, dupes, is_aws
-from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, StaticTarget, is_domain
+from slurmforge.spec.checks.people import mariadb_reserved_words
+from slurmforge.spec.checks.registry import check, dupes, is_aws, per_run
+from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, StaticHost, StaticTarget, is_domain
 
 # AWS accepts VPC and subnet netmasks from /16 to /28, and keeps 5 addresses of every subnet.
 AWS_PREFIXES = range(16, 29)
@@ -21,6 +25,9 @@ AWS_RESERVED_PER_SUBNET = 5
 # podman's own default network; a local cluster network must not overlap it.
 PODMAN_DEFAULT = ipaddress.ip_network("10.88.0.0/16")
 LOCAL_MAX_NODES = 32
+# Addresses of a local network besides the nodes: network, gateway, broadcast, the head
+# containers and room for Ceph's.
+LOCAL_OTHER_ADDRESSES = 8
 # target.tags go on every resource the stack makes (the provider's default tags): instances
 # whose tags are in instance metadata (a node reads its name there), IAM roles, EFS, ...; a
 # tag must suit them all. EC2: keys of 1-127 characters (its API reference; IAM takes 128),
@@ -35,18 +42,41 @@ METADATA_RESERVED_KEYS = (".", "..", "_index")
 MAX_USER_TAGS = TAGS_PER_RESOURCE - len(OWN_TAG_KEYS)
 
 
-def _subnets(spec: Cluster) -> list[tuple[str, ipaddress.IPv4Network]]:
-    return [(f"network.{kind}[{i}].cidr", ipaddress.IPv4Network(s.cidr))
+@dataclass(frozen=True, slots=True)
+class _Net:
+    """A CIDR the models validated, as numbers (ipaddress's objects cost microseconds each:
+    seconds for the 200,000 subnets a 10 MB spec can list)."""
+
+    path: str
+    cidr: str
+    first: int
+    last: int
+    prefix: int
+
+    @classmethod
+    def of(cls, path: str, cidr: str) -> _Net:
+        address, _, prefix = cidr.partition("/")
+        first = int.from_bytes(socket.inet_aton(address), "big")
+        return cls(path, cidr, first, first + (1 << (32 - int(prefix))) - 1, int(prefix))
+
+    @property
+    def size(self) -> int:
+        return self.last - self.first + 1
+
+
+@per_run
+def _subnets(spec: Cluster) -> list[_Net]:
+    return [_Net.of(f"network.{kind}[{i}].cidr", s.cidr)
             for kind in ("public_subnets", "private_subnets") for i, s in enumerate(getattr(spec.network, kind))]
 
 
 @check
 def subnets_inside_vpc(spec: Cluster) -> Iterator[Problem]:
     """Subnets lie inside the VPC CIDR."""
-    vpc = ipaddress.IPv4Network(spec.network.vpc_cidr)
-    for path, net in _subnets(spec):
-        if not net.subnet_of(vpc):
-            yield Problem(path, f"outside vpc_cidr {vpc}", "pick a range inside the VPC", str(net))
+    vpc = _Net.of("network.vpc_cidr", spec.network.vpc_cidr)
+    for net in _subnets(spec):
+        if net.first < vpc.first or net.last > vpc.last:
+            yield Problem(net.path, f"outside vpc_cidr {vpc.cidr}", "pick a range inside the VPC", net.cidr)
 
 
 @check
@@ -55,12 +85,12 @@ def subnets_do_not_overlap(spec: Cluster) -> Iterator[Problem]:
     widest one it overlaps)."""
     # CIDR ranges either nest or are apart: in address order, a range overlaps an earlier
     # one exactly when it starts before the furthest end seen so far.
-    widest: tuple[str, ipaddress.IPv4Network] | None = None
-    for path, net in sorted(_subnets(spec), key=lambda s: (s[1].network_address, s[1].prefixlen)):
-        if widest is not None and net.network_address <= widest[1].broadcast_address:
-            yield Problem(path, f"overlaps {widest[0]} ({widest[1]})", "use disjoint ranges", str(net))
-        if widest is None or net.broadcast_address > widest[1].broadcast_address:
-            widest = (path, net)
+    widest: _Net | None = None
+    for net in sorted(_subnets(spec), key=lambda n: (n.first, n.prefix)):
+        if widest is not None and net.first <= widest.last:
+            yield Problem(net.path, f"overlaps {widest.path} ({widest.cidr})", "use disjoint ranges", net.cidr)
+        if widest is None or net.last > widest.last:
+            widest = net
 
 
 @check
@@ -68,9 +98,9 @@ def aws_cidr_sizes(spec: Cluster) -> Iterator[Problem]:
     """On AWS the VPC and every subnet are /16 to /28 (AWS refuses other sizes)."""
     if not is_aws(spec):
         return
-    for path, net in [("network.vpc_cidr", ipaddress.IPv4Network(spec.network.vpc_cidr)), *_subnets(spec)]:
-        if net.prefixlen not in AWS_PREFIXES:
-            yield Problem(path, f"/{net.prefixlen}; AWS accepts /16 to /28", "use a size from /16 to /28", str(net))
+    for net in [_Net.of("network.vpc_cidr", spec.network.vpc_cidr), *_subnets(spec)]:
+        if net.prefix not in AWS_PREFIXES:
+            yield Problem(net.path, f"/{net.prefix}; AWS accepts /16 to /28", "use a size from /16 to /28", net.cidr)
 
 
 @check
@@ -78,11 +108,10 @@ def private_subnets_fit_nodes(spec: Cluster) -> Iterator[Problem]:
     """On AWS the private subnets have an address for every node the pools may start."""
     if not is_aws(spec) or not spec.network.private_subnets:
         return
-    usable = sum(ipaddress.IPv4Network(s.cidr).num_addresses - AWS_RESERVED_PER_SUBNET
-                 for s in spec.network.private_subnets)
+    usable = sum(_Net.of("", s.cidr).size - AWS_RESERVED_PER_SUBNET for s in spec.network.private_subnets)
     nodes = sum(p.max_nodes for p in spec.pools)
     if usable < nodes:
-        yield Problem("network.private_subnets", f"{usable} usable addresses for up to {nodes} nodes",
+        yield Problem("network.private_subnets", f"{usable:,} usable addresses for up to {nodes:,} nodes",
                       "use larger private subnets (a /20 holds 4,091 nodes) or lower max_nodes", show_value=False)
 
 
@@ -90,8 +119,9 @@ def private_subnets_fit_nodes(spec: Cluster) -> Iterator[Problem]:
 def private_subnets_distinct_zones(spec: Cluster) -> Iterator[Problem]:
     """Private subnets sit in distinct zones, and on AWS there are at least two."""
     zones = [s.zone for s in spec.network.private_subnets]
+    twice = dupes(zones)
     for i, s in enumerate(spec.network.private_subnets):
-        if s.zone in dupes(zones):
+        if s.zone in twice:
             yield Problem(f"network.private_subnets[{i}].zone", "duplicate zone",
                           "one private subnet per zone", s.zone)
     if is_aws(spec) and len(set(zones)) < 2:
@@ -156,18 +186,115 @@ def aws_tags(spec: Cluster) -> Iterator[Problem]:
     """target.tags suit every resource they go on: keys of 1-127 letters, digits and
     + - = . _ : @ (instance metadata, where nodes read their tags, takes no spaces or '/';
     IAM no ','), not '.', '..' or '_index', not aws:... (AWS's) nor slurmforge:... or Name
-    (the stack's own); values of at most 256 letters, digits, spaces and _ . : / = + - @;
-    at most 40 tags (EC2 takes 50 a resource; slurmforge's own keys are 10)."""
+    (the stack's own), no two that differ only in case (IAM compares keys so); values of at
+    most 256 letters, digits, spaces and _ . : / = + - @; at most 40 tags (EC2 takes 50 a
+    resource; slurmforge's own keys are 10). Sources: the EC2, IAM and EFS API References'
+    Tag (keys of 127, 128 and 128 characters; values of 256; no aws: prefix; IAM's and
+    EFS's characters), the EC2 User Guide's instance tags in instance metadata (its key
+    characters and reserved keys), AWS's tagging guide (50 tags a resource).
+    tests/unit/test_aws_names.py runs what moto enforces of them (EC2's 50 tags, IAM's
+    lengths, characters, count and case)."""
     if not isinstance(spec.target, AwsTarget):
         return
     tags = spec.target.tags
+    folded: dict[str, str] = {}
     for key, value in tags.items():
         for found, shown in ((_tag_key_problem(key), None), (_tag_value_problem(value), value)):
             if found:
                 yield Problem(_tag_path(key), found[0], found[1], shown)
+        first = folded.setdefault(key.casefold(), key)
+        if first != key:
+            yield Problem(_tag_path(key), f"the same key as {first!r} to IAM, which ignores case",
+                          "keep one of them", show_value=False)
     if len(tags) > MAX_USER_TAGS:
         yield Problem("target.tags", f"{len(tags)} tags; EC2 takes {TAGS_PER_RESOURCE} a resource and slurmforge's "
                       f"own keys are {len(OWN_TAG_KEYS)}", f"keep at most {MAX_USER_TAGS}", show_value=False)
+
+
+# RDS's master user name for MariaDB (Amazon RDS API Reference, CreateDBInstance,
+# MasterUsername: "1 to 16 letters, numbers, or underscores; first character must be a
+# letter; can't be a reserved word for the chosen database engine"). moto does not check it.
+RDS_USER = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,15}")
+# Domains the cluster's own machines resolve in the VPC: AWS's service endpoints (EFS, SSM,
+# Secrets Manager, RDS's own address) and EC2's private host names.
+AWS_DOMAINS = ("amazonaws.com", "compute.internal", "ec2.internal")
+
+
+def _stack_makes_rds(spec: Cluster) -> bool:
+    """stacks/database.py: RDS for an external accounting database on AWS."""
+    db = spec.accounting.database
+    return is_aws(spec) and spec.accounting.enabled and db.kind == "external"
+
+
+@check
+def rds_database(spec: Cluster) -> Iterator[Problem]:
+    """Where the stack makes the accounting database (target aws, database kind external),
+    RDS takes its user as the master user (1-16 letters, digits and '_', a letter first:
+    Amazon RDS API Reference, CreateDBInstance, MasterUsername; not a reserved word), and
+    the host is the DNS name the stack publishes RDS's address under in a private zone (the
+    host minus its first label): not an IP address (RDS picks its own), not a bare name (no
+    zone can hold it)."""
+    if not _stack_makes_rds(spec):
+        return
+    db = spec.accounting.database
+    if not RDS_USER.fullmatch(db.user):
+        yield Problem("accounting.database.user", "not a master user name RDS takes",
+                      "1-16 letters, digits and '_', a letter first (e.g. slurm)", db.user)
+    elif db.user.lower() in mariadb_reserved_words():
+        yield Problem("accounting.database.user", "a word MariaDB reserves: RDS refuses it as the master user",
+                      "use e.g. slurm", db.user)
+    host = db.host or ""
+    try:
+        ipaddress.ip_address(host)
+        yield Problem("accounting.database.host", "an IP address, but the stack makes RDS, which picks its own",
+                      f"name it instead: the stack publishes RDS's address under that name in the VPC (e.g. "
+                      f"db.{spec.name}.internal)", host)
+    except ValueError:
+        if host and "." not in host:
+            yield Problem("accounting.database.host", "a bare name: the stack publishes RDS's address in a private "
+                          "DNS zone, the name minus its first label", f"use a name with a domain, e.g. "
+                          f"{host}.{spec.name}.internal", host)
+
+
+def _within(name: str, zone: str) -> bool:
+    name, zone = name.lower().rstrip("."), zone.lower().rstrip(".")
+    return name == zone or name.endswith("." + zone)
+
+
+@check
+def database_zone_shadows_nothing(spec: Cluster) -> Iterator[Problem]:
+    """The private DNS zone the stack makes for an RDS accounting database (the host minus
+    its first label) holds no name the cluster resolves elsewhere: in the VPC the zone
+    answers for every name in it, and a name it lacks does not exist ("Resolver doesn't
+    forward the request to a public DNS resolver. Instead, it returns NXDOMAIN": Amazon
+    Route 53 Developer Guide, Considerations when working with a private hosted zone). So
+    not the mail relay, not the alert webhook's host, not AWS's own domains (amazonaws.com:
+    EFS, SSM, RDS's address itself; compute.internal, ec2.internal: EC2's host names)."""
+    host = spec.accounting.database.host or ""
+    if not _stack_makes_rds(spec) or "." not in host or _is_ip(host):
+        return
+    zone = host.split(".", 1)[1]
+    webhook = spec.monitoring.alerts.webhook
+    outside = [("mail.relay", spec.mail.relay), ("monitoring.alerts.webhook", urlsplit(webhook).hostname
+                                                    if webhook else None)]
+    for path, name in outside:
+        if name and not _is_ip(name) and _within(name, zone):
+            yield Problem("accounting.database.host", f"the stack would make a private DNS zone {zone}, and {path} "
+                          f"({name}) is in it: the cluster could no longer resolve it", "name the database "
+                          f"in a domain of its own, e.g. db.{spec.name}.internal", host)
+    aws = [domain for domain in AWS_DOMAINS if _within(zone, domain) or _within(domain, zone)]
+    if aws:
+        yield Problem("accounting.database.host", f"the stack would make a private DNS zone {zone}, which "
+                      f"overlaps AWS's {' and '.join(aws)}: the cluster's machines could no longer resolve AWS's "
+                      f"names", f"name the database in a domain of its own, e.g. db.{spec.name}.internal", host)
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 @check
@@ -250,33 +377,54 @@ def login_node_exists(spec: Cluster) -> Iterator[Problem]:
                       "use login_count: 1 or more", 0)
 
 
+def _static_hosts(target: StaticTarget) -> list[tuple[str, str, str, StaticHost]]:
+    """(path, role, which one, host) of every machine of a static target: the pools' nodes
+    first, then the head machines (a machine named twice is reported where it is a head)."""
+    hosts = [(f"target.nodes.{pool}[{j}]", "node", f"node {h.name} of pool {pool}", h)
+             for pool, members in target.nodes.items() for j, h in enumerate(members)]
+    hosts.append(("target.controller", "controller", "the controller", target.controller))
+    if target.backup_controller is not None:
+        hosts.append(("target.backup_controller", "backup controller", "the backup controller",
+                      target.backup_controller))
+    hosts += [(f"target.login[{j}]", "login host", f"login host {h.name}", h) for j, h in enumerate(target.login)]
+    return hosts
+
+
 @check
 def static_target_hosts(spec: Cluster) -> Iterator[Problem]:
     """A static target lists, for every pool, exactly max_nodes machines; hosts only for
-    known pools; every name and address once."""
+    known pools; every machine once: no name (compared as DNS does, ignoring case) or
+    address twice, none called localhost (every machine's name for itself)."""
     target = spec.target
     if not isinstance(target, StaticTarget):
         return
     pools = {p.name: p for p in spec.pools}
-    hosts = [target.controller, *([target.backup_controller] if target.backup_controller else []), *target.login]
+    known = SortedListing(pools)
     for pool_name, members in target.nodes.items():
         if pool_name not in pools:
-            yield Problem(f"target.nodes.{pool_name}", "unknown pool", f"use one of: {listing(sorted(pools))}",
-                          pool_name)
-            continue
-        if len(members) != pools[pool_name].max_nodes:
+            yield Problem(f"target.nodes.{pool_name}", "unknown pool", f"use one of: {known}", pool_name)
+        elif len(members) != pools[pool_name].max_nodes:
             yield Problem(f"target.nodes.{pool_name}", f"{len(members)} host(s) for max_nodes "
                           f"{pools[pool_name].max_nodes}", "list one machine per node, or change max_nodes",
                           show_value=False)
-        hosts += members
     for i, p in enumerate(spec.pools):
         if p.name not in target.nodes:
             yield Problem(f"pools[{i}].name", "no machines listed under target.nodes",
                           f"add target.nodes.{p.name} with its {p.max_nodes} machine(s)", p.name)
-    for name in sorted(dupes([h.name for h in hosts])):
-        yield Problem("target", "host named twice", "give each machine one role", name)
-    for address in sorted(dupes([h.address for h in hosts])):
-        yield Problem("target", "address used twice", "give each machine its own address", address)
+    names: dict[str, str] = {}
+    addresses: dict[str, str] = {}
+    for path, what, role, host in _static_hosts(target):
+        if host.name.lower() == "localhost":
+            yield Problem(f"{path}.name", "localhost is every machine's name for itself",
+                          "use the machine's own host name", host.name)
+        elif host.name.lower() in names:
+            yield Problem(f"{path}.name", f"also {names[host.name.lower()]}: one machine cannot be both",
+                          f"give the {what} a machine of its own", host.name)
+        if host.address in addresses:
+            yield Problem(f"{path}.address", f"also the address of {addresses[host.address]}",
+                          f"give the {what} a machine of its own", host.address)
+        names.setdefault(host.name.lower(), role)
+        addresses.setdefault(host.address, role)
 
 
 @check
@@ -310,8 +458,9 @@ def static_host_names_match_nodes(spec: Cluster) -> Iterator[Problem]:
     if not isinstance(spec.target, StaticTarget):
         return
     for p in spec.pools:
-        expected = set(node_names(spec, p))
-        for j, host in enumerate(spec.target.nodes.get(p.name, [])):
+        hosts = spec.target.nodes.get(p.name, [])
+        expected = set(node_names(spec, p)) if hosts else set()
+        for j, host in enumerate(hosts):
             if host.name not in expected:
                 yield Problem(f"target.nodes.{p.name}[{j}].name", f"Slurm names this pool's nodes "
                               f"{pool_hostlist(spec, p)}", "rename the machine, or set the pool's node_prefix",
@@ -328,8 +477,12 @@ def local_target_size(spec: Cluster) -> Iterator[Problem]:
         yield Problem("pools", f"{total} nodes on one machine", f"keep local clusters at {LOCAL_MAX_NODES} nodes "
                       "or fewer", show_value=False)
     net = ipaddress.ip_network(spec.target.subnet)
-    if net.num_addresses < total + 8:
-        yield Problem("target.subnet", "too small for every node", "use a /24", spec.target.subnet)
+    needed = min(total, LOCAL_MAX_NODES) + LOCAL_OTHER_ADDRESSES
+    if net.num_addresses < needed:
+        prefix = 32 - (needed - 1).bit_length()
+        yield Problem("target.subnet", f"{net.num_addresses} addresses for {min(total, LOCAL_MAX_NODES)} nodes and "
+                      f"the cluster's own {LOCAL_OTHER_ADDRESSES}", f"use a /{prefix} or larger (e.g. a /24)",
+                      spec.target.subnet)
 
 
 @check
