@@ -67,6 +67,7 @@ def stack(args: argparse.Namespace) -> dict[str, bool]:
         phase = stack_phase.run(aws, Path(tmp), reuse=args.quick)
         stack_phase.roll_out(phase)
         jobs = stack_phase.first_jobs(phase, "alice")
+        stack_phase.validate(phase)
         stack_phase.down(phase)
         started = time.monotonic()
         problems = stack_phase.destroy(phase)
@@ -79,7 +80,7 @@ def stack(args: argparse.Namespace) -> dict[str, bool]:
     print(f"stack: `pulumi up` {phase.seconds['stack']:.1f} s ({len(phase.engine.seconds)} resources; "
           f"golden image {bake:.0f} s: {baked})")
     for what in ("head nodes booted", "inventory", "ssh", "rollout", "pool nodes launched -> job done",
-                 "job on nodes up", "down", "destroy"):
+                 "job on nodes up", "validate", "down", "destroy"):
         print(f"  {what}: {phase.seconds[what]:.1f} s")
     for error in [*problems, *errors][:5]:
         print(f"  problem: {error}")

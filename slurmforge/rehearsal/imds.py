@@ -131,7 +131,10 @@ class Imds:
         handler.send_header("Content-Type", "text/plain")
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
-        handler.wfile.write(body)
+        try:
+            handler.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):  # the caller gave up waiting (its timeout): its loss
+            log.debug("IMDS %s %s from %s: the caller left before the answer", method, handler.path, source)
 
     def instance_at(self, address: str) -> str | None:
         """The instance a request from `address` is about: the one with that private address

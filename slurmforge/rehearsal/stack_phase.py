@@ -265,6 +265,16 @@ def first_jobs(phase: StackPhase, user: str) -> dict[str, str]:
     return {"cold": cold, "warm": warm}
 
 
+def validate(phase: StackPhase) -> str:
+    """`slurmforge validate --inventory` as docs/aws.md has the admin run it: the
+    live-cluster checks on every host, through the login node."""
+    started = time.monotonic()
+    printed = _admin(["slurmforge", "validate", "--inventory", str(phase.inventory)], phase.env, phase.workdir,
+                     timeout=JOB_TIMEOUT)
+    phase.seconds["validate"] = time.monotonic() - started
+    return printed
+
+
 def down(phase: StackPhase) -> str:
     """`slurmforge down --inventory` as docs/aws.md has the admin run it before `pulumi
     destroy`: the scheduler service stopped, every pool machine it launched terminated."""

@@ -153,10 +153,13 @@ def test_nodes_have_the_spec_hardware_and_state(live: LiveCluster) -> None:
 
 
 def test_shared_mounts_present_and_shared(live: LiveCluster) -> None:
+    """Home and software are the same on every host; Slurm's state on every controller
+    (only they mount it, on every target)."""
     mounts = live.spec.storage.nas.mounts
-    hosts = live.up_hosts
-    writer, readers = live.connect(hosts[0]), hosts[1:]
-    for path in (mounts.home, mounts.software, mounts.slurm_state):
+    controllers = [h for h in live.up_hosts if h.role is HostRole.CONTROLLER]
+    for path, hosts in ((mounts.home, live.up_hosts), (mounts.software, live.up_hosts),
+                        (mounts.slurm_state, controllers)):
+        writer, readers = live.connect(hosts[0]), hosts[1:]
         probe = f"{path.rstrip('/')}/.slurmforge-validate-{hosts[0].name}"
         writer.check_output(f"echo shared > {probe}")
         try:

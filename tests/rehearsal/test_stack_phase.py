@@ -4,8 +4,9 @@ the golden image with their own user data, then the admin's steps of docs/aws.md
 stack outputs, `slurmforge inventory --from-stack-outputs`, SSH to the login node's
 Elastic IP with the key pair, every host reached through it with sudo, `slurmforge rollout
 --inventory` - a user's first jobs on the pool's powered-down nodes, which the scheduler
-service launches through EC2 Fleet and which join with their own user data, `slurmforge down
---inventory` and `pulumi destroy`, which must leave nothing of the stack in the stand-in.
+service launches through EC2 Fleet and which join with their own user data, `slurmforge
+validate --inventory`, `slurmforge down --inventory` and `pulumi destroy`, which must leave
+nothing of the stack in the stand-in.
 
 The golden image is reused when one was baked from the same inputs (the quick mode);
 SLURMFORGE_REHEARSAL_REBAKE=1 bakes it through the program's dynamic provider. Needs root
@@ -77,6 +78,7 @@ def rehearsed() -> Iterator[Rehearsed]:
         phase = stack_phase.run(aws, Path(tmp), reuse=reuse)
         rolled = stack_phase.roll_out(phase)
         jobs = stack_phase.first_jobs(phase, "alice")
+        validated = stack_phase.validate(phase)
         login = next(h for h in phase.hosts if h.role == "login")
         found = {
             "authorized": subprocess.run(["podman", "exec", login.container, "cat", "/home/admin/.ssh/authorized_keys"],
@@ -89,6 +91,7 @@ def rehearsed() -> Iterator[Rehearsed]:
             "held": _held(aws),
             "rollout": rolled,
             "jobs": jobs,
+            "validate": validated,
             "pool instances": [i for r in aws.session.client("ec2").describe_instances(Filters=[
                 {"Name": "tag:slurmforge:pool", "Values": ["cpu"]}])["Reservations"] for i in r["Instances"]],
             "fleets": aws.session.client("ec2").describe_fleets()["Fleets"],
@@ -174,3 +177,8 @@ def test_a_first_job_launches_the_pool_through_ec2_fleet_and_its_ranks_find_each
 def test_down_releases_every_pool_machine_and_no_head_node(rehearsed: Rehearsed) -> None:
     found = rehearsed.before_destroy
     assert sorted(found["after down"]["instances"]) == sorted(h.instance_id for h in rehearsed.phase.hosts)
+
+
+def test_the_live_cluster_checks_pass_on_the_rehearsed_aws_cluster(rehearsed: Rehearsed) -> None:
+    """`slurmforge validate --inventory` through the login node, the pool's nodes up."""
+    assert "passed every check" in rehearsed.before_destroy["validate"]
