@@ -18,8 +18,13 @@ scheduler service through EC2 Fleet, joined by their user data), `slurmforge dow
 image phase then boots the kept image once more and checks its record, IMDSv2 and units.
 About 4 minutes on 2 cores (the build most of it).
 
+A spot interruption follows the first job: a job on the spot pool, EC2's warning sent as an
+EventBridge event, the instance taken 120 s later; the service must drain, signal, requeue
+and run the job again on the fallback link's on-demand machine.
+
 `--quick` (tests/rehearsal): the same, except that an image baked before from the same
-inputs is reused (as Pulumi leaves an unchanged resource alone) - about a minute.
+inputs is reused (as Pulumi leaves an unchanged resource alone) and the spot interruption
+is left out (`--spot` keeps it) - about two and a half minutes.
 Needs root and podman; exits 1 when a check fails.
 """
 
@@ -36,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from slurmforge.errors import ProvisionError  # noqa: E402
+from slurmforge.hosts import TAG_LINK  # noqa: E402
 from slurmforge.rehearsal import image_phase, stack_phase  # noqa: E402
 from slurmforge.rehearsal.stack import DYNAMIC  # noqa: E402
 from slurmforge.rehearsal.stand_in import stand_in  # noqa: E402
@@ -68,6 +74,7 @@ def stack(args: argparse.Namespace) -> dict[str, bool]:
         stack_phase.roll_out(phase)
         jobs = stack_phase.first_jobs(phase, "alice")
         stack_phase.validate(phase)
+        spot = stack_phase.spot_interruption(phase, aws, "alice") if args.spot or not args.quick else None
         stack_phase.down(phase)
         started = time.monotonic()
         problems = stack_phase.destroy(phase)
@@ -80,7 +87,9 @@ def stack(args: argparse.Namespace) -> dict[str, bool]:
     print(f"stack: `pulumi up` {phase.seconds['stack']:.1f} s ({len(phase.engine.seconds)} resources; "
           f"golden image {bake:.0f} s: {baked})")
     for what in ("head nodes booted", "inventory", "ssh", "rollout", "pool nodes launched -> job done",
-                 "job on nodes up", "validate", "down", "destroy"):
+                 "job on nodes up", "validate", "spot notice -> job running again", "down", "destroy"):
+        if what not in phase.seconds:
+            continue
         print(f"  {what}: {phase.seconds[what]:.1f} s")
     for error in [*problems, *errors][:5]:
         print(f"  problem: {error}")
@@ -91,6 +100,12 @@ def stack(args: argparse.Namespace) -> dict[str, bool]:
             h.reached == f"{h.name} root" for h in phase.hosts),
         "a first job's two ranks ran on the pool's nodes, launched through EC2 Fleet, each resolving both":
             sorted(jobs["cold"].splitlines()[:2]) == [f"{r} {nodes[r]} {' '.join(nodes)}" for r in (0, 1)],
+        **({} if spot is None else {
+            "a spot notice through EventBridge and the queue: node drained, job requeued once": (
+                "interruption" in spot["reason"] and spot["states"].count("REQUEUED") == 1),
+            "the requeued job ran again on the fallback link's on-demand machine": (
+                spot["second"].get("InstanceLifecycle") != "spot"
+                and {"Key": TAG_LINK, "Value": "cpu"} in spot["second"].get("Tags", []))}),
         "destroy removed everything": not problems,
         "the stack phase's machines kept up without error": not errors,
     }
@@ -99,6 +114,7 @@ def stack(args: argparse.Namespace) -> dict[str, bool]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="reuse an image baked from the same inputs")
+    parser.add_argument("--spot", action="store_true", help="the spot interruption in quick mode too (~2-4 min)")
     parser.add_argument("-v", "--verbose", action="store_true", help="every machine event as it happens")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")

@@ -368,8 +368,10 @@ def _bucket_object(e: StandInEngine, name: str, i: dict[str, Any]) -> tuple[str,
 
 
 def _queue(e: StandInEngine, name: str, i: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    url = e.sqs.create_queue(QueueName=i.get("name", name), Attributes={
-        "SqsManagedSseEnabled": str(bool(i.get("sqsManagedSseEnabled"))).lower()})["QueueUrl"]
+    attributes = {"SqsManagedSseEnabled": str(bool(i.get("sqsManagedSseEnabled"))).lower()}
+    if i.get("messageRetentionSeconds"):
+        attributes["MessageRetentionPeriod"] = str(int(i["messageRetentionSeconds"]))
+    url = e.sqs.create_queue(QueueName=i.get("name", name), Attributes=attributes)["QueueUrl"]
     arn = e.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     return str(url), {"url": url, "arn": arn}  # a queue's id is its URL
 

@@ -23,6 +23,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,9 @@ from slurmforge.spec import validate_data
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_SPEC = ROOT / "examples" / "pools-aws.yaml"
 CLUSTER = "rehearsal"
+SPOT_POOL, SPOT_PARTITION = "cpu-spot", "ml-cpu-spot"
+NOTICE_SECONDS = 120.0
+"""EC2's warning: the instance is taken this long after the interruption notice."""
 BOOT_TIMEOUT = 300
 SSH_TIMEOUT = 120
 ROLLOUT_TIMEOUT = 1800
@@ -53,7 +57,8 @@ ROLLOUT_TIMEOUT = 1800
 def rehearsal_spec(out: Path) -> Path:
     """examples/pools-aws.yaml as this machine can hold it, validated like a user's file:
     the cluster named `rehearsal` (its secrets and state apart from any real cluster's);
-    the CPU pool, at most two nodes; no Ceph (its EBS volumes need udev, which the machines
+    the CPU pool, at most two nodes, and a CPU spot pool of one node falling back to it (the
+    example's spot pool is a GPU one); no Ceph (its EBS volumes need udev, which the machines
     lack). What is cut is named in docs/rehearsal.md."""
     data = yaml.safe_load(SOURCE_SPEC.read_text())
     data["name"] = CLUSTER
@@ -61,6 +66,11 @@ def rehearsal_spec(out: Path) -> Path:
     data["pools"] = [{**p, "max_nodes": 2} for p in data["pools"] if p["kind"] == "cpu"]
     kept = {p["name"] for p in data["pools"]}
     data["partitions"] = [p for p in data["partitions"] if set(p["pools"]) <= kept]
+    # the example's spot pool is a GPU one: a CPU spot pool falling back to on-demand stands for it
+    data["pools"].append({"name": SPOT_POOL, "kind": "cpu", "instance_types": ["t3.medium"], "market": "spot",
+                          "max_nodes": 1, "fallback": ["cpu"], "zones": ["us-east-1a", "us-east-1b"]})
+    data["partitions"].append({"name": SPOT_PARTITION, "pools": [SPOT_POOL], "max_time": "1-00:00:00",
+                               "default_time": "01:00:00", "allow_groups": ["ml-users"]})
     data["scheduling"] = {k: v for k, v in data["scheduling"].items() if k != "default_gpu_pool"}
     del data["storage"]["ceph"]
     try:
@@ -263,6 +273,62 @@ def first_jobs(phase: StackPhase, user: str) -> dict[str, str]:
     warm = login_shell(phase, user, RANKS)
     phase.seconds["job on nodes up"] = time.monotonic() - started
     return {"cold": cold, "warm": warm}
+
+
+def _wait(what: str, check: Any, timeout: float, every: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        if time.monotonic() > deadline:
+            raise ProvisionError(f"the rehearsal: {what} not after {int(timeout)} s")
+        time.sleep(every)
+    return found
+
+
+def _node_instance(aws: StandIn, node: str) -> dict[str, Any] | None:
+    found = [i for r in aws.session.client("ec2").describe_instances(Filters=[
+        {"Name": "tag:slurmforge:node", "Values": [node]},
+        {"Name": "instance-state-name", "Values": ["pending", "running"]}])["Reservations"] for i in r["Instances"]]
+    return found[0] if found else None
+
+
+def spot_interruption(phase: StackPhase, aws: StandIn, user: str) -> dict[str, Any]:
+    """A job on the spot pool's node; EC2's interruption warning for its instance, sent as
+    EC2 sends it (an EventBridge event, which the stack's rule puts on the spot queue), and
+    the instance taken NOTICE_SECONDS later unless gone before. The scheduler service reads
+    the queue, drains the node, signals the job and requeues it with the spot link cooled:
+    the job runs again on the node, now an on-demand instance of the fallback link. What
+    happened, for the caller to judge."""
+    node = f"{CLUSTER}-{SPOT_POOL}-01"
+    job = login_shell(phase, user, f"sbatch --parsable -p {SPOT_PARTITION} --requeue -o spot-%j.out "
+                      "--wrap 'for i in $(seq 1800); do sleep 1; done'").strip().split(";")[0]
+    state = f"squeue -h -j {job} -o %T"
+    _wait(f"job {job} running", lambda: login_shell(phase, user, state).strip() == "RUNNING", BOOT_TIMEOUT, 2)
+    first = _wait(f"{node}'s instance", lambda: _node_instance(aws, node), 30)
+    ec2, events = aws.session.client("ec2"), aws.session.client("events")
+    noticed = time.monotonic()
+    events.put_events(Entries=[{"Source": "aws.ec2", "DetailType": "EC2 Spot Instance Interruption Warning",
+                                "Resources": [f"arn:aws:ec2:{aws.region}::instance/{first['InstanceId']}"],
+                                "Detail": json.dumps({"instance-id": first["InstanceId"],
+                                                      "instance-action": "terminate"})}])
+
+    def take() -> None:  # EC2 takes the instance at the end of the warning
+        time.sleep(NOTICE_SECONDS)
+        ec2.terminate_instances(InstanceIds=[first["InstanceId"]])
+
+    threading.Thread(target=take, daemon=True, name="spot-taken").start()
+    reason = _wait(f"{node} drained for the notice", lambda: next((line for line in login_shell(
+        phase, "root", f"sinfo -h -n {node} -o '%E'").splitlines() if "interrupt" in line), None), NOTICE_SECONDS, 1)
+
+    def again() -> dict[str, Any] | None:
+        now = _node_instance(aws, node)
+        running = now is not None and now["InstanceId"] != first["InstanceId"]
+        return now if running and login_shell(phase, user, state).strip() == "RUNNING" else None
+
+    second = _wait(f"job {job} running again", again, 3 * NOTICE_SECONDS + BOOT_TIMEOUT, 2)
+    phase.seconds["spot notice -> job running again"] = time.monotonic() - noticed
+    states = login_shell(phase, user, f"sacct -j {job} -X -D -n -P -o State").split()
+    login_shell(phase, user, f"scancel {job}")
+    return {"job": job, "first": first, "second": second, "reason": reason, "states": states}
 
 
 def validate(phase: StackPhase) -> str:

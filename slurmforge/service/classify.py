@@ -100,7 +100,14 @@ from slurmforge.service.actions import (
 )
 from slurmforge.service.handoff import HandoffKind
 from slurmforge.service.slurm import NodeState
-from slurmforge.service.state import JOINING, InterruptionRecord, Request, ServiceState, backoff
+from slurmforge.service.state import (
+    INTERRUPTION_COOLDOWN,
+    JOINING,
+    InterruptionRecord,
+    Request,
+    ServiceState,
+    backoff,
+)
 from slurmforge.service.topology import NodeInfo, Topology
 
 OWN_REASON = "slurmforge:"
@@ -178,6 +185,13 @@ class NodeStatus(Enum):
     """Powering up on a machine that started before the power-up was requested, or before
     the slurmctld in control took control."""
     DIED_BOOTING = "died-booting"
+    COMPLETING_ON_NOTHING = "completing-on-nothing"
+    """Slurm waits for a job to finish on a node whose machine is gone (a requeue or a
+    POWER_DOWN_FORCE that reached the node as its machine went): no slurmd will ever answer,
+    and the power-save thread powers down no node with a completing job, so the job would
+    wait for SlurmdTimeout (300 s) and the node with it. POWER_DOWN_FORCE again ends it:
+    slurmctld takes the node out of each completing job (kill_running_job_by_node_name,
+    job_mgr.c) and the requeued job may start elsewhere at once."""
     INSTANCE_LOST = "instance-lost"
     MISSING = "missing"
     NOT_RESPONDING = "not-responding"
@@ -426,6 +440,8 @@ class Context:
         if live:
             return NodeStatus.RELEASE
         if node.is_powering_down():
+            if "COMPLETING" in node.flags and "POWERING_DOWN" not in node.flags:
+                return NodeStatus.COMPLETING_ON_NOTHING
             return NodeStatus.OFF
         if (node.is_down() or node.is_drain()) and is_recoverable(node.reason):
             return NodeStatus.RESET
@@ -529,6 +545,8 @@ class Context:
             actions += self._unbind(name, inst)
         elif status is NodeStatus.RESET:
             actions.append(PowerDown((name,), _own(f"reset after '{node.reason}'")))
+        elif status is NodeStatus.COMPLETING_ON_NOTHING:
+            actions.append(PowerDown((name,), node.reason or _own(f"no machine finishes {name}'s jobs")))
         elif status is NodeStatus.START_STATIC:
             actions.append(PowerUp((name,)))
         elif status is NodeStatus.NEEDS_ADDRESS and inst is not None and inst.address:
@@ -658,10 +676,10 @@ class Context:
             actions.append(Terminate(inst.id, name, detail))
         return actions
 
-    def _cooldown(self, link: str, reason: str) -> MarkCooldown:
+    def _cooldown(self, link: str, reason: str, at_least: float = 0.0) -> MarkCooldown:
         previous = self.state.cooldowns.get(link)
         failures = (previous.failures if previous else 0) + 1
-        return MarkCooldown(link, self.now + backoff(failures), failures, reason)
+        return MarkCooldown(link, self.now + max(backoff(failures), at_least), failures, reason)
 
     # ------------------------------------------------------------------ after the nodes
 
@@ -718,7 +736,8 @@ class Context:
             actions: list[Action] = [Drain((node,), _own("spot interruption notice"))]
             if jobs:
                 actions.append(Signal(jobs, self.tun.signal))
-            return [*actions, self._cooldown(link, "spot interruption"),
+            return [*actions, self._cooldown(link, "spot interruption",
+                                             at_least=self.tun.checkpoint_grace + INTERRUPTION_COOLDOWN),
                     AdvanceInterruption(record.instance, "signalled")]
         gone = inst is None or inst.state not in LIVE
         if self.now - record.noticed_at < self.tun.checkpoint_grace and not gone:

@@ -33,6 +33,11 @@ registered (the join share's event) or the node went back to power save."""
 COOLDOWN_START = 60.0
 COOLDOWN_MAX = 3600.0
 QUOTA_COOLDOWN_START = 900.0
+INTERRUPTION_COOLDOWN = 300.0
+"""A spot link stays cool at least this long after an interrupted job is requeued (the
+checkpoint grace after the notice): EC2 is taking that capacity back, and the requeued job
+must find the next link, not a new spot machine taken again minutes later. The AWS
+rehearsal found the 60 s of a capacity failure over before the job was even requeued."""
 """A used-up quota stays so until someone raises it: tried again after 15 min, not 60 s."""
 EVENTS_KEPT = 2000
 

@@ -97,6 +97,15 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
         WorldBuilder([node(S1, POWERING_DOWN)], [instance("i-1", S1)]),
         [Terminate("i-1", S1, f"node {S1} is powered down")]),
     "powering-down-nothing-left": (WorldBuilder([node(S1, POWERING_DOWN)]), []),
+    # a job requeued off a node whose machine went (a spot interruption: the AWS rehearsal
+    # found it waiting SlurmdTimeout): POWER_DOWN_FORCE again takes the node out of the job
+    "power-down-queued-a-job-completing-no-machine-forces-it-again": (
+        WorldBuilder([node(S1, ("idle", "CLOUD", "DRAIN", "COMPLETING", "POWER_DOWN"),
+                           reason="slurmforge: spot instance interrupted")], [instance("i-1", S1, TERMINATED)]),
+        [PowerDown((S1,), "slurmforge: spot instance interrupted")]),
+    "power-down-queued-a-job-completing-on-a-live-machine-releases-it-first": (
+        WorldBuilder([node(S1, ("idle", "CLOUD", "COMPLETING", "POWER_DOWN"))], [instance("i-1", S1)]),
+        [Terminate("i-1", S1, f"node {S1} is powered down")]),
     "resume-timeout-down-is-reset-not-left-down": (
         WorldBuilder([node(S1, DOWN_POWERED_DOWN, reason="ResumeTimeout reached")]),
         [PowerDown((S1,), "slurmforge: reset after 'ResumeTimeout reached'")]),
@@ -475,10 +484,13 @@ def notice(stage: str, at: float = NOW) -> ServiceState:
 
 
 def test_spot_notice_drains_signals_and_cools_the_spot_link() -> None:
+    """The link stays cool past the requeue (the checkpoint grace, 90 s) by five minutes: the
+    requeued job lands on the next link, not on new spot capacity EC2 is taking back (the
+    60 s of a capacity failure were over before the requeue: the AWS rehearsal)."""
     world = WorldBuilder([node(S1, ALLOCATED)], [instance("i-1", S1)], notice("new"), jobs={S1: (11, 12)}).build()
     assert classify(world) == [
         Drain((S1,), "slurmforge: spot interruption notice"), Signal((11, 12), "USR1"),
-        MarkCooldown("spot", NOW + 60, 1, "spot interruption"), AdvanceInterruption("i-1", "signalled")]
+        MarkCooldown("spot", NOW + 90 + 300, 1, "spot interruption"), AdvanceInterruption("i-1", "signalled")]
 
 
 def test_spot_notice_waits_for_the_checkpoint_grace() -> None:
