@@ -28,10 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from slurmforge.bringup import INVENTORIES  # noqa: E402
 from slurmforge.errors import SlurmforgeError  # noqa: E402
 from slurmforge.hosts import Host, HostRole  # noqa: E402
-from slurmforge.inventory import read_inventory  # noqa: E402
+from slurmforge.inventory import default_inventory, read_inventory  # noqa: E402
 from slurmforge.local.ceph import CephProbe  # noqa: E402
 from slurmforge.local.podman import Podman  # noqa: E402
 from slurmforge.local.up import CEPH_PLAY, up  # noqa: E402
@@ -128,11 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     podman = Podman()
     total = ceph_play = None
     if args.quick:
-        if args.fresh or not (INVENTORIES / spec.name / "cluster.yaml").exists():
+        if args.fresh or not (default_inventory(spec.name) / "cluster.yaml").exists():
             print(f"ceph_bench: --quick measures the running cluster {spec.name} as it is (no --fresh, no `up`): "
                   "bring it up first", file=sys.stderr)
             return 2
-        inventory = INVENTORIES / spec.name
+        inventory = default_inventory(spec.name)
     else:
         if args.fresh:
             remove_ceph(args.spec, podman)

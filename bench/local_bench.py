@@ -39,8 +39,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from slurmforge.bringup import INVENTORIES, fixed_hosts  # noqa: E402
-from slurmforge.inventory import SECRETS_ROOT, read_inventory  # noqa: E402
+from slurmforge.bringup import fixed_hosts  # noqa: E402
+from slurmforge.inventory import SECRETS_ROOT, default_inventory, read_inventory  # noqa: E402
 from slurmforge.local.podman import Podman  # noqa: E402
 from slurmforge.local.up import UpReport, up  # noqa: E402
 from slurmforge.providers.local import LocalProvider  # noqa: E402
@@ -101,14 +101,14 @@ def cleanup(spec: Path, namespace: str) -> None:
             if line.startswith(f"localhost/{namespace}-{kind}:"):
                 podman.run(["rmi", "-f", line], check=False)
     shutil.rmtree(SECRETS_ROOT / "bench", ignore_errors=True)
-    shutil.rmtree(INVENTORIES / "bench", ignore_errors=True)
+    shutil.rmtree(default_inventory("bench"), ignore_errors=True)
 
 
 def quick(spec_path: Path) -> int:
     """One idempotent `up` of the running cluster: timed, every node skipped, nothing changed."""
     spec = load_spec(spec_path)
     controller = Podman().container(controller_name(spec))
-    if controller is None or not controller.is_running or not (INVENTORIES / spec.name / "cluster.yaml").exists():
+    if controller is None or not controller.is_running or not (default_inventory(spec.name) / "cluster.yaml").exists():
         print(f"local_bench --quick: cluster {spec.name} is not running; it re-times `up` of a running cluster "
               "and never brings one up", file=sys.stderr)
         return 2

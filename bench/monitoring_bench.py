@@ -14,7 +14,7 @@ median of 5 runs after one warm-up:
     metrics      /metrics rendered from the snapshot (what every scrape costs)
 
     .venv/bin/python bench/monitoring_bench.py [--nodes 20000] [--runs 5] [--quick]
-        [--inventory inventories/<cluster> [--prometheus http://<controller>:9090]]
+        [--inventory /var/lib/slurmforge/inventories/<cluster> [--prometheus http://<controller>:9090]]
 
 With --inventory, the live part runs too (Prometheus defaults to the controller's, port
 9090). Exits 1 when parse_jobs + usage + targets exceed 1 s (median): the reconcile

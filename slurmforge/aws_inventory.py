@@ -91,15 +91,20 @@ def read_stack_outputs(path: Path) -> dict[str, Any]:
 
 
 def spec_of_outputs(outputs: dict[str, Any], root: Path) -> Path:
-    """The spec the stack was built from (OUT_SPEC), a relative path taken from `root`,
-    the project root."""
+    """The spec the stack was built from (OUT_SPEC): a path relative to the Pulumi project
+    (where `pulumi up` ran) taken from `root` (the CLI: the current directory)."""
     named = outputs.get(OUT_SPEC)
     if not isinstance(named, str) or not named:
         raise ProvisionError("the stack outputs do not name the spec (a stack last updated before slurmforge "
                              "exported it); fix: `pulumi up`, or pass the spec: "
                              "slurmforge inventory SPEC --from-stack-outputs FILE")
     path = Path(named).expanduser()
-    return path if path.is_absolute() else root / path
+    path = path if path.is_absolute() else root / path
+    if not path.is_file():
+        raise ProvisionError(f"the stack was built from the spec {named}, which is not in {root}; fix: run this in "
+                             "the Pulumi project's directory, or pass the spec: "
+                             "slurmforge inventory SPEC --from-stack-outputs FILE")
+    return path
 
 
 def _check(outputs: dict[str, Any], cluster: str) -> None:

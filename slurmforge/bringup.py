@@ -21,13 +21,12 @@ from typing import Protocol
 from slurmforge.contract import DIGEST_FILE
 from slurmforge.errors import ModuleError, ProvisionError
 from slurmforge.hosts import Host, HostRole
-from slurmforge.inventory import state_root
+from slurmforge.inventory import default_inventory, state_root
 from slurmforge.modules.executor import Completed, Executor
 from slurmforge.modules.node import executor_for
-from slurmforge.rollout import REPO, Progress, RolloutResult, roll_out, stale_hosts
+from slurmforge.rollout import Progress, RolloutResult, roll_out, stale_hosts
 from slurmforge.spec import Cluster
 
-INVENTORIES = REPO / "inventories"
 LOG_DIR = Path("/var/log/slurmforge")
 """root's log directory (log_dir)."""
 SAMPLE_JOB = "#!/bin/bash\n#SBATCH -N 2\nsrun hostname | sort\n"
@@ -42,8 +41,8 @@ class Phases(Protocol):
 
 
 def inventory_dir(spec: Cluster) -> Path:
-    """Where a cluster's generated inventory goes, whatever its target."""
-    return INVENTORIES / spec.name
+    """Where a cluster's generated inventory goes, whatever its target (inventory.default_inventory)."""
+    return default_inventory(spec.name)
 
 
 def log_dir() -> Path:

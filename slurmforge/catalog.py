@@ -14,11 +14,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import yaml
 
+from slurmforge.package_data import data
 from slurmforge.providers.base import Quota
 
 # libyaml's safe loader when PyYAML has it: the catalog is read at every validation, and the
@@ -49,7 +49,7 @@ class InstanceType:
 def _data(name: str) -> Any:
     """A YAML file of slurmforge/data, read with libyaml when PyYAML has it (the pure
     Python parser takes a tenth of a second for the catalog: `validate` reads it)."""
-    text = resources.files("slurmforge").joinpath(f"data/{name}").read_text()
+    text = data(name).read_text()
     return yaml.load(text, Loader=SAFE_LOADER)
 
 

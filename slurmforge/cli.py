@@ -119,7 +119,8 @@ def _print_accounting(lines: list[str]) -> None:
 
 @app.command()
 def up(
-    spec: SpecArg = Path("examples/local.yaml"),
+    spec: Annotated[Path | None, typer.Argument(
+        help="The cluster spec (default: the example local.yaml that comes with slurmforge).")] = None,
     local: LocalFlag = False,
     no_job: Annotated[bool, typer.Option("--no-job", help="Skip the sample job.")] = False,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip the testinfra validation.")] = False,
@@ -128,11 +129,14 @@ def up(
     """Bring up (or converge) a cluster: image, nodes, rollout, validation, a sample job."""
     _need_local(local, "up")
     from slurmforge.local.up import up as local_up
+    from slurmforge.package_data import examples, require
     from slurmforge.ui import PhaseDisplay
     from slurmforge.validation import validate_inventory
 
+    report_errors(lambda: require("ansible_runner", "deploy", "up"))
     display = PhaseDisplay(rich_console())
-    report = report_errors(lambda: local_up(spec, display, run_sample_job=not no_job,
+    chosen = spec or examples() / "local.yaml"
+    report = report_errors(lambda: local_up(chosen, display, run_sample_job=not no_job,
                                             validate=None if no_validate else validate_inventory,
                                             full_rollout=full_rollout),
                            interrupted="interrupted; what was created stays: `slurmforge down --local` removes it")
@@ -215,7 +219,9 @@ def inventory(
     from_stack_outputs: Annotated[
         Path, typer.Option("--from-stack-outputs", help="`pulumi stack output --json` saved here.")
     ] = Path("outputs.json"),
-    out_dir: Annotated[Path | None, typer.Option("--out", help="Default: inventories/<cluster>.")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help=(
+        "Default: /var/lib/slurmforge/inventories/<cluster> as root, else "
+        "~/.local/state/slurmforge/inventories/<cluster>."))] = None,
     fetch_secrets: Annotated[bool, typer.Option(help="Copy munge key and DB password from Secrets Manager.")] = True,
 ) -> None:
     """Write the inventory of an AWS stack (same format as the local provider's); the
@@ -228,10 +234,12 @@ def inventory(
         spec_of_outputs,
     )
     from slurmforge.bringup import inventory_dir
-    from slurmforge.rollout import REPO
+    from slurmforge.package_data import require
 
+    if fetch_secrets:
+        report_errors(lambda: require("boto3", "aws", "--fetch-secrets (the stack's secrets from Secrets Manager)"))
     outputs = report_errors(lambda: read_stack_outputs(from_stack_outputs))
-    spec_path = spec or report_errors(lambda: spec_of_outputs(outputs, REPO))
+    spec_path = spec or report_errors(lambda: spec_of_outputs(outputs, Path.cwd()))
     cluster = load(spec_path)
     target = out_dir or inventory_dir(cluster)
     written = report_errors(lambda: inventory_from_stack_outputs(outputs, spec_path, target))
@@ -256,10 +264,12 @@ def rollout(
     nodes whose last rollout was this one (each node's mark says), unless --full-rollout."""
     from slurmforge.bringup import fixed_hosts, log_dir, roll_out_changed
     from slurmforge.inventory import read_inventory
+    from slurmforge.package_data import require
     from slurmforge.rollout import rollout_digest
     from slurmforge.ui import PhaseDisplay
 
     require_inventory(inventory_dir)
+    report_errors(lambda: require("ansible_runner", "deploy", "the rollout"))
     display = PhaseDisplay(rich_console())
     log = log_dir() / f"{inventory_dir.name}-rollout.log"
 

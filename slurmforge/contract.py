@@ -4,7 +4,7 @@
   directories, the hold file, the Prometheus file_sd targets, the ports of Prometheus,
   Alertmanager, the exporters and the service, the service's account.
 - What the service's venv holds: the project's run-time requirements plus its `service`
-  extra (boto3 for the AWS provider), read from pyproject.toml.
+  extra (boto3 for the AWS provider), read from the installed package's metadata.
 - The scheduler service's provider settings: one dataclass per target, the keys the
   inventory writes and the only keys the daemon's loader accepts.
 
@@ -24,7 +24,6 @@ import json
 from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from functools import cache
-from pathlib import Path
 from typing import Any, TypeVar
 
 from slurmforge.errors import ProvisionError
@@ -157,20 +156,30 @@ PORTS: Mapping[str, int] = {
 }
 """What the roles read as `slurmforge_ports.<key>`."""
 
-REPO = Path(__file__).resolve().parents[1]
 SERVICE_EXTRA = "service"
-"""pyproject.toml's optional dependencies the service's venv holds beyond the run-time ones."""
+"""The optional dependencies (pyproject.toml) the service's venv holds beyond the run-time ones."""
 
 
 @cache
-def service_requirements(pyproject: Path = REPO / "pyproject.toml") -> tuple[str, ...]:
+def service_requirements() -> tuple[str, ...]:
     """What the service's venv installs (offline, from wheels the rollout machine downloads):
-    the project's dependencies and its `service` extra, as pyproject.toml has them. pip
+    the project's dependencies and its `service` extra, as the installed package's metadata
+    has them (pyproject.toml's, as the build wrote them: sorted, in one spelling). pip
     resolves their whole closure when it downloads them."""
-    import tomllib
+    from importlib.metadata import requires
 
-    project = tomllib.loads(pyproject.read_text())["project"]
-    return (*project["dependencies"], *project["optional-dependencies"][SERVICE_EXTRA])
+    from slurmforge.package_data import PACKAGE
+
+    base, extra = [], []
+    for line in requires(PACKAGE) or []:
+        requirement, _, marker = (part.strip() for part in line.partition(";"))
+        if not marker:
+            base.append(requirement)
+        elif marker.replace('"', "'").replace(" ", "") == f"extra=='{SERVICE_EXTRA}'":
+            extra.append(requirement)
+    if not extra:
+        raise ProvisionError(f"the installed {PACKAGE}'s metadata has no `{SERVICE_EXTRA}` extra: reinstall it")
+    return (*base, *extra)
 
 
 def node_vars() -> dict[str, Any]:

@@ -137,8 +137,8 @@ def read_options(by: str, since: str | None, until: str | None, inventory: Path 
     problems += when
     if (inventory is None) == (sacct_file is None):
         problems.append(Problem("--inventory/--sacct-file", "name exactly one source of jobs",
-                                "--inventory inventories/<cluster> runs sacct on its controller; --sacct-file FILE "
-                                "reads saved sacct output"))
+                                "--inventory DIR (a cluster's inventory) runs sacct on its controller; "
+                                "--sacct-file FILE reads saved sacct output"))
     if problems or period is None:
         raise CostInputError(problems, "slurmforge cost")
     return Options(groups, period)

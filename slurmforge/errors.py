@@ -92,6 +92,12 @@ class SpecError(SlurmforgeError):
         super().__init__(f"{source}: {len(problems)} problem(s)" if source else "invalid spec")
 
 
+class MissingExtra(SlurmforgeError):
+    """A command needs an optional part of slurmforge (pyproject.toml's extras) that is not installed."""
+
+    exit_code = 2
+
+
 class ProvisionError(SlurmforgeError):
     """Creating or changing infrastructure failed."""
 

@@ -38,9 +38,9 @@ import jinja2
 from slurmforge.distro import Distro
 from slurmforge.errors import ProvisionError
 from slurmforge.image_variant import ImageVariant, variant_vars
+from slurmforge.package_data import root as package_root
 from slurmforge.templating import make_environment
 
-REPO = Path(__file__).resolve().parents[1]
 WORKDIR = "/opt/slurmforge-image"
 """Where the machine being built finds its inputs (every target)."""
 BUILD_SCRIPT = "build.sh"
@@ -51,7 +51,7 @@ PACKAGES = "/usr/share/slurmforge/image-packages.txt"
 """Every package of the image and its version, sorted: `<package> <version>` a line."""
 INPUT_DIRS = ("playbooks", "roles")
 IMAGE_PLAYBOOK = Path("playbooks") / "image.yml"
-"""Relative to the repo and to WORKDIR."""
+"""Relative to slurmforge.package_data.root() and to WORKDIR."""
 DIGEST_FILE = "inputs.digest"
 
 
@@ -97,12 +97,13 @@ def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
-def prepare_inputs(dest: Path, os: Distro, variant: ImageVariant = ImageVariant.BASE, repo: Path = REPO) -> str:
+def prepare_inputs(dest: Path, os: Distro, variant: ImageVariant = ImageVariant.BASE, root: Path | None = None) -> str:
     """Write a build's whole input into `dest` (which must not exist); returns its digest
-    (also in dest/inputs.digest)."""
+    (also in dest/inputs.digest). `root`: where playbooks/ and roles/ are (default: slurmforge's own)."""
+    root = root or package_root()
     dest.mkdir(parents=True)
     for name in INPUT_DIRS:
-        shutil.copytree(repo / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.retry"))
+        shutil.copytree(root / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.retry"))
     shutil.copytree(service_wheels(os), dest / "wheels", ignore=shutil.ignore_patterns(".complete"))
     (dest / "vars.json").write_text(json.dumps(playbook_vars(os, variant), indent=1, sort_keys=True) + "\n")
     script = dest / BUILD_SCRIPT

@@ -1,6 +1,7 @@
 """The generated Ansible inventory: the one hand-off from provisioning to rollout.
 
-inventories/<cluster>/
+<state root>/inventories/<cluster>/ (default_inventory: /var/lib/slurmforge/inventories/<cluster>
+for root, ~/.local/state/slurmforge/inventories/<cluster> for anyone else)
   hosts.yml                      groups computed once from the spec + provisioned hosts
   group_vars/all/slurmforge.yml  spec-derived variables the roles read (no secrets)
   rendered/*.conf                the renderer's output, shipped verbatim by the roles
@@ -67,6 +68,17 @@ def state_root() -> Path:
     if os.geteuid() == 0:
         return SECRETS_ROOT
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "slurmforge"
+
+
+def inventories_root() -> Path:
+    """Where generated inventories go unless the user names a directory, whatever the target
+    and however slurmforge was installed: under the state root, beside the clusters' secrets -
+    never in the current directory or the installed package."""
+    return state_root() / "inventories"
+
+
+def default_inventory(cluster: str) -> Path:
+    return inventories_root() / cluster
 
 
 def secrets_dir(cluster: str) -> Path:

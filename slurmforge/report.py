@@ -2,7 +2,7 @@
 controller (its HTTP API, `query_range`): allocation per pool over time, GPUs in use,
 queue wait per partition, node states. Writes report.html and one PNG per plot.
 
-    slurmforge report --inventory inventories/dev --since 24h --out report/
+    slurmforge report --inventory /var/lib/slurmforge/inventories/dev --since 24h --out report/
 
 Plots use matplotlib's Agg backend (no display); matplotlib is the `report` extra.
 """

@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurmforge import wheel
 from slurmforge.errors import RolloutError
+from slurmforge.package_data import playbooks, require, roles
 
-REPO = Path(__file__).resolve().parents[1]
-PLAYBOOKS = REPO / "playbooks"
-ROLES = REPO / "roles"
 CEPH_PLAYBOOK, CLUSTER_PLAYBOOK = "ceph.yml", "cluster.yml"
 """site.yml imports both, one after the other; roll_out runs them at the same time."""
 ACCOUNTING_REPORT_TASK = "Accounting - what changed, what was kept, what waits"
@@ -82,14 +81,14 @@ def files_digest(files: Iterable[tuple[str, Path]]) -> str:
     return digest.hexdigest()
 
 
-def rollout_digest(inventory: Path, repo: Path = REPO) -> str:
+def rollout_digest(inventory: Path) -> str:
     """What a rollout is made of: the generated inventory (hosts, spec-derived vars,
-    rendered configs, the spec), the roles, the playbooks, and the package and templates
-    the scheduler service's wheel is built from (not the built wheel itself)."""
-    roots = (inventory, repo / "roles", repo / "playbooks", repo / "slurmforge", repo / "templates")
-    files = [p for root in roots for p in sorted(root.rglob("*"))
-             if p.is_file() and "wheel" not in p.relative_to(root).parts and p.suffix != ".pyc"]
-    return files_digest((str(p.relative_to(repo if p.is_relative_to(repo) else inventory)), p) for p in files)
+    rendered configs, the spec) and slurmforge's own files - the roles, the playbooks, and
+    the package and templates the scheduler service's wheel is made of (slurmforge.wheel;
+    the same names wherever slurmforge is installed)."""
+    files = [p for p in sorted(inventory.rglob("*"))
+             if p.is_file() and "wheel" not in p.relative_to(inventory).parts and p.suffix != ".pyc"]
+    return files_digest([*((str(p.relative_to(inventory)), p) for p in files), *wheel.wheel_files()])
 
 
 def stale_hosts(hosts: Iterable[str], digest: str, read_mark: Callable[[str], str], full: bool = False) -> list[str]:
@@ -98,16 +97,12 @@ def stale_hosts(hosts: Iterable[str], digest: str, read_mark: Callable[[str], st
     return [h for h in hosts if full or read_mark(h) != digest]
 
 
-def service_wheel_dir(repo: Path = REPO, cache: Path | None = None) -> Path:
-    """Where this machine keeps the scheduler service's wheel built from these sources
-    (what goes into it: pyproject.toml, the package, the templates). `pip wheel` is
-    reproducible, so one build per source digest serves every rollout and every cluster:
-    a rollout of unchanged code skips the build (~5 s on the critical path)."""
-    sources = sorted(p for root in ("slurmforge", "templates") for p in (repo / root).rglob("*")
-                     if p.is_file() and p.suffix != ".pyc" and "__pycache__" not in p.parts)
-    digest = files_digest((str(p.relative_to(repo)), p) for p in [repo / "pyproject.toml", *sources])
+def service_wheel_dir(cache: Path | None = None) -> Path:
+    """Where this machine keeps the scheduler service's wheel (slurmforge.wheel: the running
+    package's), named after what goes into it: one build per digest serves every rollout and
+    every cluster, and a rollout of unchanged code skips the build."""
     root = cache or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "slurmforge" / "service-wheel"
-    return root / digest[:16]
+    return root / wheel.digest()[:16]
 
 
 def roll_out(inventory: Path, ceph_hosts: Collection[str], log_path: Path, on_event: EventSink | None = None,
@@ -199,6 +194,7 @@ def run_playbook(playbook: str, inventory: str | dict[str, Any], log_path: Path,
                  phase: str = "rollout", cancel: Callable[[], bool] | None = None) -> RolloutResult:
     """Run playbooks/<playbook> against an inventory (a directory, or a dict of hosts).
     `cancel`: polled while the playbook runs; when it returns True the run stops."""
+    require("ansible_runner", "deploy", "the rollout")
     import ansible_runner  # type: ignore[import-untyped]  # deferred: slow import, rollout only
     from ansible_runner.utils import signal_handler  # type: ignore[import-untyped]
 
@@ -229,13 +225,13 @@ def run_playbook(playbook: str, inventory: str | dict[str, Any], log_path: Path,
 
         bin_dir = str(Path(sys.executable).parent)
         envvars = {
-            "ANSIBLE_ROLES_PATH": str(ROLES),
-            "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"),
+            "ANSIBLE_ROLES_PATH": str(roles()),
+            "ANSIBLE_CONFIG": str(playbooks() / "ansible.cfg"),
             "ANSIBLE_FORCE_COLOR": "0",
             "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
         }
         run = ansible_runner.run(
-            private_data_dir=private, playbook=str(PLAYBOOKS / playbook), inventory=inventory,
+            private_data_dir=private, playbook=str(playbooks() / playbook), inventory=inventory,
             envvars=envvars, extravars=extravars or {}, limit=limit, quiet=True,
             event_handler=handle, settings={"suppress_ansible_output": True}, cancel_callback=cancelled,
         )

@@ -1,25 +1,17 @@
 """The Jinja environment every template of the project is rendered with: the
-templates/ directory (repo root, or inside the wheel), StrictUndefined, no autoescape.
+templates/ directory (slurmforge.package_data), StrictUndefined, no autoescape.
 Jinja is imported when an environment is made, not with this module: what only names
 hosts (slurmforge.render's host names, `slurmforge validate`) does not pay for it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from slurmforge.package_data import templates
 
 if TYPE_CHECKING:
     import jinja2
-
-
-def templates_dir() -> Path:
-    """templates/ at the repo root (editable install) or inside the wheel."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "templates", here / "_templates"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError("slurmforge templates directory not found")
 
 
 def make_environment(**filters: Callable[..., Any]) -> jinja2.Environment:
@@ -27,7 +19,7 @@ def make_environment(**filters: Callable[..., Any]) -> jinja2.Environment:
     import jinja2
 
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        loader=jinja2.FileSystemLoader(str(templates())),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,

@@ -14,7 +14,8 @@ import pulumi_aws as aws
 
 from slurmforge.nodes import ceph_host_name
 from slurmforge.spec.models import Ceph
-from stacks.common import VOLUME_TYPE, child, cloud_config_hostname, instance_metadata, root_volume, tags
+
+from .common import VOLUME_TYPE, child, cloud_config_hostname, instance_metadata, root_volume, tags
 
 CEPH_ROOT_GB = 50
 

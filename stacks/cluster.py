@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -22,17 +21,18 @@ from slurmforge.image_variant import ImageVariant, image_variants
 from slurmforge.join import JoinSettings, nas_source, render_join
 from slurmforge.render import controller_name, controller_names, login_subnets
 from slurmforge.spec.models import AwsTarget, Cluster
-from stacks.ceph import CephStorage, CephStorageArgs
-from stacks.cluster_secrets import Secrets, SecretsArgs
-from stacks.common import CLUSTER_TAG, SSH_USER
-from stacks.database import Database, DatabaseArgs
-from stacks.head import HeadNodes, HeadNodesArgs
-from stacks.iam import Iam, IamArgs, NodeKind, SchedulerAccess, SchedulerAccessArgs
-from stacks.image import Image, ImageArgs
-from stacks.nas import NasStorage, NasStorageArgs
-from stacks.network import Network, NetworkArgs
-from stacks.pool import NodePool, PoolArgs
-from stacks.spot_events import SpotEvents, SpotEventsArgs
+
+from .ceph import CephStorage, CephStorageArgs
+from .cluster_secrets import Secrets, SecretsArgs
+from .common import CLUSTER_TAG, SSH_USER
+from .database import Database, DatabaseArgs
+from .head import HeadNodes, HeadNodesArgs
+from .iam import Iam, IamArgs, NodeKind, SchedulerAccess, SchedulerAccessArgs
+from .image import Image, ImageArgs
+from .nas import NasStorage, NasStorageArgs
+from .network import Network, NetworkArgs
+from .pool import NodePool, PoolArgs
+from .spot_events import SpotEvents, SpotEventsArgs
 
 
 def aws_target(spec: Cluster) -> AwsTarget:
@@ -87,14 +87,14 @@ class Parts:
     ceph: CephStorage | None
 
 
-def build_cluster(spec: Cluster, ansible_root: Path, source: str) -> dict[str, Any]:
+def build_cluster(spec: Cluster, source: str) -> dict[str, Any]:
     """Every resource of the cluster; returns the stack outputs. `source` names the spec
     file in what is rendered from it (the pools' join program)."""
     target = aws_target(spec)
     provider = aws.Provider(f"{spec.name}-aws", region=target.region, default_tags=aws.ProviderDefaultTagsArgs(
         tags={**target.tags, CLUSTER_TAG: spec.name}))
     opts = pulumi.ResourceOptions(providers=[provider])
-    base = _foundation(spec, target, ansible_root, opts)
+    base = _foundation(spec, target, opts)
     nas = _nas(spec, base, opts)
     head = _head_nodes(spec, target, base, opts)
     database = _database(spec, base, opts)
@@ -108,14 +108,14 @@ def build_cluster(spec: Cluster, ansible_root: Path, source: str) -> dict[str, A
     return stack_outputs(spec, target, Parts(base, head, spot, pools, nas, database, ceph))
 
 
-def _foundation(spec: Cluster, target: AwsTarget, ansible_root: Path, opts: pulumi.ResourceOptions) -> Foundation:
+def _foundation(spec: Cluster, target: AwsTarget, opts: pulumi.ResourceOptions) -> Foundation:
     name = spec.name
     net = Network(name, NetworkArgs(name, spec.network), opts)
     secrets = Secrets(name, SecretsArgs(name), opts)
     iam = Iam(name, IamArgs(name, target.region, secrets.munge_key_arn, secrets.db_password_arn), opts)
     first_private = next(iter(net.private_subnet_ids.values()))
     images = {variant: Image(name if variant is ImageVariant.BASE else f"{name}-image-{variant}",
-                             ImageArgs(name, target.region, spec.images.ami, net.vpc_id, first_private, ansible_root,
+                             ImageArgs(name, target.region, spec.images.ami, net.vpc_id, first_private,
                                        distro(spec.images.base), variant),
                              opts)
               for variant in image_variants(spec)}

@@ -11,7 +11,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_random as random
 
-from stacks.common import child, tags
+from .common import child, tags
 
 # munge takes keys of 32 to 1024 bytes: use the most. Kept base64-encoded in the
 # secret; nodes and the rollout decode it when they write /etc/munge/munge.key.

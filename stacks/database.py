@@ -15,7 +15,8 @@ import pulumi
 import pulumi_aws as aws
 
 from slurmforge.spec.models import Database as DatabaseSpec
-from stacks.common import child, tags
+
+from .common import child, tags
 
 ENGINE_VERSION = "10.11"
 PARAMETER_FAMILY = "mariadb10.11"

@@ -13,7 +13,8 @@ import pulumi_aws as aws
 
 from slurmforge.hosts import HostRole
 from slurmforge.spec.models import HeadNode
-from stacks.common import child, cloud_config_hostname, instance_metadata, root_volume, tags
+
+from .common import child, cloud_config_hostname, instance_metadata, root_volume, tags
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from stacks.common import CLUSTER_TAG, POOL_TAG, assume_role_policy, child, partition, policy_json, tags
+from .common import CLUSTER_TAG, POOL_TAG, assume_role_policy, child, partition, policy_json, tags
 
 LAUNCH_ACTIONS = ["ec2:RunInstances", "ec2:CreateFleet"]
 # Exactly what slurmforge/providers/aws.py calls (tests/pulumi/test_service_settings_round_trip.py

@@ -40,7 +40,8 @@ from slurmforge.distro import Distro, distro
 from slurmforge.errors import ProvisionError
 from slurmforge.image import aws_user_data, prepare_inputs, read_record, tarball
 from slurmforge.image_variant import ImageVariant
-from stacks.common import ROOT_DEVICE, VOLUME_TYPE, all_egress_rules, child, tags
+
+from .common import ROOT_DEVICE, VOLUME_TYPE, all_egress_rules, child, tags
 
 # Debian's official AMIs are published by this account (https://wiki.debian.org/Cloud/AmazonEC2Image).
 DEBIAN_OWNER = "136693071363"
@@ -68,8 +69,6 @@ class ImageArgs:
     """VPC of the build instance."""
     subnet_id: pulumi.Input[str]
     """A private subnet (with NAT) for the build instance: it reaches Debian's mirror and S3."""
-    ansible_root: Path
-    """The directory holding playbooks/ and roles/ (the repo root)."""
     os: Distro
     """The spec's images.base: the parent AMI and the image playbook's vars."""
     variant: ImageVariant = ImageVariant.BASE
@@ -236,7 +235,7 @@ def inputs_tarball(args: ImageArgs) -> tuple[Path, str]:
     """The build's inputs (slurmforge.image.prepare_inputs) as the tarball the instance
     fetches, in a temporary file that lives as long as the program, and their digest."""
     tmp = Path(tempfile.mkdtemp(prefix="slurmforge-image-"))
-    digest = prepare_inputs(tmp / "inputs", args.os, args.variant, repo=args.ansible_root)
+    digest = prepare_inputs(tmp / "inputs", args.os, args.variant)
     out = tmp / INPUTS_KEY
     out.write_bytes(tarball(tmp / "inputs"))
     return out, digest

@@ -11,7 +11,8 @@ import pulumi
 import pulumi_aws as aws
 
 from slurmforge.spec.models import Nas
-from stacks.common import child, tags
+
+from .common import child, tags
 
 NFS = 2049
 # The spec has no field for provisioned throughput yet; used only with

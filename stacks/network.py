@@ -22,7 +22,8 @@ import pulumi_aws as aws
 
 from slurmforge.spec.models import Network as NetworkSpec
 from slurmforge.spec.models import Subnet
-from stacks.common import WORLD, all_egress_rules, child, tags
+
+from .common import WORLD, all_egress_rules, child, tags
 
 SSH = 22
 

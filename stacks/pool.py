@@ -24,7 +24,8 @@ import pulumi_aws as aws
 from slurmforge.errors import ProvisionError
 from slurmforge.image_variant import ImageVariant, pool_image_variant
 from slurmforge.spec.models import Market, Pool
-from stacks.common import (
+
+from .common import (
     CLUSTER_TAG,
     POOL_TAG,
     ROOT_DEVICE,

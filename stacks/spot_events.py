@@ -15,7 +15,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from stacks.common import child, policy_json, tags
+from .common import child, policy_json, tags
 
 NOTICES = {
     "interruption": "EC2 Spot Instance Interruption Warning",

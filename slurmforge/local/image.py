@@ -39,10 +39,10 @@ from slurmforge.image import (
 )
 from slurmforge.local.host import debian_mirror
 from slurmforge.local.podman import Podman
+from slurmforge.package_data import root as package_root
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "slurmforge"  # image names: localhost/<namespace>-base, -node (bench uses its own)
 BASE_PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "ca-certificates",
                  "iproute2", "procps", "sudo", "less", "util-linux")
@@ -70,20 +70,21 @@ def base_tag(namespace: str = NAMESPACE, os: Distro = DEBIAN_13) -> str:
 _JINJA_NAME = re.compile(r"{{\s*([A-Za-z_][A-Za-z0-9_]*)")
 
 
-def node_tag(base: str, namespace: str = NAMESPACE, repo: Path = REPO, os: Distro = DEBIAN_13) -> str:
+def node_tag(base: str, namespace: str = NAMESPACE, root: Path | None = None, os: Distro = DEBIAN_13) -> str:
     """Hash of the base tag, the build script, the image playbook (its config and library)
     and its variables (`playbook_vars`: the contract's paths, the service venv's
     requirements), every role's install tasks and the role defaults those tasks use
     (directly or through another default). Other defaults are configuration applied at
     rollout: changing them must not rebuild the image."""
-    installs = sorted((repo / "roles").glob("*/tasks/install.yml"))
-    playbooks = repo / IMAGE_PLAYBOOK.parent
-    files = [repo / IMAGE_PLAYBOOK, playbooks / "ansible.cfg", *sorted((playbooks / "library").glob("*.py")),
+    root = root or package_root()
+    installs = sorted((root / "roles").glob("*/tasks/install.yml"))
+    playbooks = root / IMAGE_PLAYBOOK.parent
+    files = [root / IMAGE_PLAYBOOK, playbooks / "ansible.cfg", *sorted((playbooks / "library").glob("*.py")),
              *installs]
     parts = [base.encode(), json.dumps(playbook_vars(os), sort_keys=True).encode(), build_script(os).encode()]
-    parts += [f.relative_to(repo).as_posix().encode() + f.read_bytes() for f in files]
+    parts += [f.relative_to(root).as_posix().encode() + f.read_bytes() for f in files]
     defaults: dict[str, object] = {}
-    for path in sorted((repo / "roles").glob("*/defaults/main.yml")):
+    for path in sorted((root / "roles").glob("*/defaults/main.yml")):
         defaults.update(yaml.safe_load(path.read_text()) or {})
     used = {name for f in installs for name in _JINJA_NAME.findall(f.read_text())}
     pending = set(used)

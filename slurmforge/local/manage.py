@@ -8,10 +8,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from slurmforge.bringup import INVENTORIES
 from slurmforge.errors import HostError, ProvisionError
 from slurmforge.hosts import Host, HostRole
-from slurmforge.inventory import SECRETS_ROOT, read_inventory
+from slurmforge.inventory import SECRETS_ROOT, default_inventory, inventories_root, read_inventory
 from slurmforge.local.host import require_root
 from slurmforge.local.podman import Podman
 from slurmforge.local.up import slurm_states
@@ -24,7 +23,7 @@ from slurmforge.tables import Column, Table
 
 def local_inventories() -> dict[str, Path]:
     found = {}
-    for path in sorted(INVENTORIES.glob("*/cluster.yaml")):
+    for path in sorted(inventories_root().glob("*/cluster.yaml")):
         if "kind: local" in path.read_text():
             found[path.parent.name] = path.parent
     return found
@@ -98,7 +97,7 @@ def down(name: str | None, purge: bool) -> str:
     what = f"{len(hosts)} nodes and network of cluster {spec.name}"
     if purge:
         shutil.rmtree(SECRETS_ROOT / spec.name, ignore_errors=True)
-        shutil.rmtree(INVENTORIES / spec.name, ignore_errors=True)
+        shutil.rmtree(default_inventory(spec.name), ignore_errors=True)
         Podman().run(["image", "prune", "-a", "-f", "--filter", "label!=keep"], check=False)
         what += ", its NAS data, secrets, inventory and the cached images"
     return what

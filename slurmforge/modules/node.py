@@ -127,6 +127,7 @@ def open_inventory(inventory: Path, node: str | None = None) -> tuple[Cluster, N
     """The cluster spec (its modules.root is the tree) and an executor on its build node."""
     if not (inventory / "hosts.yml").is_file():
         raise ModuleError(f"{inventory}: not an inventory (no hosts.yml); "
-                          "fix: pass inventories/<cluster> written by `slurmforge up`")
+                          "fix: pass the inventory `slurmforge up` or `inventory` wrote "
+                          "(.../slurmforge/inventories/<cluster>)")
     spec, hosts = read_inventory(inventory)
     return spec, executor_for(build_host(hosts, node))

@@ -40,7 +40,7 @@ DYNAMIC = "pulumi-python:dynamic:Resource"
 SECRET_SIG = "4dabf18193072939515e22adb298388d"
 """Pulumi's marker of a secret value on the wire."""
 CONFIG_NAMESPACE, SPEC_KEY = "slurmforge", "spec"
-"""stacks/__main__.py's stack config key of the spec path."""
+"""stacks/program.py's stack config key of the spec path."""
 GONE_TIMEOUT = 300
 
 
@@ -587,12 +587,12 @@ async def resolve_outputs(outputs: dict[str, Any], values: dict[str, Any], secre
 
 
 def run_main(config: dict[str, str], mocks: Any, stack: str = "rehearsal") -> StackRun:
-    """What `pulumi up` runs - stacks/__main__.py's main() - under `mocks` (a
+    """What `pulumi up` runs - stacks/program.py's main() - under `mocks` (a
     StandInEngine, or the tests' recording mocks) with this stack config; its exports
     resolved. A problem of the program's (a spec error: pulumi.RunError) is raised."""
     import pulumi
 
-    from stacks import __main__ as program  # the rehearsal runs from a checkout
+    from stacks import program  # the rehearsal runs from a checkout
 
     exported: dict[str, Any] = {}
     run = StackRun(mocks.resources)

@@ -37,14 +37,14 @@ from slurmforge.image import RECORD
 from slurmforge.inventory import HOSTS_FILE, secrets_dir
 from slurmforge.local.image import prune_older
 from slurmforge.local.podman import Podman
+from slurmforge.package_data import examples, playbooks
 from slurmforge.rehearsal import image_phase
 from slurmforge.rehearsal.parent import ensure_parent
 from slurmforge.rehearsal.stack import StackRun, StandInEngine, run_main, stack_config, stack_output_json
 from slurmforge.rehearsal.stand_in import StandIn
 from slurmforge.spec import validate_data
 
-ROOT = Path(__file__).resolve().parents[2]
-SOURCE_SPEC = ROOT / "examples" / "pools-aws.yaml"
+SOURCE_SPEC = examples() / "pools-aws.yaml"
 CLUSTER = "rehearsal"
 SPOT_POOL, SPOT_PARTITION = "cpu-spot", "ml-cpu-spot"
 NOTICE_SECONDS = 120.0
@@ -223,7 +223,7 @@ def run(aws: StandIn, workdir: Path, reuse: bool, podman: Podman | None = None) 
     login = next(h for h in hosts if h.role == "login")
     _admin(["ssh", "-o", "StrictHostKeyChecking=accept-new",
             f"admin@{login.public_ip}", "true"], env, workdir)
-    ansible = env | {"ANSIBLE_CONFIG": str(ROOT / "playbooks" / "ansible.cfg")}
+    ansible = env | {"ANSIBLE_CONFIG": str(playbooks() / "ansible.cfg")}
     reached = _admin(["ansible", "all", "-i", str(inventory / HOSTS_FILE), "-o", "-b", "-m", "shell",
                       "-a", 'echo "$(hostname) $(id -un)"'], ansible, workdir, timeout=300)
     for line in reached.splitlines():

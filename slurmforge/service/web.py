@@ -22,12 +22,12 @@ from typing import Any
 import jinja2
 
 from slurmforge.contract import SERVICE_PORT
+from slurmforge.package_data import templates
 from slurmforge.service import when
 from slurmforge.service.guard import HoldReason
 from slurmforge.service.snapshot import NODE_STATES, ClusterSnapshot, JobRow, PoolSnapshot
 from slurmforge.service.usage import HELP as USAGE_HELP
 from slurmforge.tables import Column, Table, money
-from slurmforge.templating import templates_dir
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ def _number(value: float) -> str:
 
 @cache
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates())),
                               undefined=jinja2.StrictUndefined, autoescape=True, trim_blocks=True,
                               lstrip_blocks=True)
 

@@ -42,7 +42,7 @@ DDP = textwrap.dedent('''
 
 def test_the_live_cluster_passes_the_testinfra_suite(cluster: Cluster_) -> None:
     """`slurmforge validate --inventory`, as an admin runs it after a rollout: the whole
-    tests/infra suite against this cluster (daemons, mounts, munge, Prometheus targets,
+    live-cluster validation (slurmforge/validation) against this cluster (daemons, mounts, munge, Prometheus targets,
     listen addresses, the mailer, ...), with every failed check named."""
     import subprocess
     import sys

@@ -26,7 +26,7 @@ from slurmforge.aws_inventory import ssh_connection
 from slurmforge.connection import close_control
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import HOSTS_FILE, SPEC_COPY, hosts_document, read_inventory
-from tests.infra.conftest import InventorySsh, connect
+from slurmforge.validation.conftest import InventorySsh, connect
 
 pytestmark = pytest.mark.integration
 

@@ -241,7 +241,7 @@ def run_program(spec: Cluster, mocks: RecordingMocks, source: str) -> StackRun:
 
     @pulumi.runtime.test
     def program() -> Any:
-        return asyncio.ensure_future(stack.resolve_outputs(build_cluster(spec, ROOT, source), run.outputs, run.secret))
+        return asyncio.ensure_future(stack.resolve_outputs(build_cluster(spec, source), run.outputs, run.secret))
 
     program()
     assert run.outputs, "the program ran but no output was resolved"
@@ -249,9 +249,9 @@ def run_program(spec: Cluster, mocks: RecordingMocks, source: str) -> StackRun:
 
 
 def run_main(config: dict[str, str], mocks: RecordingMocks) -> StackRun:
-    """What `pulumi up` runs - stacks/__main__.py's main() - under `mocks` with this stack
+    """What `pulumi up` runs - stacks/program.py's main() - under `mocks` with this stack
     config, its exports resolved (a spec problem: main's pulumi.RunError)."""
-    from stacks import __main__ as program
+    from stacks import program
 
     ran = stack.run_main(config, mocks, stack="test")
     spec = load_spec(program.spec_path(config[f"{program.CONFIG_NAMESPACE}:{program.SPEC_KEY}"]))

@@ -1,6 +1,6 @@
 """`pulumi` for the docs' commands (tests/pulumi/test_aws_doc.py): the subcommands
 docs/aws.md uses, served by the Pulumi program run under the mocks as `pulumi up` runs it
-(stacks/__main__.py with the stack's config), AWS in the moto server AWS_ENDPOINT_URL names.
+(stacks/program.py with the stack's config), AWS in the moto server AWS_ENDPOINT_URL names.
 
 The stack lives in the directory $SLURMFORGE_PULUMI_SHIM_STATE (state.json):
 
@@ -48,7 +48,7 @@ def _run(config: dict[str, str], in_moto: bool) -> dict[str, Any]:
     import pulumi
 
     from slurmforge.spec import load_spec
-    from stacks import __main__ as program
+    from stacks import program
     from tests.pulumi.conftest import MotoMocks, RecordingMocks, run_main
 
     if in_moto:

@@ -42,13 +42,16 @@ SKIPPED = {
         "installs the venv from PyPI: the copy's .venv/bin/slurmforge runs this test's venv",
     "ssh admin@$(pulumi stack output hosts --json | jq -r '.[] | select(.role==\"login\") | .public_ip' | head -1) "
     "true": "ssh to the stack's login node: no real host here",
-    ".venv/bin/slurmforge rollout --inventory inventories/mlpools      # playbooks/site.yml, with progress":
+    ".venv/bin/slurmforge rollout --inventory ~/.local/state/slurmforge/inventories/mlpools    # playbooks/site.yml, "
+    "with progress":
         "Ansible on the stack's hosts over ssh: no real host here",
-    ".venv/bin/slurmforge validate --inventory inventories/mlpools     # the testinfra suite (tests/infra)":
+    ".venv/bin/slurmforge validate --inventory ~/.local/state/slurmforge/inventories/mlpools   # the live-cluster "
+    "checks":
         "the checks on the stack's hosts over ssh: no real host here (tests/integration/"
         "test_validate_through_a_jump_host.py validates the local cluster through a jump host)",
-    ".venv/bin/slurmforge down --inventory inventories/mlpools   # stop the scheduler service, terminate its pool "
-    "machines": "stops the scheduler service on the stack's controllers over ssh: no real host here",
+    ".venv/bin/slurmforge down --inventory ~/.local/state/slurmforge/inventories/mlpools   # stop the scheduler "
+    "service, terminate its pool machines":
+        "stops the scheduler service on the stack's controllers over ssh: no real host here",
 }
 RUN = ("pulumi", ".venv/bin/slurmforge")
 """The programs whose lines run; a line of any other program must be in SKIPPED."""
@@ -139,18 +142,20 @@ def test_the_docs_commands_work_as_written(workplace: tuple[Path, dict[str, str]
 
 
 def assert_inventory_and_secrets(copy: Path, home: Path) -> None:
-    """What the doc says `inventory` does: inventories/mlpools/ from the spec the stack
-    names (the outputs the doc saved), the stack's secrets in the user's own state
-    directory (0700, files 0600)."""
+    """What the doc says `inventory` does: the user's own state directory holds
+    inventories/mlpools/, from the spec the stack names (the outputs the doc saved), and the
+    stack's secrets (0700, files 0600); nothing is written into the project."""
     import boto3
 
     outputs = json.loads((copy / "mlpools-outputs.json").read_text())
     assert outputs["spec"] == "examples/pools-aws.yaml" and outputs["munge_key"] == "[secret]"
-    spec, hosts = read_inventory(copy / "inventories" / "mlpools")
+    inventory = home / ".local" / "state" / "slurmforge" / "inventories" / "mlpools"
+    assert not (copy / "inventories").exists()
+    spec, hosts = read_inventory(inventory)
     assert spec.name == "mlpools"
     assert {h.name for h in hosts} == {h["name"] for h in [*outputs["hosts"], *outputs["ceph_hosts"]]}
     secrets = home / ".local" / "state" / "slurmforge" / "mlpools" / "secrets"
-    cluster_vars = yaml.safe_load((copy / "inventories" / "mlpools" / VARS_FILE).read_text())
+    cluster_vars = yaml.safe_load((inventory / VARS_FILE).read_text())
     assert cluster_vars["slurmforge_secrets_dir"] == str(secrets)
     arns = outputs["secret_arns"]
     stored = boto3.client("secretsmanager", region_name=REGION).get_secret_value(SecretId=arns["munge_key"])

@@ -27,7 +27,7 @@ from slurmforge.inventory import HOSTS_FILE, VARS_FILE, read_inventory
 from slurmforge.join import render_join
 from slurmforge.render import controller_name, controller_names
 from slurmforge.spec import load_spec
-from tests.infra.conftest import InventorySsh, connect
+from slurmforge.validation.conftest import InventorySsh, connect
 from tests.pulumi.conftest import (
     DB_PASSWORD,
     LAB_AWS,
@@ -172,6 +172,10 @@ def test_the_spec_is_the_one_the_outputs_name(tmp_path: Path) -> None:
     assert aws_inventory.spec_of_outputs({"spec": str(LAB_AWS)}, tmp_path) == LAB_AWS
     with pytest.raises(ProvisionError, match=re.escape("fix: `pulumi up`, or pass the spec: slurmforge inventory")):
         aws_inventory.spec_of_outputs({"cluster": "mlpools"}, ROOT)
+    # relative to the Pulumi project: elsewhere, one line says where to run it
+    with pytest.raises(ProvisionError, match=re.escape(f"examples/pools-aws.yaml, which is not in {tmp_path}; "
+                                                       "fix: run this in the Pulumi project's directory")):
+        aws_inventory.spec_of_outputs({"spec": "examples/pools-aws.yaml"}, tmp_path)
 
 
 def test_read_stack_outputs(tmp_path: Path, pools_aws: StackRun) -> None:

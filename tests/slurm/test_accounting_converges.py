@@ -33,8 +33,9 @@ import yaml
 
 from slurmforge.accounting import ASSOC_FORMAT, QOS_FORMAT, desired_state
 from slurmforge.contract import node_vars
+from slurmforge.package_data import playbooks
 from slurmforge.render import render_all
-from slurmforge.rollout import PLAYBOOKS, run_playbook
+from slurmforge.rollout import run_playbook
 from slurmforge.spec import Cluster, validate_data
 from tests.accounting_specs import B_FROM_A, USERS, data_b, spec_a, spec_b
 from tests.judge import Judge, node_image
@@ -265,10 +266,10 @@ def test_the_rollouts_plays_run_it_and_report_each_change(accounting: Accounting
     rendered.mkdir()
     (rendered / "slurm.conf").write_text(accounting.run.conf.read_text())
     (rendered / "accounting.json").write_text(json.dumps(desired_state(spec)))
-    plays = [p for p in yaml.safe_load((PLAYBOOKS / "cluster.yml").read_text()) if p["name"] in (
+    plays = [p for p in yaml.safe_load((playbooks() / "cluster.yml").read_text()) if p["name"] in (
         "Accounting - cluster, QoS, accounts and users from the spec", "Accounting - what waited for slurmctld")]
     assert len(plays) == 2
-    playbook = tmp_path / "accounting.yml"  # run_playbook: PLAYBOOKS / an absolute path is that path
+    playbook = tmp_path / "accounting.yml"  # run_playbook: playbooks() / an absolute path is that path
     playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
     inventory = {"all": {"children": {"slurm_dbd": {"hosts": {accounting.judge.name: {
         "ansible_connection": "containers.podman.podman", "ansible_python_interpreter": "/usr/bin/python3",

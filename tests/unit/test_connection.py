@@ -11,7 +11,7 @@ import testinfra.host
 
 from slurmforge.connection import becomes_root, close_control, ssh_argv
 from slurmforge.hosts import Host, HostRole
-from tests.infra.conftest import InventorySsh, connect
+from slurmforge.validation.conftest import InventorySsh, connect
 
 pytestmark = pytest.mark.unit
 

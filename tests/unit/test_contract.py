@@ -17,6 +17,7 @@ import pytest
 import yaml
 from jinja2 import StrictUndefined
 from jinja2.nativetypes import NativeEnvironment
+from packaging.requirements import Requirement
 
 from slurmforge import contract
 from slurmforge.contract import (
@@ -178,13 +179,15 @@ def test_a_local_inventory_without_the_providers_settings_is_refused_by_the_serv
 
 def test_the_service_venv_holds_the_wheels_requirements_and_its_service_extra() -> None:
     """The role installs exactly pyproject.toml's dependencies plus the `service` extra,
-    which holds boto3: the AWS provider imports it."""
+    which holds boto3 (the AWS provider imports it), as the installed package's metadata
+    spells them: an installed slurmforge has no pyproject.toml to read."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = [*project["dependencies"], *project["optional-dependencies"]["service"]]
-    assert list(contract.service_requirements()) == wanted
-    assert any(r.startswith("boto3") for r in wanted)
+    declared = [*project["dependencies"], *project["optional-dependencies"]["service"]]
+    held = list(contract.service_requirements())
+    assert sorted(map(Requirement, held), key=str) == sorted(map(Requirement, declared), key=str)
+    assert len(held) == len(declared) and any(r.startswith("boto3") for r in held)
     assert "import boto3" in (ROOT / "slurmforge" / "providers" / "aws.py").read_text()
-    assert role_default("scheduler_service", "scheduler_service_dependencies") == wanted
+    assert role_default("scheduler_service", "scheduler_service_dependencies") == held
 
 
 # ------------------------------------------------------------------ provider settings

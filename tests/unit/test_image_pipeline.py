@@ -23,7 +23,6 @@ from slurmforge.image import (
     BUILD_SCRIPT,
     DIGEST_FILE,
     IMAGE_PLAYBOOK,
-    REPO,
     WORKDIR,
     aws_user_data,
     build_script,
@@ -32,6 +31,7 @@ from slurmforge.image import (
     read_record,
     tarball,
 )
+from slurmforge.package_data import root as package_root
 
 pytestmark = pytest.mark.unit
 
@@ -46,7 +46,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_inputs_are_the_playbook_the_roles_the_wheels_and_the_vars(inputs: Path) -> None:
     assert sorted(p.name for p in inputs.iterdir()) == sorted(
         ["playbooks", "roles", "wheels", "vars.json", BUILD_SCRIPT, DIGEST_FILE])
-    assert (inputs / IMAGE_PLAYBOOK).read_text() == (REPO / IMAGE_PLAYBOOK).read_text()
+    assert (inputs / IMAGE_PLAYBOOK).read_text() == (package_root() / IMAGE_PLAYBOOK).read_text()
     assert (inputs / "playbooks" / "ansible.cfg").exists()  # build.sh points Ansible at it: roles_path
     wheels = {p.name.split("-")[0].lower() for p in (inputs / "wheels").iterdir()}
     assert {"boto3", "pydantic"} <= wheels  # the service's venv installs offline from these
@@ -58,12 +58,12 @@ def test_the_inputs_are_the_playbook_the_roles_the_wheels_and_the_vars(inputs: P
 def test_the_digest_follows_what_the_build_receives(inputs: Path, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     for name in ("playbooks", "roles"):
-        shutil.copytree(REPO / name, repo / name)
-    same = prepare_inputs(tmp_path / "same", DEBIAN_13, repo=repo)
+        shutil.copytree(package_root() / name, repo / name)
+    same = prepare_inputs(tmp_path / "same", DEBIAN_13, root=repo)
     assert same == (inputs / DIGEST_FILE).read_text().strip()
     task = repo / "roles/storage_client/tasks/install.yml"
     task.write_text(task.read_text().replace("ceph-fuse", "ceph-fuse, sshfs"))
-    assert prepare_inputs(tmp_path / "changed", DEBIAN_13, repo=repo) != same
+    assert prepare_inputs(tmp_path / "changed", DEBIAN_13, root=repo) != same
 
 
 def test_the_tarball_is_reproducible_and_holds_the_inputs(inputs: Path) -> None:

@@ -18,18 +18,19 @@ from slurmforge import image as pipeline
 from slurmforge.distro import DEBIAN_13
 from slurmforge.errors import ProvisionError
 from slurmforge.local import image as local_image
-from slurmforge.local.image import REPO, SLURM_VERSION_LABEL, base_tag, ensure_images, node_tag
+from slurmforge.local.image import SLURM_VERSION_LABEL, base_tag, ensure_images, node_tag
+from slurmforge.package_data import root as package_root
 
 
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
-    shutil.copytree(REPO / "roles", tmp_path / "roles")
-    shutil.copytree(REPO / "playbooks", tmp_path / "playbooks")
+    shutil.copytree(package_root() / "roles", tmp_path / "roles")
+    shutil.copytree(package_root() / "playbooks", tmp_path / "playbooks")
     return tmp_path
 
 
 def tag(repo: Path) -> str:
-    return node_tag("localhost/slurmforge-base:x", repo=repo)
+    return node_tag("localhost/slurmforge-base:x", root=repo)
 
 
 def edit(path: Path, old: str, new: str) -> None:
@@ -66,14 +67,14 @@ def test_configuration_defaults_do_not_rebuild(repo: Path) -> None:
 
 
 def test_a_base_image_change_changes_the_tag(repo: Path) -> None:
-    assert node_tag("localhost/slurmforge-base:y", repo=repo) != tag(repo)
+    assert node_tag("localhost/slurmforge-base:y", root=repo) != tag(repo)
 
 
 def test_the_image_playbooks_variables_change_the_tag(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The venv's Python, the contract's paths and the service's requirements come from
     Python (Distro.image_vars), not from the role defaults the tag already covers."""
     before = tag(repo)
-    assert node_tag("localhost/slurmforge-base:x", repo=repo, os=replace(DEBIAN_13, python="3.14")) != before
+    assert node_tag("localhost/slurmforge-base:x", root=repo, os=replace(DEBIAN_13, python="3.14")) != before
     monkeypatch.setattr(contract, "service_requirements", lambda: ("pydantic>=2.7,<3",))
     assert tag(repo) != before
 

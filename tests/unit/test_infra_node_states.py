@@ -1,4 +1,4 @@
-"""The live validation's verdict on node states (tests/infra/node_states.py): every state a
+"""The live validation's verdict on node states (slurmforge/validation/node_states.py): every state a
 busy, working cluster has passes; every fault is one line naming node, found and wanted."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from test_service_world import node
 
 from slurmforge.nodes import NodeHardware
-from tests.infra.node_states import hardware_problem, state_problem
+from slurmforge.validation.node_states import hardware_problem, state_problem
 
 pytestmark = pytest.mark.unit
 

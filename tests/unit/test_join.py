@@ -2,7 +2,7 @@
 target it is valid bash that shellcheck passes, carries each target's inputs, and its
 node-kit steps do what the kit says. Its whole run is proven on the live local cluster: the
 rollout runs it on every compute node (roles/slurm_node), tests/integration checks the
-result (tests/infra: users, mounts, munge, slurmd)."""
+result (slurmforge/validation: users, mounts, munge, slurmd)."""
 
 from __future__ import annotations
 

@@ -13,10 +13,10 @@ import yaml
 
 from slurmforge.contract import DIGEST_FILE
 from slurmforge.errors import RolloutError
+from slurmforge.package_data import playbooks
 from slurmforge.rollout import (
     CEPH_PLAYBOOK,
     CLUSTER_PLAYBOOK,
-    PLAYBOOKS,
     run_playbook,
     stale_hosts,
 )
@@ -29,7 +29,7 @@ OLD, NEW = "a" * 64, "b" * 64
 def playbook(tmp_path: Path, failing: str) -> Path:
     """What cluster.yml is made of: the mark removed, a play that changes every host and
     fails on one, the mark written."""
-    mark = str(PLAYBOOKS / "rollout_mark.yml")
+    mark = str(playbooks() / "rollout_mark.yml")
     plays = [
         {"name": "begin", "ansible.builtin.import_playbook": mark,
          "vars": {"rollout_mark_hosts": "all", "rollout_mark_step": "begin"}},
@@ -75,7 +75,7 @@ def test_a_rollout_failing_half_way_leaves_the_next_one_to_converge(tmp_path: Pa
 
 @pytest.mark.parametrize(("name", "hosts"), [(CLUSTER_PLAYBOOK, "slurm_cluster"), (CEPH_PLAYBOOK, "ceph")])
 def test_every_playbook_marks_first_and_last(name: str, hosts: str) -> None:
-    plays = yaml.safe_load((PLAYBOOKS / name).read_text())
+    plays = yaml.safe_load((playbooks() / name).read_text())
     first, last = plays[0], plays[-1]
     assert first["ansible.builtin.import_playbook"] == last["ansible.builtin.import_playbook"] == "rollout_mark.yml"
     assert first["vars"] == {"rollout_mark_hosts": hosts, "rollout_mark_step": "begin"}

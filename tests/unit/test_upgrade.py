@@ -15,7 +15,8 @@ import yaml
 from slurmforge.distro import DEBIAN_13, is_upgradable
 from slurmforge.errors import RolloutError, UpgradeRefused
 from slurmforge.inventory import cluster_vars
-from slurmforge.rollout import PLAYBOOKS, run_playbook
+from slurmforge.package_data import playbooks
+from slurmforge.rollout import run_playbook
 from slurmforge.spec import load_spec
 from slurmforge.upgrade import STATE_MARKER, check_takeover, refusal, state_release
 
@@ -66,7 +67,7 @@ def run_takeover(tmp_path: Path, state: Path) -> None:
     facts["slurmforge_slurm"] |= {"state_dir": str(state)}
     hosts = {"ctl": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **facts}}
     inventory = {"all": {"children": {"slurm_controller": {"hosts": hosts}}}}
-    run_playbook(str(PLAYBOOKS / "slurm_takeover.yml"), inventory, tmp_path / "run.log")
+    run_playbook(str(playbooks() / "slurm_takeover.yml"), inventory, tmp_path / "run.log")
 
 
 @pytest.mark.parametrize(("marker", "state"), [(None, True), ("25.05", True)])
@@ -85,7 +86,7 @@ def test_the_rollout_goes_on_when_the_state_can_be_taken_over(tmp_path: Path, ma
 
 
 def test_cluster_yml_checks_before_its_first_change() -> None:
-    plays = yaml.safe_load((PLAYBOOKS / "cluster.yml").read_text())
+    plays = yaml.safe_load((playbooks() / "cluster.yml").read_text())
     imports = [p.get("ansible.builtin.import_playbook") for p in plays]
     # the mark goes first (it changes nothing a job sees), then the check, then the roles
     assert imports[:2] == ["rollout_mark.yml", "slurm_takeover.yml"] and "roles" in plays[2]

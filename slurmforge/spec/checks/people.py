@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import cache
-from importlib import resources
 
 from slurmforge.contract import SERVICE_GID, SERVICE_UID
 from slurmforge.errors import Problem
+from slurmforge.package_data import data
 from slurmforge.spec.checks.registry import check, hardware, is_aws, parent_cycles
 from slurmforge.spec.models import Cluster
 from slurmforge.spec.slurmtime import parse_slurm_time
@@ -35,7 +35,7 @@ def external_db_needs_host(spec: Cluster) -> Iterator[Problem]:
 @cache
 def mariadb_reserved_words() -> frozenset[str]:
     """MariaDB's reserved words, lowercase (slurmforge/data/mariadb_reserved_words.txt)."""
-    text = resources.files("slurmforge").joinpath("data/mariadb_reserved_words.txt").read_text()
+    text = data("mariadb_reserved_words.txt").read_text()
     return frozenset(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
 
 

@@ -24,8 +24,8 @@ from slurmforge.monitoring import alert_rules, controller_address
 from slurmforge.nodes import node_names, pool_hardware
 from slurmforge.render import MAIL_PROGRAM, controller_name, render
 from slurmforge.service.slurm import NODES_COMMAND, parse_nodes
-from tests.infra.conftest import LiveCluster, digest
-from tests.infra.node_states import hardware_problem, state_problem
+from slurmforge.validation.conftest import LiveCluster, digest
+from slurmforge.validation.node_states import hardware_problem, state_problem
 
 
 def scontrol_records(text: str) -> list[dict[str, str]]:
@@ -134,7 +134,7 @@ def test_partitions_exactly_as_the_spec(live: LiveCluster) -> None:
 
 def test_nodes_have_the_spec_hardware_and_state(live: LiveCluster) -> None:
     """Every node of the spec: its hardware as the spec says, and a state a working cluster
-    has - busy, powering up or down, drained by an admin (tests/infra/node_states.py).
+    has - busy, powering up or down, drained by an admin (slurmforge/validation/node_states.py).
     One line per node that is not, naming what it has and what it should have."""
     found = {n.name: n for n in parse_nodes(live.controller().check_output(" ".join(NODES_COMMAND)))}
     dynamic = {h.name for h in live.hosts if h.dynamic}

@@ -19,7 +19,7 @@ WORKING = frozenset({"idle", "mixed", "allocated"})
 REFUSED = frozenset({"INVALID_REG", "FAIL"})
 
 
-def hardware_problem(node: NodeState, hw: NodeHardware, gres_name: str) -> str | None:
+def hardware_problem(node: NodeState, hw: NodeHardware, gres_name: str | None) -> str | None:
     """The node's CPUs, memory and GPUs against the spec's."""
     found = f"{node.cpus} CPUs, {node.memory_mb} MB"
     wanted = f"{hw.cpus} CPUs, {hw.memory_mb} MB"

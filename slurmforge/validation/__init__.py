@@ -1,8 +1,13 @@
-"""`slurmforge validate --inventory DIR`: the testinfra suite in tests/infra against
-any inventory (local or AWS)."""
+"""`slurmforge validate --inventory DIR`: the live-cluster checks - the testinfra suite in
+this package (conftest.py, test_*.py) - against any inventory (local or AWS).
+
+The suite runs in its own pytest process, from a scratch directory with this directory as
+pytest's root and no configuration of the user's (or of a clone) read, writing nothing
+beside the installed package (no cache, no bytecode)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -10,9 +15,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from slurmforge.errors import ValidationFailed
+from slurmforge.package_data import require, validation_suite
 
-REPO = Path(__file__).resolve().parents[1]
-SUITE = REPO / "tests" / "infra"
 MAX_LINES = 40
 """Problems named in the error, at most; the rest are counted."""
 
@@ -22,11 +26,17 @@ def validate_inventory(inventory: Path, extra: list[str] | None = None) -> None:
     one line each (a check's assertion message holds one problem per line)."""
     if not (inventory / "hosts.yml").exists():
         raise ValidationFailed(f"{inventory} is not a slurmforge inventory (no hosts.yml)")
+    require("testinfra", "deploy", "the live-cluster validation")
     with tempfile.TemporaryDirectory(prefix="slurmforge-validate-") as tmp:
         report = Path(tmp) / "report.xml"
-        cmd = [sys.executable, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider", "--no-header",
-               "-o", "addopts=", f"--junitxml={report}", f"--inventory={inventory.resolve()}", *(extra or [])]
-        res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        suite = validation_suite()
+        config = Path(tmp) / "pytest.ini"
+        config.write_text("[pytest]\n")
+        cmd = [sys.executable, "-m", "pytest", str(suite), "-q", "-p", "no:cacheprovider", "--no-header",
+               "-c", str(config), f"--rootdir={suite}", f"--junitxml={report}",
+               f"--inventory={inventory.resolve()}", *(extra or [])]
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp,
+                             env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"})
         if res.returncode == 0:
             return
         summary = (res.stdout.strip().splitlines() or ["?"])[-1].strip("= ")

@@ -5,10 +5,11 @@ file-system key, daemons that come back at boot."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
-from tests.infra.conftest import LiveCluster
+from slurmforge.validation.conftest import LiveCluster
 
 
 @pytest.fixture
@@ -18,7 +19,8 @@ def ceph(live: LiveCluster) -> LiveCluster:
     return live
 
 
-def ceph_json(live: LiveCluster, *args: str) -> dict:  # type: ignore[type-arg]
+def ceph_json(live: LiveCluster, *args: str) -> Any:
+    """A ceph command's JSON: an object or a list, as the command gives it."""
     mon = live.connect(live.ceph_hosts[0])
     return json.loads(mon.check_output(f"timeout 60 ceph {' '.join(args)} -f json"))  # args: our own words
 

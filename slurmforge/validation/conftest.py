@@ -1,5 +1,6 @@
 """The live-cluster validation suite: testinfra checks usable against any slurmforge
-inventory (`slurmforge validate --inventory DIR`, or pytest tests/infra --inventory DIR)."""
+inventory (`slurmforge validate --inventory DIR`, which runs pytest on this directory with
+--inventory DIR)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import testinfra
-import testinfra.host
-from testinfra.backend.base import BaseBackend, CommandResult
+import testinfra  # type: ignore[import-untyped]
+import testinfra.host  # type: ignore[import-untyped]
+from testinfra.backend.base import BaseBackend, CommandResult  # type: ignore[import-untyped]
 
 from slurmforge.connection import becomes_root, close_control, container, ssh_argv
 from slurmforge.hosts import Host, HostRole
@@ -29,7 +30,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--inventory", action="store", default=None, help="a slurmforge inventory directory")
 
 
-class InventorySsh(BaseBackend):
+class InventorySsh(BaseBackend):  # type: ignore[misc]
     """testinfra over ssh exactly as the inventory reaches the host (slurmforge.connection:
     user, port, key, common args such as AWS's ProxyJump through the login node, become),
     one shared connection per host for the whole run."""
@@ -41,7 +42,7 @@ class InventorySsh(BaseBackend):
         self.argv = ssh_argv(host, control_dir)
 
     def get_sudo_command(self, command: str, sudo_user: str | None) -> str:
-        return self.quote("sudo -n /bin/sh -c %s", command)  # never wait for a password
+        return str(self.quote("sudo -n /bin/sh -c %s", command))  # never wait for a password
 
     def command(self, command: str, *args: str) -> list[str]:
         """The local argument list that runs `command` (testinfra's %s quoting) on the host."""
