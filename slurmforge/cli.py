@@ -22,7 +22,9 @@ from slurmforge.modules.cli import modules_app
 
 if TYPE_CHECKING:
     from slurmforge.plan.deployed import Deployed
+    from slurmforge.plan.engine import ClusterPlan
     from slurmforge.spec import Cluster
+    from slurmforge.tables import Format
 
 app = typer.Typer(
     name="slurmforge",
@@ -313,8 +315,6 @@ def plan(
     changes, 2: the spec is invalid, 11: the cluster cannot be read."""
     from slurmforge.plan import deployed as d
     from slurmforge.plan.engine import make_plan
-    from slurmforge.plan.show import plan_table
-    from slurmforge.tables import Format, default_format, emit
 
     if [local, inventory_dir is not None, state is not None].count(True) != 1:
         fail("plan: name the cluster: --local (this machine's), --inventory DIR, or --state FILE")
@@ -328,17 +328,25 @@ def plan(
         except OSError as exc:
             fail(f"cannot write {save_state}: {exc.strerror}", 1)
     result = report_errors(lambda: make_plan(cluster, deployed))
+    _show_plan(result, fmt)
+    raise typer.Exit(result.exit_code)
+
+
+def _show_plan(result: ClusterPlan, fmt: Format | None) -> None:
+    """The plan's table on stdout; in the formats for programs, its title and notes on stderr."""
+    from slurmforge.plan.show import plan_table
+    from slurmforge.tables import Format, default_format, emit
+
     table = plan_table(result)
     shown = fmt or default_format()
     if shown is Format.TABLE and not result.changed:
         for line in [table.title, *table.notes]:
             say(line)
-    else:
-        emit(table, shown)
+        return
     if shown is not Format.TABLE:  # the table format shows these itself
         for line in [table.title, *table.notes]:
             note(line)
-    raise typer.Exit(result.exit_code)
+    emit(table, shown)
 
 
 def _plan_first(spec: Cluster, local: bool, inventory_dir: Path | None) -> None:
@@ -346,13 +354,13 @@ def _plan_first(spec: Cluster, local: bool, inventory_dir: Path | None) -> None:
     told (a cluster not made yet); the apply goes on either way."""
     from slurmforge.errors import SlurmforgeError
     from slurmforge.plan.engine import make_plan
-    from slurmforge.plan.show import plan_table
-    from slurmforge.tables import emit
 
     try:
-        emit(plan_table(make_plan(spec, _deployed(spec, local, inventory_dir))))
+        result = make_plan(spec, _deployed(spec, local, inventory_dir))
     except SlurmforgeError as exc:
         note(f"plan: cannot tell what changes ({exc}); going on")
+        return
+    _show_plan(result, None)
 
 
 @app.command()

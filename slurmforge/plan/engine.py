@@ -46,7 +46,7 @@ from slurmforge.hostlists import compress, expand
 from slurmforge.nodes import node_sets, pool_hardware, pool_hostlist
 from slurmforge.plan import configs as cf
 from slurmforge.plan.deployed import Deployed
-from slurmforge.render import render_all
+from slurmforge.render import controller_name, render_all
 from slurmforge.routing import JOB_SUBMIT_SCRIPT
 from slurmforge.service.slurm import Job, NodeState
 from slurmforge.spec import Cluster, parse_spec
@@ -150,6 +150,7 @@ class _Planner:
         self.live_nodes: dict[str, NodeState] = {n.name: n for n in deployed.nodes or []}
         self.jobs: list[Job] = [j for j in deployed.jobs or [] if j.state not in accounting.FINAL_JOB_STATES]
         self._on_node: dict[str, list[int]] | None = None
+        self.dbd = self._dbd_compared()
 
     def add(self, kind: str, name: str, change: str, detail: str, cause: str = SPEC,
             jobs: Iterable[int] = ()) -> None:
@@ -348,7 +349,7 @@ class _Planner:
 
     def other_configs(self) -> None:
         files = [cf.GRES_CONF, cf.CGROUP_CONF, JOB_SUBMIT_SCRIPT, cf.MAIL_CONF]
-        if self.new.accounting.enabled:  # the rollout installs slurmdbd.conf only then
+        if self.dbd:
             files.append(cf.SLURMDBD_CONF)
         for name in files:
             before, old, after = self.d_files.get(name), self.o_files.get(name), self.n_files[name]
@@ -370,6 +371,17 @@ class _Planner:
                 for key in cf.changed_keys(b, a):
                     self.add("config", f"{name} {key}", "change", f"{cf.shown(b.get(key))} {ARROW} "
                              f"{cf.shown(a.get(key))}", SPEC if o.get(key) != a.get(key) else DRIFT)
+
+    def _dbd_compared(self) -> bool:
+        """Is slurmdbd.conf compared: the rollout installs it only with accounting, and only on
+        the primary controller (read from a backup, it is not there to compare)."""
+        if not self.new.accounting.enabled:
+            return False
+        if cf.SLURMDBD_CONF not in self.d_files and self.deployed.controller != controller_name(self.old):
+            self.plan.warnings.append(f"read from {self.deployed.controller}, not the primary controller: "
+                                      "slurmdbd.conf (on the primary only) is not compared")
+            return False
+        return True
 
     def _gres(self, before: str, old: str, after: str) -> None:
         b, o, a = cf.parse_gres_conf(before), cf.parse_gres_conf(old), cf.parse_gres_conf(after)
@@ -458,8 +470,8 @@ class _Planner:
             self.add("daemon", "slurmd", "reconfigure", "every slurmd gets the new config from slurmctld "
                      "(configless) at the reconfigure", cause)
             self._partition_resets()
-        if self.new.accounting.enabled and not cf.same_config(self.d_files.get(cf.SLURMDBD_CONF),
-                                                              self.n_files[cf.SLURMDBD_CONF], cf.SLURMDBD_CONF):
+        if self.dbd and not cf.same_config(self.d_files.get(cf.SLURMDBD_CONF),
+                                                      self.n_files[cf.SLURMDBD_CONF], cf.SLURMDBD_CONF):
             dbd_cause = SPEC if not cf.same_config(self.o_files[cf.SLURMDBD_CONF], self.n_files[cf.SLURMDBD_CONF],
                                                    cf.SLURMDBD_CONF) else DRIFT
             self.add("daemon", "slurmdbd", "restart", "slurmdbd.conf changes: the rollout restarts slurmdbd; "

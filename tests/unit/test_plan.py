@@ -411,6 +411,18 @@ def test_without_slurmctld_the_jobs_are_not_counted_and_it_says_so() -> None:
     assert not [r for r in result.rows if r.kind == "accounting"]
 
 
+def test_read_from_the_backup_controller_slurmdbd_conf_is_not_compared() -> None:
+    """The primary is down: the backup has every file but slurmdbd.conf."""
+    data = example()
+    state = deployed(data)
+    state.controller = "dev-controller-backup"
+    del state.configs["slurmdbd.conf"]
+    result = plan(data, state)
+    assert result.rows == [] and "slurmdbd.conf (on the primary only) is not compared" in result.warnings[0]
+    state.controller = "dev-controller"
+    assert ("daemon", "slurmdbd", "restart") in rows(plan(data, state))
+
+
 def test_a_last_rollout_that_did_not_finish_is_said() -> None:
     data = example()
     state = deployed(data)
