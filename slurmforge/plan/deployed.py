@@ -120,7 +120,9 @@ class Deployed:
                        accounting_answers={tuple(a[0]): (int(a[1]), str(a[2]), str(a[3]))
                                            for a in data.get("accounting") or []})
         if live is not None:
-            deployed.nodes = [NodeState(name, state, frozenset(flags)) for name, state, flags in live["nodes"]]
+            flag_sets: dict[tuple[str, ...], frozenset[str]] = {}  # thousands of nodes share a few
+            deployed.nodes = [NodeState(name, state, flag_sets.setdefault(tuple(flags), frozenset(flags)))
+                              for name, state, flags in live["nodes"]]
             deployed.jobs = [Job(int(i), state, nodes, user, partition=part, account=account, qos=qos,
                                  time_limit=float(limit))
                              for i, state, nodes, user, part, account, qos, limit in live["jobs"]]

@@ -205,8 +205,8 @@ class _Planner:
                                                   "leave Slurm")
 
     def nodes(self) -> None:
-        where = node_places(self.old) | node_places(self.new)  # a node's pool, and whether it is dynamic
         new_dynamic = node_places(self.new)
+        where = node_places(self.old) | new_dynamic  # a node's pool, and whether it is dynamic
         d_nodes, n_nodes, o_nodes = self.d.nodes, self.n.nodes, self.o.nodes
         machine_changed = {p.name for p in self.new.pools for q in self.old.pools
                            if p.name == q.name and (pool_hardware(p) != pool_hardware(q)
