@@ -190,7 +190,8 @@ def read(controllers: Sequence[Host]) -> Deployed:
         return deployed
     if not controllers:
         raise ClusterUnreachable("no controller to read the deployed cluster from")
-    raise ClusterUnreachable(f"cannot read the deployed cluster from its controller(s): {'; '.join(tried)}")
+    others = f"; {', '.join(h.name for h in controllers[1:])} did not answer either" if len(controllers) > 1 else ""
+    raise ClusterUnreachable(f"cannot read the deployed cluster from its controller {tried[0]}{others}")
 
 
 def from_answer(controller: str, request: Mapping[str, Any], answer: Mapping[str, Any]) -> Deployed:
