@@ -271,6 +271,19 @@ def read_state(run: Runner, wait: float = DBD_WAIT_SECONDS) -> State:
     return state
 
 
+def state_commands() -> list[tuple[str, ...]]:
+    """The commands read_state runs, in order: what a reader that runs them elsewhere (the
+    plan, in one round trip to the controller) must run and hand back to it."""
+    asked: list[tuple[str, ...]] = []
+
+    def record(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        asked.append(tuple(argv))
+        return subprocess.CompletedProcess(list(argv), 0, "", "")
+
+    read_state(record, wait=0)
+    return asked
+
+
 @dataclass(frozen=True)
 class ActiveJobs:
     """Who has jobs that are not finished (pending, running, suspended, ...)."""

@@ -21,7 +21,10 @@ from slurmforge.contract import PROMETHEUS_PORT
 from slurmforge.modules.cli import modules_app
 
 if TYPE_CHECKING:
+    from slurmforge.plan.deployed import Deployed
+    from slurmforge.plan.engine import ClusterPlan
     from slurmforge.spec import Cluster
+    from slurmforge.tables import Format
 
 app = typer.Typer(
     name="slurmforge",
@@ -134,8 +137,9 @@ def up(
     from slurmforge.validation import validate_inventory
 
     report_errors(lambda: require("ansible_runner", "deploy", "up"))
-    display = PhaseDisplay(rich_console())
     chosen = spec or examples() / "local.yaml"
+    _plan_first(load(chosen), True, None)
+    display = PhaseDisplay(rich_console())
     report = report_errors(lambda: local_up(chosen, display, run_sample_job=not no_job,
                                             validate=None if no_validate else validate_inventory,
                                             full_rollout=full_rollout),
@@ -270,6 +274,7 @@ def rollout(
 
     require_inventory(inventory_dir)
     report_errors(lambda: require("ansible_runner", "deploy", "the rollout"))
+    _plan_first(report_errors(lambda: read_inventory(inventory_dir)[0]), False, inventory_dir)
     display = PhaseDisplay(rich_console())
     log = log_dir() / f"{inventory_dir.name}-rollout.log"
 
@@ -283,6 +288,89 @@ def rollout(
         say(f"rollout changed {result.total_changed} thing(s) in {result.seconds:.0f} s; log {log}")
 
     report_errors(run)
+
+
+InventoryOpt = Annotated[Path | None, typer.Option("--inventory", help="The cluster of this inventory (any target).")]
+
+
+def _deployed(spec: Cluster, local: bool, inventory_dir: Path | None) -> Deployed:
+    """What runs, read from the cluster's controller: the local one of the spec's name, or
+    the inventory's."""
+    from slurmforge.plan import deployed
+    from slurmforge.render import controller_names
+
+    if inventory_dir is not None:
+        return deployed.read(deployed.inventory_controllers(inventory_dir))
+    if local:
+        from slurmforge.local.host import require_root
+
+        require_root()
+    return deployed.read(deployed.local_controllers(controller_names(spec)))
+
+
+@app.command()
+def plan(
+    spec: SpecArg = DEFAULT_SPEC,
+    local: LocalFlag = False,
+    inventory_dir: InventoryOpt = None,
+    state: Annotated[Path | None, typer.Option(
+        "--state", help="Plan against a state saved with --save-state (reaches no cluster).")] = None,
+    save_state: Annotated[Path | None, typer.Option(
+        "--save-state", help="Also save what was read from the cluster, to plan against later.")] = None,
+    fmt: FormatOpt = None,
+) -> None:
+    """What applying the spec would do to the running cluster, before anything changes: nodes,
+    pools, partitions, scheduling, accounts, users, storage; which daemons reconfigure or
+    restart; which jobs are affected. Read from the cluster itself. Exit 0: no changes, 12:
+    changes, 2: the spec is invalid, 11: the cluster cannot be read."""
+    from slurmforge.plan import deployed as d
+    from slurmforge.plan.engine import make_plan
+
+    if [local, inventory_dir is not None, state is not None].count(True) != 1:
+        fail("plan: name the cluster: --local (this machine's), --inventory DIR, or --state FILE")
+    if inventory_dir is not None:
+        require_inventory(inventory_dir)
+    cluster = load(spec)
+    deployed = report_errors(lambda: d.load(state) if state is not None else _deployed(cluster, local, inventory_dir))
+    if save_state is not None:
+        try:
+            d.save(deployed, save_state)
+        except OSError as exc:
+            fail(f"cannot write {save_state}: {exc.strerror}", 1)
+    result = report_errors(lambda: make_plan(cluster, deployed))
+    _show_plan(result, fmt)
+    raise typer.Exit(result.exit_code)
+
+
+def _show_plan(result: ClusterPlan, fmt: Format | None) -> None:
+    """The plan's table on stdout; in the formats for programs, its title and notes on stderr."""
+    from slurmforge.plan.show import plan_table
+    from slurmforge.tables import Format, default_format, emit
+
+    table = plan_table(result)
+    shown = fmt or default_format()
+    if shown is Format.TABLE and not result.changed:
+        for line in [table.title, *table.notes]:
+            say(line)
+        return
+    if shown is not Format.TABLE:  # the table format shows these itself
+        for line in [table.title, *table.notes]:
+            note(line)
+    emit(table, shown)
+
+
+def _plan_first(spec: Cluster, local: bool, inventory_dir: Path | None) -> None:
+    """What the apply that follows changes (`slurmforge plan`'s table), or why it cannot be
+    told (a cluster not made yet); the apply goes on either way."""
+    from slurmforge.errors import SlurmforgeError
+    from slurmforge.plan.engine import make_plan
+
+    try:
+        result = make_plan(spec, _deployed(spec, local, inventory_dir))
+    except SlurmforgeError as exc:
+        note(f"plan: cannot tell what changes ({exc}); going on")
+        return
+    _show_plan(result, None)
 
 
 @app.command()

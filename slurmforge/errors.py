@@ -160,3 +160,10 @@ class ModuleError(SlurmforgeError):
     def __init__(self, message: str, detail: str = "") -> None:
         self.detail = detail
         super().__init__(message)
+
+
+class ClusterUnreachable(SlurmforgeError):
+    """A running cluster cannot be reached or read (its controller does not answer through
+    podman or ssh, or answers something else)."""
+
+    exit_code = 11

@@ -238,7 +238,11 @@ def write_inventory(spec: Cluster, spec_path: Path, hosts: list[Host], inventory
 
 def read_inventory(inventory_dir: Path) -> tuple[Cluster, list[Host]]:
     """The spec and hosts an inventory was written from."""
-    spec = load_spec(inventory_dir / SPEC_COPY)
+    return load_spec(inventory_dir / SPEC_COPY), read_hosts(inventory_dir)
+
+
+def read_hosts(inventory_dir: Path) -> list[Host]:
+    """The hosts of an inventory, each with how to reach it."""
     doc = yaml.safe_load((inventory_dir / HOSTS_FILE).read_text())
     groups = doc["all"]["children"]["slurm_cluster"]["children"]
     hosts = []
@@ -251,4 +255,4 @@ def read_inventory(inventory_dir: Path) -> tuple[Cluster, list[Host]]:
                           and not (k == "ansible_host" and v == address)}
             hosts.append(Host(name, hv["slurmforge_address"], role, hv.get("slurmforge_pool"),
                               bool(hv.get("slurmforge_dynamic", False)), connection))
-    return spec, hosts
+    return hosts

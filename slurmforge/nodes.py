@@ -106,8 +106,7 @@ class NodeSet:
         return ranged(self.prefix, [(self.first, self.last)], self.width)
 
     def names(self) -> Iterator[str]:
-        for i in range(self.first, self.last + 1):
-            yield f"{self.prefix}-{i:0{self.width}d}"
+        return map(f"{self.prefix}-{{:0{self.width}d}}".format, range(self.first, self.last + 1))
 
 
 def node_sets(spec: Cluster, pool: Pool) -> list[NodeSet]:

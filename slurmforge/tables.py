@@ -252,7 +252,8 @@ def render_table(table: Table, width: int = 80, styled: bool = False) -> str:
     for n, row in enumerate(cells):
         if n == body and table.footer:
             out.append("-" * min(width, sum(widths) + len(GAP) * (len(widths) - 1)) + "\n")
-        wrapped = {i: textwrap.wrap(row[i], layout.widths[i]) or [""] if columns[i].wrap else [row[i]]
+        wrapped = {i: textwrap.wrap(row[i], layout.widths[i], break_on_hyphens=False) or [""] if columns[i].wrap
+                   else [row[i]]
                    for i in layout.columns}
         for k in range(max(len(v) for v in wrapped.values())):
             out.append(_line([wrapped[i][k] if k < len(wrapped[i]) else "" for i in layout.columns], widths,

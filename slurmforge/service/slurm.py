@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import subprocess
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -204,6 +205,17 @@ def _number(value: Any) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
 
 
+def minutes(value: Any) -> float:
+    """A time limit in minutes as 23.02+ writes it ({"set", "infinite", "number"}) or as a
+    plain number; math.inf when infinite, 0 when not set."""
+    if isinstance(value, dict):
+        if value.get("infinite"):
+            return math.inf
+        if not value.get("set", True):
+            return 0.0
+    return _number(value)
+
+
 def _count(value: Any) -> int:
     """A count as 22.05 writes it (an int) fast; 23.02's {"set", "number"} through _number."""
     return value if type(value) is int else int(_number(value))
@@ -270,6 +282,10 @@ class Job:
     """start_time: when it started (running), when Slurm expects it to (pending; 0 unknown)."""
     description: str = ""
     """state_description: Slurm's own words, such as "launch failed requeued held"."""
+    qos: str = ""
+    time_limit: float = 0.0
+    """Minutes (math.inf: UNLIMITED; 0: not known). A running job ends at its own limit,
+    whatever its partition's MaxTime becomes (job_time_limit in 24.11's job_mgr.c)."""
 
     def node_names(self) -> list[str]:
         return expand(self.nodes) if self.nodes else []
@@ -298,7 +314,8 @@ def parse_jobs(text: str) -> list[Job]:
                         eligible_at=eligible,
                         tres=str(item.get("tres_alloc_str") or item.get("tres_req_str") or ""),
                         started_at=_number(item.get("start_time")),
-                        description=str(item.get("state_description") or "")))
+                        description=str(item.get("state_description") or ""),
+                        qos=str(item.get("qos") or ""), time_limit=minutes(item.get("time_limit"))))
     return jobs
 
 

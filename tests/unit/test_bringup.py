@@ -13,18 +13,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from slurmforge import bringup
 from slurmforge.cli import app
 from slurmforge.contract import DIGEST_FILE
-from slurmforge.errors import ModuleError, ProvisionError
+from slurmforge.errors import ClusterUnreachable, ModuleError, ProvisionError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import read_inventory, write_inventory
+from slurmforge.local import host
+from slurmforge.local import up as local_up
+from slurmforge.local.up import UpReport
 from slurmforge.modules.executor import Completed
+from slurmforge.plan import deployed
+from slurmforge.plan.deployed import Deployed
 from slurmforge.providers.local import LocalProvider
+from slurmforge.render import render_all
 from slurmforge.rollout import Progress, RolloutResult, rollout_digest
-from slurmforge.spec import load_spec
+from slurmforge.spec import load_spec, parse_spec
 
 pytestmark = pytest.mark.unit
 
@@ -155,10 +162,11 @@ def local_inventory(tmp_path: Path) -> tuple[Path, list[Host]]:
     return inventory, read_inventory(inventory)[1]
 
 
-def rollout_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, current: set[str], *args: str
-                ) -> tuple[Any, RollOut, list[str], list[Host]]:
+def rollout_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, current: set[str], *args: str,
+                running: Deployed | None = None) -> tuple[Any, RollOut, list[str], list[Host]]:
     """`slurmforge rollout --inventory` on a local inventory whose `current` hosts carry
-    this rollout's mark: the CLI's result, the playbook calls, the hosts whose mark was read."""
+    this rollout's mark: the CLI's result, the playbook calls, the hosts whose mark was read.
+    `running`: what the plan printed first reads from the controller (None: it cannot)."""
     inventory, listed = local_inventory(tmp_path)
     digest = rollout_digest(inventory.resolve())
     recorder, read = RollOut(), []
@@ -167,8 +175,15 @@ def rollout_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, current: set[st
         read.append(host.name)
         return Node(host.name, {"cat": done(digest if host.name in current else OLD)})
 
+    def controller(controllers: list[Host]) -> Deployed:
+        assert [h.name for h in controllers] == ["dev-controller", "dev-controller-backup"]
+        if running is None:
+            raise ClusterUnreachable("cannot read the deployed cluster from its controller(s): dev-controller: down")
+        return running
+
     monkeypatch.setattr(bringup, "roll_out", recorder)
     monkeypatch.setattr(bringup, "executor_for", node)
+    monkeypatch.setattr(deployed, "read", controller)
     result = CliRunner().invoke(app, ["rollout", "--inventory", str(inventory), *args])
     return result, recorder, read, listed
 
@@ -186,6 +201,56 @@ def test_rollout_inventory_skips_current_hosts_and_never_touches_dynamic_ones(mo
     assert call["digest"] == rollout_digest((tmp_path / "inventory").resolve())
     assert call["log"] == bringup.log_dir() / "inventory-rollout.log"
     assert f"rollout changed {len(call['limit'])} thing(s) in 12 s; log {call['log']}" in result.output
+
+
+def test_rollout_inventory_prints_the_plan_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What runs was rolled out with ml-cpu's MaxTime at 2 days; the inventory's spec says 1 day."""
+    data = yaml.safe_load(LOCAL.read_text())
+    data["partitions"][0]["max_time"] = "2-00:00:00"
+    text = yaml.safe_dump(data)
+    running = Deployed("dev-controller", text, render_all(parse_spec(text)), "mark", nodes=[], jobs=[], partitions=[])
+    result, recorder, _, _ = rollout_cli(monkeypatch, tmp_path, set(), running=running)
+    assert result.exit_code == 0 and recorder.calls
+    plan, _, rest = result.output.partition("rollout changed")
+    assert "plan for cluster dev: 1 change(s)" in plan and "MaxTime 2-00:00:00 -> 1-00:00:00" in plan
+    assert rest
+
+
+def test_up_local_prints_the_plan_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`up --local` reads the local controller of the spec's name before anything changes."""
+    data = yaml.safe_load(LOCAL.read_text())
+    data["pools"][0]["max_nodes"] = 3
+    text = yaml.safe_dump(data)
+    running = Deployed("dev-controller", text, render_all(parse_spec(text)), "mark", nodes=[], jobs=[], partitions=[])
+    order: list[str] = []
+
+    def read(controllers: list[Host]) -> Deployed:
+        assert [(h.name, h.connection) for h in controllers] == [
+            ("dev-controller", {"slurmforge_container": "dev-controller"}),
+            ("dev-controller-backup", {"slurmforge_container": "dev-controller-backup"})]
+        order.append("plan")
+        return running
+
+    def up(spec: Path, display: Any, **kw: Any) -> UpReport:
+        order.append("up")
+        return UpReport("dev", tmp_path / "inventory", tmp_path / "log")
+
+    monkeypatch.setattr(deployed, "read", read)
+    monkeypatch.setattr(host, "require_root", lambda: None)
+    monkeypatch.setattr(local_up, "up", up)
+    result = CliRunner().invoke(app, ["up", str(LOCAL), "--local"])
+    assert result.exit_code == 0, result.output
+    assert order == ["plan", "up"]
+    # pool cpu grows, dev-cpu-04 joins ml-cpu and scavenger
+    assert "plan for cluster dev: 4 change(s)" in result.output
+    assert result.output.index("pool") < result.output.index("cluster dev is up")
+
+
+def test_rollout_inventory_goes_on_when_the_plan_cannot_be_read(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    result, recorder, _, _ = rollout_cli(monkeypatch, tmp_path, set())
+    assert result.exit_code == 0 and recorder.calls
+    assert "plan: cannot tell what changes (cannot read the deployed cluster" in result.output
 
 
 def test_rollout_inventory_with_every_host_current_runs_nothing(monkeypatch: pytest.MonkeyPatch,
