@@ -165,8 +165,13 @@ def read(path):
     except OSError:
         return ""
 log = read("/var/log/slurmforge-image.log").splitlines()
+fatal = [i for i, line in enumerate(log) if line.startswith(("fatal:", "failed:"))]
+failed = []
+if fatal:  # the task that failed and Ansible's error: the tail may have scrolled past them
+    task = next((log[j] for j in range(fatal[-1], -1, -1) if log[j].startswith("TASK [")), "")
+    failed = [task, log[fatal[-1]]]
 print(json.dumps({{"rc": int(sys.argv[1]), "record": read({RECORD!r}), "packages": read({PACKAGES!r}),
-                  "log_tail": log[-40:]}}))
+                  "failed": failed, "log_tail": log[-40:]}}))
 PY
 curl -fsS --retry 10 -X PUT -H 'Content-Type: application/json' \\
     --upload-file /tmp/slurmforge-image-result.json {shlex.quote(result_url)}

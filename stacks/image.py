@@ -120,8 +120,8 @@ def bake(session: Any, props: dict[str, Any], poll: float = POLL_SECONDS) -> dic
                                  "(its console output has the build's log)") from None
         s3.delete_object(Bucket=bucket, Key=result_key)
         if result.get("rc") != 0:
-            tail = [line for line in result.get("log_tail", []) if line.strip()][-1:] or ["?"]
-            raise ProvisionError(f"the image build failed (exit {result.get('rc')}): {tail[0][:300]}")
+            raise ProvisionError(f"the image build failed (exit {result.get('rc')}): "
+                                 f"{build_failure([*result.get('failed', []), *result.get('log_tail', [])])}")
         record = read_record(result.get("record", ""), result.get("packages", ""), distro(props["base"]))
         ami = ec2.create_image(
             InstanceId=instance, Name=f"{props['cluster']}-node-{record.get('inputs', 'x')}-{uuid.uuid4().hex[:6]}",
@@ -137,6 +137,17 @@ def bake(session: Any, props: dict[str, Any], poll: float = POLL_SECONDS) -> dic
                 "build_seconds": int(str(record.get("seconds", 0)))}
     finally:
         ec2.terminate_instances(InstanceIds=[instance])
+
+
+def build_failure(log_tail: list[str]) -> str:
+    """What a failed build's log says went wrong: the task that failed and Ansible's error
+    for it, else the log's last line (the recap alone names no task)."""
+    lines = [line.strip() for line in log_tail if line.strip()]
+    fatal = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith(("fatal:", "failed:"))), None)
+    if fatal is None:
+        return (lines[-1] if lines else "?")[:300]
+    task = next((lines[i] for i in range(fatal, -1, -1) if lines[i].startswith("TASK [")), "")
+    return f"{task.rstrip('*').strip()} {lines[fatal][:600]}".strip()
 
 
 def _snapshots(ec2: Any, ami: str) -> list[str]:

@@ -30,8 +30,9 @@ outside its AMI:
   nothing is set and the regional endpoints answer;
 - EFS: this kernel has no NFS client. Every EFS file system of the stand-in is a directory
   on this machine (`efs_root/<fs id>`, made when moto has it, removed with it), mounted
-  into every machine at EFS_MOUNT, and a helper (EFS_HELPER) is bind-mounted over
-  /usr/sbin/mount.nfs4 (/sbin/mount.nfs4 on merged /usr): `mount -t nfs4
+  into every machine at EFS_MOUNT, and a helper (EFS_HELPER) is bind-mounted over the
+  image's /usr/sbin/mount.nfs4 (where the image has one: not on Debian's AMI, the build
+  instance, whose dpkg could not replace a file under a mount): `mount -t nfs4
   <fs id>.efs.<region>.amazonaws.com:/path dir` - the join program's and the fstab's lines,
   unchanged - bind-mounts that file system's path, and fails as EFS does when the path is
   not there.
@@ -86,6 +87,8 @@ fi
 exec mount --bind "$root$path" "$dir"
 """
 SYSTEMD_DROP_IN = "/etc/systemd/system.conf.d/90-slurmforge-rehearsal.conf"
+NFS_CLIENT = "/usr/sbin/mount.nfs4"
+"""nfs-common's mount helper (/sbin is /usr/sbin on Debian 13)."""
 GONE = ("shutting-down", "terminated")
 DOWN = ("stopping", "stopped")
 
@@ -116,6 +119,8 @@ class Machines:
         self.machines: dict[str, Machine] = {}
         self.networks: set[str] = set()
         self.committed: list[str] = []
+        self.nfs_clients: dict[str, bool] = {}
+        """image -> it has an NFS client (the EFS helper goes over it)"""
         self.vpcs: set[str] = set()
         """VPC CIDRs with a no-masquerade rule on this machine"""
         self.public: dict[str, tuple[str, str]] = {}
@@ -255,8 +260,7 @@ class Machines:
         self.podman.remove_container(name)
         self.podman.run(["create", "--name", name, "--hostname", hostname, "--network", network, "--ip", address,
                          "--mac-address", mac, "--systemd=always", "--cgroupns=host", "--privileged",
-                         "-v", f"{self.efs_root}:{EFS_MOUNT}",
-                         "-v", f"{self.workdir / 'mount.nfs4'}:/usr/sbin/mount.nfs4:ro",
+                         "-v", f"{self.efs_root}:{EFS_MOUNT}", *self._nfs_client(image),
                          "-v", f"{self.workdir / 'aws.conf'}:{SYSTEMD_DROP_IN}:ro",
                          "--label", f"{LABEL}={self.ident}", "--label", f"{INSTANCE_LABEL}={instance_id}",
                          image, "sh", "-c", INIT])
@@ -281,6 +285,16 @@ class Machines:
             (self.efs_root / fs).mkdir()
         for gone in {p.name for p in self.efs_root.iterdir()} - have:
             shutil.rmtree(self.efs_root / gone, ignore_errors=True)
+
+    def _nfs_client(self, image: str) -> list[str]:
+        """The helper over the image's NFS client (nfs-common's mount.nfs4), where it has
+        one: a machine whose image has none - Debian's AMI, the build instance, which
+        installs it - gets nothing there (dpkg cannot replace a file under a mount)."""
+        if image not in self.nfs_clients:
+            found = self.podman.run(["run", "--rm", "--network=none", image, "sh", "-c",
+                                     f"test -e {NFS_CLIENT} && echo yes"], check=False)
+            self.nfs_clients[image] = found.strip() == "yes"
+        return ["-v", f"{self.workdir / 'mount.nfs4'}:{NFS_CLIENT}:ro"] if self.nfs_clients[image] else []
 
     def _publish(self, instance_id: str, public: str, private: str) -> None:
         self._nat("-A", public, private)
