@@ -57,6 +57,17 @@ is never taken over: a short timeout costs no false takeovers. Takeover lands ab
 default of 120 s would leave a cluster without a controller for over two minutes."""
 
 
+CRED_EXPIRE = 10
+"""Seconds a job credential stays valid (AuthInfo=cred_expire; Slurm's default 120, its
+minimum 5: src/interfaces/cred.c). slurmctld holds a requeued batch job for this + 1 s
+before it may start again (batch_requeue_fini in job_mgr.c: the new launch's credential
+must be newer than the revoked one), so the default makes every requeue - a spot notice,
+a dead node, preemption, `scontrol requeue` - wait 121 s. A credential is checked by the
+slurmd it is sent to within a second of being signed (slurmctld and srun send it directly:
+TreeWidth is wide, the Prolog is the join program's hosts step); 10 s leaves room for
+that and for clocks a few seconds apart (docs/service.md, "The requeue hold")."""
+
+
 class Lines(tuple[str, ...]):
     """A slurm.conf key written once per value, on its own line (SlurmctldHost)."""
 
@@ -253,6 +264,8 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
         "SlurmctldPrimaryOffProg": CTLD_STANDBY_PROGRAM if backup else None,
         "SlurmUser": "slurm",
         "AuthType": "auth/munge",
+        # a requeued job may start again CRED_EXPIRE + 1 s later, not 121 s
+        "AuthInfo": f"cred_expire={CRED_EXPIRE}",
         "StateSaveLocation": state_dir,
         "SlurmdSpoolDir": "/var/spool/slurmd",
         "SlurmctldLogFile": SLURMCTLD_LOG,

@@ -174,6 +174,10 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
             # judge's slurmctld is the primary and finds no backup to hand control to
             out.append(f"{line.split('(', 1)[0]}({BACKUP_ADDRESS})")
             continue
+        if key == "AuthInfo":  # the rendered options stay, the private munged's socket added
+            seen.add(key)
+            out.append(f"{line},{override[key]}")
+            continue
         if key in override or key in only_if_rendered:
             seen.add(key)
             value = override[key] if key in override else only_if_rendered[key]
