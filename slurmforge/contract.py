@@ -84,6 +84,13 @@ CTLD_STANDBY_PROGRAM = "/usr/local/sbin/slurmforge-ctld-standby"
 to standby asks systemd to restart it (roles/slurm_controller/files/slurmforge-ctld-standby)."""
 JOIN_PROGRAM = "/usr/local/sbin/slurmforge-join"
 """The join program on a node (slurmforge.join: templates/join.sh.j2)."""
+HEALTH_PROGRAM = "/usr/local/sbin/slurmforge-health"
+"""slurm.conf's HealthCheckProgram on every node with a slurmd: a link to the join program
+(its slurmd step makes it), which checks what the join set up and drains the node with a
+`health:` reason when something is broken (templates/join.sh.j2, "health")."""
+JOINED_MARK = "/run/slurmforge-joined"
+"""Written when a node's join ran to the end (in /run: gone at reboot); until then the
+health check has nothing to judge (mounts and munge are the join's to make)."""
 JOIN_UNIT = "slurmforge-join.service"
 """Runs the join program at every boot where it is installed, again until it succeeds (the
 node image: roles/slurm_node/tasks/install.yml)."""

@@ -21,12 +21,14 @@ from slurmforge.billing import BillingWeights, billing_weights
 from slurmforge.contract import (
     CTLD_IN_CONTROL_PROGRAM,
     CTLD_STANDBY_PROGRAM,
+    HEALTH_PROGRAM,
     JOIN_PROGRAM,
     NODES_READY_PROGRAM,
     SERVICE_BIN,
     SLURMDBD_SECRET_CONF,
 )
 from slurmforge.distro import distro, release_tuple
+from slurmforge.join import HEALTH_CHECK_INTERVAL
 from slurmforge.nodes import NodeHardware, node_sets, pool_hardware, pool_hostlist
 from slurmforge.routing import JOB_SUBMIT_SCRIPT, routing
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Partition, StaticTarget
@@ -295,6 +297,11 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
         # the job is allocated - Contain implies Alloc, so on all its nodes, once all of them
         # registered (docs/node-lifecycle.md, "Names"); it never fails the job
         "Prolog": JOIN_PROGRAM,
+        # the node's health check (the join program by another name): a node whose mounts,
+        # munge, scratch or GPUs fail it is drained `health: ...` and replaced by the
+        # scheduler service (docs/node-lifecycle.md, "Node health")
+        "HealthCheckProgram": HEALTH_PROGRAM,
+        "HealthCheckInterval": HEALTH_CHECK_INTERVAL,
         # priority and fair share
         "PriorityType": f"priority/{prio.type}",
     }

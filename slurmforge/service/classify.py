@@ -41,7 +41,9 @@ its node (docs/service.md, "Static nodes are kept alive"):
    stopping is never taken for gone, whatever Slurm says, since it may still run the
    node's jobs: when its slurmd has not answered for `unresponsive_grace`, or Slurm or
    the health hook failed the node (DOWN, or drained and empty), the service terminates
-   it, and goes on only once the provider lists it stopped or terminated.
+   it, and goes on only once the provider lists it stopped or terminated. A node its
+   health check drained while jobs run there has them signalled (USR1, to checkpoint)
+   and requeued `evacuate_grace` later, so that it empties and is replaced.
 2. Jobs. A node whose machine is gone is set DOWN with the service's reason: slurmctld
    requeues its batch jobs at once (others end NODE_FAIL). Only then, from the next
    loop, the node is the service's to replace: what squeue still shows on it is
@@ -106,7 +108,8 @@ from slurmforge.service.topology import NodeInfo, Topology
 OWN_REASON = "slurmforge:"
 """Reasons the service writes start with this."""
 HEALTH_REASON = "health:"
-"""The node health hook (GPU checks) drains a failing node with a reason starting so."""
+"""The node's health check (slurm.conf's HealthCheckProgram: the join program's health mode)
+drains a failing node with a reason starting so."""
 DUPLICATE_LAUNCH = "Duplicate jobid"
 SLURM_REASONS = ("ResumeTimeout reached", "Not responding", "Node unexpectedly rebooted", "Kill task failed",
                  DUPLICATE_LAUNCH)
@@ -118,6 +121,8 @@ LIVE = frozenset({InstanceState.PENDING, InstanceState.RUNNING})
 GONE = frozenset({InstanceState.STOPPED, InstanceState.TERMINATED})
 """A machine in these states runs nothing: a static node's may be replaced."""
 MISSING, UNRESPONSIVE = "missing", "unresponsive"
+EVACUATING = "evacuating"
+"""Mark of a node its health check drained under jobs, since the service signalled them."""
 REPLACING = "replacing"
 """Mark of a static node whose machine failed, since the first sign of it, until the node
 is in service again on a new one (for the event's measured times)."""
@@ -134,6 +139,9 @@ class Tunables:
     node's running machine is terminated first)."""
     checkpoint_grace: float = 90.0
     """Spot notice -> requeue after this; EC2 takes the machine 120 s after the notice."""
+    evacuate_grace: float = 30.0
+    """A node its health check drained under jobs: they are signalled, and requeued after
+    this, time to write a checkpoint (a job that requeues itself on the signal goes sooner)."""
     launch_retry_window: float = 900.0
     """A launch a crash interrupted is retried with its token for this long."""
     request_max_age: float = 3600.0
@@ -183,6 +191,8 @@ class NodeStatus(Enum):
     NOT_RESPONDING = "not-responding"
     UNRESPONSIVE = "unresponsive"
     REPLACE = "replace"
+    EVACUATE = "evacuate"
+    """Drained by its health check with jobs still on it: signal them, then requeue them."""
     LEFT_ALONE = "left-alone"
     INTERRUPTED = "interrupted"
     HEALTHY = "healthy"
@@ -267,6 +277,13 @@ def is_recoverable(reason: str) -> bool:
 def held_by_admin(node: NodeState) -> bool:
     """DOWN or DRAIN for a reason an admin wrote: maintenance, the admin's to end."""
     return (node.is_down() or node.is_drain()) and not is_recoverable(node.reason)
+
+
+def sick_under_jobs(node: NodeState) -> bool:
+    """Drained by its health check while jobs still run there: they are moved off (signal,
+    then requeue), so the node empties and is replaced, instead of waiting for the jobs
+    on a node that lost its storage or a GPU."""
+    return node.is_drain() and not node.is_down() and node.has_jobs() and node.reason.startswith(HEALTH_REASON)
 
 
 def held_by_service(node: NodeState) -> bool:
@@ -458,6 +475,8 @@ class Context:
             return NodeStatus.INSTANCE_LOST if lost else NodeStatus.MISSING
         if inst.state not in LIVE:
             return NodeStatus.INSTANCE_LOST
+        if sick_under_jobs(node):
+            return NodeStatus.EVACUATE
         if node.is_down() or (node.is_drain() and not node.has_jobs()):
             return NodeStatus.REPLACE if is_recoverable(node.reason) else NodeStatus.LEFT_ALONE
         if node.is_not_responding():
@@ -490,8 +509,10 @@ class Context:
             return NodeStatus.REPLACEMENT_BOOTING
         if node.is_not_responding():
             return self.unresponsive(node)
+        if sick_under_jobs(node):
+            return NodeStatus.EVACUATE
         if node.is_down() or node.is_drained():
-            return NodeStatus.REPLACE  # failed by Slurm or the health hook (not the admin's)
+            return NodeStatus.REPLACE  # failed by Slurm or the health check (not the admin's)
         return NodeStatus.HEALTHY
 
     def _machine_gone(self, node: NodeState, inst: Instance | None) -> NodeStatus:
@@ -546,7 +567,20 @@ class Context:
             actions += self._replace(name, inst, _detail(status, node, inst))
         elif status in _GRACE_MARK:
             actions += self._start_grace(name, status)
+        elif status is NodeStatus.EVACUATE:
+            actions += self._evacuate(name)
         return actions
+
+    def _evacuate(self, name: str) -> list[Action]:
+        """The jobs of a node its health check drained: signalled once (to checkpoint), then
+        requeued after `evacuate_grace`; the empty node is then replaced (REPLACE)."""
+        jobs = self.world.jobs.get(name, ())
+        if not jobs:
+            return []
+        age = self.mark_age(name, EVACUATING)
+        if age is None:
+            return [SetMark(name, EVACUATING, self.now), Signal(jobs, self.tun.signal)]
+        return [Requeue(jobs, f"{name} failed its health check")] if age >= self.tun.evacuate_grace else []
 
     def _unbind(self, name: str, inst: Instance) -> list[Action]:
         """Forget the node's binding to a machine it is about to lose."""
@@ -570,6 +604,8 @@ class Context:
             return self.gone_under_jobs(node)
         if status is NodeStatus.HEALTHY:
             return self._replaced(node, info)
+        if status is NodeStatus.EVACUATE:
+            return self._evacuate(name)
         if status is NodeStatus.NEEDS_ADDRESS and inst is not None and inst.address:
             return [SetAddress(name, inst.address)]
         if status is NodeStatus.REPLACEMENT_JOINED:
@@ -791,6 +827,7 @@ _MARKS_KEPT = {
     NodeStatus.DIED_BOOTING: frozenset({MISSING}),
     NodeStatus.NOT_RESPONDING: frozenset({UNRESPONSIVE}),
     NodeStatus.UNRESPONSIVE: frozenset({UNRESPONSIVE}),
+    NodeStatus.EVACUATE: frozenset({EVACUATING}),
 }
 """The marks each status rests on (Context._clear_marks)."""
 

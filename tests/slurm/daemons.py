@@ -148,6 +148,8 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
         "ResumeFailProgram": str(run.power_stub),
         # the real program, from the role that installs it (copied into the run dir)
         "PrologSlurmctld": str(run.nodes_ready),
+        # the node's health check judges a joined node's mounts and devices: none here
+        "HealthCheckProgram": str(run.power_stub),
         # a backup's standby restart (tests/unit/test_ctld_standby_restart.py runs the real
         # programs): they write under slurmctld's systemd RuntimeDirectory, which is not here
         "SlurmctldPrimaryOnProg": str(run.power_stub),

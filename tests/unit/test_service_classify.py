@@ -189,8 +189,23 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
         WorldBuilder([node(S1, DRAINED, reason="health: gpu 2 xid 79")], [instance("i-1", S1)]),
         [PowerDown((S1,), "slurmforge: replacing t-spot-01 (health: gpu 2 xid 79)"),
          Terminate("i-1", S1, "replacing t-spot-01 (health: gpu 2 xid 79)")]),
-    "gpu-health-draining-waits-for-job": (
-        WorldBuilder([node(S1, DRAINING, reason="health: gpu 2 xid 79")], [instance("i-1", S1)]), []),
+    "gpu-health-draining-signals-its-jobs": (
+        WorldBuilder([node(S1, DRAINING, reason="health: gpu 2 xid 79")], [instance("i-1", S1)], jobs={S1: (11,)}),
+        [SetMark(S1, "evacuating", NOW), Signal((11,), "USR1")]),
+    "gpu-health-draining-gives-its-jobs-time-to-checkpoint": (
+        WorldBuilder([node(S1, DRAINING, reason="health: gpu 2 xid 79")], [instance("i-1", S1)],
+                     state(marks={S1: {"evacuating": NOW - 29}}), jobs={S1: (11,)}), []),
+    "gpu-health-draining-requeues-its-jobs-after-the-grace": (
+        WorldBuilder([node(S1, DRAINING, reason="health: gpu 2 xid 79")], [instance("i-1", S1)],
+                     state(marks={S1: {"evacuating": NOW - 30}}), jobs={S1: (11,)}),
+        [Requeue((11,), "t-spot-01 failed its health check")]),
+    "gpu-health-drained-empty-forgets-the-evacuation": (
+        WorldBuilder([node(S1, DRAINED, reason="health: gpu 2 xid 79")], [instance("i-1", S1)],
+                     state(marks={S1: {"evacuating": NOW - 40}})),
+        [ClearMark(S1, "evacuating"), PowerDown((S1,), "slurmforge: replacing t-spot-01 (health: gpu 2 xid 79)"),
+         Terminate("i-1", S1, "replacing t-spot-01 (health: gpu 2 xid 79)")]),
+    "admin-draining-jobs-run-on": (
+        WorldBuilder([node(S1, DRAINING, reason="kernel update")], [instance("i-1", S1)], jobs={S1: (11,)}), []),
     "admin-drain-left-alone": (
         WorldBuilder([node(S1, DRAINED, reason="kernel update")], [instance("i-1", S1)]), []),
     "interrupted-node-left-to-the-notice-handling": (
@@ -265,8 +280,14 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
     "static-health-drained-machine-terminated-first": (
         WorldBuilder([node(OD1, DRAINED, reason="health: gpu 2 xid 79")], [instance("i-1", OD1, pool="od")]),
         [SetMark(OD1, "replacing", NOW), Terminate("i-1", OD1, "replacing t-od-01 (health: gpu 2 xid 79)")]),
-    "static-health-draining-waits-for-its-jobs": (
-        WorldBuilder([node(OD1, DRAINING, reason="health: gpu 2 xid 79")], [instance("i-1", OD1, pool="od")]), []),
+    "static-health-draining-signals-its-jobs": (
+        WorldBuilder([node(OD1, DRAINING, reason="health: /data not mounted")], [instance("i-1", OD1, pool="od")],
+                     jobs={OD1: (7, 8)}),
+        [SetMark(OD1, "evacuating", NOW), Signal((7, 8), "USR1")]),
+    "static-health-draining-requeues-its-jobs-after-the-grace": (
+        WorldBuilder([node(OD1, DRAINING, reason="health: /data not mounted")], [instance("i-1", OD1, pool="od")],
+                     state(marks={OD1: {"evacuating": NOW - 31}}), jobs={OD1: (7, 8)}),
+        [Requeue((7, 8), "t-od-01 failed its health check")]),
     "static-replacement-booting-waits": (
         WorldBuilder([node(OD1, DOWN, reason="slurmforge: x", address="10.0.16.7", reason_changed_at=NOW - 40)],
                      [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
