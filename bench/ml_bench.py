@@ -7,12 +7,22 @@
    30 s, plus 5 s), until the job is requeued (the service signals it, then requeues it
    after its 30 s evacuation grace) and until the node is in service again on a new machine.
 
-    .venv/bin/python bench/ml_bench.py [--cluster dev] [--runs 3] [--partition ml-cpu] [--quick]
+2. DDP scaling: examples/jobs/ddp_train.sbatch (gloo) on 1, 2 and 3 CPU nodes of the
+   partition, --steps each; samples/s (the median step after 5 of warm-up) and the scaling
+   efficiency (samples/s on N nodes / N x on 1). The local nodes are containers sharing this
+   machine's 2 cores: more nodes add no compute, so the efficiency falls as 1/N at best;
+   what it shows is that the job spans the nodes (world size N, one rank a node) and that
+   the allreduce between containers costs what it costs. Needs the ML modules published
+   (`slurmforge modules publish libs/python/torch/2.6.0-python-3.13 ...`).
+
+    .venv/bin/python bench/ml_bench.py [--cluster dev] [--runs 3] [--partition ml-cpu] [--steps 60]
+        [--only health,ddp] [--quick]
 
 Each run restores what it changed (the sick node is replaced by the service; its job is
 cancelled). Exits 1 when a goal is missed, 2 when the cluster cannot be used. `--quick`
 (tests/integration/test_bench_quick.py): the check times only; the sick node is
-tests/integration/test_node_health.py's (not run twice in the suite).
+tests/integration/test_node_health.py's and the DDP jobs tests/integration/test_ml_jobs.py's
+(not run twice in the suite).
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import sys
 
 from slurmforge.errors import SlurmforgeError
 from slurmforge.join import HEALTH_CHECK_INTERVAL
+from slurmforge.local import mljobs
 from slurmforge.local.faults import repeat, target
 from slurmforge.local.live import LiveCluster
 from slurmforge.local.sickness import Sickness, check, sick_node
@@ -67,13 +78,39 @@ def sick_nodes(live: LiveCluster, node: str, partition: str, runs: int) -> bool:
     return ok
 
 
+def ddp_scaling(live: LiveCluster, partition: str, steps: int, sizes: tuple[int, ...] = (1, 2, 3)) -> bool:
+    print(f"\n{'DDP nodes':>9} {'samples/s':>10} {'efficiency':>11}  nodes", flush=True)
+    mljobs.copy_jobs(live)
+    rates: dict[int, float] = {}
+    for n in sizes:
+        job = mljobs.submit(live, f"-N {n} -p {partition} ddp_train.sbatch {steps}",
+                            env="DDP_ARGS='--checkpoint-every 100000'")
+        try:
+            mljobs.completed(live, job, timeout=600)
+        except SlurmforgeError as exc:
+            print(f"{n:>9} failed: {exc}", flush=True)
+            continue
+        log = mljobs.steps(live, job)
+        rates[n] = mljobs.samples_per_second(log)
+        efficiency = rates[n] / (n * rates[1]) if rates.get(1) else float("nan")
+        hosts = sorted({line.host for line in log if line.kind == "start"})
+        print(f"{n:>9} {rates[n]:>10.0f} {efficiency:>10.0%}  {live.root(f'sacct -n -X -j {job} -o NodeList').strip()}"
+              f" (rank 0 on {', '.join(hosts)})", flush=True)
+    ok = len(rates) == len(sizes) and all(r > 0 for r in rates.values())
+    print(f"DDP on {', '.join(map(str, sizes))} nodes: {'ok' if ok else 'MISSED'} (every size ran to its end)")
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cluster", help="the local cluster (default: the only one)")
     parser.add_argument("--runs", type=int, default=3, help="sick nodes")
     parser.add_argument("--partition", help="where the jobs run (default: the spec's default partition)")
+    parser.add_argument("--steps", type=int, default=60, help="DDP steps per run")
+    parser.add_argument("--only", default="health,ddp", help="which parts: health, ddp")
     parser.add_argument("--quick", action="store_true", help="the health check times only")
     args = parser.parse_args(argv)
+    parts = set(args.only.split(","))
     try:
         spec, where, live = target(args.cluster, args.partition)
     except SlurmforgeError as exc:
@@ -81,8 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     nodes = sorted(live.running_containers() & {n for p in spec.pools for n in node_names(spec, p)})
     ok = check_times(live, nodes)
-    if not args.quick:
+    if not args.quick and "health" in parts:
         ok &= sick_nodes(live, where.victim, where.partition, args.runs)
+    if not args.quick and "ddp" in parts:
+        ok &= ddp_scaling(live, where.partition, args.steps)
     return 0 if ok else 1
 
 
