@@ -64,6 +64,9 @@ SERVICE_STATE_DIR = "/var/lib/slurmforge/service"
 """The service's own files on its host (heartbeat, the local target's fail-pools file)."""
 HEARTBEAT_FILE = f"{SERVICE_STATE_DIR}/heartbeat"
 FAIL_POOLS_FILE = f"{SERVICE_STATE_DIR}/fail-pools"
+INTERRUPT_FILE = f"{SERVICE_STATE_DIR}/interrupt"
+"""The local target's spot notices: a node name a line, each a notice that the machine of
+that node - on a spot link - will be taken away (what EC2's two-minute warning says)."""
 SPOOL_DIR = "/var/spool/slurmforge/handoff"
 """slurmforge-resume/-suspend write here (as SlurmUser), the service reads."""
 TARGETS_DIR = "/var/lib/slurmforge-targets"
@@ -220,6 +223,8 @@ class LocalProviderSettings:
     socket: str = PODMAN_API_SOCKET
     fail_pools: tuple[str, ...] = ()
     fail_pools_file: str = FAIL_POOLS_FILE
+    interrupt_file: str = INTERRUPT_FILE
+    """Spot notices to deliver ("" for none): a node name a line (PoolMachines.interruptions)."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -30,11 +31,17 @@ from torch.nn.parallel import DistributedDataParallel
 STOP = False
 
 
+STOPPED = 75
+"""Exit status of a run that stopped on a signal after its checkpoint: requeue it (EX_TEMPFAIL)."""
+
+
 def on_signal(signum: int, _frame: object) -> None:
     """USR1 (the cluster's notice, `#SBATCH --signal=...`), TERM (a cancel or requeue): stop
     at the next step boundary, after a checkpoint."""
     global STOP
     STOP = True
+    print(f"{socket.gethostname()} rank {os.environ.get('SLURM_PROCID')}: {signal.Signals(signum).name}, "
+          "stopping after the next checkpoint", file=sys.stderr, flush=True)
 
 
 def rendezvous() -> tuple[int, int, int]:
@@ -133,7 +140,7 @@ def main() -> int:
         print(f"done {step} {host} {time.time():.3f}", file=log, flush=True)
         (args.dir / "done").touch()
     dist.destroy_process_group()
-    return 0
+    return 0 if step >= args.steps else STOPPED
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """The job templates of examples/jobs/ run on a live local cluster, and what their logs say:
 copied into the user's home as an engineer would, submitted from the login node, and the
 training's own step log (rank 0's steps.log on CephFS) read back. Used by
-tests/integration/test_ml_jobs.py and bench/ml_bench.py.
+tests/integration/test_ml_jobs.py, tests/integration/test_training_survives.py and bench/ml_bench.py.
 """
 
 from __future__ import annotations
 
 import base64
 import statistics
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,3 +85,55 @@ def ran_twice(lines: list[Line]) -> list[int]:
             seen[line.step] = seen.get(line.step, 0) + 1
     return sorted(step for step, count in seen.items() if count > 1)
 
+
+@dataclass(frozen=True)
+class Resumed:
+    """A training job interrupted on purpose, and how it came back."""
+
+    job: str
+    fault: str
+    """"notice" (a spot interruption notice for its machine) or "kill" (its container killed)."""
+    seconds: float | None
+    """From the fault to the resumed run's start line (its checkpoint loaded); None: never."""
+    resumed_at_step: int
+    last_checkpoint: int
+    """The last checkpoint the first run wrote before it stopped."""
+    twice: list[int]
+    """Steps trained twice."""
+    runs: list[str]
+    """sacct -D: `State|NodeList` of every run, oldest first."""
+    finished: bool
+    """The training reached its target step ("done" in the log) and the job COMPLETED."""
+    link: str
+    """The capacity link (pool) of the machine the last run finished on."""
+
+
+def link_of(live: LiveCluster, node: str) -> str:
+    """The link the node's current machine was launched on (its container's label)."""
+    from slurmforge.hosts import TAG_LINK
+
+    info = live.podman.container(node)
+    return info.labels.get(TAG_LINK, "") if info else ""
+
+
+def interrupted(live: LiveCluster, fault: str, submit_args: str, act: Callable[[str], None], target: int = 150,
+                after_step: int = 20, checkpoint_every: int = 10, timeout: float = 600) -> Resumed:
+    """A ddp_train.sbatch job (0.2 s a step) past `after_step`, then `act(job)` (the fault),
+    then awaited to the end."""
+    job = submit(live, f"{submit_args} ddp_train.sbatch {target}",
+                 env=f"DDP_ARGS='--step-seconds 0.2 --checkpoint-every {checkpoint_every}'")
+    try:
+        wait_for_step(live, job, after_step, timeout=300)
+        began = time.time()
+        act(job)
+        resumed = wait_until(lambda: [line for line in steps(live, job) if line.kind == "start"][1:], timeout,
+                             f"job {job} resumed", every=1)
+        completed(live, job, timeout=timeout)
+    finally:
+        live.root(f"scancel {job} 2>/dev/null || true")
+    log = steps(live, job)
+    first = next(i for i, line in enumerate(log) if line.kind == "start" and i > 0)
+    checkpoints = [line.step for line in log[:first] if line.kind == "checkpoint"]
+    done = log[-1].kind == "done" and log[-1].step == target and live.sacct_states(job).get(job) == "COMPLETED"
+    return Resumed(job, fault, resumed[0].at - began, resumed[0].step, max(checkpoints, default=0), ran_twice(log),
+                   runs(live, job), done, link_of(live, log[-1].host))

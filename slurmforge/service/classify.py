@@ -10,8 +10,9 @@ Rules learned the hard way:
 - a node whose links all lack capacity is powered down (POWER_DOWN_FORCE, never DOWN) and
   its jobs requeued at once; failed links cool down (60 s, doubling); a link the account's
   quota stops is blocked longer (15 min, doubling), and the node's reason names the quota;
-- spot notices drain the node and signal the job's steps, then requeue after a grace that
-  leaves time to checkpoint; the spot link cools down so the job lands elsewhere;
+- spot notices drain the node and signal the whole job, then requeue after a grace that
+  leaves time to checkpoint - or release the node as soon as its jobs left (requeued
+  themselves after their checkpoint); the spot link cools down so the job lands elsewhere;
 - only nodes whose reason the service or Slurm's own timeouts wrote are reset or replaced;
   an admin's DOWN or DRAIN is left alone;
 - a node whose machine is gone while Slurm still runs jobs on it is marked DOWN, so its
@@ -123,6 +124,13 @@ GONE = frozenset({InstanceState.STOPPED, InstanceState.TERMINATED})
 MISSING, UNRESPONSIVE = "missing", "unresponsive"
 EVACUATING = "evacuating"
 """Mark of a node its health check drained under jobs, since the service signalled them."""
+STALE_RPC_WINDOW = 65.0
+"""Seconds after a static node was set DOWN before its new machine takes jobs: slurmctld
+retries an RPC the dead machine did not answer - the kill of the jobs that ran there - every
+60 s (RPC_RETRY_INTERVAL, agent.c) until a slurmd answers, and slurmd ends every step of that
+job id (kill_job in slurmd/req.c): a requeued job that started again on the new machine
+(the requeue hold is only CRED_EXPIRE + 1 s) would be killed there by its own earlier run's
+kill."""
 REPLACING = "replacing"
 """Mark of a static node whose machine failed, since the first sign of it, until the node
 is in service again on a new one (for the event's measured times)."""
@@ -609,7 +617,10 @@ class Context:
         if status is NodeStatus.NEEDS_ADDRESS and inst is not None and inst.address:
             return [SetAddress(name, inst.address)]
         if status is NodeStatus.REPLACEMENT_JOINED:
-            return [Resume((name,))]
+            # back in service once slurmctld's retries to the dead machine are over: a stale
+            # kill for a job that ran there would end that job's next run on the new one
+            settled = self.now - node.reason_changed_at >= STALE_RPC_WINDOW
+            return [Resume((name,))] if settled else []
         if status is NodeStatus.DIED_BOOTING:
             return self._died_booting(name, inst)
         if status is NodeStatus.REPLACEMENT_DUE:
@@ -623,7 +634,8 @@ class Context:
         actions = self._mark_replacing(name)
         detail = _detail(status, node, inst)
         if status is NodeStatus.INSTANCE_LOST:
-            return [*actions, MarkDown((name,), _own(detail))]
+            # held (DRAIN too): lifted once STALE_RPC_WINDOW has passed (REPLACEMENT_JOINED)
+            return [*actions, MarkDown((name,), _own(detail), hold=True)]
         if inst is not None and inst.state in LIVE:
             actions.append(Terminate(inst.id, name, detail))
         return actions
@@ -757,8 +769,9 @@ class Context:
             return [*actions, self._cooldown(link, "spot interruption"),
                     AdvanceInterruption(record.instance, "signalled")]
         gone = inst is None or inst.state not in LIVE
-        if self.now - record.noticed_at < self.tun.checkpoint_grace and not gone:
-            return []
+        busy = bool(jobs) or self.slurm[node].has_jobs()
+        if self.now - record.noticed_at < self.tun.checkpoint_grace and not gone and busy:
+            return []  # time to checkpoint; a job that requeued itself on the signal has left
         actions = [Requeue(jobs, "spot interruption")] if jobs else []
         actions.append(PowerDown((node,), _own("spot instance interrupted")))
         if not gone and inst is not None:

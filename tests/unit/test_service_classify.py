@@ -235,20 +235,23 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
     # ----- static nodes kept alive in place: the machine first, then the node, then the new machine
     "static-machine-terminated-under-jobs-marks-down": (
         WorldBuilder([node(OD1, ALLOCATED)], [instance("i-1", OD1, TERMINATED, pool="od")], jobs={OD1: (5,)}),
-        [SetMark(OD1, "replacing", NOW), MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is terminated")]),
+        [SetMark(OD1, "replacing", NOW),
+         MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is terminated", hold=True)]),
     "static-noncloud-machine-stopped-marks-down": (
         WorldBuilder([node(OD1, ("idle",))], [instance("i-1", OD1, STOPPED, pool="od")]),
-        [SetMark(OD1, "replacing", NOW), MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is stopped")]),
+        [SetMark(OD1, "replacing", NOW),
+         MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is stopped", hold=True)]),
     "static-slurm-down-machine-gone-marks-down-with-own-reason": (
         WorldBuilder([node(OD1, DOWN, reason="Not responding")], [instance("i-1", OD1, TERMINATED, pool="od")],
                      state(marks={OD1: {"unresponsive": NOW - 100}})),
         [ClearMark(OD1, "unresponsive"), SetMark(OD1, "replacing", NOW - 100),
-         MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is terminated")]),
+         MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is terminated", hold=True)]),
     "static-machine-not-listed-marks-first": (
         WorldBuilder([node(OD1, IDLE)]), [SetMark(OD1, "missing", NOW)]),
     "static-machine-not-listed-past-grace-marks-down": (
         WorldBuilder([node(OD1, IDLE)], state=state(marks={OD1: {"missing": NOW - 61}})),
-        [SetMark(OD1, "replacing", NOW - 61), MarkDown((OD1,), "slurmforge: no machine of t-od-01 is listed")]),
+        [SetMark(OD1, "replacing", NOW - 61),
+         MarkDown((OD1,), "slurmforge: no machine of t-od-01 is listed", hold=True)]),
     "static-down-by-service-machine-gone-requeues-and-launches": (
         WorldBuilder([node(OD1, DOWN, reason="slurmforge: instance i-1 of t-od-01 is terminated")],
                      [instance("i-1", OD1, TERMINATED, pool="od")], state(marks={OD1: {"replacing": NOW - 30}}),
@@ -322,10 +325,17 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
         [Unbind(OD1), MarkCooldown("od", NOW + 60, 1, "instance i-2 terminated while booting")]),
     "static-replacement-registered-drain-lifted": (
         WorldBuilder([node(OD1, ("idle", "CLOUD", "DRAIN"), reason="slurmforge: x", address="10.0.16.7",
-                           reason_changed_at=NOW - 60, slurmd_started_at=NOW - 5)],
+                           reason_changed_at=NOW - 65, slurmd_started_at=NOW - 5)],
                      [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
                      state(bindings=bound(OD1, "i-2", at=NOW - 30, link="od"))),
         [Resume((OD1,))]),
+    # slurmctld may still deliver the dead machine's kill of a job that ran there (retried every
+    # 60 s): the new machine takes no job before that window has passed since the DOWN
+    "static-replacement-registered-waits-out-the-stale-kills": (
+        WorldBuilder([node(OD1, ("idle", "CLOUD", "DRAIN"), reason="slurmforge: x", address="10.0.16.7",
+                           reason_changed_at=NOW - 64, slurmd_started_at=NOW - 5)],
+                     [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
+                     state(bindings=bound(OD1, "i-2", at=NOW - 30, link="od"))), []),
     "static-back-in-service-on-the-new-machine": (
         WorldBuilder([node(OD1, IDLE, address="10.0.16.7", slurmd_started_at=NOW - 5)],
                      [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
@@ -514,6 +524,15 @@ def test_spot_notice_requeues_after_grace() -> None:
     assert classify(world) == [
         Requeue((11,), "spot interruption"), PowerDown((S1,), "slurmforge: spot instance interrupted"),
         Terminate("i-1", S1, "spot instance interrupted"), AdvanceInterruption("i-1", "done")]
+
+
+def test_spot_node_whose_jobs_left_is_released_before_the_grace() -> None:
+    """The job checkpointed on the signal and requeued itself: the machine goes now, not at
+    the grace, so that the node is free for the job again (on its next link)."""
+    world = WorldBuilder([node(S1, DRAINED, reason="slurmforge: spot interruption notice")], [instance("i-1", S1)],
+                         notice("signalled", at=NOW - 12)).build()
+    assert classify(world) == [PowerDown((S1,), "slurmforge: spot instance interrupted"),
+                               Terminate("i-1", S1, "spot instance interrupted"), AdvanceInterruption("i-1", "done")]
 
 
 def test_spot_instance_gone_early_requeues_at_once() -> None:
