@@ -132,6 +132,7 @@ def resumed(live: LiveCluster, fault: str, runs: int, partition: str) -> bool:
 
     def once() -> mljobs.Resumed:
         if fault == "notice":
+            mljobs.spot_nodes_off(live)
             return mljobs.interrupted(live, fault, "-p ml-spot -N 1", notice, checkpoint_every=CHECKPOINT_EVERY)
         r = mljobs.interrupted(live, fault, f"-p {partition} -N 2", kill, checkpoint_every=CHECKPOINT_EVERY)
         wait_until(lambda: not any(s not in IN_SERVICE for s in (live.slurm_state("dev-cpu-01"),
@@ -171,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     except SlurmforgeError as exc:
         print(f"ml_bench: {exc}", file=sys.stderr)
         return 2
-    nodes = sorted(live.running_containers() & {n for p in spec.pools for n in node_names(spec, p)})
+    # nodes in service with a machine (not one on its way to power save: its container goes)
+    nodes = sorted(n for n in live.running_containers() & {n for p in spec.pools for n in node_names(spec, p)}
+                   if live.slurm_state(n) in IN_SERVICE)
     ok = check_times(live, nodes)
     if not args.quick and "health" in parts:
         ok &= sick_nodes(live, where.victim, where.partition, args.runs)

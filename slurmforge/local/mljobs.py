@@ -108,6 +108,13 @@ class Resumed:
     """The capacity link (pool) of the machine the last run finished on."""
 
 
+def spot_nodes_off(live: LiveCluster, partition: str = "ml-spot") -> None:
+    """Every node of the spot partition powered down, so that the next job's machine is
+    launched on the spot link (a node left up from an earlier job may run on its fallback)."""
+    for node in live.root(f"sinfo -h -N -p {partition} -o %N").split():
+        live.power_down(node)
+
+
 def link_of(live: LiveCluster, node: str) -> str:
     """The link the node's current machine was launched on (its container's label)."""
     from slurmforge.hosts import TAG_LINK

@@ -87,7 +87,7 @@ TRAPPING_JOB = "trap 'echo USR1 at $(date +%s)' USR1; while :; do sleep 1; done"
 """Runs until cancelled; hears the service's signal (a job that ignored it would end at it)."""
 
 
-def sick_node(live: LiveCluster, node: str, how: str, partition: str, limit: float = 240) -> Sickness:
+def sick_node(live: LiveCluster, node: str, how: str, partition: str, limit: float = 360) -> Sickness:
     clear_leftovers(live)
     job = live.submit(f"-J {FAULT_JOB} -p {partition} -w {node} --requeue -o sick-%j.out --wrap {_quote(TRAPPING_JOB)}")
     before = live.podman.container(node)

@@ -47,6 +47,7 @@ def test_a_spot_notice_moves_the_training_to_the_fallback_link(cluster: Cluster_
         assert mljobs.link_of(live, node) == "cpu-spot", node
         live.root(f"echo {node} >> {INTERRUPT_FILE}")
 
+    mljobs.spot_nodes_off(live)
     r = mljobs.interrupted(live, "notice", "-p ml-spot -N 1", notice, checkpoint_every=CHECKPOINT_EVERY)
     print(f"[spot] notice -> resumed {r.seconds:.1f} s at step {r.resumed_at_step}; runs {r.runs}", flush=True)
     assert r.finished, r
