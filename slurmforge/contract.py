@@ -63,6 +63,9 @@ SERVICE_STATE_DIR = "/var/lib/slurmforge/service"
 """The service's own files on its host (heartbeat, the local target's fail-pools file)."""
 HEARTBEAT_FILE = f"{SERVICE_STATE_DIR}/heartbeat"
 FAIL_POOLS_FILE = f"{SERVICE_STATE_DIR}/fail-pools"
+INTERRUPT_FILE = f"{SERVICE_STATE_DIR}/interrupt"
+"""The local target's spot notices: a node name a line, each a notice that the machine of
+that node - on a spot link - will be taken away (what EC2's two-minute warning says)."""
 SPOOL_DIR = "/var/spool/slurmforge/handoff"
 """slurmforge-resume/-suspend write here (as SlurmUser), the service reads."""
 TARGETS_DIR = "/var/lib/slurmforge-targets"
@@ -83,6 +86,13 @@ CTLD_STANDBY_PROGRAM = "/usr/local/sbin/slurmforge-ctld-standby"
 to standby asks systemd to restart it (roles/slurm_controller/files/slurmforge-ctld-standby)."""
 JOIN_PROGRAM = "/usr/local/sbin/slurmforge-join"
 """The join program on a node (slurmforge.join: templates/join.sh.j2)."""
+HEALTH_PROGRAM = "/usr/local/sbin/slurmforge-health"
+"""slurm.conf's HealthCheckProgram on every node with a slurmd: a link to the join program
+(its slurmd step makes it), which checks what the join set up and drains the node with a
+`health:` reason when something is broken (templates/join.sh.j2, "health")."""
+JOINED_MARK = "/run/slurmforge-joined"
+"""Written when a node's join ran to the end (in /run: gone at reboot); until then the
+health check has nothing to judge (mounts and munge are the join's to make)."""
 JOIN_UNIT = "slurmforge-join.service"
 """Runs the join program at every boot where it is installed, again until it succeeds (the
 node image: roles/slurm_node/tasks/install.yml)."""
@@ -222,6 +232,8 @@ class LocalProviderSettings:
     socket: str = PODMAN_API_SOCKET
     fail_pools: tuple[str, ...] = ()
     fail_pools_file: str = FAIL_POOLS_FILE
+    interrupt_file: str = INTERRUPT_FILE
+    """Spot notices to deliver ("" for none): a node name a line (PoolMachines.interruptions)."""
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ import jinja2
 
 from slurmforge.ceph import client_name
 from slurmforge.contract import (
+    HEALTH_PROGRAM,
     HOLD_FILE,
     HOSTS_REFRESH,
     JOIN_LOCK,
@@ -43,6 +44,7 @@ from slurmforge.contract import (
     JOIN_SECRETS_DIR,
     JOIN_STEPS_FILE,
     JOIN_UNIT,
+    JOINED_MARK,
     KIT_POOL_HOSTS,
     KIT_SUBDIR,
     NFS_OPTIONS,
@@ -50,6 +52,7 @@ from slurmforge.contract import (
 )
 from slurmforge.hosts import TAG_NODE, Host
 from slurmforge.modules.lmod import cluster_cache_dir
+from slurmforge.render import HEALTH_CHECK_INTERVAL
 from slurmforge.spec import Cluster
 from slurmforge.templating import make_environment
 
@@ -57,6 +60,7 @@ TEMPLATE = "join.sh.j2"
 NODE_TAG_WAIT = 300
 """Seconds a new instance waits for its node tag (the service tags it just after launch);
 Slurm's ResumeTimeout then marks the node down and the service retries elsewhere."""
+
 
 Target = Literal["local", "aws", "static"]
 
@@ -143,6 +147,10 @@ def render_join(spec: Cluster, settings: JoinSettings, source: str = "cluster.ya
         "secrets_dir": JOIN_SECRETS_DIR,
         "hold_file": HOLD_FILE,
         "join_program": JOIN_PROGRAM,
+        "health_program": HEALTH_PROGRAM,
+        "health_name": HEALTH_PROGRAM.rsplit("/", 1)[-1],
+        "health_interval": HEALTH_CHECK_INTERVAL,
+        "joined_mark": JOINED_MARK,
         "join_unit": JOIN_UNIT,
         "join_lock": JOIN_LOCK,
         "join_steps_file": JOIN_STEPS_FILE,

@@ -19,6 +19,7 @@ from slurmforge.billing import BillingWeights, billing_weights
 from slurmforge.contract import (
     CTLD_IN_CONTROL_PROGRAM,
     CTLD_STANDBY_PROGRAM,
+    HEALTH_PROGRAM,
     JOIN_PROGRAM,
     NODES_READY_PROGRAM,
     SERVICE_BIN,
@@ -47,6 +48,11 @@ MAIL_PROGRAM = "/usr/bin/mail"
 SLURMCTLD_LOG = "/var/log/slurm/slurmctld.log"
 """SlurmctldLogFile; the rollout reads why slurmctld refused a config there."""
 
+HEALTH_CHECK_INTERVAL = 30
+"""slurm.conf's HealthCheckInterval: slurmd runs the node's health check (the program's
+health mode) at start and every this many seconds. It costs ~0.15 s of one core and no
+call to slurmctld on a healthy node; a broken node is drained within this."""
+
 
 SLURMCTLD_TIMEOUT = 10
 """With a backup controller: seconds without an answer from the primary before the backup
@@ -56,6 +62,17 @@ SlurmctldTimeout/4 s) to have stopped changing, so a busy primary that still wri
 is never taken over: a short timeout costs no false takeovers. Takeover lands about
 10 + 2 x 3.3 s after the primary dies (bench/failover_bench.py measures it); Slurm's
 default of 120 s would leave a cluster without a controller for over two minutes."""
+
+
+CRED_EXPIRE = 10
+"""Seconds a job credential stays valid (AuthInfo=cred_expire; Slurm's default 120, its
+minimum 5: src/interfaces/cred.c). slurmctld holds a requeued batch job for this + 1 s
+before it may start again (batch_requeue_fini in job_mgr.c: the new launch's credential
+must be newer than the revoked one), so the default makes every requeue - a spot notice,
+a dead node, preemption, `scontrol requeue` - wait 121 s. A credential is checked by the
+slurmd it is sent to within a second of being signed (slurmctld and srun send it directly:
+TreeWidth is wide, the Prolog is the join program's hosts step); 10 s leaves room for
+that and for clocks a few seconds apart (docs/service.md, "The requeue hold")."""
 
 
 class Lines(tuple[str, ...]):
@@ -254,6 +271,8 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
         "SlurmctldPrimaryOffProg": CTLD_STANDBY_PROGRAM if backup else None,
         "SlurmUser": "slurm",
         "AuthType": "auth/munge",
+        # a requeued job may start again CRED_EXPIRE + 1 s later, not 121 s
+        "AuthInfo": f"cred_expire={CRED_EXPIRE}",
         "StateSaveLocation": state_dir,
         "SlurmdSpoolDir": "/var/spool/slurmd",
         "SlurmctldLogFile": SLURMCTLD_LOG,
@@ -283,6 +302,11 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
         # the job is allocated - Contain implies Alloc, so on all its nodes, once all of them
         # registered (docs/node-lifecycle.md, "Names"); it never fails the job
         "Prolog": JOIN_PROGRAM,
+        # the node's health check (the join program by another name): a node whose mounts,
+        # munge, scratch or GPUs fail it is drained `health: ...` and replaced by the
+        # scheduler service (docs/node-lifecycle.md, "Node health")
+        "HealthCheckProgram": HEALTH_PROGRAM,
+        "HealthCheckInterval": HEALTH_CHECK_INTERVAL,
         # priority and fair share
         "PriorityType": f"priority/{prio.type}",
     }

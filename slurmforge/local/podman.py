@@ -80,7 +80,7 @@ class Podman:
             names = row.get("Names") or []
             if name in names:
                 return ContainerInfo(name, str(row.get("State", "")).lower(), int(row.get("Pid") or 0),
-                                     row.get("Labels") or {}, row.get("Image", ""))
+                                     row.get("Labels") or {}, row.get("Image", ""), row.get("Id", ""))
         return None
 
     def remove_container(self, name: str, attempts: int = 3) -> None:

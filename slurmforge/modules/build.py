@@ -10,20 +10,23 @@ venv names its own location.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from slurmforge.errors import ModuleError
 from slurmforge.modules.definition import (
     AnyDefinition,
+    DebianModule,
     MetaModule,
     ModuleName,
     PythonModule,
     TreeModule,
     VenvModule,
+    lib_package,
     python_version,
     verify_imports,
 )
-from slurmforge.modules.executor import Executor, check, exists, make_dirs
+from slurmforge.modules.executor import Executor, check, exists, make_dirs, remove_tree
+from slurmforge.modules.modulefile import DEB_MULTIARCH
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +37,12 @@ FREEZE_CODE = ("import importlib.metadata as m; "
 
 
 def build_install(ex: Executor, mn: ModuleName, d: AnyDefinition, install: str, final: str,
-                  python_prefix: str | None, pip_env: Mapping[str, str] | None = None) -> None:
+                  python_prefix: str | None, pip_env: Mapping[str, str] | None = None,
+                  debian_prefixes: Sequence[str] = ()) -> None:
     """Files of `mn` into `install` (which must not exist), checked, with paths that name
     `final`. `python_prefix` is the published prefix of a venv's Python module; `pip_env`
-    is added to pip's environment (PIP_CERT, PIP_INDEX_URL, ...)."""
+    is added to pip's environment (PIP_CERT, PIP_INDEX_URL, ...); `debian_prefixes` those of
+    the debian modules a debian module depends on (what they carry is not unpacked again)."""
     if isinstance(d, PythonModule):
         build_python(ex, mn, d, install, final)
     elif isinstance(d, VenvModule):
@@ -46,6 +51,8 @@ def build_install(ex: Executor, mn: ModuleName, d: AnyDefinition, install: str, 
         build_venv(ex, mn, d, install, final, python_prefix, pip_env)
     elif isinstance(d, TreeModule):
         build_tree(ex, mn, d, install)
+    elif isinstance(d, DebianModule):
+        build_debian(ex, mn, d, install, python_prefix, debian_prefixes)
     elif isinstance(d, MetaModule):
         return
 
@@ -100,6 +107,72 @@ def build_tree(ex: Executor, mn: ModuleName, d: TreeModule, install: str) -> Non
     if missing:
         raise ModuleError(f"{mn}: missing after the install: {', '.join(missing)}; "
                           "fix: check source (and strip_components) or the files list")
+
+
+PACKAGES_LOCK = "packages.lock"
+"""In a debian module's prefix: `package=version`, a line for each package unpacked there."""
+ALTERNATIVES = ("blas", "lapack")
+"""Library directories Debian links into the multiarch one with update-alternatives (a
+package's maintainer script, which unpacking does not run): linked here the same way."""
+UNPACK = r"""
+set -eu
+archives=$1 root=$2 skip=$3
+for deb in "$archives"/*.deb; do
+    line=$(dpkg-deb --showformat='${Package}=${Version}' -W "$deb")
+    if grep -qxF "${line%%=*}" "$skip"; then continue; fi
+    dpkg-deb -x "$deb" "$root"
+    echo "$line"
+done
+"""
+
+
+def build_debian(ex: Executor, mn: ModuleName, d: DebianModule, install: str, python_prefix: str | None,
+                 debian_prefixes: Sequence[str] = ()) -> None:
+    """The packages and what they need beyond the build node's own packages (the node image:
+    every node runs it) downloaded with the build node's apt sources into a private apt
+    state next to `install`, each unpacked there unless a debian module it depends on
+    carries it already; the first package's version checked against the name."""
+    apt = f"{install}.apt"
+    opts = ["-q", "-o", f"Dir::State::Lists={apt}/lists", "-o", f"Dir::Cache={apt}",
+            "-o", f"Dir::Cache::archives={apt}/archives", "-o", "Debug::NoLocking=1"]
+    make_dirs(ex, f"{apt}/lists/partial", f"{apt}/archives/partial", install)
+    try:
+        check(ex, ["apt-get", *opts, "update"], f"{mn}: apt-get update")
+        check(ex, ["apt-get", *opts, "install", "-y", "--download-only", "--no-install-recommends", *d.packages],
+              f"{mn}: downloading {', '.join(d.packages)} and what they need")
+        carried = [f"{prefix}/{PACKAGES_LOCK}" for prefix in debian_prefixes]
+        check(ex, ["sh", "-c", 'cat -- "$@" 2>/dev/null | cut -d= -f1 > "$0"', f"{apt}/carried", *carried],
+              f"{mn}: reading what its dependencies carry")
+        unpacked = check(ex, ["sh", "-c", UNPACK, "sh", f"{apt}/archives", install, f"{apt}/carried"],
+                         f"{mn}: unpacking the packages")
+    finally:
+        remove_tree(ex, apt)
+    lock = dict(line.split("=", 1) for line in unpacked.stdout.split() if "=" in line)
+    ex.write_file(f"{install}/{PACKAGES_LOCK}", "".join(f"{p}={v}\n" for p, v in sorted(lock.items())))
+    main = d.packages[0]
+    if main not in lock:
+        raise ModuleError(f"{mn}: {main} is in the node image already (or a dependency carries it): nothing "
+                          "to publish; fix: use it without a module, or name another package first")
+    named = lib_package(mn.full)
+    want = named[1] if named else mn.version
+    have = lock[main].split(":", 1)[-1]
+    if not (have == want or have.startswith((f"{want}.", f"{want}+", f"{want}-", f"{want}~"))):
+        raise ModuleError(f"{mn}: the release's {main} is {lock[main]}, not {want}; "
+                          f"fix: name the module after {have.split('-')[0]}")
+    libdir = f"{install}/usr/lib/{DEB_MULTIARCH}"
+    for sub in ALTERNATIVES:
+        check(ex, ["sh", "-c", 'for f in "$0"/"$1"/*.so*; do [ -e "$f" ] || continue; '
+                               'n=${f##*/}; [ -e "$0/$n" ] || ln -s "$1/$n" "$0/$n"; done', libdir, sub],
+              f"{mn}: linking {sub} as update-alternatives would")
+    missing = [f for f in d.files if not exists(ex, f"{install}/{f}")]
+    if missing:
+        raise ModuleError(f"{mn}: missing after the unpacking: {', '.join(missing)}; fix: check packages or files")
+    if d.imports:
+        paths = [f"{p}/usr/lib/python3/dist-packages" for p in (install, *debian_prefixes)]
+        libs = ":".join(f"{p}/usr/lib/{DEB_MULTIARCH}:{p}/usr/lib" for p in (install, *debian_prefixes))
+        python = f"{python_prefix}/bin/python" if python_prefix else "python3"
+        code = f"import sys; sys.path[:0] = {paths!r}; import " + ", ".join(d.imports)
+        check(ex, ["env", f"LD_LIBRARY_PATH={libs}", python, "-I", "-c", code], f"{mn}: import {', '.join(d.imports)}")
 
 
 def relocate(ex: Executor, install: str, final: str) -> None:

@@ -59,7 +59,7 @@ def naming(full: str, d: AnyDefinition | None) -> list[Problem]:
         return [Problem(f"{full}:kind", "a venv module must live under libs/python/",
                         "name it libs/python/<package>/<version>-python-<X.Y>", "venv")]
     if lib and isinstance(d, PythonModule | MetaModule):
-        return [Problem(f"{full}:kind", "libs/python/ holds venv and tree modules",
+        return [Problem(f"{full}:kind", "libs/python/ holds venv, tree and debian modules",
                         "use kind: venv, or move it under apps/", d.kind)]
     return []
 

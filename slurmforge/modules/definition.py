@@ -160,18 +160,37 @@ class TreeModule(Common):
     """Paths that must exist after the install (the build's check)."""
 
 
+DebPackage = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9+.-]+$")]
+
+
+class DebianModule(Common):
+    """Packages of the nodes' Debian release, unpacked into the module's prefix together with
+    every package they need that the node image lacks: nothing is installed on a node, and a
+    node born later has them through the shared tree like every module."""
+
+    kind: Literal["debian"]
+    packages: Annotated[list[DebPackage], Field(min_length=1)]
+    """Debian package names. The first is the one the module's name is about: its version
+    must be the name's (apps/openmpi/5.0: openmpi-bin 5.0.7-1)."""
+    imports: list[PyModule] = []
+    """Imported after the unpacking to verify it (with the module's own paths)."""
+    files: list[RelPath] = []
+    """Paths that must exist after the unpacking (the build's check)."""
+
+
 class MetaModule(Common):
     """Only loads other modules."""
 
     kind: Literal["meta"]
 
 
-Definition = Annotated[PythonModule | VenvModule | TreeModule | MetaModule, Field(discriminator="kind")]
-DEFINITION = TypeAdapter[PythonModule | VenvModule | TreeModule | MetaModule](Definition)
+Definition = Annotated[PythonModule | VenvModule | TreeModule | DebianModule | MetaModule,
+                       Field(discriminator="kind")]
+DEFINITION = TypeAdapter[PythonModule | VenvModule | TreeModule | DebianModule | MetaModule](Definition)
 KIND_MODELS: dict[str, type[Common]] = {
-    "python": PythonModule, "venv": VenvModule, "tree": TreeModule, "meta": MetaModule,
+    "python": PythonModule, "venv": VenvModule, "tree": TreeModule, "debian": DebianModule, "meta": MetaModule,
 }
-AnyDefinition = PythonModule | VenvModule | TreeModule | MetaModule
+AnyDefinition = PythonModule | VenvModule | TreeModule | DebianModule | MetaModule
 
 
 def has_prefix(definition: AnyDefinition) -> bool:

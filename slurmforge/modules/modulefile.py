@@ -17,6 +17,7 @@ import jinja2
 
 from slurmforge.modules.definition import (
     AnyDefinition,
+    DebianModule,
     ModuleName,
     PythonModule,
     TreeModule,
@@ -28,6 +29,8 @@ from slurmforge.modules.definition import (
 from slurmforge.templating import make_environment
 
 TEMPLATE = "modulefile.lua.j2"
+DEB_MULTIARCH = "x86_64-linux-gnu"
+"""Where Debian puts an amd64 node's libraries (the node image is amd64)."""
 
 
 def lua(value: object) -> str:
@@ -72,6 +75,9 @@ def _kind_env(mn: ModuleName, d: AnyDefinition) -> dict[str, list[str]]:
     if isinstance(d, VenvModule):
         # PYTHONPATH too, so that two libs/python modules loaded together both import
         return {"PATH": ["bin"], "PYTHONPATH": [f"lib/python{python_suffix(mn.full)}/site-packages"]}
+    if isinstance(d, DebianModule):  # Debian's own layout under the prefix
+        return {"PATH": ["usr/bin"], "LD_LIBRARY_PATH": [f"usr/lib/{DEB_MULTIARCH}", "usr/lib"],
+                "PYTHONPATH": ["usr/lib/python3/dist-packages"]}
     return {}
 
 
@@ -90,6 +96,8 @@ def _describe(mn: ModuleName, d: AnyDefinition) -> str:
         return f"Python packages: {', '.join(d.requirements)}"
     if isinstance(d, TreeModule):
         return f"installed from {d.source.tarball or d.source.path}"
+    if isinstance(d, DebianModule):
+        return f"Debian packages: {', '.join(d.packages)}"
     return f"loads {', '.join(d.depends_on)}"
 
 

@@ -160,7 +160,7 @@ class ModuleTree:
             prefix = self.tree.prefix(mn) if has_prefix(d) else None
             if prefix is not None:
                 build_install(self.ex, mn, d, f"{stage}/install", prefix, self._python_prefix(d),
-                              self.pip_env)
+                              self.pip_env, self._prefixes_of(d, "debian"))
             staged_mf = f"{stage}/modulefiles/{mn.name}/{mn.version}.lua"
             make_dirs(self.ex, posixpath.dirname(staged_mf))
             self.ex.write_file(staged_mf, render_modulefile(mn, d, prefix, deprecated=d.deprecated))
@@ -208,11 +208,14 @@ class ModuleTree:
         self._write(self.tree.manifest_path, new.to_json())
 
     def _python_prefix(self, d: AnyDefinition) -> str | None:
+        found = self._prefixes_of(d, "python")
+        return found[0] if found else None
+
+    def _prefixes_of(self, d: AnyDefinition, kind: str) -> list[str]:
+        """The published prefixes of the modules of `kind` that `d` depends on."""
         m = self.manifest()
-        for dep in d.depends_on:
-            if dep in m.modules and m.modules[dep].kind == "python":
-                return self.tree.prefix(ModuleName.parse(dep))
-        return None
+        return [self.tree.prefix(ModuleName.parse(dep)) for dep in d.depends_on
+                if dep in m.modules and m.modules[dep].kind == kind]
 
     # ------------------------------------------------------------------ state
 

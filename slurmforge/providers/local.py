@@ -54,6 +54,7 @@ from slurmforge.providers.base import (
     CapacityError,
     Instance,
     InstanceState,
+    Interruption,
     LaunchRequest,
     LaunchResult,
     Machines,
@@ -62,7 +63,7 @@ from slurmforge.providers.base import (
 from slurmforge.render import controller_name, controller_names, login_names
 from slurmforge.secrets import MUNGE_KEY, SSH_KEY
 from slurmforge.spec import Cluster
-from slurmforge.spec.models import LocalTarget
+from slurmforge.spec.models import LocalTarget, Market
 
 __all__ = ["LABEL", "MARIADB_DATADIR", "LocalProvider", "PoolMachines",
            "mac_address", "service_provider"]
@@ -330,12 +331,19 @@ class PoolMachines(Machines):
 
     Told to, it fails every launch on some links (pools) with InsufficientInstanceCapacity:
     the local stand-in for a region without capacity. The list is re-read on every launch:
-    one pool name a line in `fail_pools_file`, or the `fail_pools` option."""
+    one pool name a line in `fail_pools_file`, or the `fail_pools` option.
+
+    And it delivers spot interruption notices, as EC2 does two minutes ahead: a node name a
+    line in `interrupt_file` is a notice for that node's machine when the machine runs on a
+    link (pool) of market spot (a spot pool's node launched on its on-demand fallback has
+    nothing to lose); the service acknowledges each, which takes its line out."""
 
     def __init__(self, spec: Cluster, api: PodmanApi, settings: LocalProviderSettings,
-                 fail_pools_file: Path | None = None) -> None:
+                 fail_pools_file: Path | None = None, interrupt_file: Path | None = None) -> None:
         self.spec, self.api, self.settings = spec, api, settings
         self.fail_pools, self.fail_pools_file = frozenset(settings.fail_pools), fail_pools_file
+        self.interrupt_file = interrupt_file
+        self.spot_links = frozenset(p.name for p in spec.pools if p.market is Market.SPOT)
 
     def failing_pools(self) -> frozenset[str]:
         names = set(self.fail_pools)
@@ -376,20 +384,20 @@ class PoolMachines(Machines):
             started = time.time()  # the machine's launch: the join share is measured from here
             try:
                 # a machine of the node that is not this launch's (stale, released) goes first
-                launched[node] = self._instance(container, self._launch(container, info, request.token), request,
-                                                started)
+                launched[node] = self._instance(container, self._launch(container, info, request), request, started)
             except ProvisionError as exc:
                 log.warning("launch of %s failed: %s", node, exc)
                 failed[node] = "NodeStartFailed"
         return LaunchResult(launched, failed)
 
-    def _launch(self, container: NodeContainer, old: ContainerInfo | None, token: str) -> str:
-        """A fresh container, started, labelled with the launch's token; its id. What is left
-        of an earlier one is removed first; a new one that does not start is removed again."""
+    def _launch(self, container: NodeContainer, old: ContainerInfo | None, request: LaunchRequest) -> str:
+        """A fresh container, started, labelled with the launch's token and link (whose
+        capacity it is: a spot link's machine gets notices); its id. What is left of an
+        earlier one is removed first; a new one that does not start is removed again."""
         if old is not None:
             self.api.remove(old.id or old.name)
         body = container.create_body()
-        body["labels"] = {**body["labels"], TAG_TOKEN: token}
+        body["labels"] = {**body["labels"], TAG_TOKEN: request.token, TAG_LINK: request.capacity_pool}
         ident = self.api.create(body)
         try:
             self.api.start(ident)
@@ -403,6 +411,46 @@ class PoolMachines(Machines):
     def _instance(container: NodeContainer, ident: str, request: LaunchRequest, started: float | None) -> Instance:
         return Instance(ident, container.name, request.pool, InstanceState.RUNNING, container.address, started,
                         tags={**container.all_labels(), TAG_LINK: request.capacity_pool})
+
+    def interruptions(self) -> list[Interruption]:
+        """A notice for each node named in the interrupt file whose machine runs on a spot link;
+        a name without such a machine is dropped from the file (said once in the log)."""
+        names = self._notices()
+        if not names:
+            return []
+        machines = {i.node: i for i in self.list_instances() if i.state is InstanceState.RUNNING}
+        notices, ignored = [], []
+        for name in names:
+            inst = machines.get(name)
+            if inst is not None and inst.tags.get(TAG_LINK, inst.pool) in self.spot_links:
+                notices.append(Interruption(instance=inst.id, noticed_at=time.time(), receipt=name))
+            else:
+                ignored.append(name)
+        if ignored:
+            log.warning("no spot machine to interrupt for %s: notice dropped", ", ".join(ignored))
+            self._forget(ignored)
+        return notices
+
+    def acknowledge(self, interruptions: Sequence[Interruption]) -> None:
+        self._forget([i.receipt for i in interruptions])
+
+    def _notices(self) -> list[str]:
+        if self.interrupt_file is None:
+            return []
+        try:
+            return list(dict.fromkeys(self.interrupt_file.read_text().split()))
+        except OSError:  # no file: no notice
+            return []
+
+    def _forget(self, names: Sequence[str]) -> None:
+        """Take these names out of the interrupt file (rewritten whole, by rename)."""
+        if self.interrupt_file is None:
+            return
+        left = [n for n in self._notices() if n not in set(names)]
+        tmp = self.interrupt_file.with_name(self.interrupt_file.name + ".tmp")
+        with contextlib.suppress(OSError):
+            tmp.write_text("".join(f"{n}\n" for n in left))
+            tmp.replace(self.interrupt_file)
 
     def terminate(self, instances: Sequence[Instance]) -> None:
         """Stop and remove the containers: nothing of the machine survives (what lives on the
@@ -426,4 +474,5 @@ def service_provider(spec: Cluster, settings: Mapping[str, Any]) -> Machines:
         raise ProvisionError(f"the local provider needs target kind local, not {spec.target.kind}")
     local = read_settings(LocalProviderSettings, dict(settings))
     return PoolMachines(spec, PodmanApi(local.socket), local,
-                        Path(local.fail_pools_file) if local.fail_pools_file else None)
+                        Path(local.fail_pools_file) if local.fail_pools_file else None,
+                        Path(local.interrupt_file) if local.interrupt_file else None)

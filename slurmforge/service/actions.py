@@ -42,6 +42,9 @@ class MarkDown:
 
     nodes: tuple[str, ...]
     reason: str
+    hold: bool = False
+    """DRAIN too: the new machine's registration ends DOWN (ReturnToService=2) but not DRAIN,
+    so the node takes no job until the service resumes it."""
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ Rules learned the hard way:
 - a node whose links all lack capacity is powered down (POWER_DOWN_FORCE, never DOWN) and
   its jobs requeued at once; failed links cool down (60 s, doubling); a link the account's
   quota stops is blocked longer (15 min, doubling), and the node's reason names the quota;
-- spot notices drain the node and signal the job's steps, then requeue after a grace that
-  leaves time to checkpoint; the spot link cools down so the job lands elsewhere;
+- spot notices drain the node and signal the whole job, then requeue after a grace that
+  leaves time to checkpoint - or release the node as soon as its jobs left (requeued
+  themselves after their checkpoint); the spot link cools down so the job lands elsewhere;
 - only nodes whose reason the service or Slurm's own timeouts wrote are reset or replaced;
   an admin's DOWN or DRAIN is left alone;
 - a node whose machine is gone while Slurm still runs jobs on it is marked DOWN, so its
@@ -41,7 +42,9 @@ its node (docs/service.md, "Static nodes are kept alive"):
    stopping is never taken for gone, whatever Slurm says, since it may still run the
    node's jobs: when its slurmd has not answered for `unresponsive_grace`, or Slurm or
    the health hook failed the node (DOWN, or drained and empty), the service terminates
-   it, and goes on only once the provider lists it stopped or terminated.
+   it, and goes on only once the provider lists it stopped or terminated. A node its
+   health check drained while jobs run there has them signalled (USR1, to checkpoint)
+   and requeued `evacuate_grace` later, so that it empties and is replaced.
 2. Jobs. A node whose machine is gone is set DOWN with the service's reason: slurmctld
    requeues its batch jobs at once (others end NODE_FAIL). Only then, from the next
    loop, the node is the service's to replace: what squeue still shows on it is
@@ -113,7 +116,8 @@ from slurmforge.service.topology import NodeInfo, Topology
 OWN_REASON = "slurmforge:"
 """Reasons the service writes start with this."""
 HEALTH_REASON = "health:"
-"""The node health hook (GPU checks) drains a failing node with a reason starting so."""
+"""The node's health check (slurm.conf's HealthCheckProgram: the join program's health mode)
+drains a failing node with a reason starting so."""
 DUPLICATE_LAUNCH = "Duplicate jobid"
 SLURM_REASONS = ("ResumeTimeout reached", "Not responding", "Node unexpectedly rebooted", "Kill task failed",
                  DUPLICATE_LAUNCH)
@@ -125,6 +129,15 @@ LIVE = frozenset({InstanceState.PENDING, InstanceState.RUNNING})
 GONE = frozenset({InstanceState.STOPPED, InstanceState.TERMINATED})
 """A machine in these states runs nothing: a static node's may be replaced."""
 MISSING, UNRESPONSIVE = "missing", "unresponsive"
+EVACUATING = "evacuating"
+"""Mark of a node its health check drained under jobs, since the service signalled them."""
+STALE_RPC_WINDOW = 65.0
+"""Seconds after a static node was set DOWN before its new machine takes jobs: slurmctld
+retries an RPC the dead machine did not answer - the kill of the jobs that ran there - every
+60 s (RPC_RETRY_INTERVAL, agent.c) until a slurmd answers, and slurmd ends every step of that
+job id (kill_job in slurmd/req.c): a requeued job that started again on the new machine
+(the requeue hold is only CRED_EXPIRE + 1 s) would be killed there by its own earlier run's
+kill."""
 REPLACING = "replacing"
 """Mark of a static node whose machine failed, since the first sign of it, until the node
 is in service again on a new one (for the event's measured times)."""
@@ -141,6 +154,9 @@ class Tunables:
     node's running machine is terminated first)."""
     checkpoint_grace: float = 90.0
     """Spot notice -> requeue after this; EC2 takes the machine 120 s after the notice."""
+    evacuate_grace: float = 30.0
+    """A node its health check drained under jobs: they are signalled, and requeued after
+    this, time to write a checkpoint (a job that requeues itself on the signal goes sooner)."""
     launch_retry_window: float = 900.0
     """A launch a crash interrupted is retried with its token for this long."""
     request_max_age: float = 3600.0
@@ -197,6 +213,8 @@ class NodeStatus(Enum):
     NOT_RESPONDING = "not-responding"
     UNRESPONSIVE = "unresponsive"
     REPLACE = "replace"
+    EVACUATE = "evacuate"
+    """Drained by its health check with jobs still on it: signal them, then requeue them."""
     LEFT_ALONE = "left-alone"
     INTERRUPTED = "interrupted"
     HEALTHY = "healthy"
@@ -281,6 +299,13 @@ def is_recoverable(reason: str) -> bool:
 def held_by_admin(node: NodeState) -> bool:
     """DOWN or DRAIN for a reason an admin wrote: maintenance, the admin's to end."""
     return (node.is_down() or node.is_drain()) and not is_recoverable(node.reason)
+
+
+def sick_under_jobs(node: NodeState) -> bool:
+    """Drained by its health check while jobs still run there: they are moved off (signal,
+    then requeue), so the node empties and is replaced, instead of waiting for the jobs
+    on a node that lost its storage or a GPU."""
+    return node.is_drain() and not node.is_down() and node.has_jobs() and node.reason.startswith(HEALTH_REASON)
 
 
 def held_by_service(node: NodeState) -> bool:
@@ -474,6 +499,8 @@ class Context:
             return NodeStatus.INSTANCE_LOST if lost else NodeStatus.MISSING
         if inst.state not in LIVE:
             return NodeStatus.INSTANCE_LOST
+        if sick_under_jobs(node):
+            return NodeStatus.EVACUATE
         if node.is_down() or (node.is_drain() and not node.has_jobs()):
             return NodeStatus.REPLACE if is_recoverable(node.reason) else NodeStatus.LEFT_ALONE
         if node.is_not_responding():
@@ -506,8 +533,10 @@ class Context:
             return NodeStatus.REPLACEMENT_BOOTING
         if node.is_not_responding():
             return self.unresponsive(node)
+        if sick_under_jobs(node):
+            return NodeStatus.EVACUATE
         if node.is_down() or node.is_drained():
-            return NodeStatus.REPLACE  # failed by Slurm or the health hook (not the admin's)
+            return NodeStatus.REPLACE  # failed by Slurm or the health check (not the admin's)
         return NodeStatus.HEALTHY
 
     def _machine_gone(self, node: NodeState, inst: Instance | None) -> NodeStatus:
@@ -564,7 +593,20 @@ class Context:
             actions += self._replace(name, inst, _detail(status, node, inst))
         elif status in _GRACE_MARK:
             actions += self._start_grace(name, status)
+        elif status is NodeStatus.EVACUATE:
+            actions += self._evacuate(name)
         return actions
+
+    def _evacuate(self, name: str) -> list[Action]:
+        """The jobs of a node its health check drained: signalled once (to checkpoint), then
+        requeued after `evacuate_grace`; the empty node is then replaced (REPLACE)."""
+        jobs = self.world.jobs.get(name, ())
+        if not jobs:
+            return []
+        age = self.mark_age(name, EVACUATING)
+        if age is None:
+            return [SetMark(name, EVACUATING, self.now), Signal(jobs, self.tun.signal)]
+        return [Requeue(jobs, f"{name} failed its health check")] if age >= self.tun.evacuate_grace else []
 
     def _unbind(self, name: str, inst: Instance) -> list[Action]:
         """Forget the node's binding to a machine it is about to lose."""
@@ -588,10 +630,15 @@ class Context:
             return self.gone_under_jobs(node)
         if status is NodeStatus.HEALTHY:
             return self._replaced(node, info)
+        if status is NodeStatus.EVACUATE:
+            return self._evacuate(name)
         if status is NodeStatus.NEEDS_ADDRESS and inst is not None and inst.address:
             return [SetAddress(name, inst.address)]
         if status is NodeStatus.REPLACEMENT_JOINED:
-            return [Resume((name,))]
+            # back in service once slurmctld's retries to the dead machine are over: a stale
+            # kill for a job that ran there would end that job's next run on the new one
+            settled = self.now - node.reason_changed_at >= STALE_RPC_WINDOW
+            return [Resume((name,))] if settled else []
         if status is NodeStatus.DIED_BOOTING:
             return self._died_booting(name, inst)
         if status is NodeStatus.REPLACEMENT_DUE:
@@ -605,7 +652,8 @@ class Context:
         actions = self._mark_replacing(name)
         detail = _detail(status, node, inst)
         if status is NodeStatus.INSTANCE_LOST:
-            return [*actions, MarkDown((name,), _own(detail))]
+            # held (DRAIN too): lifted once STALE_RPC_WINDOW has passed (REPLACEMENT_JOINED)
+            return [*actions, MarkDown((name,), _own(detail), hold=True)]
         if inst is not None and inst.state in LIVE:
             actions.append(Terminate(inst.id, name, detail))
         return actions
@@ -740,8 +788,9 @@ class Context:
                                              at_least=self.tun.checkpoint_grace + INTERRUPTION_COOLDOWN),
                     AdvanceInterruption(record.instance, "signalled")]
         gone = inst is None or inst.state not in LIVE
-        if self.now - record.noticed_at < self.tun.checkpoint_grace and not gone:
-            return []
+        busy = bool(jobs) or self.slurm[node].has_jobs()
+        if self.now - record.noticed_at < self.tun.checkpoint_grace and not gone and busy:
+            return []  # time to checkpoint; a job that requeued itself on the signal has left
         actions = [Requeue(jobs, "spot interruption")] if jobs else []
         actions.append(PowerDown((node,), _own("spot instance interrupted")))
         if not gone and inst is not None:
@@ -810,6 +859,7 @@ _MARKS_KEPT = {
     NodeStatus.DIED_BOOTING: frozenset({MISSING}),
     NodeStatus.NOT_RESPONDING: frozenset({UNRESPONSIVE}),
     NodeStatus.UNRESPONSIVE: frozenset({UNRESPONSIVE}),
+    NodeStatus.EVACUATE: frozenset({EVACUATING}),
 }
 """The marks each status rests on (Context._clear_marks)."""
 

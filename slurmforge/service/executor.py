@@ -144,6 +144,9 @@ class _Run:
             self._slurm(functools.partial(_mark_down, self.ex.slurm, reason=reason), nodes)
             for pool, count in self._pools(nodes).items():
                 self.event("mark-down", pool, "", count, reason)
+        held = [x for x in items if x.hold]
+        for reason, nodes in _by_reason(held).items():
+            self._slurm(functools.partial(_drain, self.ex.slurm, reason=reason), nodes)
 
     def drain(self, items: list[a.Drain]) -> None:
         for reason, nodes in _by_reason(items).items():

@@ -32,7 +32,13 @@ slurmctld (data_parser v0.0.42; samples in tests/unit/slurm_json):
 - `scontrol requeue` refuses a job submitted with --no-requeue, one that is not a batch
   job and one already pending (`_job_requeue_op` in job_mgr.c). Whoever requeues it,
   slurmctld keeps a requeued job pending for the credential lifetime plus 1 s
-  (`batch_requeue_fini`: AuthInfo cred_expire, 120 s by default) before it may start again.
+  (`batch_requeue_fini`: AuthInfo cred_expire, 120 s by default, render.CRED_EXPIRE here)
+  before it may start again.
+- `scancel --signal=S JOB` signals the job's steps only (KILL_STEPS_ONLY); `--full`
+  (KILL_FULL_JOB) has each node's slurmd `killpg` the batch step's process group - the
+  shell, srun and whatever else the script started - and no other step directly: srun
+  forwards the signal to its tasks (`_kill_all_active_steps` in slurmd/req.c,
+  `_signal_jobstep` in slurmstepd/req.c).
 """
 
 from __future__ import annotations
@@ -476,11 +482,15 @@ class SlurmClient:
             self.run("scontrol", "release", ",".join(str(j) for j in chunk))
 
     def signal(self, jobs: Sequence[int], signal: str = "USR1") -> None:
-        """Signal every step of the jobs (not the batch shell: bash ends on an untrapped
-        USR1). That is what `#SBATCH --signal=USR1@90` does, which checkpointing code
-        (PyTorch Lightning's SLURMEnvironment, submitit) already handles."""
+        """Signal the whole of each job: the batch shell's process group - the script and
+        what it runs without srun, such as `python train.py` - and srun, which passes the
+        signal on to its step's tasks on every node (`scancel --full`; without it only the
+        steps hear it). That is `#SBATCH --signal=B:USR1@N` as the service sends it: a
+        script traps it (or execs the program that handles it), as checkpointing code
+        (PyTorch Lightning's SLURMEnvironment, submitit) and examples/jobs do; bash ends
+        on an untrapped USR1."""
         for chunk in _chunks(list(jobs), MAX_JOBS_PER_CALL):
-            self.run("scancel", f"--signal={signal}", *(str(j) for j in chunk))
+            self.run("scancel", "--full", f"--signal={signal}", *(str(j) for j in chunk))
 
 
 def hostlist_chunks(nodes: Sequence[str]) -> list[str]:

@@ -46,4 +46,4 @@ def test_a_gpu_jobs_billing_and_spend(cluster: Cluster_) -> None:
         snap = json.loads(answer.read())
     assert snap["spend"] is not None and snap["spend"]["error"] == "", snap["spend"]
     assert {p["name"]: p["spend"] is not None for p in snap["pools"]} == {"cpu": True, "gpu": True,
-                                                                            "cpu-fallback": True}
+                                                                            "cpu-fallback": True, "cpu-spot": True}

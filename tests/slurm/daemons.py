@@ -148,6 +148,8 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
         "ResumeFailProgram": str(run.power_stub),
         # the real program, from the role that installs it (copied into the run dir)
         "PrologSlurmctld": str(run.nodes_ready),
+        # the node's health check judges a joined node's mounts and devices: none here
+        "HealthCheckProgram": str(run.power_stub),
         # a backup's standby restart (tests/unit/test_ctld_standby_restart.py runs the real
         # programs): they write under slurmctld's systemd RuntimeDirectory, which is not here
         "SlurmctldPrimaryOnProg": str(run.power_stub),
@@ -173,6 +175,10 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
             # a backup controller keeps its name, at an address where nothing listens: the
             # judge's slurmctld is the primary and finds no backup to hand control to
             out.append(f"{line.split('(', 1)[0]}({BACKUP_ADDRESS})")
+            continue
+        if key == "AuthInfo":  # the rendered options stay, the private munged's socket added
+            seen.add(key)
+            out.append(f"{line},{override[key]}")
             continue
         if key in override or key in only_if_rendered:
             seen.add(key)

@@ -12,8 +12,9 @@ node (dev-cpu-01, a slurmd in the judge container), on the config rendered from 
   release honours it, this test fails: relax the check.
 
 Only how a job's processes are tracked differs from the rendered config (daemons.py,
-SLURMD_OVERRIDE). A requeued batch job waits out Slurm's credential lifetime (120 s)
-before it may start again; the tests then set its start time to now, as an admin can.
+SLURMD_OVERRIDE). A requeued batch job waits out the credential lifetime + 1 s (11 s,
+render.CRED_EXPIRE) before it may start again; the tests set its start time to now, as an
+admin can, and do not wait.
 """
 
 from __future__ import annotations

@@ -154,8 +154,8 @@ def test_one_unpriced_pool_leaves_its_partition_to_slurms_default() -> None:
     data = yaml.safe_load((ROOT / "examples/local.yaml").read_text())
     del data["pools"][2]["price_per_hour"]  # cpu-fallback, in ml-cpu with cpu
     spec = validate_data(data, "local")
-    # ml-cpu (cpu + cpu-fallback) goes without; ml-gpu and scavenger (cpu alone) keep theirs
-    assert set(billing_weights(spec)) == {"ml-gpu", "scavenger"}
+    # ml-cpu (cpu + cpu-fallback) goes without; ml-gpu, ml-spot and scavenger (one pool each) keep theirs
+    assert set(billing_weights(spec)) == {"ml-gpu", "ml-spot", "scavenger"}
 
 
 def test_units() -> None:

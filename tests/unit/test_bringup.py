@@ -193,8 +193,8 @@ def test_rollout_inventory_skips_current_hosts_and_never_touches_dynamic_ones(mo
     result, recorder, read, listed = rollout_cli(monkeypatch, tmp_path, {"dev-controller", "dev-cpu-01"})
     static = [h.name for h in listed if not h.dynamic]
     assert result.exit_code == 0, result.output
-    assert read == static and {h.name for h in listed if h.dynamic} == {"dev-cpu-03", "dev-cpu-04",
-                                                                       "dev-cpu-fallback-01"}
+    assert read == static and {h.name for h in listed if h.dynamic} == {
+        "dev-cpu-03", "dev-cpu-04", "dev-cpu-fallback-01", "dev-cpu-spot-01", "dev-cpu-spot-02"}
     [call] = recorder.calls
     assert call["limit"] == [n for n in static if n not in ("dev-controller", "dev-cpu-01")]
     assert call["ceph"] == ["dev-ceph-01"]

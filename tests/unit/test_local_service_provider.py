@@ -151,7 +151,7 @@ def test_a_launch_makes_a_fresh_container_that_joins_at_boot(podman: tuple[FakeP
     assert set(result.launched) == {"dev-cpu-03", "dev-cpu-04"} and not result.failed
     assert [b["name"] for b in fake.bodies] == ["dev-cpu-03", "dev-cpu-04"]
     described = compute_container(SPEC, SETTINGS, "dev-cpu-03").create_body()
-    described["labels"][TAG_TOKEN] = "tok-1"  # which launch made it
+    described["labels"] |= {TAG_TOKEN: "tok-1", TAG_LINK: "cpu-fallback"}  # which launch made it, on which link
     assert fake.bodies[0] == json.loads(json.dumps(described))
     mounts = {m["destination"]: m for m in fake.bodies[0]["mounts"]}
     assert mounts[JOIN_PROGRAM] == {"destination": JOIN_PROGRAM, "source": SETTINGS.join_program, "type": "bind",
@@ -214,6 +214,27 @@ def test_failing_pool_refuses_launches_with_capacity_error(podman: tuple[FakePod
     assert set(moved.launched) == {"dev-cpu-03"}
     fail_file.unlink()  # re-read on every launch
     assert set(provider.start(LaunchRequest("cpu", ("dev-cpu-04",), "t3")).launched) == {"dev-cpu-04"}
+
+
+def test_notices_reach_machines_on_a_spot_link_only_and_leave_the_file_once_taken(
+        podman: tuple[FakePodman, str], tmp_path: Path) -> None:
+    """The interrupt file names nodes; a notice is given for a node whose machine runs on a
+    spot link (cpu-spot), none for one launched on its on-demand fallback link or without a
+    machine; the service's acknowledgement takes the names out of the file."""
+    fake, path = podman
+    notices = tmp_path / "interrupt"
+    settings = replace(SETTINGS, addresses={**SETTINGS.addresses, "dev-cpu-spot-01": "10.89.7.30",
+                                            "dev-cpu-spot-02": "10.89.7.31"})
+    provider = PoolMachines(SPEC, PodmanApi(path), settings, None, notices)
+    assert provider.interruptions() == []  # no file: no notice
+    provider.start(LaunchRequest("cpu-spot", ("dev-cpu-spot-01",), "tok-1", link="cpu-spot"))
+    provider.start(LaunchRequest("cpu-spot", ("dev-cpu-spot-02",), "tok-2", link="cpu-fallback"))
+    notices.write_text("dev-cpu-spot-01\ndev-cpu-spot-02\ndev-cpu-03\n")
+    given = provider.interruptions()
+    assert [(n.instance, n.receipt) for n in given] == [(fake.containers["dev-cpu-spot-01"]["Id"], "dev-cpu-spot-01")]
+    assert notices.read_text() == "dev-cpu-spot-01\n"  # the others dropped (no spot machine)
+    provider.acknowledge(given)
+    assert notices.read_text() == "" and provider.interruptions() == []
 
 
 def test_terminate_stops_and_removes_and_never_reaches_the_replacement(podman: tuple[FakePodman, str]) -> None:

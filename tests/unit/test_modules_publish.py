@@ -2,8 +2,9 @@
 judge (tests/judge.py) runs python3.13, pip and Lmod there, as on a node.
 
 One session tree holds two Python modules, one venv (six from PyPI, through podman's
-network), two tree versions and a meta module; the tests then ask the node image's Lmod
-what users would see. The tree lives under /tmp, the same path in the judge and here.
+network), two tree versions, a meta module and two debian modules (Debian 13 packages the
+image lacks, one on top of the other); the tests then ask the node image's Lmod what users
+would see. The tree lives under /tmp, the same path in the judge and here.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ pytestmark = pytest.mark.unit
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 SIX = "libs/python/six/1.16.0-python-3.13"
 BAD = "libs/python/slurmforge-no-such-package/1.0-python-3.13"
+SORTED = "libs/python/sortedcontainers/2.4.0-python-3.13"
+HYPOTHESIS = "libs/python/hypothesis/6.130.5-python-3.13"
+WRONG_DEB = "libs/python/sortedcontainers/9.9-python-3.13"
 
 
 @dataclass
@@ -90,6 +94,11 @@ def write_definitions(modules: Path, sources: Path, patch: str) -> None:
                            "setenv": {"HELLO_HOME": "{prefix}"}},
         "apps/hello/3.0": {"kind": "tree", "source": {"path": str(sources / "hello-1.0")}},
         "apps/ml-base/1.0": {"kind": "meta", "depends_on": ["apps/python/3.13", SIX]},
+        SORTED: {"kind": "debian", "depends_on": ["apps/python/3.13"], "packages": ["python3-sortedcontainers"],
+                 "imports": ["sortedcontainers"]},
+        HYPOTHESIS: {"kind": "debian", "depends_on": ["apps/python/3.13", SORTED], "packages": ["python3-hypothesis"],
+                     "imports": ["hypothesis"]},
+        WRONG_DEB: {"kind": "debian", "depends_on": ["apps/python/3.13"], "packages": ["python3-sortedcontainers"]},
     }
     for full, data in definitions.items():
         path = modules / f"{full}.yaml"
@@ -123,7 +132,8 @@ def published(judge: Judge, tmp_path_factory: pytest.TempPathFactory) -> Publish
     tree = open_tree(judge, root, cache)
     catalog = load_catalog(modules)
     seconds = {}
-    for full in ("apps/python/3.13", patch, SIX, "apps/hello/1.0", "apps/hello/2.0", "apps/ml-base/1.0"):
+    for full in ("apps/python/3.13", patch, SIX, "apps/hello/1.0", "apps/hello/2.0", "apps/ml-base/1.0", SORTED,
+                 HYPOTHESIS):
         start = time.monotonic()
         tree.publish(catalog, [full])
         seconds[full] = time.monotonic() - start
@@ -172,6 +182,27 @@ def test_meta_module_loads_the_bundle(published: Published) -> None:
     done = published.module("module load apps/ml-base && python -c 'import six' && module -t list 2>&1")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["apps/python/3.13", SIX, "apps/ml-base/1.0"]
+
+
+def test_debian_modules_unpack_what_the_image_lacks_and_what_a_dependency_carries_once(published: Published) -> None:
+    locks = {full: (published.root / "install" / full / "packages.lock").read_text().split()
+             for full in (SORTED, HYPOTHESIS)}
+    assert [line.split("=")[0] for line in locks[SORTED]] == ["python3-sortedcontainers"]
+    # hypothesis needs attr and sortedcontainers: attr comes along, sortedcontainers is its dependency's
+    assert [line.split("=")[0] for line in locks[HYPOTHESIS]] == ["python3-attr", "python3-hypothesis"]
+    done = published.module(f"module load {HYPOTHESIS} && python -c 'import hypothesis, sortedcontainers, attr; "
+                            "print(hypothesis.__version__, sortedcontainers.__file__)'")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("6.130.5 ") and f"/install/{SORTED}/usr/lib/python3/" in done.stdout, done.stdout
+    assert published.module("python3 -c 'import hypothesis'").returncode != 0  # nothing reached the image
+
+
+def test_a_debian_module_named_after_another_version_is_refused(published: Published) -> None:
+    before = snapshot(published)
+    wrong = r"python3-sortedcontainers is 2\.4\.0-2, not 9\.9; fix: name the module after 2\.4\.0"
+    with pytest.raises(ModuleError, match=wrong):
+        published.tree.publish(published.catalog(), [WRONG_DEB])
+    assert snapshot(published) == before
 
 
 def test_tree_modules_from_path_and_checked_tarball(published: Published) -> None:

@@ -50,6 +50,10 @@ def nodes_json() -> str:
     by_name["dev-cpu-01"] |= {"state": ["MIXED"], "alloc_cpus": 1, "alloc_memory": 1024}
     by_name["dev-gpu-01"] |= {"state": ["MIXED"], "alloc_cpus": 1, "alloc_memory": 512, "gres_used": "gpu:1(IDX:0)"}
     by_name["dev-cpu-03"] |= {"state": ["IDLE", "CLOUD", "NOT_RESPONDING", "POWERING_UP"]}
+    # the spot pool the example gained since the sample was taken: powered down, like cpu-fallback-01
+    data["nodes"] += [copy.deepcopy(by_name["dev-cpu-fallback-01"]) | {"name": name, "hostname": name,
+                                                                       "partitions": ["ml-spot"]}
+                      for name in ("dev-cpu-spot-01", "dev-cpu-spot-02") if name not in by_name]
     return json.dumps(data)
 
 

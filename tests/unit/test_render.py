@@ -136,3 +136,11 @@ def test_no_decay_always_comes_with_a_usage_reset() -> None:
     conf = render_all(spec)["slurm.conf"]
     assert "\nPriorityDecayHalfLife=0\n" in conf and "\nPriorityUsageResetPeriod=MONTHLY\n" in conf
     assert "PriorityUsageResetPeriod" not in render_all(load_spec(ROOT / "examples/local.yaml"))["slurm.conf"]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_a_requeued_job_is_held_seconds_not_two_minutes(example: Path) -> None:
+    """slurmctld holds a requeued batch job for the credential lifetime + 1 s (121 s by
+    default): every cluster sets a short one, as slurm.conf's AuthInfo."""
+    conf = render_all(load_spec(example), source=example.name)["slurm.conf"]
+    assert re.findall(r"^AuthInfo=(.*)$", conf, re.M) == ["cred_expire=10"]

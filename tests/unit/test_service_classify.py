@@ -198,8 +198,23 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
         WorldBuilder([node(S1, DRAINED, reason="health: gpu 2 xid 79")], [instance("i-1", S1)]),
         [PowerDown((S1,), "slurmforge: replacing t-spot-01 (health: gpu 2 xid 79)"),
          Terminate("i-1", S1, "replacing t-spot-01 (health: gpu 2 xid 79)")]),
-    "gpu-health-draining-waits-for-job": (
-        WorldBuilder([node(S1, DRAINING, reason="health: gpu 2 xid 79")], [instance("i-1", S1)]), []),
+    "gpu-health-draining-signals-its-jobs": (
+        WorldBuilder([node(S1, DRAINING, reason="health: gpu 2 xid 79")], [instance("i-1", S1)], jobs={S1: (11,)}),
+        [SetMark(S1, "evacuating", NOW), Signal((11,), "USR1")]),
+    "gpu-health-draining-gives-its-jobs-time-to-checkpoint": (
+        WorldBuilder([node(S1, DRAINING, reason="health: gpu 2 xid 79")], [instance("i-1", S1)],
+                     state(marks={S1: {"evacuating": NOW - 29}}), jobs={S1: (11,)}), []),
+    "gpu-health-draining-requeues-its-jobs-after-the-grace": (
+        WorldBuilder([node(S1, DRAINING, reason="health: gpu 2 xid 79")], [instance("i-1", S1)],
+                     state(marks={S1: {"evacuating": NOW - 30}}), jobs={S1: (11,)}),
+        [Requeue((11,), "t-spot-01 failed its health check")]),
+    "gpu-health-drained-empty-forgets-the-evacuation": (
+        WorldBuilder([node(S1, DRAINED, reason="health: gpu 2 xid 79")], [instance("i-1", S1)],
+                     state(marks={S1: {"evacuating": NOW - 40}})),
+        [ClearMark(S1, "evacuating"), PowerDown((S1,), "slurmforge: replacing t-spot-01 (health: gpu 2 xid 79)"),
+         Terminate("i-1", S1, "replacing t-spot-01 (health: gpu 2 xid 79)")]),
+    "admin-draining-jobs-run-on": (
+        WorldBuilder([node(S1, DRAINING, reason="kernel update")], [instance("i-1", S1)], jobs={S1: (11,)}), []),
     "admin-drain-left-alone": (
         WorldBuilder([node(S1, DRAINED, reason="kernel update")], [instance("i-1", S1)]), []),
     "interrupted-node-left-to-the-notice-handling": (
@@ -229,20 +244,23 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
     # ----- static nodes kept alive in place: the machine first, then the node, then the new machine
     "static-machine-terminated-under-jobs-marks-down": (
         WorldBuilder([node(OD1, ALLOCATED)], [instance("i-1", OD1, TERMINATED, pool="od")], jobs={OD1: (5,)}),
-        [SetMark(OD1, "replacing", NOW), MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is terminated")]),
+        [SetMark(OD1, "replacing", NOW),
+         MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is terminated", hold=True)]),
     "static-noncloud-machine-stopped-marks-down": (
         WorldBuilder([node(OD1, ("idle",))], [instance("i-1", OD1, STOPPED, pool="od")]),
-        [SetMark(OD1, "replacing", NOW), MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is stopped")]),
+        [SetMark(OD1, "replacing", NOW),
+         MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is stopped", hold=True)]),
     "static-slurm-down-machine-gone-marks-down-with-own-reason": (
         WorldBuilder([node(OD1, DOWN, reason="Not responding")], [instance("i-1", OD1, TERMINATED, pool="od")],
                      state(marks={OD1: {"unresponsive": NOW - 100}})),
         [ClearMark(OD1, "unresponsive"), SetMark(OD1, "replacing", NOW - 100),
-         MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is terminated")]),
+         MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is terminated", hold=True)]),
     "static-machine-not-listed-marks-first": (
         WorldBuilder([node(OD1, IDLE)]), [SetMark(OD1, "missing", NOW)]),
     "static-machine-not-listed-past-grace-marks-down": (
         WorldBuilder([node(OD1, IDLE)], state=state(marks={OD1: {"missing": NOW - 61}})),
-        [SetMark(OD1, "replacing", NOW - 61), MarkDown((OD1,), "slurmforge: no machine of t-od-01 is listed")]),
+        [SetMark(OD1, "replacing", NOW - 61),
+         MarkDown((OD1,), "slurmforge: no machine of t-od-01 is listed", hold=True)]),
     "static-down-by-service-machine-gone-requeues-and-launches": (
         WorldBuilder([node(OD1, DOWN, reason="slurmforge: instance i-1 of t-od-01 is terminated")],
                      [instance("i-1", OD1, TERMINATED, pool="od")], state(marks={OD1: {"replacing": NOW - 30}}),
@@ -274,8 +292,14 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
     "static-health-drained-machine-terminated-first": (
         WorldBuilder([node(OD1, DRAINED, reason="health: gpu 2 xid 79")], [instance("i-1", OD1, pool="od")]),
         [SetMark(OD1, "replacing", NOW), Terminate("i-1", OD1, "replacing t-od-01 (health: gpu 2 xid 79)")]),
-    "static-health-draining-waits-for-its-jobs": (
-        WorldBuilder([node(OD1, DRAINING, reason="health: gpu 2 xid 79")], [instance("i-1", OD1, pool="od")]), []),
+    "static-health-draining-signals-its-jobs": (
+        WorldBuilder([node(OD1, DRAINING, reason="health: /data not mounted")], [instance("i-1", OD1, pool="od")],
+                     jobs={OD1: (7, 8)}),
+        [SetMark(OD1, "evacuating", NOW), Signal((7, 8), "USR1")]),
+    "static-health-draining-requeues-its-jobs-after-the-grace": (
+        WorldBuilder([node(OD1, DRAINING, reason="health: /data not mounted")], [instance("i-1", OD1, pool="od")],
+                     state(marks={OD1: {"evacuating": NOW - 31}}), jobs={OD1: (7, 8)}),
+        [Requeue((7, 8), "t-od-01 failed its health check")]),
     "static-replacement-booting-waits": (
         WorldBuilder([node(OD1, DOWN, reason="slurmforge: x", address="10.0.16.7", reason_changed_at=NOW - 40)],
                      [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
@@ -310,10 +334,17 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
         [Unbind(OD1), MarkCooldown("od", NOW + 60, 1, "instance i-2 terminated while booting")]),
     "static-replacement-registered-drain-lifted": (
         WorldBuilder([node(OD1, ("idle", "CLOUD", "DRAIN"), reason="slurmforge: x", address="10.0.16.7",
-                           reason_changed_at=NOW - 60, slurmd_started_at=NOW - 5)],
+                           reason_changed_at=NOW - 65, slurmd_started_at=NOW - 5)],
                      [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
                      state(bindings=bound(OD1, "i-2", at=NOW - 30, link="od"))),
         [Resume((OD1,))]),
+    # slurmctld may still deliver the dead machine's kill of a job that ran there (retried every
+    # 60 s): the new machine takes no job before that window has passed since the DOWN
+    "static-replacement-registered-waits-out-the-stale-kills": (
+        WorldBuilder([node(OD1, ("idle", "CLOUD", "DRAIN"), reason="slurmforge: x", address="10.0.16.7",
+                           reason_changed_at=NOW - 64, slurmd_started_at=NOW - 5)],
+                     [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
+                     state(bindings=bound(OD1, "i-2", at=NOW - 30, link="od"))), []),
     "static-back-in-service-on-the-new-machine": (
         WorldBuilder([node(OD1, IDLE, address="10.0.16.7", slurmd_started_at=NOW - 5)],
                      [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
@@ -505,6 +536,15 @@ def test_spot_notice_requeues_after_grace() -> None:
     assert classify(world) == [
         Requeue((11,), "spot interruption"), PowerDown((S1,), "slurmforge: spot instance interrupted"),
         Terminate("i-1", S1, "spot instance interrupted"), AdvanceInterruption("i-1", "done")]
+
+
+def test_spot_node_whose_jobs_left_is_released_before_the_grace() -> None:
+    """The job checkpointed on the signal and requeued itself: the machine goes now, not at
+    the grace, so that the node is free for the job again (on its next link)."""
+    world = WorldBuilder([node(S1, DRAINED, reason="slurmforge: spot interruption notice")], [instance("i-1", S1)],
+                         notice("signalled", at=NOW - 12)).build()
+    assert classify(world) == [PowerDown((S1,), "slurmforge: spot instance interrupted"),
+                               Terminate("i-1", S1, "spot instance interrupted"), AdvanceInterruption("i-1", "done")]
 
 
 def test_spot_instance_gone_early_requeues_at_once() -> None:

@@ -213,7 +213,7 @@ def test_commands_are_argument_lists() -> None:
          "reason=slurmforge: spot interruption notice"],
         ["/usr/bin/scontrol", "update", "nodename=c-gpu-01", "nodeaddr=10.0.0.7", "nodehostname=ip-10-0-0-7"],
         ["/usr/bin/scontrol", "requeue", "12,13"],
-        ["/usr/bin/scancel", "--signal=USR1", "12"],
+        ["/usr/bin/scancel", "--full", "--signal=USR1", "12"],
     ]
 
 

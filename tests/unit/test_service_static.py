@@ -21,6 +21,7 @@ from test_service_world import NOW, Clock, node
 
 from slurmforge.errors import SlurmCommandError
 from slurmforge.providers.base import Instance, InstanceState, LaunchRequest, LaunchResult, Machines
+from slurmforge.service.classify import STALE_RPC_WINDOW
 from slurmforge.service.daemon import Daemon, DaemonConfig
 from slurmforge.service.leader import Leadership
 from slurmforge.service.slurm import Job, NodeState
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.unit
 EXAMPLE = Path(__file__).parents[2] / "examples" / "local.yaml"
 CPU1, CPU2, GPU1 = "dev-cpu-01", "dev-cpu-02", "dev-gpu-01"
 STATIC = {CPU1: "cpu", CPU2: "cpu", GPU1: "gpu"}
-DYNAMIC = ("dev-cpu-03", "dev-cpu-04", "dev-cpu-fallback-01")
+DYNAMIC = ("dev-cpu-03", "dev-cpu-04", "dev-cpu-fallback-01", "dev-cpu-spot-01", "dev-cpu-spot-02")
 LOOP = 10.0
 
 
@@ -190,14 +191,22 @@ def test_a_dead_machine_is_replaced_and_its_jobs_requeued(tmp_path: Path, spec_f
     assert len(machines.requests) == 1  # booting: not launched again
     slurm.register(CPU1)
     loops(d, clock, 1)
-    assert slurm.state[CPU1].state == "idle" and slurm.called("resume") == []  # ReturnToService=2 did it
+    # ReturnToService=2 ended DOWN; the DRAIN the service set with it keeps the new machine out
+    # of service until slurmctld's retries of the dead machine's kills are over (STALE_RPC_WINDOW)
+    assert slurm.state[CPU1].state == "idle" and "DRAIN" in slurm.state[CPU1].flags
+    down_at = slurm.state[CPU1].reason_changed_at
+    while not slurm.called("resume"):
+        assert clock.now - down_at < STALE_RPC_WINDOW
+        loops(d, clock, 1)
+    assert slurm.called("resume") == [((CPU1,),)] and clock.now - down_at >= STALE_RPC_WINDOW
+    loops(d, clock, 1)
     (event,) = [e for e in d.store.events() if e.kind == "replaced"]
     assert event.pool == "cpu" and event.detail.startswith(f"{CPU1} in service again on {CPU1}: trouble seen ")
-    assert "new machine launched +30.0 s, its slurmd started +40.0 s, seen in service +50.0 s" in event.detail
-    assert clock.now - killed == 60  # killed -> in service, at this loop's pace
+    assert "new machine launched +30.0 s, its slurmd started +40.0 s, seen in service +100.0 s" in event.detail
+    assert clock.now - killed == 110  # killed -> in service, at this loop's pace
     metrics = metrics_text(d.snapshot)  # type: ignore[arg-type]
     assert 'slurmforge_replaced_nodes_total{pool="cpu"} 1' in metrics
-    assert 'slurmforge_replacement_seconds_total{pool="cpu"} 50' in metrics
+    assert 'slurmforge_replacement_seconds_total{pool="cpu"} 100' in metrics
     # the join share, as for every machine the service launches: launch -> its slurmd started
     (joined,) = [e for e in d.store.events() if e.kind == "joined"]
     assert (joined.pool, joined.detail) == ("cpu", f"{CPU1} joined: machine started -> slurmd started 10.0 s")
@@ -233,7 +242,7 @@ def test_a_running_machine_that_does_not_answer_is_stopped_before_it_is_replaced
     loops(d, clock, 1)
     assert machines.started() == [CPU2] and machines.terminated == [CPU2, CPU2]  # the stopped one, for good
     slurm.register(CPU2)
-    loops(d, clock, 1)
+    loops(d, clock, 8)  # held drained until slurmctld's retries of the dead machine's kills are over
     (event,) = [e for e in d.store.events() if e.kind == "replaced"]
     assert event.detail.startswith(f"{CPU2} in service again")
 
@@ -252,7 +261,7 @@ def test_nothing_is_replaced_while_slurms_view_is_lost(tmp_path: Path, spec_file
     loops(d, clock, 2)
     assert slurm.calls == []
     loops(d, clock, 1)
-    assert [name for name, _ in slurm.calls] == ["mark_down"]
+    assert [name for name, _ in slurm.calls] == ["mark_down", "drain"]  # DOWN, held out of service
 
 
 def test_a_standby_service_replaces_nothing(tmp_path: Path, spec_file: Path) -> None:
@@ -305,9 +314,10 @@ def test_the_admins_draining_node_whose_machine_died_is_marked_down_and_stays_th
 
 
 def test_a_health_drained_node_gets_a_new_machine_and_its_drain_is_lifted(tmp_path: Path, spec_file: Path) -> None:
-    """The health hook drains dev-gpu-01 (a GPU fell off the bus): its machine still
+    """The health check drains dev-gpu-01 (a GPU fell off the bus): its machine still
     answers, so it is terminated first; the DRAIN outlives the DOWN and the new slurmd's
-    registration, so the service resumes the node once that slurmd started."""
+    registration, so the service resumes the node once that slurmd started and the dead
+    machine's stale kills are over."""
     clock = Clock()
     slurm = Slurmctld(clock)
     machines = Containers(clock)
@@ -322,6 +332,10 @@ def test_a_health_drained_node_gets_a_new_machine_and_its_drain_is_lifted(tmp_pa
     slurm.register(GPU1)
     assert slurm.state[GPU1].flags == {"DRAIN"} and slurm.state[GPU1].state == "idle"
     loops(d, clock, 1)
+    down_at = slurm.state[GPU1].reason_changed_at
+    while not slurm.called("resume"):  # not before slurmctld's retries to the dead machine are over
+        assert clock.now - down_at < STALE_RPC_WINDOW
+        loops(d, clock, 1)
     assert slurm.called("resume") == [((GPU1,),)]
     loops(d, clock, 1)
     assert [e.pool for e in d.store.events() if e.kind == "replaced"] == ["gpu"]

@@ -8,7 +8,7 @@ from slurmforge.catalog import lookup
 from slurmforge.errors import Problem, SortedListing
 from slurmforge.nodes import NodeHardware
 from slurmforge.spec.checks.registry import check, cycles, dupes, hardware, is_aws
-from slurmforge.spec.models import AwsTarget, Cluster, Market
+from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market
 
 # EC2 nodes take 2-6 minutes from RunInstances to a registered slurmd.
 MIN_AWS_RESUME_TIMEOUT = 300
@@ -76,13 +76,15 @@ def fallback_acyclic(spec: Cluster) -> Iterator[Problem]:
 
 
 @check
-def spot_only_on_aws(spec: Cluster) -> Iterator[Problem]:
-    """Spot markets exist only on AWS."""
-    if is_aws(spec):
+def spot_needs_interruptions(spec: Cluster) -> Iterator[Problem]:
+    """Spot markets exist where something takes machines back with a notice: on AWS, and on
+    the local target, whose provider delivers notices on request (the interrupt file); on
+    machines you own nothing does."""
+    if is_aws(spec) or isinstance(spec.target, LocalTarget):
         return
     for i, p in enumerate(spec.pools):
         if p.market is Market.SPOT:
-            yield Problem(f"pools[{i}].market", f"spot needs target aws (target is {spec.target.kind})",
+            yield Problem(f"pools[{i}].market", f"spot needs target aws or local (target is {spec.target.kind})",
                           "use market: on-demand", p.market.value)
 
 
