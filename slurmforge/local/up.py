@@ -114,7 +114,7 @@ def cluster_release(podman: Podman, provider: LocalProvider) -> str | None:
     machine's NAS directory, else the oldest Slurm among the images its containers run
     (their controller holds the accounting database); None for a new cluster."""
     mount = provider.spec.storage.nas.mounts.slurm_state
-    source = next(src for src, target in provider.nas_binds(controller=True) if target == mount)
+    source = next(src for src, target in provider.nas_binds() if target == mount)
     relative = Path(state_save_location(provider.spec)).relative_to(mount)
     found = state_release(source / relative)
     if found is not None:

@@ -101,13 +101,10 @@ class LocalProvider(Provisioner):
     def nas_dir(self) -> Path:
         return Path(self.target.shared_dir) if self.target.shared_dir else self.root / "nas"
 
-    def nas_binds(self, controller: bool = False) -> list[tuple[Path, str]]:
-        """The NAS directories a host's container mounts: home and software everywhere, Slurm's
-        state only on the controllers - as on AWS, where the join program mounts the first two
-        and the controllers' rollout the third."""
+    def nas_binds(self) -> list[tuple[Path, str]]:
         mounts = self.spec.storage.nas.mounts
-        binds = [(self.nas_dir / "home", mounts.home), (self.nas_dir / "software", mounts.software)]
-        return [*binds, (self.nas_dir / "slurm_state", mounts.slurm_state)] if controller else binds
+        return [(self.nas_dir / "home", mounts.home), (self.nas_dir / "software", mounts.software),
+                (self.nas_dir / "slurm_state", mounts.slurm_state)]
 
     def ceph_data(self, name: str) -> Path:
         """A Ceph host's /var/lib/ceph on this machine."""
@@ -236,7 +233,7 @@ class LocalProvider(Provisioner):
         self.podman.run(["network", "create", "--disable-dns", "--subnet", self.target.subnet, self.network])
 
     def _ensure_nas(self) -> None:
-        for source, _ in self.nas_binds(controller=True):
+        for source, _ in self.nas_binds():
             source.mkdir(parents=True, exist_ok=True)
         os.chmod(self.nas_dir, 0o755)
         for name in self.ceph_names():
@@ -282,8 +279,7 @@ class LocalProvider(Provisioner):
             extra_hosts = tuple((other.name, other.address) for other in hosts)
             mounts.insert(0, Mount(str(self.ceph_data(host.name)), "/var/lib/ceph"))
         else:
-            mounts[:0] = [Mount(str(source), target)
-                          for source, target in self.nas_binds(controller=host.role is HostRole.CONTROLLER)]
+            mounts[:0] = [Mount(str(source), target) for source, target in self.nas_binds()]
         if host.role is HostRole.CONTROLLER:
             # the scheduler service makes and removes pool containers through the host's API
             mounts.append(Mount(PODMAN_API_DIR, PODMAN_API_DIR))

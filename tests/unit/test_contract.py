@@ -163,9 +163,9 @@ def test_the_inventory_and_the_image_playbook_carry_the_contract(tmp_path: Path)
     assert set(held["addresses"]) == {h.name for h in provider.hosts() if h.pool}
     assert held["join_program"] == str(tmp_path / "inv" / "rendered" / "join.sh")
     assert held["munge_key"] == str(tmp_path / "dev" / "secrets" / "munge.key")
-    # a pool node mounts home and software, not Slurm's state (the controllers' alone, as on AWS)
     assert held["nas"] == {"/home": str(tmp_path / "dev" / "nas" / "home"),
-                           "/opt/software": str(tmp_path / "dev" / "nas" / "software")}
+                           "/opt/software": str(tmp_path / "dev" / "nas" / "software"),
+                           "/var/spool/slurm-shared": str(tmp_path / "dev" / "nas" / "slurm_state")}
 
 
 def test_a_local_inventory_without_the_providers_settings_is_refused_by_the_service() -> None:
