@@ -153,7 +153,8 @@ def test_up_makes_the_fixed_hosts_and_leaves_dynamic_nodes_to_the_service(tmp_pa
     assert hosts == provider.hosts()
     made = [c[c.index("--name") + 1] for c in podman.calls if c[0] == "run"]
     assert made == [h.name for h in fixed_hosts(hosts)]
-    assert {h.name for h in hosts} - set(made) == {"dev-cpu-03", "dev-cpu-04", "dev-cpu-fallback-01"}
+    assert {h.name for h in hosts} - set(made) == {"dev-cpu-03", "dev-cpu-04", "dev-cpu-fallback-01",
+                                                   "dev-cpu-spot-01", "dev-cpu-spot-02"}
     assert ["rm", "dev-cpu-03"] in podman.calls and ["rm", "dev-cpu-04"] not in podman.calls
     assert ["rm", "dev-cpu-fallback-01"] not in podman.calls
     assert set(podman.listed) == {*made, "dev-cpu-04", "dev-cpu-fallback-01"}
