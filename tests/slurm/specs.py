@@ -22,7 +22,7 @@ def suspend_spec() -> Cluster:
     """local.yaml with partition tiers that suspend (gang scheduling) and one that requeues,
     and the default memory per CPU suspending needs."""
     data = local_data()
-    data["partitions"][2] |= {"preempt_mode": "SUSPEND"}
+    next(p for p in data["partitions"] if p["name"] == "scavenger")["preempt_mode"] = "SUSPEND"
     data["partitions"].append({"name": "requeue", "pools": ["cpu"], "priority_tier": 0, "preempt_mode": "REQUEUE"})
     data["scheduling"] |= {"preemption": {"type": "partition_prio", "mode": "SUSPEND,GANG"},
                            "default_mem_per_cpu_mb": 256}
