@@ -48,7 +48,7 @@ from slurmforge.rehearsal.stack import DYNAMIC  # noqa: E402
 from slurmforge.rehearsal.stand_in import stand_in  # noqa: E402
 
 
-def image(args: argparse.Namespace) -> dict[str, bool]:
+def image() -> dict[str, bool]:
     with stand_in() as aws:
         phase = image_phase.run(aws, reuse=True)
         errors = list(aws.machines.errors)
@@ -126,7 +126,7 @@ def main() -> int:
         # the stack bakes through the program's own provider (not in quick mode); the image
         # phase then boots the image it kept and checks it
         checks |= stack(args)
-        checks |= image(args)
+        checks |= image()
     except ProvisionError as e:
         print(f"error: {e}")
         return 1

@@ -132,10 +132,11 @@ class StackPhase:
     outputs_file: Path
     inventory: Path
     env: dict[str, str]
-    """The admin's environment (HOME, SSH_AUTH_SOCK, AWS endpoint)."""
+    """The admin's environment (its ~/.ssh, SSH_AUTH_SOCK, the AWS endpoint)."""
     hosts: list[Host]
     seconds: dict[str, float] = field(default_factory=dict)
-    """stack, head nodes booted, inventory, ssh: wall seconds of each."""
+    """Wall seconds of each phase run so far (stack, head nodes booted, inventory, ssh,
+    rollout, the first jobs, validate, the spot notice, down)."""
 
 
 ADMIN_SSH = "SLURMFORGE_REHEARSAL_SSH"
