@@ -106,7 +106,11 @@ class RunDir:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-BACKUP_ADDRESS = "0.0.0.1"
+# The backup controller a spec may name does not run here. Its address must not be this
+# host's: Linux routes 0.0.0.0/8 and 127/8 to the judge itself, where slurmctld asking
+# itself for control raced its own listener ("Insane message length"). TCP to a multicast
+# address fails in the kernel at once (tcp_v4_connect: ENETUNREACH), on every network.
+BACKUP_ADDRESS = "224.0.0.1"
 
 
 def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, slurmd_port: int,

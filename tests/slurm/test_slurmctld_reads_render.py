@@ -52,7 +52,7 @@ KNOWN_ERRORS = [
     (r"Even though we are collecting accounting information", "no slurmdbd"),
     (r"PriorityWeight(Age|Fairshare) can only be used with SlurmDBD", "no slurmdbd"),
     # the backup controller of a spec that has one is not running here (tests/slurm/daemons.py)
-    (r"_shutdown_bu_thread:send/recv \S+-controller-backup: Connection refused", "no backup here"),
+    (r"_shutdown_bu_thread:send/recv \S+-controller-backup: Network is unreachable", "no backup here"),
     # a new, empty StateSaveLocation
     (r"Could not open \w+ state file|NOTE: Trying backup state save file", "fresh state dir"),
     # the machine is busy (slurmctld times its clock at start): load, not the config
