@@ -220,9 +220,14 @@ class Daemon:
         if jobs is not None:
             self._jobs, self._job_users = jobs, {j.id: j.user for j in jobs}
             self._job_accounts = {j.id: j.account for j in jobs if j.account}
-        world = World(nodes=nodes or [], instances=instances or [], state=self.store.snapshot(), topology=topo,
+        state = self.store.snapshot()
+        found = _ask(lambda: self.slurm.jobs_by_id(sorted(state.signalled)), HoldReason.SLURM_VIEW,
+                     doubts) if state.signalled else []
+        signalled = None if found is None else {j.id: j for j in found}
+        world = World(nodes=nodes or [], instances=instances or [], state=state, topology=topo,
                       now=self.clock(), jobs=jobs_by_node(jobs or []), tunables=self.config.tunables,
-                      held=tuple(j.id for j in jobs or [] if j.is_held_after_failed_launch()))
+                      held=tuple(j.id for j in jobs or [] if j.is_held_after_failed_launch()),
+                      signalled=signalled)
         doubts += self.guard.doubts(world, nodes is not None and jobs is not None, instances is not None)
         return world, doubts
 
