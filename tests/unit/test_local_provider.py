@@ -74,6 +74,10 @@ def test_a_container_that_differs_from_its_description_in_anything_is_made_again
         recorder.calls.clear()
         provider._ensure_container(host, hosts, ContainerInfo(host.name, "exited", 0, wanted.all_labels(), "old"))
         assert recorder.calls[0] == ["rm", host.name]  # another image
+        recorder.calls.clear()  # a stop still under way (its processes alive): podman cannot start it yet
+        provider._ensure_container(host, hosts, ContainerInfo(host.name, "stopping", os.getpid(),
+                                                              wanted.all_labels(), "img"))
+        assert recorder.calls == [["stop", "-t", "10", host.name], ["start", host.name]]
 
 
 def test_static_nodes_are_made_as_the_service_makes_pool_nodes(tmp_path: Path) -> None:
