@@ -70,6 +70,12 @@ statements are conditioned, so its EC2 calls pass here and are checked against t
 by tests/pulumi/test_service_settings_round_trip.py instead (docs/twin.md)."""
 
 
+IAM_ACTIONS = {"sqs": {"DeleteMessageBatch": "DeleteMessage", "SendMessageBatch": "SendMessage",
+                       "ChangeMessageVisibilityBatch": "ChangeMessageVisibility"}}
+"""Calls AWS authorizes under another action's name: SQS's batch calls need the single
+call's permission (there is no sqs:DeleteMessageBatch); moto checks the call's own name."""
+
+
 def secret_arn(response: Any) -> str:
     """The secret a Secrets Manager call names, for the IAM check (moto's own checks every
     call against "*", which a policy naming its secrets never allows)."""
@@ -101,9 +107,10 @@ def instance_roles_enforced() -> Iterator[None]:
             resource = secret_arn(self)
         query = urllib.parse.urlparse(self.uri).query
         path = self.raw_path + (f"?{query}" if query else "")
+        action = self._get_action()
         request = iam_request_cls(account_id=self.current_account, method=self.method, path=path,
                                   data=self.data, body=self.raw_body, headers=self.headers,
-                                  action=self._get_action())
+                                  action=IAM_ACTIONS.get(scope[3], {}).get(action, action))
         request.check_signature()
         request.check_action_permitted(resource)
 

@@ -99,6 +99,8 @@ class Daemon:
         self.topology: Topology | None = None
         self.snapshot: ClusterSnapshot | None = None
         self.last: LoopReport | None = None
+        self._notice_error = ""
+        """The last failure of the notice queue, said once until it changes."""
         self.guard = Guard()
         self.decision = Decision([])
         self._job_users: dict[int, str] = {}
@@ -196,13 +198,26 @@ class Daemon:
         return added
 
     def take_interruptions(self) -> int:
-        notices = self.provider.interruptions()
-        for notice in notices:
-            if self.store.add_interruption(InterruptionRecord(notice.instance, None, None, notice.noticed_at)):
-                self.store.add_event(Event(notice.noticed_at, "interruption", "", "", 1, notice.instance))
-                self.store.count("slurmforge_interruptions_total", {})
-        if notices:
-            self.provider.acknowledge(notices)
+        """Notices from the cloud's queue into the store, then acknowledged. Reading or
+        acknowledging may fail (the queue's API, a permission the stack lacks): the loop
+        goes on - nodes still launch and jobs still run - and the next one reads again
+        (a notice read twice is one record). The failure is said once until it changes."""
+        try:
+            notices = self.provider.interruptions()
+            for notice in notices:
+                if self.store.add_interruption(InterruptionRecord(notice.instance, None, None, notice.noticed_at)):
+                    self.store.add_event(Event(notice.noticed_at, "interruption", "", "", 1, notice.instance))
+                    self.store.count("slurmforge_interruptions_total", {})
+            if notices:
+                self.provider.acknowledge(notices)
+        except Exception as exc:  # any failure of the notice queue: one line, not the loop
+            said = f"spot notices: {type(exc).__name__}: {exc}"[:300]
+            if said != self._notice_error:
+                log.error("%s", said)
+            self._notice_error = said
+            self.store.count("slurmforge_interruption_errors_total", {})
+            return 0
+        self._notice_error = ""
         return len(notices)
 
     def observe(self, topo: Topology) -> tuple[World, list[Doubt]]:

@@ -46,7 +46,7 @@ def world() -> Iterator[World]:
         iam.put_role_policy(RoleName="c-compute", PolicyName="node", PolicyDocument=json.dumps({
             "Version": "2012-10-17", "Statement": [
                 {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": [mine]},
-                {"Effect": "Allow", "Action": ["sqs:ReceiveMessage"], "Resource": queue_arn}]}))
+                {"Effect": "Allow", "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage"], "Resource": queue_arn}]}))
         assumed = admin.client("sts").assume_role(RoleArn=role["Arn"], RoleSessionName="i-1")["Credentials"]
         session = boto3.Session(region_name=REGION, aws_access_key_id=assumed["AccessKeyId"],
                                 aws_secret_access_key=assumed["SecretAccessKey"],
@@ -79,7 +79,19 @@ def test_a_role_receives_from_its_queue_only(world: World, enforced: None) -> No
     sqs = world.role.client("sqs")
     sqs.receive_message(QueueUrl=world.queue, WaitTimeSeconds=0)
     denied(lambda: sqs.receive_message(QueueUrl=world.other_queue, WaitTimeSeconds=0))
-    denied(lambda: sqs.delete_message(QueueUrl=world.queue, ReceiptHandle="x"))
+    denied(lambda: sqs.send_message(QueueUrl=world.queue, MessageBody="x"))
+
+
+def test_a_batch_call_needs_the_single_calls_permission_as_on_aws(world: World, enforced: None) -> None:
+    """sqs:DeleteMessage allows DeleteMessageBatch (AWS has no sqs:DeleteMessageBatch)."""
+    sqs = world.role.client("sqs")
+    world.admin.client("sqs").send_message(QueueUrl=world.queue, MessageBody="notice")
+    (message,) = sqs.receive_message(QueueUrl=world.queue, WaitTimeSeconds=0)["Messages"]
+    entries = [{"Id": "0", "ReceiptHandle": message["ReceiptHandle"]}]
+    done = sqs.delete_message_batch(QueueUrl=world.queue, Entries=entries)
+    assert [e["Id"] for e in done["Successful"]] == ["0"]
+    denied(lambda: sqs.delete_message_batch(QueueUrl=world.other_queue, Entries=[{"Id": "0", "ReceiptHandle": "x"}]))
+    denied(lambda: sqs.send_message_batch(QueueUrl=world.queue, Entries=[{"Id": "0", "MessageBody": "x"}]))
 
 
 def test_the_admin_and_the_roles_ec2_calls_pass(world: World, enforced: None) -> None:

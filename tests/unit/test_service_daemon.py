@@ -5,6 +5,7 @@ power down + requeue, crash mid-launch, orphans, spot notices, spec reloads."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -373,6 +374,33 @@ def test_spot_notice_drains_signals_then_requeues(env: dict[str, Path]) -> None:
     assert slurm.called("requeue") == [((21,),)]
     assert slurm.called("power_down") == [((S1,), "slurmforge: spot instance interrupted")]
     assert "i-s1" in cloud.terminated
+
+
+def test_a_notice_queue_that_fails_holds_back_nothing_else(env: dict[str, Path],
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """Acknowledging is refused (a permission the stack lacked: the AWS rehearsal found
+    sqs:DeleteMessageBatch so): the notice is still acted on, the loop goes on, the error is
+    said once, and the notice acknowledged once the queue lets it."""
+    _, slurm, cloud, daemon = spot_notice(env, 21)
+    queue, refused = list(cloud.notices), ["AccessDenied: sqs:DeleteMessageBatch"]
+
+    def acknowledge(notices: Sequence[Interruption]) -> None:
+        if refused:
+            raise RuntimeError(refused[0])
+        cloud.acked += notices
+        queue.clear()
+
+    cloud.interruptions = lambda: list(queue)  # type: ignore[method-assign]  # a queue keeps what is not deleted
+    cloud.acknowledge = acknowledge  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="slurmforge.service.daemon"):
+        first, second = daemon.loop_once(), daemon.loop_once()
+    assert first.error == second.error == ""
+    assert slurm.called("drain") == [((S1,), "slurmforge: spot interruption notice")]
+    assert slurm.called("signal") == [((21,), "USR1")]
+    assert [r.message for r in caplog.records] == ["spot notices: RuntimeError: AccessDenied: sqs:DeleteMessageBatch"]
+    refused.clear()
+    daemon.loop_once()
+    assert [n.receipt for n in cloud.acked] == ["r-1"] and len(daemon.store.interruptions(include_done=True)) == 1
 
 
 def test_a_job_the_notices_signal_ended_is_requeued(env: dict[str, Path]) -> None:
