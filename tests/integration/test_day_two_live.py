@@ -1,4 +1,4 @@
-"""Issue 26 on the running local cluster, with jobs in flight across each change and sacct
+"""Day two on the running local cluster, with jobs in flight across each change and sacct
 showing none lost:
 
 - `slurmforge rotate munge-key --local`: a job runs across it; afterwards the store, every
@@ -101,11 +101,9 @@ def spec_with_user(cluster: Cluster_, tmp_path: Path) -> Any:
     assert back.returncode == 0, back.stdout[-2000:] + back.stderr[-2000:]
 
 
-# Its first run: the plan named dana, the rollout gave dana to the running spot node (no
-# reboot), and then sbatch refused dana: "User's group not permitted to use this partition" -
-# slurmctld's AllowGroups cache (GroupUpdateTime, 600 s) had not seen the new member of
-# ml-users. Open until the rollout refreshes it when users change.
-@pytest.mark.xfail(strict=True, reason="slurmctld's AllowGroups cache does not see a new user for up to 600 s")
+# Its first run found slurmctld refusing dana ("User's group not permitted to use this
+# partition") for up to GroupUpdateTime: the rollout now reconfigures when users or groups
+# changed (roles/slurm_controller/tasks/service.yml), so the job below is accepted at once.
 def test_added_user_runs_on_a_dynamic_node_up_all_along(cluster: Cluster_, spec_with_user: Path) -> None:
     live = cluster.live()
     node = spot_node(cluster)
