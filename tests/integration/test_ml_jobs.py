@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmforge.local import mljobs
 from slurmforge.service.slurm import SlurmClient
+from tests.harness import mljobs
 from tests.integration.conftest import ROOT, Cluster_
 
 pytestmark = pytest.mark.integration

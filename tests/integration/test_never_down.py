@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmforge.local.live import wait_until
+from tests.harness.live import wait_until
 from tests.integration.conftest import SPEC, Cluster_, QuietPhases
 from tests.integration.test_elastic import root
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from slurmforge.contract import HEALTH_PROGRAM
-from slurmforge.local.sickness import broken, check, sick_node
 from slurmforge.render import HEALTH_CHECK_INTERVAL
+from tests.harness.sickness import broken, check, sick_node
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration

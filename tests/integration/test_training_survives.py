@@ -22,8 +22,8 @@ from __future__ import annotations
 import pytest
 
 from slurmforge.contract import INTERRUPT_FILE
-from slurmforge.local import mljobs
-from slurmforge.local.live import IN_SERVICE, wait_until
+from tests.harness import mljobs
+from tests.harness.live import IN_SERVICE, wait_until
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration

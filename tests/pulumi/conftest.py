@@ -28,10 +28,10 @@ from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks
 
 from slurmforge.distro import DEBIAN_13
 from slurmforge.join import JoinSettings
-from slurmforge.rehearsal import stack
-from slurmforge.rehearsal.stack import DYNAMIC, Registered, ec2_shape, plain, secret_keys
 from slurmforge.spec import Cluster, load_spec, validate_data
 from stacks.cluster import build_cluster
+from tests.harness.rehearsal import stack
+from tests.harness.rehearsal.stack import DYNAMIC, Registered, ec2_shape, plain, secret_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = Path(__file__).parent / "specs"

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field, replace
 from typing import Self
 
 from slurmforge.errors import ProvisionError
-from slurmforge.local.faults import FAULT_JOB, clear_leftovers
-from slurmforge.local.live import LiveCluster, wait_until
 from slurmforge.service.slurm import NODES_COMMAND, parse_nodes
+from tests.harness.faults import FAULT_JOB, clear_leftovers
+from tests.harness.live import LiveCluster, wait_until
 
 DELAY_SLACK = 5.0
 """Seconds a job may start after it was ready and still count as on time: Slurm's times are

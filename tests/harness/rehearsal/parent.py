@@ -30,8 +30,8 @@ import shlex
 
 from slurmforge.local.image import base_tag, build_base, prune_older
 from slurmforge.local.podman import Podman
-from slurmforge.rehearsal.imds import ADDRESS
-from slurmforge.rehearsal.machines import PREFIX
+from tests.harness.rehearsal.imds import ADDRESS
+from tests.harness.rehearsal.machines import PREFIX
 
 log = logging.getLogger(__name__)
 

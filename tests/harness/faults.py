@@ -29,8 +29,8 @@ from slurmforge.contract import SERVICE_UNIT
 from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.hostlists import compress
 from slurmforge.hosts import Host, HostRole
-from slurmforge.local.live import IN_SERVICE, LiveCluster, wait_until
 from slurmforge.spec import Cluster
+from tests.harness.live import IN_SERVICE, LiveCluster, wait_until
 
 T = TypeVar("T")
 

@@ -149,7 +149,7 @@ class StandInEngine:
         maker = MAKERS.get(args.typ)
         if maker is None:
             raise ProvisionError(f"the AWS rehearsal cannot make a {args.typ} ({args.name}): the stand-in's engine "
-                                 "(slurmforge/rehearsal/stack.py) needs a maker for it")
+                                 "(tests/harness/rehearsal/stack.py) needs a maker for it")
         started = time.monotonic()
         made_id, outs = maker(self, args.name, inputs)
         self.seconds[f"{args.typ} {args.name}"] = time.monotonic() - started
@@ -177,7 +177,7 @@ class StandInEngine:
             me = self.sts.get_caller_identity()
             return {"accountId": me["Account"], "arn": me["Arn"], "id": me["Account"], "userId": me["UserId"]}, []
         raise ProvisionError(f"the AWS rehearsal cannot answer the invoke {args.token}: the stand-in's engine "
-                             "(slurmforge/rehearsal/stack.py) needs an answer for it")
+                             "(tests/harness/rehearsal/stack.py) needs an answer for it")
 
     def create_dynamic(self, name: str, provider: Any, props: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """What Pulumi's engine does with a dynamic resource: its provider, pickled by the

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmforge.errors import ProvisionError
-from slurmforge.rehearsal.imds import Imds, service_session
-from slurmforge.rehearsal.machines import Machines
+from tests.harness.rehearsal.imds import Imds, service_session
+from tests.harness.rehearsal.machines import Machines
 
 REGION = "us-east-1"
 

@@ -58,15 +58,15 @@ from typing import Any
 from slurmforge.errors import ProvisionError
 from slurmforge.local.container import INIT
 from slurmforge.local.podman import ContainerInfo, Podman
-from slurmforge.rehearsal.imds import ADDRESS as IMDS_ADDRESS
+from tests.harness.rehearsal.imds import ADDRESS as IMDS_ADDRESS
 
 log = logging.getLogger(__name__)
 
 PREFIX = "sf-rehearsal"
 """Containers, networks and images of the rehearsal are named so."""
-LABEL = "slurmforge.rehearsal"
+LABEL = "tests.harness.rehearsal"
 """On every container and network the rehearsal makes: the stand-in's id."""
-INSTANCE_LABEL = "slurmforge.rehearsal.instance"
+INSTANCE_LABEL = "tests.harness.rehearsal.instance"
 AMI_REPOSITORY = f"localhost/{PREFIX}-ami"
 """An AMI made by CreateImage: <AMI_REPOSITORY>:<ami id>."""
 EFS_MOUNT = "/var/lib/slurmforge-rehearsal-efs"

@@ -29,10 +29,10 @@ from slurmforge.distro import DEBIAN_13
 from slurmforge.image import RECORD, aws_user_data, prepare_inputs, tarball
 from slurmforge.local.image import prune_older
 from slurmforge.local.podman import Podman
-from slurmforge.rehearsal.imds import ADDRESS
-from slurmforge.rehearsal.machines import PREFIX
-from slurmforge.rehearsal.parent import ensure_parent
-from slurmforge.rehearsal.stand_in import StandIn
+from tests.harness.rehearsal.imds import ADDRESS
+from tests.harness.rehearsal.machines import PREFIX
+from tests.harness.rehearsal.parent import ensure_parent
+from tests.harness.rehearsal.stand_in import StandIn
 
 NODE_REPOSITORY = f"localhost/{PREFIX}-node"
 CLUSTER = "rehearsal"

@@ -1,7 +1,7 @@
 """A running local cluster seen from the host: commands as root in the controller, batch jobs
 submitted by a user on the login node and their states in squeue and sacct, the cluster's
 containers, the scheduler service's /metrics. Used by the integration tests and by the
-benches that act on a live cluster; the faults they inject are in slurmforge/local/faults.py.
+benches that act on a live cluster; the faults they inject are in tests/harness/faults.py.
 """
 
 from __future__ import annotations

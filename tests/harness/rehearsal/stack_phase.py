@@ -38,11 +38,11 @@ from slurmforge.inventory import HOSTS_FILE, secrets_dir
 from slurmforge.local.image import prune_older
 from slurmforge.local.podman import Podman
 from slurmforge.package_data import examples, playbooks
-from slurmforge.rehearsal import image_phase
-from slurmforge.rehearsal.parent import ensure_parent
-from slurmforge.rehearsal.stack import StackRun, StandInEngine, run_main, stack_config, stack_output_json
-from slurmforge.rehearsal.stand_in import StandIn
 from slurmforge.spec import validate_data
+from tests.harness.rehearsal import image_phase
+from tests.harness.rehearsal.parent import ensure_parent
+from tests.harness.rehearsal.stack import StackRun, StandInEngine, run_main, stack_config, stack_output_json
+from tests.harness.rehearsal.stand_in import StandIn
 
 SOURCE_SPEC = examples() / "pools-aws.yaml"
 CLUSTER = "rehearsal"

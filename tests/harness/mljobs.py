@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmforge.local.live import LiveCluster, wait_until
+from tests.harness.live import LiveCluster, wait_until
 
 JOBS = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 STEP_LOG = "/data/{user}/runs/{job}/steps.log"

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from slurmforge.contract import HEALTH_PROGRAM
 from slurmforge.errors import ProvisionError
-from slurmforge.local.faults import FAULT_JOB, clear_leftovers
-from slurmforge.local.live import IN_SERVICE, LiveCluster, wait_until
+from tests.harness.faults import FAULT_JOB, clear_leftovers
+from tests.harness.live import IN_SERVICE, LiveCluster, wait_until
 
 BREAKS = {
     "data": "systemctl stop data.automount; umount -l /data 2>/dev/null; ! mountpoint -q /data",
