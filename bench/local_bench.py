@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT))
 from slurmforge.bringup import fixed_hosts  # noqa: E402
 from slurmforge.inventory import SECRETS_ROOT, default_inventory, read_inventory  # noqa: E402
 from slurmforge.local.podman import Podman  # noqa: E402
+from slurmforge.local.provider import LocalProvider  # noqa: E402
 from slurmforge.local.up import UpReport, up  # noqa: E402
-from slurmforge.providers.local import LocalProvider  # noqa: E402
 from slurmforge.render import controller_name  # noqa: E402
 from slurmforge.rollout import Progress  # noqa: E402
 from slurmforge.spec import load_spec  # noqa: E402

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from slurmforge.package_data import data
-from slurmforge.providers.base import Quota
+from slurmforge.provider import Quota
 
 # libyaml's safe loader when PyYAML has it: the catalog is read at every validation, and the
 # pure-Python loader takes ~10x as long (the same data either way).

@@ -166,7 +166,7 @@ def down(
     """Remove the cluster's nodes and network (--local; the image cache stays unless --purge),
     or release an AWS cluster's pool machines (--inventory)."""
     if inventory_dir is not None and not local:
-        from slurmforge.teardown import release, summary
+        from slurmforge.aws.teardown import release, summary
 
         require_inventory(inventory_dir)
 
@@ -231,7 +231,7 @@ def inventory(
     """Write the inventory of an AWS stack (same format as the local provider's); the
     cluster's secrets go to /var/lib/slurmforge/<cluster>/secrets as root, else to
     ~/.local/state/slurmforge/<cluster>/secrets."""
-    from slurmforge.aws_inventory import (
+    from slurmforge.aws.inventory import (
         fetch_stack_secrets,
         inventory_from_stack_outputs,
         read_stack_outputs,

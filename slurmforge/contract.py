@@ -238,7 +238,7 @@ class LocalProviderSettings:
 
 @dataclass(frozen=True)
 class AwsProviderSettings:
-    """The AWS target, from the stack's outputs (slurmforge.aws_inventory)."""
+    """The AWS target, from the stack's outputs (slurmforge.aws.inventory)."""
 
     region: str
     launch_templates: dict[str, str] = field(default_factory=dict)

@@ -2,7 +2,7 @@
 
 `build_cluster` is what `__main__` runs and what the tests run under Pulumi's mocks:
 it takes the validated spec (never config or environment) and returns the outputs to
-export, keyed as slurmforge.aws_inventory expects them.
+export, keyed as slurmforge.aws.inventory expects them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from slurmforge import aws_inventory as out
+from slurmforge.aws import inventory as out
 from slurmforge.distro import distro
 from slurmforge.errors import Problem, SpecError
 from slurmforge.image_variant import ImageVariant, image_variants
@@ -177,7 +177,7 @@ def _pools(spec: Cluster, base: Foundation, join_program: pulumi.Output[str],
 
 
 def stack_outputs(spec: Cluster, target: AwsTarget, parts: Parts) -> dict[str, Any]:
-    """The outputs slurmforge.aws_inventory reads; secret values only as secret outputs."""
+    """The outputs slurmforge.aws.inventory reads; secret values only as secret outputs."""
     nas, db, pools, secrets = parts.nas, spec.accounting.database, parts.pools, parts.base.secrets
     return {
         out.OUT_CLUSTER: spec.name,

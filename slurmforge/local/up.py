@@ -29,7 +29,7 @@ from slurmforge.local.api import ensure_api_service
 from slurmforge.local.host import prepare_host
 from slurmforge.local.image import NAMESPACE, ensure_images, slurm_version
 from slurmforge.local.podman import Podman
-from slurmforge.providers.local import LABEL, LocalProvider
+from slurmforge.local.provider import LABEL, LocalProvider
 from slurmforge.render import controller_name, controller_names, state_save_location
 from slurmforge.rollout import RolloutResult, rollout_digest
 from slurmforge.secrets import ensure_secrets

@@ -76,7 +76,7 @@ from enum import Enum
 
 from slurmforge.hostlists import expand
 from slurmforge.hosts import TAG_LINK, TAG_TOKEN
-from slurmforge.providers.base import Instance, InstanceState, Quota
+from slurmforge.provider import Instance, InstanceState, Quota
 from slurmforge.service import when
 from slurmforge.service.actions import (
     AbandonLaunch,

@@ -24,7 +24,7 @@ from typing import TypeVar
 from slurmforge.contract import HEARTBEAT_FILE, NODE_EXPORTER_PORT
 from slurmforge.cost import SACCT_ENV, sacct_argv
 from slurmforge.errors import SlurmforgeError
-from slurmforge.providers.base import Instance, Machines
+from slurmforge.provider import Instance, Machines
 from slurmforge.service import handoff
 from slurmforge.service.actions import Action
 from slurmforge.service.classify import Context, Tunables, World, classify, plan_launches

@@ -19,7 +19,7 @@ from typing import Any
 
 from slurmforge.errors import SlurmCommandError
 from slurmforge.hostlists import compress
-from slurmforge.providers.base import (
+from slurmforge.provider import (
     THROTTLED,
     Instance,
     InstanceState,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from slurmforge.catalog import ec2_quota
 from slurmforge.nodes import node_sets, pool_hardware
-from slurmforge.providers.base import Quota
+from slurmforge.provider import Quota
 from slurmforge.spec.models import Cluster
 
 

@@ -16,8 +16,8 @@ from slurmforge.contract import SERVICE_PORT
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.local.podman import Podman
+from slurmforge.local.provider import LABEL
 from slurmforge.monitoring import controller_address
-from slurmforge.providers.local import LABEL
 from slurmforge.render import controller_names
 from slurmforge.spec import Cluster
 

@@ -263,7 +263,7 @@ def test_a_name_held_by_an_unlisted_container_is_freed_only_if_ours(cluster: Clu
 
     from slurmforge.errors import ProvisionError
     from slurmforge.local.podman import Podman
-    from slurmforge.providers.local import LABEL, LocalProvider
+    from slurmforge.local.provider import LABEL, LocalProvider
 
     image = cluster.image()
     podman = Podman()

@@ -13,7 +13,7 @@ from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration
 
-IMPORT = "import boto3; from slurmforge.providers.aws import AwsProvider; print(boto3.__version__)"
+IMPORT = "import boto3; from slurmforge.aws.provider import AwsProvider; print(boto3.__version__)"
 
 
 def test_every_controllers_service_venv_imports_the_aws_provider(cluster: Cluster_) -> None:

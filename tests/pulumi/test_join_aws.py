@@ -36,11 +36,11 @@ import pytest
 from moto.core.authorization import enable_iam_authentication
 from moto.secretsmanager.responses import SecretsManagerResponse
 
+from slurmforge.aws.provider import AwsProvider
 from slurmforge.contract import AwsProviderSettings
 from slurmforge.hosts import TAG_NODE
 from slurmforge.join import render_join
-from slurmforge.providers.aws import AwsProvider
-from slurmforge.providers.base import LaunchRequest
+from slurmforge.provider import LaunchRequest
 from slurmforge.spec import load_spec
 from tests.harness.rehearsal.imds import Imds, service_session
 from tests.pulumi.conftest import (

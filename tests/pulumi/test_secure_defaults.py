@@ -231,7 +231,7 @@ def test_scheduler_terminates_only_this_clusters_pool_machines(any_stack: StackR
         "aws:TagKeys": [TAG_CLUSTER, TAG_POOL]}
     # no instance of the stack carries the pool tag: the policy lets the service touch none of them
     assert all(TAG_POOL not in i.inputs["tags"] for i in any_stack.of_type(INSTANCE))
-    # what the AWS provider calls on a node's instance (slurmforge/providers/aws.py)
+    # what the AWS provider calls on a node's instance (slurmforge/aws/provider.py)
     assert set(touching[0]["Action"]) == {"ec2:TerminateInstances", "ec2:CreateTags"}
 
 

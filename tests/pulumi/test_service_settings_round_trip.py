@@ -25,10 +25,10 @@ from moto import mock_aws
 from typer.testing import CliRunner
 
 from slurmforge import inventory
+from slurmforge.aws.provider import AwsProvider
 from slurmforge.cli import app
 from slurmforge.hosts import TAG_NODE
-from slurmforge.providers.aws import AwsProvider
-from slurmforge.providers.base import LaunchRequest
+from slurmforge.provider import LaunchRequest
 from slurmforge.render import controller_name, controller_names
 from slurmforge.rollout import run_playbook
 from slurmforge.service.main import load_provider
@@ -156,7 +156,7 @@ def test_down_terminates_the_pool_machines_and_nothing_else(ec2: Any, tmp_path: 
     login, Ceph hosts, made here in moto with the tags the program gives them, and with them
     the accounting database on the controller) and another cluster's pool machine stay; the
     service's IAM policy would refuse it a head node or a Ceph host too."""
-    from slurmforge import teardown
+    from slurmforge.aws import teardown
     from slurmforge.hosts import Host
     from tests.pulumi.test_secure_defaults import scheduler_statements
 

@@ -17,8 +17,8 @@ import pulumi
 import pytest
 import yaml
 
-from slurmforge import aws_inventory
-from slurmforge.aws_inventory import fetch_stack_secrets, inventory_from_stack_outputs, read_stack_outputs
+from slurmforge.aws import inventory as aws_inventory
+from slurmforge.aws.inventory import fetch_stack_secrets, inventory_from_stack_outputs, read_stack_outputs
 from slurmforge.connection import close_control
 from slurmforge.contract import AwsProviderSettings, read_settings
 from slurmforge.errors import ProvisionError

@@ -108,7 +108,7 @@ def test_templates_boot_the_golden_image_with_the_pool_type_and_tags(any_stack: 
 
 def test_no_pool_settings_outside_the_inventory(any_stack: StackRun) -> None:
     """The scheduler service reads its pools from the inventory (the spec, and the provider
-    settings slurmforge.aws_inventory writes from the stack outputs): a second copy of them
+    settings slurmforge.aws.inventory writes from the stack outputs): a second copy of them
     in Parameter Store would be read by nothing and drift from the one that is."""
     assert any_stack.of_type("aws:ssm/parameter:Parameter") == []
     assert "pool_parameters" not in any_stack.outputs

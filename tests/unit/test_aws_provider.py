@@ -23,11 +23,11 @@ from moto.core.botocore_stubber import BotocoreStubber
 from test_service_daemon import FakeSlurm
 from test_service_world import POWERED_DOWN, POWERING_UP, SPEC, Clock, node, spec
 
+from slurmforge.aws.provider import AwsProvider, TokenBucket, fleet_error, parse_interruption
 from slurmforge.contract import AwsProviderSettings
 from slurmforge.errors import ProvisionError, SpecError
 from slurmforge.hosts import TAG_ACCOUNT, TAG_CLUSTER, TAG_JOB, TAG_LINK, TAG_NODE, TAG_POOL, TAG_TOKEN, TAG_USER
-from slurmforge.providers.aws import AwsProvider, TokenBucket, fleet_error, parse_interruption
-from slurmforge.providers.base import THROTTLED, InstanceState, LaunchRequest
+from slurmforge.provider import THROTTLED, InstanceState, LaunchRequest
 from slurmforge.service import handoff
 from slurmforge.service.daemon import Daemon, DaemonConfig
 from slurmforge.service.slurm import Job

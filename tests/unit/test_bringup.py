@@ -24,11 +24,11 @@ from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import read_inventory, write_inventory
 from slurmforge.local import host
 from slurmforge.local import up as local_up
+from slurmforge.local.provider import LocalProvider
 from slurmforge.local.up import UpReport
 from slurmforge.modules.executor import Completed
 from slurmforge.plan import deployed
 from slurmforge.plan.deployed import Deployed
-from slurmforge.providers.local import LocalProvider
 from slurmforge.render import render_all
 from slurmforge.rollout import Progress, RolloutResult, rollout_digest
 from slurmforge.spec import load_spec, parse_spec

@@ -18,7 +18,7 @@ from slurmforge.contract import HOSTS_REFRESH, JOIN_PROGRAM, JOIN_UNIT, KIT_POOL
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import JOIN, KIT, RENDERED, write_inventory
 from slurmforge.join import JoinSettings, kit_files, local_settings, render_join
-from slurmforge.providers.local import LocalProvider
+from slurmforge.local.provider import LocalProvider
 from slurmforge.render import controller_names
 from slurmforge.spec import Cluster, load_spec
 

@@ -15,7 +15,7 @@ from test_service_daemon import FakeCloud, FakeSlurm, all_nodes, make, resume
 from test_service_world import NOW, POWERING_UP, Clock, instance
 
 from slurmforge.errors import ProvisionError
-from slurmforge.providers.base import Instance, InstanceState
+from slurmforge.provider import Instance, InstanceState
 from slurmforge.service.actions import MarkDown
 from slurmforge.service.daemon import Daemon
 from slurmforge.service.executor import Executor

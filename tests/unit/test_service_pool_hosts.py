@@ -15,8 +15,8 @@ from test_service_world import NOW, POWERED_DOWN, POWERING_UP, Clock, instance
 
 from slurmforge.inventory import cluster_vars
 from slurmforge.join import kit_dir, pool_hosts_file
-from slurmforge.providers.base import Instance, InstanceState, LaunchRequest, LaunchResult
-from slurmforge.providers.local import LocalProvider
+from slurmforge.local.provider import LocalProvider
+from slurmforge.provider import Instance, InstanceState, LaunchRequest, LaunchResult
 from slurmforge.service import actions as a
 from slurmforge.service.daemon import Daemon, DaemonConfig
 from slurmforge.service.executor import Executor

@@ -50,7 +50,7 @@ from slurmforge.local.container import (
 )
 from slurmforge.local.podman import ContainerInfo, Podman
 from slurmforge.nodes import ceph_host_name, node_sets
-from slurmforge.providers.base import (
+from slurmforge.provider import (
     CapacityError,
     Instance,
     InstanceState,

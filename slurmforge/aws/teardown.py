@@ -32,7 +32,7 @@ from slurmforge.contract import SERVICE_UNIT
 from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import VARS_FILE, read_inventory
-from slurmforge.providers.base import Instance, InstanceState, Machines
+from slurmforge.provider import Instance, InstanceState, Machines
 
 ALIVE = frozenset({InstanceState.PENDING, InstanceState.RUNNING, InstanceState.STOPPING, InstanceState.STOPPED})
 """States of a machine that still exists (a stopped instance keeps its volume and its

@@ -49,7 +49,7 @@ from slurmforge.hosts import (
     TAG_TOKEN,
     TAG_USER,
 )
-from slurmforge.providers.base import (
+from slurmforge.provider import (
     THROTTLED,
     CapacityError,
     Instance,
