@@ -18,7 +18,7 @@ import typer
 
 from slurmforge.console import FormatOpt, fail, note, paint, report_errors, rich_console, say
 from slurmforge.contract import PROMETHEUS_PORT
-from slurmforge.modules.cli import modules_app
+from slurmforge.lmod.cli import modules_app
 
 if TYPE_CHECKING:
     from slurmforge.plan.deployed import Deployed

@@ -51,7 +51,7 @@ from slurmforge.contract import (
     NODE_EXPORTER_PORT,
 )
 from slurmforge.hosts import TAG_NODE, Host
-from slurmforge.modules.lmod import cluster_cache_dir
+from slurmforge.lmod.tools import cluster_cache_dir
 from slurmforge.render import HEALTH_CHECK_INTERVAL
 from slurmforge.spec import Cluster
 from slurmforge.templating import make_environment

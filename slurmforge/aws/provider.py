@@ -12,7 +12,7 @@
 - Partial fleets are handled per node: nodes without an instance get the fleet's error
   code (InsufficientInstanceCapacity, VcpuLimitExceeded, ...) and the service tries the
   next link for them; a quota's code says the account's EC2 Service Quota is used up
-  (the service names it: slurmforge.catalog.ec2_quota).
+  (the service names it: slurmforge.instance_types.ec2_quota).
 - The new instances' private addresses read right after the launch (DescribeInstances by
   id), so the service publishes their names before they boot (service.pool_hosts).
 - Tags: cluster, pool, link, token, jobs, users and accounts on the fleet's instances at

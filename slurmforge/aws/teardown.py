@@ -53,7 +53,7 @@ StopService = Callable[[Host], str | None]
 
 
 def stop_service_over_connection(host: Host) -> str | None:
-    from slurmforge.modules.node import executor_for
+    from slurmforge.remote.node import executor_for
 
     try:
         done = executor_for(host).run(["systemctl", "stop", SERVICE_UNIT], timeout=90)

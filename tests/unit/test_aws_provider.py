@@ -702,9 +702,9 @@ def test_a_fleets_quota_error_stands_for_it_before_capacity() -> None:
 
 
 def test_every_catalog_type_names_its_service_quota_in_both_markets() -> None:
-    from slurmforge.catalog import ec2_quota, load_catalog
+    from slurmforge.instance_types import ec2_quota, load_instance_types
 
-    for name in load_catalog():
+    for name in load_instance_types():
         for market in ("on-demand", "spot"):
             assert ec2_quota(name, market).code.startswith("L-"), (name, market)
     assert str(ec2_quota("p5.48xlarge", "spot")) == "All P5 Spot Instance Requests (L-C4BD4855)"

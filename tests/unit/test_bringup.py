@@ -26,9 +26,9 @@ from slurmforge.local import host
 from slurmforge.local import up as local_up
 from slurmforge.local.provider import LocalProvider
 from slurmforge.local.up import UpReport
-from slurmforge.modules.executor import Completed
 from slurmforge.plan import deployed
 from slurmforge.plan.deployed import Deployed
+from slurmforge.remote.executor import Completed
 from slurmforge.render import render_all
 from slurmforge.rollout import Progress, RolloutResult, rollout_digest
 from slurmforge.spec import load_spec, parse_spec

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from slurmforge.catalog import lookup
 from slurmforge.errors import Problem, SortedListing, listing
 from slurmforge.hosts import OWN_TAG_KEYS, OWN_TAG_PREFIX, TAG_NAME
+from slurmforge.instance_types import lookup
 from slurmforge.nodes import node_names, pool_hostlist
 from slurmforge.render import login_subnets
 from slurmforge.spec.checks.people import mariadb_reserved_words

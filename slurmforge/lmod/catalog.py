@@ -17,9 +17,9 @@ import yaml
 from pydantic import ValidationError
 
 from slurmforge.errors import Problem, SpecError
-from slurmforge.modules import definition as d
-from slurmforge.modules.checks import catalog_problems
-from slurmforge.modules.definition import KIND_MODELS, AnyDefinition, natural_key, parse_definition
+from slurmforge.lmod import definition as d
+from slurmforge.lmod.checks import catalog_problems
+from slurmforge.lmod.definition import KIND_MODELS, AnyDefinition, natural_key, parse_definition
 from slurmforge.spec.document import YamlProblem, read_yaml
 
 MESSAGES = {"string_pattern_mismatch": "not allowed here", "too_short": "needs at least one entry"}

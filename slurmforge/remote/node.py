@@ -26,7 +26,7 @@ from slurmforge.connection import becomes_root, container, ssh_argv
 from slurmforge.errors import ModuleError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import read_inventory
-from slurmforge.modules.executor import DEFAULT_TIMEOUT, Completed
+from slurmforge.remote.executor import DEFAULT_TIMEOUT, Completed
 from slurmforge.spec import Cluster
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from slurmforge.contract import LMOD_LIBEXEC
 from slurmforge.errors import ModuleError
-from slurmforge.modules.executor import Executor
+from slurmforge.remote.executor import Executor
 
 DEBIAN_LIBEXEC = LMOD_LIBEXEC
 

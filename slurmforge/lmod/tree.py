@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from slurmforge.errors import ModuleError
-from slurmforge.modules.definition import ModuleName
+from slurmforge.lmod.definition import ModuleName
 
 # The root goes into argv and sed expressions: keep it to plain path characters.
 ROOT_RE = re.compile(r"^/[A-Za-z0-9._/+-]*[A-Za-z0-9._+-]$")

@@ -25,11 +25,11 @@ from slurmforge.errors import ModuleError
 from slurmforge.tables import Column, Table, emit
 
 if TYPE_CHECKING:
-    from slurmforge.modules.catalog import Catalog
-    from slurmforge.modules.executor import Executor
-    from slurmforge.modules.plan import Step
-    from slurmforge.modules.publisher import ModuleTree
-    from slurmforge.modules.tree import Tree
+    from slurmforge.lmod.catalog import Catalog
+    from slurmforge.lmod.plan import Step
+    from slurmforge.lmod.publisher import ModuleTree
+    from slurmforge.lmod.tree import Tree
+    from slurmforge.remote.executor import Executor
 
 modules_app = typer.Typer(
     name="modules",
@@ -71,11 +71,11 @@ class Where:
     pip_cert: Path | None = None
 
     def open(self) -> ModuleTree:
-        from slurmforge.modules.executor import LocalExecutor
-        from slurmforge.modules.lmod import Lmod, cluster_cache_dir
-        from slurmforge.modules.node import open_inventory
-        from slurmforge.modules.publisher import Actor, ModuleTree
-        from slurmforge.modules.tree import Tree
+        from slurmforge.lmod.publisher import Actor, ModuleTree
+        from slurmforge.lmod.tools import Lmod, cluster_cache_dir
+        from slurmforge.lmod.tree import Tree
+        from slurmforge.remote.executor import LocalExecutor
+        from slurmforge.remote.node import open_inventory
 
         if self.tree is not None and self.inventory is not None:
             raise ModuleError("pass --tree or --inventory, not both")
@@ -94,7 +94,7 @@ class Where:
     def _pip_env(self, ex: Executor, tree: Tree) -> dict[str, str]:
         """The CA bundle pip trusts, copied onto the build node (a public certificate,
         kept in the tree's state directory)."""
-        from slurmforge.modules.executor import make_dirs
+        from slurmforge.remote.executor import make_dirs
 
         if self.pip_cert is None:
             return {}
@@ -127,8 +127,8 @@ def plan(
     modules: DefsOpt = Path("modules"),
 ) -> None:
     """Check the definitions and show what `publish` would build or change."""
-    from slurmforge.modules.catalog import load_catalog
-    from slurmforge.modules.plan import Action
+    from slurmforge.lmod.catalog import load_catalog
+    from slurmforge.lmod.plan import StepKind
 
     def run() -> list[Step]:
         catalog = load_catalog(modules)
@@ -137,9 +137,9 @@ def plan(
     width = max((len(s.module) for s in steps), default=0)
     for step in steps:
         show(step, width)
-    todo = sum(s.action in (Action.BUILD, Action.DEPRECATE) for s in steps)
-    say(f"{todo} to change, {sum(s.action is Action.UNCHANGED for s in steps)} unchanged")
-    if any(s.action is Action.REFUSED for s in steps):
+    todo = sum(s.action in (StepKind.BUILD, StepKind.DEPRECATE) for s in steps)
+    say(f"{todo} to change, {sum(s.action is StepKind.UNCHANGED for s in steps)} unchanged")
+    if any(s.action is StepKind.REFUSED for s in steps):
         raise typer.Exit(ModuleError.exit_code)
 
 
@@ -161,16 +161,16 @@ def publish(
     """Build, check and publish versions atomically; the same definition twice is a no-op."""
     if not names and not all_:
         fail("nothing to publish; name NAME/VERSION ... or pass --all")
-    from slurmforge.modules.catalog import load_catalog
-    from slurmforge.modules.plan import Action
+    from slurmforge.lmod.catalog import load_catalog
+    from slurmforge.lmod.plan import StepKind
 
     def run() -> list[Step]:
         catalog = load_catalog(modules)
         target = Where(tree, inventory, node, lmod_libexec, lmod_cache, pip_cert).open()
         return target.publish(catalog, _targets(catalog, names), on_step=show)
     steps = report_errors(run, verbose)
-    built = sum(s.action is Action.BUILD for s in steps)
-    say(f"{built} published, {sum(s.action is Action.UNCHANGED for s in steps)} unchanged")
+    built = sum(s.action is StepKind.BUILD for s in steps)
+    say(f"{built} published, {sum(s.action is StepKind.UNCHANGED for s in steps)} unchanged")
 
 
 MODULE_COLUMNS = (

@@ -61,14 +61,14 @@ class ActReport:
     errors: int = 0
 
 
-class Executor:
+class Applier:
     def __init__(self, slurm: SlurmClient, provider: Machines, store: Store, clock: Callable[[], float],
                  pool_hosts: PoolHosts | None = None) -> None:
         """`pool_hosts`: published again after each launch (service.pool_hosts)."""
         self.slurm, self.provider, self.store, self.clock = slurm, provider, store, clock
         self.pool_hosts = pool_hosts
 
-    def execute(self, actions: Sequence[a.Action], topology: Topology, instances: Sequence[Instance] = (),
+    def apply(self, actions: Sequence[a.Action], topology: Topology, instances: Sequence[Instance] = (),
                 job_users: Mapping[int, str] | None = None, node_jobs: Mapping[str, int] | None = None,
                 job_accounts: Mapping[int, str] | None = None) -> ActReport:
         """job_users, job_accounts: who submitted each job and under which account (tags)."""
@@ -81,9 +81,9 @@ class Executor:
 
 
 class _Run:
-    """One execute() call: the handlers per action type."""
+    """One apply() call: the handlers per action type."""
 
-    def __init__(self, ex: Executor, topology: Topology, instances: dict[str, Instance],
+    def __init__(self, ex: Applier, topology: Topology, instances: dict[str, Instance],
                  job_users: Mapping[int, str], node_jobs: Mapping[str, int], job_accounts: Mapping[int, str]) -> None:
         self.ex, self.store, self.topology, self.instances = ex, ex.store, topology, instances
         self.job_users, self.node_jobs, self.job_accounts = job_users, node_jobs, job_accounts

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from slurmforge.errors import ModuleError, SpecError
-from slurmforge.modules.build import build_install
-from slurmforge.modules.catalog import Catalog
-from slurmforge.modules.definition import (
+from slurmforge.lmod.build import build_install
+from slurmforge.lmod.catalog import Catalog
+from slurmforge.lmod.definition import (
     AnyDefinition,
     ModuleName,
     checksum,
@@ -30,12 +30,12 @@ from slurmforge.modules.definition import (
     natural_key,
     parse_definition,
 )
-from slurmforge.modules.definition import canonical as canonical_definition
-from slurmforge.modules.executor import Executor, check, exists, make_dirs, remove_tree, rename, write_atomic
-from slurmforge.modules.lmod import Lmod
-from slurmforge.modules.modulefile import render_modulefile, render_modulerc
-from slurmforge.modules.plan import Action, Step, plan_steps
-from slurmforge.modules.tree import Entry, Event, Manifest, Tree, parse_manifest, utc_now_iso
+from slurmforge.lmod.definition import canonical as canonical_definition
+from slurmforge.lmod.modulefile import render_modulefile, render_modulerc
+from slurmforge.lmod.plan import Step, StepKind, plan_steps
+from slurmforge.lmod.tools import Lmod
+from slurmforge.lmod.tree import Entry, Event, Manifest, Tree, parse_manifest, utc_now_iso
+from slurmforge.remote.executor import Executor, check, exists, make_dirs, remove_tree, rename, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class ModuleTree:
         build stay published."""
         with self._locked():
             steps = self.plan(catalog, wanted)
-            refused = [s for s in steps if s.action is Action.REFUSED]
+            refused = [s for s in steps if s.action is StepKind.REFUSED]
             if refused:
                 more = f" (and {len(refused) - 1} more: see `modules plan`)" if len(refused) > 1 else ""
                 raise ModuleError(f"{refused[0].module}: {refused[0].detail}{more}; nothing was published")
@@ -99,11 +99,11 @@ class ModuleTree:
             try:
                 for step in steps:
                     on_step(step)  # before the work: a venv build takes seconds
-                    if step.action is Action.BUILD:
+                    if step.action is StepKind.BUILD:
                         self._publish_one(ModuleName.parse(step.module), catalog.get(step.module))
-                    elif step.action is Action.DEPRECATE:
+                    elif step.action is StepKind.DEPRECATE:
                         self._deprecate(ModuleName.parse(step.module))
-                    changed = changed or step.action in (Action.BUILD, Action.DEPRECATE)
+                    changed = changed or step.action in (StepKind.BUILD, StepKind.DEPRECATE)
             finally:
                 if changed:
                     self._refresh()
@@ -117,12 +117,12 @@ class ModuleTree:
                 raise ModuleError(f"{full} is deprecated and cannot be the default; fix: pick another version")
             current = m.default_of(mn.name)
             if current == mn.version:
-                return Step(full, Action.UNCHANGED, "already the default")
+                return Step(full, StepKind.UNCHANGED, "already the default")
             event = Event(action="default", module=full, by=self.actor.who, at=self.actor.stamp(),
                           previous=f"{mn.name}/{current}" if current else None)
             self._save(m.with_defaults(mn.name, [*m.defaults.get(mn.name, []), mn.version], event), mn.name)
             self._refresh()
-            return Step(full, Action.DEFAULT, f"was {mn.name}/{current}" if current
+            return Step(full, StepKind.DEFAULT, f"was {mn.name}/{current}" if current
                         else "no default before (Lmod picked the highest version)")
 
     def rollback(self, name: str) -> Step:
@@ -140,16 +140,16 @@ class ModuleTree:
                           previous=f"{name}/{stack[-1]}")
             self._save(m.with_defaults(name, stack[:-1], event), name)
             self._refresh()
-            return Step(previous, Action.DEFAULT, f"back from {name}/{stack[-1]}")
+            return Step(previous, StepKind.DEFAULT, f"back from {name}/{stack[-1]}")
 
     def deprecate(self, full: str) -> Step:
         mn = ModuleName.parse(full)
         with self._locked():
             if self.manifest().entry(full).deprecated:
-                return Step(full, Action.UNCHANGED, "already deprecated")
+                return Step(full, StepKind.UNCHANGED, "already deprecated")
             self._deprecate(mn)
             self._refresh()
-            return Step(full, Action.DEPRECATE, "hidden from module avail, still loads with a message")
+            return Step(full, StepKind.DEPRECATE, "hidden from module avail, still loads with a message")
 
     # ------------------------------------------------------------------ steps
 

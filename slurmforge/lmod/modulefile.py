@@ -15,7 +15,7 @@ from typing import Any
 
 import jinja2
 
-from slurmforge.modules.definition import (
+from slurmforge.lmod.definition import (
     AnyDefinition,
     DebianModule,
     ModuleName,

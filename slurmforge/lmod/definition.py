@@ -2,7 +2,7 @@
 
 The file's path is the module's full name (`modules/apps/python/3.13.yaml` is
 `apps/python/3.13`), so a name is written once. Cross-module rules (dependencies,
-cycles, the Python suffix of a venv) live in `catalog.py`.
+cycles, the Python suffix of a venv) live in `lmod/catalog.py`.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from slurmforge.errors import ModuleError
 from slurmforge.hosts import Host, HostRole
-from slurmforge.modules.cli import modules_app
-from slurmforge.modules.node import NodeExecutor, build_host, executor_for
+from slurmforge.lmod.cli import modules_app
+from slurmforge.remote.node import NodeExecutor, build_host, executor_for
 
 pytestmark = pytest.mark.unit
 
@@ -122,7 +122,7 @@ def test_the_lmod_role_and_the_cli_name_the_same_cache_and_libexec() -> None:
     the same tool: a drift would leave one of them refreshing a cache nobody reads."""
     from test_contract import role_default
 
-    from slurmforge.modules.lmod import DEBIAN_LIBEXEC, cluster_cache_dir
+    from slurmforge.lmod.tools import DEBIAN_LIBEXEC, cluster_cache_dir
 
     assert role_default("lmod", "lmod_libexec") == DEBIAN_LIBEXEC
     from slurmforge.join import lmod_paths

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from slurmforge.modules.catalog import Catalog
-from slurmforge.modules.definition import AnyDefinition, ModuleName, checksum, has_prefix
-from slurmforge.modules.tree import Manifest, Tree
+from slurmforge.lmod.catalog import Catalog
+from slurmforge.lmod.definition import AnyDefinition, ModuleName, checksum, has_prefix
+from slurmforge.lmod.tree import Manifest, Tree
 
 
-class Action(StrEnum):
+class StepKind(StrEnum):
     BUILD = "build"
     UNCHANGED = "unchanged"
     DEPRECATE = "deprecate"
@@ -22,7 +22,7 @@ class Action(StrEnum):
 @dataclass(frozen=True)
 class Step:
     module: str
-    action: Action
+    action: StepKind
     detail: str = ""
 
 
@@ -38,21 +38,21 @@ def _step(full: str, d: AnyDefinition, manifest: Manifest, leftover: bool, tree:
     entry = manifest.modules.get(full)
     if entry is None and leftover:
         paths = tree.modulefile(mn) + (f" or {tree.prefix(mn)}" if has_prefix(d) else "")
-        return Step(full, Action.REFUSED, f"not in the manifest, but {paths} exists (an interrupted publish?); "
+        return Step(full, StepKind.REFUSED, f"not in the manifest, but {paths} exists (an interrupted publish?); "
                                           "fix: remove it, then publish again")
     if entry is None:
-        return Step(full, Action.BUILD, _build_detail(d, manifest.default_of(mn.name)))
+        return Step(full, StepKind.BUILD, _build_detail(d, manifest.default_of(mn.name)))
     want = checksum(full, d)
     if entry.checksum != want:
-        return Step(full, Action.REFUSED, f"already published with different content ({entry.checksum[:19]} by "
+        return Step(full, StepKind.REFUSED, f"already published with different content ({entry.checksum[:19]} by "
                                           f"{entry.published_by}, now {want[:19]}); versions are immutable; "
                                           "fix: publish the change as a new version")
     if d.deprecated and not entry.deprecated:
         if manifest.default_of(mn.name) == mn.version:
-            return Step(full, Action.REFUSED, "the definition says deprecated, but it is the default; "
+            return Step(full, StepKind.REFUSED, "the definition says deprecated, but it is the default; "
                                               "fix: make another version the default first")
-        return Step(full, Action.DEPRECATE, "the definition says deprecated")
-    return Step(full, Action.UNCHANGED, f"published {entry.published_at} by {entry.published_by}")
+        return Step(full, StepKind.DEPRECATE, "the definition says deprecated")
+    return Step(full, StepKind.UNCHANGED, f"published {entry.published_at} by {entry.published_by}")
 
 
 def _build_detail(d: AnyDefinition, current_default: str | None) -> str:

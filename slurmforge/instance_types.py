@@ -54,13 +54,13 @@ def _data(name: str) -> Any:
 
 
 @cache
-def load_catalog() -> dict[str, InstanceType]:
+def load_instance_types() -> dict[str, InstanceType]:
     raw: dict[str, dict[str, object]] = _data("instance_types.yaml")
     return {name: InstanceType(name=name, **fields) for name, fields in raw.items()}  # type: ignore[arg-type]
 
 
 def lookup(name: str) -> InstanceType | None:
-    return load_catalog().get(name)
+    return load_instance_types().get(name)
 
 
 # --------------------------------------------------------------------------- prices

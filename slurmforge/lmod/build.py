@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from slurmforge.errors import ModuleError
-from slurmforge.modules.definition import (
+from slurmforge.lmod.definition import (
     AnyDefinition,
     DebianModule,
     MetaModule,
@@ -25,8 +25,8 @@ from slurmforge.modules.definition import (
     python_version,
     verify_imports,
 )
-from slurmforge.modules.executor import Executor, check, exists, make_dirs, remove_tree
-from slurmforge.modules.modulefile import DEB_MULTIARCH
+from slurmforge.lmod.modulefile import DEB_MULTIARCH
+from slurmforge.remote.executor import Executor, check, exists, make_dirs, remove_tree
 
 log = logging.getLogger(__name__)
 

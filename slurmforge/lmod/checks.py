@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from slurmforge.errors import Problem
-from slurmforge.modules.definition import (
+from slurmforge.lmod.definition import (
     LIB_RE,
     SCHEME_FIX,
     AnyDefinition,
