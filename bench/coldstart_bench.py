@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT))  # tests.harness
 
 from slurmforge.contract import FAIL_POOLS_FILE  # noqa: E402
 from slurmforge.errors import SlurmforgeError  # noqa: E402
-from slurmforge.hosts import HostRole  # noqa: E402
+from slurmforge.hosts import HostRole, controller_name  # noqa: E402
 from slurmforge.local.manage import find_cluster  # noqa: E402
-from slurmforge.render import RESUME_PROGRAM, controller_name  # noqa: E402
+from slurmforge.render import RESUME_PROGRAM  # noqa: E402
 from slurmforge.service.main import DEFAULT_PORT  # noqa: E402
 from tests.harness.live import LiveCluster, node_state_command  # noqa: E402
 

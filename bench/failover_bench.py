@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.harness
 
 from slurmforge.errors import SlurmforgeError  # noqa: E402
-from slurmforge.render import controller_names  # noqa: E402
+from slurmforge.hosts import controller_names  # noqa: E402
 from tests.harness.faults import Failover, JobNodes, controller_failover, repeat, target  # noqa: E402
 from tests.harness.live import LiveCluster, wait_until  # noqa: E402
 

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.harness
 
 from slurmforge.errors import SlurmforgeError  # noqa: E402
-from slurmforge.render import controller_names  # noqa: E402
+from slurmforge.hosts import controller_names  # noqa: E402
 from slurmforge.rollout import Progress  # noqa: E402
 from slurmforge.spec import Cluster  # noqa: E402
 from tests.harness.faults import failover_mid_power_up, repeat, target  # noqa: E402

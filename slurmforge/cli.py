@@ -296,8 +296,8 @@ InventoryOpt = Annotated[Path | None, typer.Option("--inventory", help="The clus
 def _deployed(spec: Cluster, local: bool, inventory_dir: Path | None) -> Deployed:
     """What runs, read from the cluster's controller: the local one of the spec's name, or
     the inventory's."""
+    from slurmforge.hosts import controller_names
     from slurmforge.plan import deployed
-    from slurmforge.render import controller_names
 
     if inventory_dir is not None:
         return deployed.read(deployed.inventory_controllers(inventory_dir))

@@ -13,7 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
-from slurmforge.inventory import secrets_dir
+from slurmforge.state_dirs import secrets_dir
 
 MUNGE_KEY = "munge.key"
 DB_PASSWORD = "slurmdbd.password"

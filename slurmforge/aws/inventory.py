@@ -33,9 +33,10 @@ import yaml
 from slurmforge.contract import AwsProviderSettings, settings_json
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole
-from slurmforge.inventory import secrets_dir, write_inventory
+from slurmforge.inventory import write_inventory
 from slurmforge.secrets import DB_PASSWORD, MUNGE_KEY
 from slurmforge.spec import load_spec
+from slurmforge.state_dirs import secrets_dir
 
 # The stack outputs (exported by stacks/cluster.py).
 OUT_CLUSTER = "cluster"

@@ -34,8 +34,7 @@ from typing import Any
 
 from slurmforge.contract import JOIN_UNIT, PODMAN_API_DIR, LocalProviderSettings, read_settings
 from slurmforge.errors import ProvisionError
-from slurmforge.hosts import TAG_LINK, TAG_TOKEN, Host, HostRole
-from slurmforge.inventory import SECRETS_ROOT
+from slurmforge.hosts import TAG_LINK, TAG_TOKEN, Host, HostRole, controller_name, controller_names, login_names
 from slurmforge.local.api import PodmanApi
 from slurmforge.local.container import (
     ADDRESS_LABEL,
@@ -60,10 +59,10 @@ from slurmforge.provider import (
     Machines,
     Provisioner,
 )
-from slurmforge.render import controller_name, controller_names, login_names
 from slurmforge.secrets import MUNGE_KEY, SSH_KEY
 from slurmforge.spec import Cluster
 from slurmforge.spec.models import LocalTarget, Market
+from slurmforge.state_dirs import SECRETS_ROOT
 
 __all__ = ["LABEL", "MARIADB_DATADIR", "LocalProvider", "PoolMachines",
            "mac_address", "service_provider"]

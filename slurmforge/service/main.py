@@ -26,8 +26,8 @@ from typing import Any, cast
 
 from slurmforge.contract import SERVICE_PORT, SERVICE_STATE_DIR, AwsProviderSettings, read_settings
 from slurmforge.errors import ProvisionError, SlurmforgeError
+from slurmforge.hosts import controller_names
 from slurmforge.provider import Machines
-from slurmforge.render import controller_names
 from slurmforge.service import handoff, web
 from slurmforge.service.daemon import LOOP_INTERVAL, Daemon, DaemonConfig
 from slurmforge.service.leader import Leadership

@@ -19,10 +19,10 @@ from slurmforge.contract import (
     SERVICE_PORT,
     TARGETS_FILE,
 )
-from slurmforge.hosts import HostRole
+from slurmforge.hosts import HostRole, controller_name
 from slurmforge.monitoring import alert_rules, controller_address
 from slurmforge.nodes import node_names, node_sets, pool_hardware
-from slurmforge.render import MAIL_PROGRAM, controller_name, render
+from slurmforge.render import MAIL_PROGRAM, render
 from slurmforge.service.slurm import NODES_COMMAND, parse_nodes
 from slurmforge.validation.conftest import LiveCluster, digest
 from slurmforge.validation.node_states import hardware_problem, state_problem

@@ -14,11 +14,10 @@ from typing import TypeVar
 
 from slurmforge.contract import SERVICE_PORT
 from slurmforge.errors import ProvisionError
-from slurmforge.hosts import Host, HostRole
+from slurmforge.hosts import Host, HostRole, controller_names
 from slurmforge.local.podman import Podman
 from slurmforge.local.provider import LABEL
 from slurmforge.monitoring import controller_address
-from slurmforge.render import controller_names
 from slurmforge.spec import Cluster
 
 T = TypeVar("T")

@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from slurmforge.render import controller_names
+from slurmforge.hosts import controller_names
 from tests.harness.faults import JobNodes, failover_mid_power_up
 from tests.harness.live import wait_until
 from tests.harness.restarts import NodeWatch, delays

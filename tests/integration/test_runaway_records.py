@@ -13,7 +13,7 @@ import shlex
 
 import pytest
 
-from slurmforge.render import controller_names
+from slurmforge.hosts import controller_names
 from slurmforge.service.runaway import RUNAWAY_INTERVAL
 from tests.harness.live import wait_until
 from tests.integration.conftest import Cluster_

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from slurmforge.contract import SERVICE_BIN
-from slurmforge.render import controller_names
+from slurmforge.hosts import controller_names
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration

@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 
 from slurmforge.contract import NFS_OPTIONS
-from slurmforge.hosts import TAG_CLUSTER, TAG_POOL
+from slurmforge.hosts import TAG_CLUSTER, TAG_POOL, login_names
 from slurmforge.join import render_join
-from slurmforge.render import login_names
 from tests.pulumi.conftest import (
     DB_PASSWORD,
     LAB_AWS,

@@ -27,9 +27,8 @@ from typer.testing import CliRunner
 from slurmforge import inventory
 from slurmforge.aws.provider import AwsProvider
 from slurmforge.cli import app
-from slurmforge.hosts import TAG_NODE
+from slurmforge.hosts import TAG_NODE, controller_name, controller_names
 from slurmforge.provider import LaunchRequest
-from slurmforge.render import controller_name, controller_names
 from slurmforge.rollout import run_playbook
 from slurmforge.service.main import load_provider
 from slurmforge.spec import Cluster, load_spec

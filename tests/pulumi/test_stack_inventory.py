@@ -22,10 +22,9 @@ from slurmforge.aws.inventory import fetch_stack_secrets, inventory_from_stack_o
 from slurmforge.connection import close_control
 from slurmforge.contract import AwsProviderSettings, read_settings
 from slurmforge.errors import ProvisionError
-from slurmforge.hosts import HostRole
+from slurmforge.hosts import HostRole, controller_name, controller_names
 from slurmforge.inventory import HOSTS_FILE, VARS_FILE, read_inventory
 from slurmforge.join import render_join
-from slurmforge.render import controller_name, controller_names
 from slurmforge.spec import load_spec
 from slurmforge.validation.conftest import InventorySsh, connect
 from tests.pulumi.conftest import (

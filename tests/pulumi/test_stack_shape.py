@@ -9,9 +9,8 @@ import json
 import pytest
 
 from slurmforge.errors import SpecError
-from slurmforge.hosts import TAG_CLUSTER, TAG_POOL
+from slurmforge.hosts import TAG_CLUSTER, TAG_POOL, login_subnets
 from slurmforge.image_variant import ImageVariant, pool_image_variant
-from slurmforge.render import login_subnets
 from tests.pulumi.conftest import DYNAMIC, GOLDEN_AMI, GPU_AMI, LAB_AWS, StackRun, run_stack, variant
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from slurmforge.inventory import secrets_dir
+from slurmforge.state_dirs import secrets_dir
 from tests.harness.rehearsal import stack_phase
 from tests.harness.rehearsal.machines import LABEL
 from tests.harness.rehearsal.stack import DYNAMIC

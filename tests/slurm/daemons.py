@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmforge.contract import JOIN_PROGRAM
+from slurmforge.hosts import controller_names
 from slurmforge.join import JoinSettings, render_join
 from slurmforge.nodes import node_names
-from slurmforge.render import controller_names
 from slurmforge.routing import JOB_SUBMIT_SCRIPT
 from slurmforge.spec import Cluster
 from tests.judge import Judge, node_image

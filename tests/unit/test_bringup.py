@@ -321,7 +321,7 @@ def test_secrets_and_logs_are_roots_or_the_users_own(euid: int, xdg: str | None,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """An AWS cluster is built, rolled out and validated from an admin's own account: its
     secrets and logs go to their state directory, never to root's."""
-    from slurmforge.inventory import secrets_dir
+    from slurmforge.state_dirs import secrets_dir
 
     monkeypatch.setattr(os, "geteuid", lambda: euid)
     monkeypatch.setenv("HOME", "/home/ann")

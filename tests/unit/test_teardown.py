@@ -12,10 +12,9 @@ import yaml
 
 from slurmforge.aws.teardown import release, summary
 from slurmforge.errors import ProvisionError
-from slurmforge.hosts import Host, HostRole
+from slurmforge.hosts import Host, HostRole, controller_names
 from slurmforge.inventory import write_inventory
 from slurmforge.provider import Instance, InstanceState, LaunchRequest, LaunchResult, Machines
-from slurmforge.render import controller_names
 from slurmforge.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from slurmforge.errors import Problem, SortedListing, listing
-from slurmforge.hosts import OWN_TAG_KEYS, OWN_TAG_PREFIX, TAG_NAME
+from slurmforge.hosts import OWN_TAG_KEYS, OWN_TAG_PREFIX, TAG_NAME, login_subnets
 from slurmforge.instance_types import lookup
 from slurmforge.nodes import node_names, pool_hostlist
-from slurmforge.render import login_subnets
 from slurmforge.spec.checks.people import mariadb_reserved_words
 from slurmforge.spec.checks.registry import check, dupes, is_aws, per_run
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, StaticHost, StaticTarget, is_domain

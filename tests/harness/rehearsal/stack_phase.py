@@ -34,11 +34,12 @@ import yaml
 from slurmforge.distro import DEBIAN_13
 from slurmforge.errors import ProvisionError, SpecError
 from slurmforge.image import RECORD
-from slurmforge.inventory import HOSTS_FILE, secrets_dir
+from slurmforge.inventory import HOSTS_FILE
 from slurmforge.local.image import prune_older
 from slurmforge.local.podman import Podman
 from slurmforge.package_data import examples, playbooks
 from slurmforge.spec import validate_data
+from slurmforge.state_dirs import secrets_dir
 from tests.harness.rehearsal import image_phase
 from tests.harness.rehearsal.parent import ensure_parent
 from tests.harness.rehearsal.stack import StackRun, StandInEngine, run_main, stack_config, stack_output_json
