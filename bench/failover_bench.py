@@ -1,4 +1,4 @@
-"""Controller failover on the running local cluster, measured (issue 13: the controller survives).
+"""Controller failover on the running local cluster, measured (the controller survives).
 
 1. failover, --cycles times: the primary controller's container killed (SIGKILL) under a
    running 4-task job array; timed: until the backup accepts a submission (takeover), and,

@@ -1,4 +1,4 @@
-"""Cluster-aware ML jobs on the running local cluster, measured (issue 25).
+"""Cluster-aware ML jobs on the running local cluster, measured.
 
 1. node health: the health check's own run time on every compute node that runs
    (`slurmforge-health --check`, goal <= 2 s each), and --runs sick nodes: a static node's

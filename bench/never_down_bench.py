@@ -48,7 +48,7 @@ DEAD_NODE_GOAL = 60.0
 DEAD_NODE_LIMIT = 180.0
 """How long a dead node's job is watched (past the goal, to measure a miss)."""
 REPLACED_GOAL = 60.0
-"""A static node's machine killed -> the service's replacement in service (issue 12)."""
+"""A static node's machine killed -> the service's replacement in service."""
 QUICK_OUTAGE = 90
 """Nine service loops, three times the service's stability window (3 loops over >= 20 s):
 long enough that a repair the service wrongly wanted would have been confirmed."""

@@ -1,12 +1,12 @@
 """Faults injected into a running local cluster with jobs in flight, and what they did
-(issue 16: a controller outage or a dead machine never takes the cluster down):
+(a controller outage or a dead machine never takes the cluster down):
 
 - a controller outage: slurmctld stopped for a while under a running 2-node job and a
   pending one; which of the cluster's machines stopped meanwhile, what the scheduler
   service logged, whether it said it was holding back, how the jobs ended in sacct;
 - a dead node machine: its container killed under a running 2-node `--requeue` job; how
   long the job stays RUNNING;
-- a dead primary controller (issue 13): its container killed under a running job array;
+- a dead primary controller: its container killed under a running job array;
   how long until the backup takes submissions, how long until the primary is back in
   control once its container starts again, where the scheduler service led, and whether
   every job (the array's tasks and one submitted to the backup) is COMPLETED in sacct.

@@ -1,5 +1,5 @@
 """A node broken on purpose on the running local cluster, and what its health check and the
-scheduler service did about it (issue 25: a sick node is drained, replaced, back in service).
+scheduler service did about it (a sick node is drained, replaced, back in service).
 
 Ways to break a node, each what a real machine goes through:
 - `data`: CephFS gone from /data (its automount stopped, the ceph-fuse mount unmounted);

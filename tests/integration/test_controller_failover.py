@@ -1,4 +1,4 @@
-"""The controller survives (issue 13), on the live local cluster with jobs in flight and
+"""The controller survives, on the live local cluster with jobs in flight and
 counted in `sacct`: examples/local.yaml runs a backup controller (dev-controller-backup).
 
 - the primary's container killed (SIGKILL) under a running job array: the backup takes

@@ -1,4 +1,4 @@
-"""What an ML engineer's jobs get on the live local cluster (issue 25): PyTorch, Open MPI 5 and
+"""What an ML engineer's jobs get on the live local cluster: PyTorch, Open MPI 5 and
 mpi4py as modules of the shared tree (the repository's own definitions in modules/, published
 with `slurmforge modules publish`), loaded the cluster's way on any node - a dynamic node born
 after the publish too.
