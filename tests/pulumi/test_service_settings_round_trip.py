@@ -24,7 +24,7 @@ import yaml
 from moto import mock_aws
 from typer.testing import CliRunner
 
-from slurmforge import inventory
+from slurmforge import state_dirs
 from slurmforge.aws.provider import AwsProvider
 from slurmforge.cli import app
 from slurmforge.hosts import TAG_NODE, controller_name, controller_names
@@ -71,7 +71,7 @@ def stack_to_service(ec2: Any, spec: Cluster, tmp_path: Path,
     outputs.write_text(json.dumps(stack_output_json(run)))
 
     # `slurmforge inventory`, as an admin runs it (the Ceph keys it makes go to a temporary root)
-    monkeypatch.setattr(inventory, "SECRETS_ROOT", tmp_path / "secrets")
+    monkeypatch.setattr(state_dirs, "SECRETS_ROOT", tmp_path / "secrets")
     inventory_dir = tmp_path / "inventory"
     res = CliRunner().invoke(app, ["inventory", str(POOLS_AWS), "--from-stack-outputs", str(outputs),
                                    "--out", str(inventory_dir), "--no-fetch-secrets"])
