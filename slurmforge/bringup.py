@@ -91,6 +91,20 @@ def roll_out_changed(inventory: Path, hosts: Sequence[Host], log: Path, ui: Phas
     return result
 
 
+def push_users(inventory: Path, ui: Phases) -> list[str]:
+    """After a rollout that published the node kit: the spec's users and groups on every
+    running dynamic node too (no Ansible reaches those; slurmforge.fleet). The nodes that
+    changed."""
+    from slurmforge.fleet import push_accounts
+    from slurmforge.inventory import read_inventory
+
+    spec, hosts = read_inventory(inventory)
+    changed = push_accounts(spec, hosts)
+    if changed:
+        ui.note(f"users and groups changed on the running dynamic node(s) {', '.join(changed)}")
+    return changed
+
+
 def sample_job(login: Host, user: str, home: str) -> str:
     """sbatch --wait a 2-node job on the login node as `user`; its output (written to the
     shared home, so the login node reads what the compute node wrote)."""

@@ -266,7 +266,7 @@ def rollout(
     dynamic pools are left out: they have no machine until the scheduler service starts
     one, and a machine that starts gets its config from slurmctld (configless). So are the
     nodes whose last rollout was this one (each node's mark says), unless --full-rollout."""
-    from slurmforge.bringup import fixed_hosts, log_dir, roll_out_changed
+    from slurmforge.bringup import fixed_hosts, log_dir, push_users, roll_out_changed
     from slurmforge.inventory import read_inventory
     from slurmforge.package_data import require
     from slurmforge.rollout import rollout_digest
@@ -284,6 +284,8 @@ def rollout(
             inventory = inventory_dir.resolve()
             result = roll_out_changed(inventory, fixed_hosts(hosts), log, display,
                                       rollout_digest(inventory), full_rollout)
+            if result.ok and result.skipped_hosts < len(fixed_hosts(hosts)):
+                push_users(inventory, display)
         _print_accounting(result.accounting)
         say(f"rollout changed {result.total_changed} thing(s) in {result.seconds:.0f} s; log {log}")
 
@@ -371,6 +373,56 @@ def _plan_first(spec: Cluster, local: bool, inventory_dir: Path | None) -> None:
         note(f"plan: cannot tell what changes ({exc}); going on")
         return
     _show_plan(result, None)
+
+
+rotate_app = typer.Typer(help="A new munge key or accounting database password on a live cluster, no job lost.",
+                         no_args_is_help=True)
+app.add_typer(rotate_app, name="rotate")
+
+
+def _rotate(which: str, local: bool, cluster: str | None, inventory_dir: Path | None) -> None:
+    """One secret rotated on the local cluster (--local) or an inventory's."""
+    from slurmforge import rotate as r
+    from slurmforge.inventory import read_inventory
+    from slurmforge.state_dirs import secrets_dir
+
+    if local == (inventory_dir is not None):
+        fail(f"rotate {which}: name the cluster: --local (this machine's) or --inventory DIR")
+
+    def run() -> r.Rotation:
+        if inventory_dir is not None:
+            require_inventory(inventory_dir)
+            spec, hosts = read_inventory(inventory_dir)
+            where = inventory_dir
+        else:
+            from slurmforge.local.host import require_root
+            from slurmforge.local.manage import find_cluster
+            from slurmforge.state_dirs import default_inventory
+
+            require_root()
+            spec, hosts = find_cluster(cluster)
+            where = default_inventory(spec.name)
+        store = r.store_for(spec, where, secrets_dir(spec.name))
+        if which == "munge-key":
+            return r.rotate_munge_key(spec, hosts, store)
+        return r.rotate_db_password(spec, hosts, store)
+
+    say(report_errors(run).summary())
+
+
+@rotate_app.command("munge-key")
+def rotate_munge_key(local: LocalFlag = False, cluster: ClusterOpt = None, inventory_dir: InventoryOpt = None) -> None:
+    """A new munge key in the secret store and on every running node (dynamic ones too);
+    munged switches on every node at one instant, no Slurm daemon restarts (docs/day-two.md)."""
+    _rotate("munge-key", local, cluster, inventory_dir)
+
+
+@rotate_app.command("db-password")
+def rotate_db_password(local: LocalFlag = False, cluster: ClusterOpt = None,
+                       inventory_dir: InventoryOpt = None) -> None:
+    """A new accounting database password in the secret store, the database and slurmdbd
+    (slurmdbd restarts; slurmctld keeps its records meanwhile)."""
+    _rotate("db-password", local, cluster, inventory_dir)
 
 
 @app.command()

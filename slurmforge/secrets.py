@@ -11,7 +11,10 @@ import struct
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from slurmforge.state_dirs import secrets_dir
 
@@ -78,3 +81,67 @@ def ensure_secrets(cluster: str, root: Path | None = None, ceph: bool = False) -
     if ceph:
         ensure_ceph_secrets(directory)
     return directory
+
+
+# ------------------------------------------------------------------ rotation
+# A rotated secret goes into the store the cluster already uses and replaces the old one
+# there: the secrets directory on every target (the roles and the local containers read it),
+# and on AWS Secrets Manager too (what a new pool machine's join program fetches), the same
+# code for both. `slurmforge rotate` (slurmforge/rotate.py) then carries it to the nodes.
+
+def new_munge_key() -> bytes:
+    return secrets.token_bytes(1024)
+
+
+def new_db_password() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def replace_in_place(path: Path, data: bytes) -> None:
+    """The file's new content, 0600, in the same inode: a local pool container has the
+    munge key bind-mounted from this very file, and a bind mount keeps the inode it was
+    made with (a rename would leave the container the old key until it is made again)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.truncate(0)
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(path, 0o600)
+
+
+class SecretsManagerWriter(Protocol):
+    """The part of boto3's secretsmanager client a rotation uses."""
+
+    def put_secret_value(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def describe_secret(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def update_secret_version_stage(self, **kwargs: Any) -> dict[str, Any]: ...
+
+
+@dataclass
+class SecretStore:
+    """Where the cluster's munge key and database password live: the secrets directory, and
+    (AWS) Secrets Manager by the stack's ARNs, {secret file name: ARN}."""
+
+    directory: Path
+    client: SecretsManagerWriter | None = None
+    arns: Mapping[str, str] = field(default_factory=dict)
+
+    def put(self, name: str, value: bytes) -> None:
+        """The new value everywhere the store keeps it, the old one gone: Secrets Manager
+        first (new machines fetch it from there), its previous version left with no label
+        (Secrets Manager deletes unlabelled versions); then the directory's file."""
+        if self.client is not None and name in self.arns:
+            arn = self.arns[name]
+            text = base64.b64encode(value).decode() if name == MUNGE_KEY else value.decode()
+            self.client.put_secret_value(SecretId=arn, SecretString=text)
+            for version, stages in self.client.describe_secret(SecretId=arn).get("VersionIdsToStages", {}).items():
+                if "AWSPREVIOUS" in stages:
+                    self.client.update_secret_version_stage(SecretId=arn, VersionStage="AWSPREVIOUS",
+                                                            RemoveFromVersionId=version)
+        replace_in_place(self.directory / name, value)
+
+    def get(self, name: str) -> bytes:
+        return (self.directory / name).read_bytes()

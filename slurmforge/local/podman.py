@@ -33,9 +33,22 @@ class ContainerInfo:
     @property
     def is_dead(self) -> bool:
         """podman's record outlived the container's processes (host restart, machine
-        restore; a failed rm leaves it "stopping"): it lists as running but cannot start
-        again — a new container can."""
-        return self.state in ("running", "stopping") and not (self.pid > 0 and Path(f"/proc/{self.pid}").exists())
+        restore; a failed rm or an interrupted stop leaves it "stopping"): it lists as
+        running or stopping but cannot start again — a new container can."""
+        return self.state in ("running", "stopping") and not runs_in(self.id, self.pid)
+
+
+def runs_in(container_id: str, pid: int, proc: Path = Path("/proc")) -> bool:
+    """Whether process `pid` is the container's: alive and in its cgroup (libpod-<id>).
+    A pid alone is not enough: the kernel hands a dead container's pid to the next process
+    (a Ceph daemon's thread, on this machine)."""
+    if pid <= 0:
+        return False
+    try:
+        cgroup = (proc / str(pid) / "cgroup").read_text()
+    except OSError:
+        return False
+    return not container_id or container_id in cgroup
 
 
 class Podman:

@@ -79,6 +79,10 @@ STOP_GRACE = 3
 """Seconds a terminated pool container has to shut down before it is killed."""
 
 
+STARTABLE = frozenset({"created", "configured", "initialized", "exited", "stopped"})
+"""Container states `podman start` takes."""
+
+
 class LocalProvider(Provisioner):
     def __init__(self, spec: Cluster, image: str, podman: Podman | None = None,
                  state_root: Path = SECRETS_ROOT, join_program: Path | None = None) -> None:
@@ -190,11 +194,12 @@ class LocalProvider(Provisioner):
         fixed = [h for h in hosts if not h.dynamic]
         self.wait_booted([h.name for h in fixed])
         # a stop someone else asked for may land after our start: start those once more
-        stopped = [h.name for h in fixed if not ((c := self.podman.container(h.name)) and c.is_running)]
+        found = [c for h in fixed if (c := self.podman.container(h.name)) is not None]
+        stopped = [c for c in found if not c.is_running]
         if stopped:
-            log.info("started again after a late stop: %s", ", ".join(stopped))
-            self.podman.run(["start", *stopped])
-            self.wait_booted(stopped)
+            log.info("started again after a late stop: %s", ", ".join(c.name for c in stopped))
+            self._start(stopped)
+            self.wait_booted([c.name for c in stopped])
         return hosts
 
     def service_settings(self) -> LocalProviderSettings:
@@ -253,7 +258,16 @@ class LocalProvider(Provisioner):
         if info is None:
             self.podman.run(wanted.run_args())
         elif not info.is_running:
-            self.podman.run(["start", host.name])
+            self._start([info])
+
+    def _start(self, found: list[ContainerInfo]) -> None:
+        """Start these containers. One podman cannot start yet - stopping (a stop still
+        under way: a machine under load, a `podman stop` whose wait ran out), paused - is
+        stopped first: the stop waits for it, or kills it after 10 s."""
+        busy = [c.name for c in found if c.state not in STARTABLE]
+        if busy:
+            self.podman.run(["stop", "-t", "10", *busy], check=False)
+        self.podman.run(["start", *(c.name for c in found)])
 
     def _free_name(self, name: str) -> None:
         """A container `ps` did not list may still hold the name (a record podman could not

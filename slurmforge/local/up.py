@@ -20,7 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmforge.bringup import Phases, fixed_hosts, inventory_dir, log_path, roll_out_changed, sample_job
+from slurmforge.bringup import (
+    Phases,
+    fixed_hosts,
+    inventory_dir,
+    log_path,
+    push_users,
+    roll_out_changed,
+    sample_job,
+)
 from slurmforge.contract import SERVICE_UNIT, settings_json
 from slurmforge.distro import distro, release_tuple
 from slurmforge.hosts import HostRole, controller_name, controller_names
@@ -81,6 +89,8 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
         ceph_play = next((sec for play, sec in report.rollout.plays.items() if play.startswith(CEPH_PLAY)), None)
         if ceph_play is not None:
             ui.note(f"Ceph play of the rollout: {ceph_play:.1f} s")
+        if report.rollout.ok and report.rollout.skipped_hosts < len(fixed_hosts(hosts)):
+            push_users(report.inventory, ui)
     with ui.phase("scheduler service"):
         # running already unless a rollout skipped its controllers and it had stopped; the
         # one beside the slurmctld in control leads

@@ -58,6 +58,10 @@ class NodeExecutor:  # not frozen: Executor.name is a plain attribute
             timeout: float = DEFAULT_TIMEOUT) -> Completed:
         return self._exec(argv, env, timeout, None)
 
+    def run_with_input(self, argv: Sequence[str], stdin: str, timeout: float = DEFAULT_TIMEOUT) -> Completed:
+        """argv with `stdin` on its standard input (a secret that must not be in an argv)."""
+        return self._exec(argv, None, timeout, stdin)
+
     def read_file(self, path: str) -> str | None:
         done = self._exec(["sh", "-c", READ_SCRIPT, "sh", path], None, 120, None)
         if done.rc == MISSING:

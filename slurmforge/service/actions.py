@@ -83,8 +83,12 @@ class Release:
 
 @dataclass(frozen=True)
 class Signal:
+    """Tell the jobs (the whole of each, scancel --full); the service remembers it, and
+    requeues a job the signal ended (ForgetSignalled once settled)."""
+
     jobs: tuple[int, ...]
     signal: str
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,14 @@ class CloseRequests:
 
 
 @dataclass(frozen=True)
+class ForgetSignalled:
+    """The service's signal to these jobs is settled: requeued if it ended them, else
+    nothing more to do."""
+
+    jobs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class AdvanceInterruption:
     instance: str
     stage: str
@@ -174,5 +186,5 @@ class AdvanceInterruption:
 Action = (
     Launch | Terminate | PowerDown | MarkDown | PowerUp | Resume | Drain | Requeue | Release | Signal | SetAddress
     | MarkCooldown | Bind | Unbind | SetMark | ClearMark | Replaced | Joined | AbandonLaunch | CloseRequests
-    | AdvanceInterruption
+    | AdvanceInterruption | ForgetSignalled
 )

@@ -44,6 +44,7 @@ PHASES: tuple[tuple[type, ...], ...] = (
     (a.Drain, a.Signal),
     (a.MarkDown, a.PowerDown),
     (a.Requeue, a.Release),
+    (a.ForgetSignalled,),
     (a.Terminate,),
     (a.SetAddress, a.PowerUp, a.Resume),
     (a.Launch,),
@@ -124,6 +125,8 @@ class _Run:
             st.close_requests(x.ids)
         elif isinstance(x, a.AdvanceInterruption):
             st.set_interruption_stage(x.instance, x.stage)
+        elif isinstance(x, a.ForgetSignalled):
+            st.forget_signalled(x.jobs)
         elif isinstance(x, a.MarkCooldown):
             self.cooldown(x)
         elif isinstance(x, a.Replaced):
@@ -184,7 +187,8 @@ class _Run:
         self.event("release", "", "", len(jobs), f"{items[0].reason}: {', '.join(map(str, jobs))}"[:200])
 
     def signal(self, items: list[a.Signal]) -> None:
-        for x in items:
+        for x in items:  # remembered first: a signal that ended a job is seen as such next loop
+            self.store.add_signalled(x.jobs, x.signal, self.now, x.why)
             self._call(self.ex.slurm.signal, list(x.jobs), x.signal)
 
     def _slurm(self, fn: Callable[[list[str]], None], nodes: list[str]) -> None:

@@ -85,6 +85,7 @@ from slurmforge.service.actions import (
     ClearMark,
     CloseRequests,
     Drain,
+    ForgetSignalled,
     Joined,
     Launch,
     MarkCooldown,
@@ -102,7 +103,7 @@ from slurmforge.service.actions import (
     Unbind,
 )
 from slurmforge.service.handoff import HandoffKind
-from slurmforge.service.slurm import NodeState
+from slurmforge.service.slurm import Job, NodeState, signal_name
 from slurmforge.service.state import (
     INTERRUPTION_COOLDOWN,
     JOINING,
@@ -186,6 +187,14 @@ class World:
     tunables: Tunables = Tunables()
     held: tuple[int, ...] = ()
     """Jobs slurmctld requeued and held after their launch failed (squeue)."""
+    signalled: Mapping[int, Job] | None = field(default_factory=dict)
+    """The jobs the service signalled (state.signalled) as slurmctld holds them now, the
+    finished ones included; None when that could not be read."""
+
+
+FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+                      "DEADLINE", "OUT_OF_MEMORY"})
+"""Job states of a job that has ended (squeue's job_state, its first word)."""
 
 
 class NodeStatus(Enum):
@@ -248,6 +257,7 @@ def classify(world: World) -> list[Action]:
     actions += plan_launches(ctx, needs_launch)
     actions += ctx.orphans()
     actions += ctx.interruptions()
+    actions += ctx.signalled()
     actions += ctx.stale_bindings()
     actions += ctx.duplicate_launches()
     actions += ctx.close_requests()
@@ -604,9 +614,10 @@ class Context:
         if not jobs:
             return []
         age = self.mark_age(name, EVACUATING)
+        why = f"{name} failed its health check"
         if age is None:
-            return [SetMark(name, EVACUATING, self.now), Signal(jobs, self.tun.signal)]
-        return [Requeue(jobs, f"{name} failed its health check")] if age >= self.tun.evacuate_grace else []
+            return [SetMark(name, EVACUATING, self.now), Signal(jobs, self.tun.signal, why)]
+        return [Requeue(jobs, why)] if age >= self.tun.evacuate_grace else []
 
     def _unbind(self, name: str, inst: Instance) -> list[Action]:
         """Forget the node's binding to a machine it is about to lose."""
@@ -783,7 +794,7 @@ class Context:
                     or self.topology.nodes[node].pool)
             actions: list[Action] = [Drain((node,), _own("spot interruption notice"))]
             if jobs:
-                actions.append(Signal(jobs, self.tun.signal))
+                actions.append(Signal(jobs, self.tun.signal, f"spot interruption notice for {node}"))
             return [*actions, self._cooldown(link, "spot interruption",
                                              at_least=self.tun.checkpoint_grace + INTERRUPTION_COOLDOWN),
                     AdvanceInterruption(record.instance, "signalled")]
@@ -796,6 +807,26 @@ class Context:
         if not gone and inst is not None:
             actions.append(Terminate(inst.id, node, "spot instance interrupted"))
         return [*actions, AdvanceInterruption(record.instance, "done")]
+
+    def signalled(self) -> list[Action]:
+        """A job the service signalled and that the signal ended - a script that neither
+        traps it nor passes it on, for which USR1 is the end - is requeued: the service's
+        signal never ends a job that Slurm would have requeued when its machine went.
+        A job still running (or requeued by its own handler) is left; the record goes once
+        the job has ended, or once slurmctld no longer holds it."""
+        if self.world.signalled is None:
+            return []
+        actions: list[Action] = []
+        settled: list[int] = []
+        for job_id, record in sorted(self.state.signalled.items()):
+            job = self.world.signalled.get(job_id)
+            if job is not None and job.state not in FINISHED:
+                continue
+            if job is not None and job.exit_signal == signal_name(record.signal):
+                actions.append(Requeue((job_id,), f"its batch script ended on the service's {record.signal} "
+                                                  f"({record.why or 'signalled'})"))
+            settled.append(job_id)
+        return [*actions, ForgetSignalled(tuple(settled))] if settled else actions
 
     def stale_bindings(self) -> list[Action]:
         """Bindings of nodes that are off (or gone from Slurm) and have no live machine."""

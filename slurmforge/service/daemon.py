@@ -99,6 +99,8 @@ class Daemon:
         self.topology: Topology | None = None
         self.snapshot: ClusterSnapshot | None = None
         self.last: LoopReport | None = None
+        self._notice_error = ""
+        """The last failure of the notice queue, said once until it changes."""
         self.guard = Guard()
         self.decision = Decision([])
         self._job_users: dict[int, str] = {}
@@ -196,13 +198,26 @@ class Daemon:
         return added
 
     def take_interruptions(self) -> int:
-        notices = self.provider.interruptions()
-        for notice in notices:
-            if self.store.add_interruption(InterruptionRecord(notice.instance, None, None, notice.noticed_at)):
-                self.store.add_event(Event(notice.noticed_at, "interruption", "", "", 1, notice.instance))
-                self.store.count("slurmforge_interruptions_total", {})
-        if notices:
-            self.provider.acknowledge(notices)
+        """Notices from the cloud's queue into the store, then acknowledged. Reading or
+        acknowledging may fail (the queue's API, a permission the stack lacks): the loop
+        goes on - nodes still launch and jobs still run - and the next one reads again
+        (a notice read twice is one record). The failure is said once until it changes."""
+        try:
+            notices = self.provider.interruptions()
+            for notice in notices:
+                if self.store.add_interruption(InterruptionRecord(notice.instance, None, None, notice.noticed_at)):
+                    self.store.add_event(Event(notice.noticed_at, "interruption", "", "", 1, notice.instance))
+                    self.store.count("slurmforge_interruptions_total", {})
+            if notices:
+                self.provider.acknowledge(notices)
+        except Exception as exc:  # any failure of the notice queue: one line, not the loop
+            said = f"spot notices: {type(exc).__name__}: {exc}"[:300]
+            if said != self._notice_error:
+                log.error("%s", said)
+            self._notice_error = said
+            self.store.count("slurmforge_interruption_errors_total", {})
+            return 0
+        self._notice_error = ""
         return len(notices)
 
     def observe(self, topo: Topology) -> tuple[World, list[Doubt]]:
@@ -220,9 +235,14 @@ class Daemon:
         if jobs is not None:
             self._jobs, self._job_users = jobs, {j.id: j.user for j in jobs}
             self._job_accounts = {j.id: j.account for j in jobs if j.account}
-        world = World(nodes=nodes or [], instances=instances or [], state=self.store.snapshot(), topology=topo,
+        state = self.store.snapshot()
+        found = _ask(lambda: self.slurm.jobs_by_id(sorted(state.signalled)), HoldReason.SLURM_VIEW,
+                     doubts) if state.signalled else []
+        signalled = None if found is None else {j.id: j for j in found}
+        world = World(nodes=nodes or [], instances=instances or [], state=state, topology=topo,
                       now=self.clock(), jobs=jobs_by_node(jobs or []), tunables=self.config.tunables,
-                      held=tuple(j.id for j in jobs or [] if j.is_held_after_failed_launch()))
+                      held=tuple(j.id for j in jobs or [] if j.is_held_after_failed_launch()),
+                      signalled=signalled)
         doubts += self.guard.doubts(world, nodes is not None and jobs is not None, instances is not None)
         return world, doubts
 

@@ -47,6 +47,7 @@ import functools
 import json
 import logging
 import math
+import signal
 import subprocess
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -292,6 +293,8 @@ class Job:
     time_limit: float = 0.0
     """Minutes (math.inf: UNLIMITED; 0: not known). A running job ends at its own limit,
     whatever its partition's MaxTime becomes (job_time_limit in 24.11's job_mgr.c)."""
+    exit_signal: str = ""
+    """The signal that ended the job's batch script (exit_code.signal: "USR1"), else ""."""
 
     def node_names(self) -> list[str]:
         return expand(self.nodes) if self.nodes else []
@@ -321,8 +324,30 @@ def parse_jobs(text: str) -> list[Job]:
                         tres=str(item.get("tres_alloc_str") or item.get("tres_req_str") or ""),
                         started_at=_number(item.get("start_time")),
                         description=str(item.get("state_description") or ""),
-                        qos=str(item.get("qos") or ""), time_limit=minutes(item.get("time_limit"))))
+                        qos=str(item.get("qos") or ""), time_limit=minutes(item.get("time_limit")),
+                        exit_signal=_exit_signal(item.get("exit_code"))))
     return jobs
+
+
+def _exit_signal(code: Any) -> str:
+    """{"status": ["SIGNALED"], "signal": {"id": {...}, "name": "USR1"}} -> "USR1"."""
+    if not isinstance(code, dict) or "SIGNALED" not in (code.get("status") or []):
+        return ""
+    sig = code.get("signal") or {}
+    return signal_name(sig.get("name") or _number(sig.get("id")) or "") if isinstance(sig, dict) else ""
+
+
+def signal_name(value: str | float) -> str:
+    """USR1, SIGUSR1, usr1, 10 -> USR1: one spelling to compare signals by."""
+    text = str(value).strip().upper().removeprefix("SIG")
+    try:
+        number = int(float(text))
+    except ValueError:
+        return text
+    try:
+        return signal.Signals(number).name.removeprefix("SIG")
+    except ValueError:
+        return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,6 +449,19 @@ class SlurmClient:
 
     def jobs(self) -> list[Job]:
         return parse_jobs(self.run("squeue", "--json"))
+
+    def jobs_by_id(self, ids: Sequence[int]) -> list[Job]:
+        """These jobs in any state, the finished ones included (while slurmctld still holds
+        them: MinJobAge); unknown ids are left out."""
+        found: list[Job] = []
+        for chunk in _chunks(list(ids), MAX_JOBS_PER_CALL):
+            try:
+                found += parse_jobs(self.run("squeue", "--json", "--states=all",
+                                             "--jobs=" + ",".join(map(str, chunk))))
+            except SlurmCommandError as exc:  # one id, forgotten by slurmctld: squeue fails (several: left out)
+                if "Invalid job id" not in exc.stderr:
+                    raise
+        return found
 
     def sacct(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
         """Accounting records: `argv` as slurmforge.cost.sacct_argv makes it, with env

@@ -62,6 +62,8 @@ CREATE TABLE IF NOT EXISTS marks (
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, kind TEXT NOT NULL, pool TEXT NOT NULL,
     link TEXT NOT NULL, count INTEGER NOT NULL, detail TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS signalled (
+    job INTEGER PRIMARY KEY, signal TEXT NOT NULL, at REAL NOT NULL, why TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS counters (
     name TEXT NOT NULL, labels TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (name, labels));
 """
@@ -127,6 +129,18 @@ class InterruptionRecord:
 
 
 @dataclass(frozen=True)
+class SignalledJob:
+    """A job the service signalled (a spot notice, a failed health check): if the signal
+    ends it - a script that neither traps nor passes it on - the service requeues it, as
+    Slurm would have at the machine's loss."""
+
+    job: int
+    signal: str
+    at: float
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class Event:
     at: float
     kind: str
@@ -147,6 +161,7 @@ class ServiceState:
     requests: tuple[Request, ...] = ()
     interruptions: tuple[InterruptionRecord, ...] = ()
     marks: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    signalled: Mapping[int, SignalledJob] = field(default_factory=dict)
 
 
 class Store:
@@ -195,7 +210,7 @@ class Store:
         return ServiceState(
             bindings=self.bindings(), pending_launches=tuple(self.pending_launches()),
             cooldowns=self.cooldowns(), node_jobs=node_jobs, requests=tuple(requests),
-            interruptions=tuple(self.interruptions()), marks=self.marks(),
+            interruptions=tuple(self.interruptions()), marks=self.marks(), signalled=self.signalled(),
         )
 
     # ------------------------------------------------------------------ launches
@@ -314,6 +329,21 @@ class Store:
         rows = self._db.execute(f"SELECT instance, node, link, noticed_at, stage FROM interruptions {where}")
         return [InterruptionRecord(*r) for r in rows]
 
+    # ------------------------------------------------------------------ signalled jobs
+
+    def add_signalled(self, jobs: Iterable[int], signal: str, at: float, why: str) -> None:
+        with self._tx() as db:
+            db.executemany("INSERT OR REPLACE INTO signalled VALUES (?, ?, ?, ?)",
+                           [(int(j), signal, at, why) for j in jobs])
+
+    def forget_signalled(self, jobs: Iterable[int]) -> None:
+        with self._tx() as db:
+            db.executemany("DELETE FROM signalled WHERE job = ?", [(int(j),) for j in jobs])
+
+    def signalled(self) -> dict[int, SignalledJob]:
+        rows = self._db.execute("SELECT job, signal, at, why FROM signalled")
+        return {int(r[0]): SignalledJob(int(r[0]), r[1], r[2], r[3]) for r in rows}
+
     # ------------------------------------------------------------------ marks
 
     def set_mark(self, node: str, kind: str, since: float) -> None:
@@ -334,6 +364,7 @@ class Store:
             db.execute("DELETE FROM launches WHERE status != 'pending' AND created_at < ?", (now - keep,))
             db.execute("DELETE FROM requests WHERE closed = 1 AND at < ?", (now - keep,))
             db.execute("DELETE FROM interruptions WHERE stage = 'done' AND noticed_at < ?", (now - keep,))
+            db.execute("DELETE FROM signalled WHERE at < ?", (now - keep,))
 
     # ------------------------------------------------------------------ events, counters
 

@@ -38,6 +38,8 @@ COUNTER_HELP = {
     "slurmforge_launch_failures_total": "Nodes whose launch failed, by pool, link and error code.",
     "slurmforge_terminated_instances_total": "Instances terminated, by pool and why (release, orphan, duplicate).",
     "slurmforge_interruptions_total": "Spot interruption notices received.",
+    "slurmforge_interruption_errors_total": "Loops whose reading or acknowledging of the spot notice queue failed "
+                                            "(the service log says why, once).",
     "slurmforge_replaced_nodes_total": "Static nodes in service again on a new machine, by pool (docs/service.md).",
     "slurmforge_replacement_seconds_total": "Seconds from a static node's failure seen to its replacement seen "
                                             "in service, summed, by pool (over slurmforge_replaced_nodes_total: "

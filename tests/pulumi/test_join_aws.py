@@ -43,6 +43,7 @@ from slurmforge.join import render_join
 from slurmforge.provider import LaunchRequest
 from slurmforge.spec import load_spec
 from tests.harness.rehearsal.imds import Imds, service_session
+from tests.harness.rehearsal.stand_in import secret_arn
 from tests.pulumi.conftest import (
     POOLS_AWS,
     MotoMocks,
@@ -72,16 +73,6 @@ def imds_get(imds: Imds, path: str) -> tuple[int, bytes]:
     get = urllib.request.Request(f"{imds.url}{path}", headers={"X-aws-ec2-metadata-token": token})
     with urllib.request.urlopen(get, timeout=5) as response:
         return int(response.status), bytes(response.read())
-
-
-def secret_resource(response: SecretsManagerResponse) -> str:
-    """The secret a Secrets Manager call is about, for moto's IAM check (moto checks its
-    calls against "*" otherwise, and a policy naming one secret would allow nothing)."""
-    secret_id = response._get_param("SecretId")
-    try:
-        return str(response.backend.describe_secret(secret_id).arn) if secret_id else "*"
-    except Exception:  # an unknown secret: the call fails on its own after the check
-        return "*"
 
 
 @dataclass
@@ -178,7 +169,7 @@ def test_the_munge_key_is_the_one_the_stack_stored_read_with_the_pool_nodes_role
     versions = {v.name: v.inputs["secretString"] for v in run.of_type(
         "aws:secretsmanager/secretVersion:SecretVersion")}
     key = tmp_path / "munge.key"
-    monkeypatch.setattr(SecretsManagerResponse, "_determine_resource", secret_resource, raising=False)
+    monkeypatch.setattr(SecretsManagerResponse, "_determine_resource", secret_arn, raising=False)
     role = imds_get(aws_node.imds, CREDENTIALS)[1].decode()
     credentials = json.loads(imds_get(aws_node.imds, CREDENTIALS + role)[1])
     node_role = boto3.client("secretsmanager", region_name=REGION, endpoint_url=aws_node.moto,

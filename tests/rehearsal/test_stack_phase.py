@@ -5,8 +5,10 @@ stack outputs, `slurmforge inventory --from-stack-outputs`, SSH to the login nod
 Elastic IP with the key pair, every host reached through it with sudo, `slurmforge rollout
 --inventory` - a user's first jobs on the pool's powered-down nodes, which the scheduler
 service launches through EC2 Fleet and which join with their own user data, `slurmforge
-validate --inventory`, `slurmforge down --inventory` and `pulumi destroy`, which must leave
-nothing of the stack in the stand-in.
+validate --inventory`, a spot interruption EC2's way (the job moves to the fallback link),
+`slurmforge down --inventory` and `pulumi destroy`, which must leave nothing of the stack in
+the stand-in. Every call an instance role makes to Secrets Manager or SQS is checked
+against the role's policies throughout.
 
 The golden image is reused when one was baked from the same inputs (the quick mode);
 SLURMFORGE_REHEARSAL_REBAKE=1 bakes it through the program's dynamic provider. Needs root
@@ -71,6 +73,24 @@ def _held(aws: StandIn) -> dict[str, list[str]]:
     }
 
 
+def _reads_as(aws: StandIn, role_name: str, secrets: dict[str, str]) -> dict[str, str]:
+    """Each secret read with the role's credentials as IMDS hands them out: its value's
+    length, or the error's code."""
+    import boto3
+
+    role = aws.session.client("iam").get_role(RoleName=role_name)["Role"]
+    c = aws.imds.role_credentials("probe", role)
+    client = boto3.client("secretsmanager", region_name=aws.region, aws_access_key_id=c["AccessKeyId"],
+                          aws_secret_access_key=c["SecretAccessKey"], aws_session_token=c["Token"])
+    found = {}
+    for name, arn in secrets.items():
+        try:
+            found[name] = str(len(client.get_secret_value(SecretId=arn)["SecretString"]))
+        except client.exceptions.ClientError as e:
+            found[name] = e.response["Error"]["Code"]
+    return found
+
+
 @pytest.fixture(scope="module")
 def rehearsed() -> Iterator[Rehearsed]:
     reuse = os.environ.get("SLURMFORGE_REHEARSAL_REBAKE") != "1"
@@ -97,6 +117,8 @@ def rehearsed() -> Iterator[Rehearsed]:
             "fleets": aws.session.client("ec2").describe_fleets()["Fleets"],
             "imds": list(aws.imds.answered),
         }
+        found["compute reads"] = _reads_as(aws, f"{stack_phase.CLUSTER}-compute", phase.run.outputs["secret_arns"])
+        found["spot"] = stack_phase.spot_interruption(phase, aws, "alice")
         found["down"] = stack_phase.down(phase)
         found["after down"] = _held(aws)
         problems = stack_phase.destroy(phase)
@@ -183,3 +205,25 @@ def test_down_releases_every_pool_machine_and_no_head_node(rehearsed: Rehearsed)
 def test_the_live_cluster_checks_pass_on_the_rehearsed_aws_cluster(rehearsed: Rehearsed) -> None:
     """`slurmforge validate --inventory` through the login node, the pool's nodes up."""
     assert "passed every check" in rehearsed.before_destroy["validate"]
+
+
+def test_an_instance_role_reads_its_own_secrets_only(rehearsed: Rehearsed) -> None:
+    """The stand-in checks an instance role's Secrets Manager and SQS calls against its
+    policies while the whole rehearsal runs (the pool nodes' joins and the scheduler
+    service's queue read above went through it): the compute role reads the munge key,
+    never the database password."""
+    reads = rehearsed.before_destroy["compute reads"]
+    assert reads["munge_key"].isdigit() and reads["db_password"] == "AccessDenied", reads
+
+
+def test_a_spot_notice_moves_the_job_to_the_fallback_link(rehearsed: Rehearsed) -> None:
+    """EC2's interruption warning as an EventBridge event through the stack's rule and
+    queue: the service drains the node and signals the job - a plain loop that does not
+    trap USR1, so the signal ends it - requeues it (once), cools the spot link, and the job
+    runs again on the node, now an on-demand machine of the fallback link."""
+    spot = rehearsed.before_destroy["spot"]
+    assert "spot interruption notice" in spot["reason"]
+    assert spot["states"].count("REQUEUED") == 1 and spot["states"][-1] == "RUNNING", spot["states"]
+    assert spot["first"].get("InstanceLifecycle") == "spot"
+    second = spot["second"]
+    assert second.get("InstanceLifecycle") != "spot" and {"Key": "slurmforge:link", "Value": "cpu"} in second["Tags"]

@@ -16,9 +16,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from slurmforge import bringup
+from slurmforge import bringup, fleet
 from slurmforge.cli import app
-from slurmforge.contract import DIGEST_FILE
+from slurmforge.contract import DIGEST_FILE, JOIN_PROGRAM
 from slurmforge.errors import ClusterUnreachable, ModuleError, ProvisionError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import read_inventory, write_inventory
@@ -64,6 +64,8 @@ class RollOut:
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
+        self.fleet: list[tuple[str | None, list[str], float]] = []
+        """What the rollout ran through slurmforge.fleet after Ansible."""
 
     def __call__(self, inventory: Path, ceph_hosts: Sequence[str], log_path: Path, on_event: Any = None,
                  extravars: dict[str, Any] | None = None, limit: Sequence[str] | None = None,
@@ -181,15 +183,22 @@ def rollout_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, current: set[st
             raise ClusterUnreachable("cannot read the deployed cluster from its controller(s): dev-controller: down")
         return running
 
+    def fleet_node(host: Host) -> Node:  # the pool hosts on the controller; a running dynamic node's join
+        assert host.name in ("dev-controller", "dev-cpu-03"), host.name
+        return Node(host.name, {"cat": done("# pool hosts\n10.89.0.30 dev-cpu-03\n"),
+                                JOIN_PROGRAM: done("slurmforge-join: changed: user carol added\n")},
+                    recorder.fleet)
+
     monkeypatch.setattr(bringup, "roll_out", recorder)
     monkeypatch.setattr(bringup, "executor_for", node)
+    monkeypatch.setattr(fleet, "executor_for", fleet_node)
     monkeypatch.setattr(deployed, "read", controller)
     result = CliRunner().invoke(app, ["rollout", "--inventory", str(inventory), *args])
     return result, recorder, read, listed
 
 
-def test_rollout_inventory_skips_current_hosts_and_never_touches_dynamic_ones(monkeypatch: pytest.MonkeyPatch,
-                                                                             tmp_path: Path) -> None:
+def test_rollout_inventory_skips_current_hosts_and_gives_dynamic_ones_only_the_users(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     result, recorder, read, listed = rollout_cli(monkeypatch, tmp_path, {"dev-controller", "dev-cpu-01"})
     static = [h.name for h in listed if not h.dynamic]
     assert result.exit_code == 0, result.output
@@ -201,6 +210,10 @@ def test_rollout_inventory_skips_current_hosts_and_never_touches_dynamic_ones(mo
     assert call["digest"] == rollout_digest((tmp_path / "inventory").resolve())
     assert call["log"] == bringup.log_dir() / "inventory-rollout.log"
     assert f"rollout changed {len(call['limit'])} thing(s) in 12 s; log {call['log']}" in result.output
+    # after Ansible: the kit's users and groups on the one dynamic node with a machine, no other step
+    assert [argv for _, argv, _ in recorder.fleet if argv[0] == JOIN_PROGRAM] == [
+        [JOIN_PROGRAM, "--steps", "kit", "dev-cpu-03"]]
+    assert "users and groups changed on the running dynamic node(s) dev-cpu-03" in result.output
 
 
 def test_rollout_inventory_prints_the_plan_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

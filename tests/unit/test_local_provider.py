@@ -15,7 +15,7 @@ from slurmforge.contract import JOIN_PROGRAM, JOIN_SECRETS_DIR
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import HostRole
 from slurmforge.local.container import compute_container
-from slurmforge.local.podman import ContainerInfo
+from slurmforge.local.podman import ContainerInfo, runs_in
 from slurmforge.local.provider import MARIADB_DATADIR, LocalProvider
 from slurmforge.spec import load_spec
 
@@ -74,6 +74,25 @@ def test_a_container_that_differs_from_its_description_in_anything_is_made_again
         recorder.calls.clear()
         provider._ensure_container(host, hosts, ContainerInfo(host.name, "exited", 0, wanted.all_labels(), "old"))
         assert recorder.calls[0] == ["rm", host.name]  # another image
+        recorder.calls.clear()  # a stop still under way (its processes alive): podman cannot start it yet
+        provider._ensure_container(host, hosts, ContainerInfo(host.name, "stopping", os.getpid(),
+                                                              wanted.all_labels(), "img"))
+        assert recorder.calls == [["stop", "-t", "10", host.name], ["start", host.name]]
+        recorder.calls.clear()  # its processes gone, their pid another's now: made again
+        provider._ensure_container(host, hosts, ContainerInfo(host.name, "stopping", os.getpid(),
+                                                              wanted.all_labels(), "img", id="ab" * 32))
+        assert recorder.calls[0] == ["rm", host.name] and recorder.calls[1][0] == "run"
+
+
+def test_a_pid_is_the_containers_only_in_its_cgroup(tmp_path: Path) -> None:
+    """podman lists a dead container's pid, which the kernel gives to the next process."""
+    cid = "be75cab8848e" + "0" * 52
+    (tmp_path / "3347").mkdir()
+    (tmp_path / "3347" / "cgroup").write_text(f"0::/libpod_parent/libpod-{cid}/init.scope\n")
+    (tmp_path / "4061").mkdir()
+    (tmp_path / "4061" / "cgroup").write_text("0::/libpod_parent/libpod-" + "f" * 64 + "\n")  # a Ceph daemon now
+    assert runs_in(cid, 3347, tmp_path) and not runs_in(cid, 4061, tmp_path)
+    assert not runs_in(cid, 5000, tmp_path) and not runs_in(cid, 0, tmp_path)
 
 
 def test_static_nodes_are_made_as_the_service_makes_pool_nodes(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ anchors handle, then launches and fallback, orphans, crashed launches, spot noti
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from test_service_world import (
@@ -35,6 +36,7 @@ from slurmforge.service.actions import (
     ClearMark,
     CloseRequests,
     Drain,
+    ForgetSignalled,
     Joined,
     Launch,
     MarkCooldown,
@@ -53,7 +55,16 @@ from slurmforge.service.actions import (
 )
 from slurmforge.service.classify import NodeStatus, classify, launch_token
 from slurmforge.service.handoff import HandoffKind
-from slurmforge.service.state import Binding, Cooldown, InterruptionRecord, LaunchRecord, Request, ServiceState
+from slurmforge.service.slurm import Job
+from slurmforge.service.state import (
+    Binding,
+    Cooldown,
+    InterruptionRecord,
+    LaunchRecord,
+    Request,
+    ServiceState,
+    SignalledJob,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -200,7 +211,7 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
          Terminate("i-1", S1, "replacing t-spot-01 (health: gpu 2 xid 79)")]),
     "gpu-health-draining-signals-its-jobs": (
         WorldBuilder([node(S1, DRAINING, reason="health: gpu 2 xid 79")], [instance("i-1", S1)], jobs={S1: (11,)}),
-        [SetMark(S1, "evacuating", NOW), Signal((11,), "USR1")]),
+        [SetMark(S1, "evacuating", NOW), Signal((11,), "USR1", "t-spot-01 failed its health check")]),
     "gpu-health-draining-gives-its-jobs-time-to-checkpoint": (
         WorldBuilder([node(S1, DRAINING, reason="health: gpu 2 xid 79")], [instance("i-1", S1)],
                      state(marks={S1: {"evacuating": NOW - 29}}), jobs={S1: (11,)}), []),
@@ -295,7 +306,7 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
     "static-health-draining-signals-its-jobs": (
         WorldBuilder([node(OD1, DRAINING, reason="health: /data not mounted")], [instance("i-1", OD1, pool="od")],
                      jobs={OD1: (7, 8)}),
-        [SetMark(OD1, "evacuating", NOW), Signal((7, 8), "USR1")]),
+        [SetMark(OD1, "evacuating", NOW), Signal((7, 8), "USR1", "t-od-01 failed its health check")]),
     "static-health-draining-requeues-its-jobs-after-the-grace": (
         WorldBuilder([node(OD1, DRAINING, reason="health: /data not mounted")], [instance("i-1", OD1, pool="od")],
                      state(marks={OD1: {"evacuating": NOW - 31}}), jobs={OD1: (7, 8)}),
@@ -520,7 +531,8 @@ def test_spot_notice_drains_signals_and_cools_the_spot_link() -> None:
     60 s of a capacity failure were over before the requeue: the AWS rehearsal)."""
     world = WorldBuilder([node(S1, ALLOCATED)], [instance("i-1", S1)], notice("new"), jobs={S1: (11, 12)}).build()
     assert classify(world) == [
-        Drain((S1,), "slurmforge: spot interruption notice"), Signal((11, 12), "USR1"),
+        Drain((S1,), "slurmforge: spot interruption notice"),
+        Signal((11, 12), "USR1", "spot interruption notice for t-spot-01"),
         MarkCooldown("spot", NOW + 90 + 300, 1, "spot interruption"), AdvanceInterruption("i-1", "signalled")]
 
 
@@ -586,3 +598,49 @@ def test_jobs_held_after_a_duplicate_launch_are_released_while_the_node_is_reset
                                Release((40,), "its launch found a copy a killed slurmctld had started")]
     # held for another reason (no duplicate anywhere): the admin's to look at
     assert classify(replace(WorldBuilder([node(S1, POWERED_DOWN)]).build(), held=(40,))) == []
+
+
+# --------------------------------------------------------------------------- jobs the service signalled
+
+
+def signalled(*jobs: int) -> ServiceState:
+    return state(signalled={j: SignalledJob(j, "USR1", NOW - 20, "spot interruption notice for t-spot-01")
+                            for j in jobs})
+
+
+def slurm_job(job_id: int, job_state: str, exit_signal: str = "") -> Job:
+    return Job(job_id, job_state, S1 if job_state != "PENDING" else "", exit_signal=exit_signal)
+
+
+def test_a_job_the_services_signal_ended_is_requeued_and_the_record_settled() -> None:
+    """A batch script that neither traps USR1 nor passes it on ends on it (bash's default):
+    Slurm would have requeued it when the spot machine went, so the service does."""
+    world = replace(WorldBuilder([node(S1, DRAINING)], [instance("i-1", S1)], signalled(11, 12)).build(),
+                    signalled={11: slurm_job(11, "FAILED", "USR1"), 12: slurm_job(12, "RUNNING")})
+    assert classify(world) == [
+        Requeue((11,), "its batch script ended on the service's USR1 (spot interruption notice for t-spot-01)"),
+        ForgetSignalled((11,))]
+
+
+@pytest.mark.parametrize("seen", [
+    slurm_job(11, "COMPLETED"),  # checkpointed and exited on its own: its choice
+    slurm_job(11, "FAILED", "KILL"),  # ended by another signal (the machine, a user's scancel)
+    slurm_job(11, "CANCELLED", "TERM"),
+    None,  # slurmctld no longer holds it (MinJobAge)
+], ids=["completed", "another-signal", "cancelled", "forgotten"])
+def test_a_signalled_job_that_ended_otherwise_is_only_forgotten(seen: Job | None) -> None:
+    world = replace(WorldBuilder([node(S1, DRAINING)], [instance("i-1", S1)], signalled(11)).build(),
+                    signalled={} if seen is None else {11: seen})
+    assert classify(world) == [ForgetSignalled((11,))]
+
+
+@pytest.mark.parametrize("job_state", ["RUNNING", "PENDING", "CONFIGURING", "SUSPENDED"])
+def test_a_signalled_job_still_alive_or_requeued_by_itself_is_left(job_state: str) -> None:
+    world = replace(WorldBuilder([node(S1, DRAINING)], [instance("i-1", S1)], signalled(11)).build(),
+                    signalled={11: slurm_job(11, job_state)})
+    assert classify(world) == []
+
+
+def test_signalled_jobs_not_read_is_no_decision() -> None:
+    world = replace(WorldBuilder([node(S1, DRAINING)], [instance("i-1", S1)], signalled(11)).build(), signalled=None)
+    assert classify(world) == []

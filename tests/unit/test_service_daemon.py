@@ -5,6 +5,7 @@ power down + requeue, crash mid-launch, orphans, spot notices, spec reloads."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -37,6 +38,8 @@ class FakeSlurm(SlurmClient):
         self.runaway_output = "Runaway Jobs: No runaway jobs found on cluster t\n"
         self.state = {n.name: n for n in nodes}
         self.job_list = list(jobs)
+        self.ended: dict[int, Job] = {}
+        """Jobs that have ended, as `squeue --states=all` still shows them."""
         self.calls: list[tuple[str, tuple[object, ...]]] = []
 
     def _command(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
@@ -54,6 +57,9 @@ class FakeSlurm(SlurmClient):
 
     def jobs(self) -> list[Job]:
         return self.job_list
+
+    def jobs_by_id(self, ids: Sequence[int]) -> list[Job]:
+        return [j for j in [*self.job_list, *self.ended.values()] if j.id in ids]
 
     def _set(self, name: str, state: str, *flags: str, reason: str | None = None) -> None:
         old = self.state[name]
@@ -342,15 +348,20 @@ def test_a_node_not_responding_is_replaced_once_its_grace_and_its_confirmation_p
     assert slurm.called("power_down") == [((S1,), "slurmforge: slurmd on t-spot-01 not responding")]
 
 
-def test_spot_notice_drains_signals_then_requeues(env: dict[str, Path]) -> None:
+def spot_notice(env: dict[str, Path], *jobs: int) -> tuple[Clock, FakeSlurm, FakeCloud, Daemon]:
+    """A spot node running `jobs`, its machine's interruption notice in the queue."""
     clock = Clock()
     slurm = FakeSlurm(all_nodes(t_spot_01=("allocated", "CLOUD"), t_od_01=("idle", "CLOUD")),
-                      [Job(21, "RUNNING", S1, "bob")])
+                      [Job(j, "RUNNING", S1, "bob") for j in jobs])
     cloud = FakeCloud(clock)
     cloud.instances["i-od"] = instance("i-od", OD1, pool="od")
     cloud.instances["i-s1"] = instance("i-s1", S1, pool="spot")
     cloud.notices = [Interruption("i-s1", NOW, receipt="r-1")]
-    daemon = make(env, slurm, cloud, clock)
+    return clock, slurm, cloud, make(env, slurm, cloud, clock)
+
+
+def test_spot_notice_drains_signals_then_requeues(env: dict[str, Path]) -> None:
+    clock, slurm, cloud, daemon = spot_notice(env, 21)
     daemon.loop_once()
     assert slurm.called("drain") == [((S1,), "slurmforge: spot interruption notice")]
     assert slurm.called("signal") == [((21,), "USR1")] and [n.receipt for n in cloud.acked] == ["r-1"]
@@ -363,6 +374,50 @@ def test_spot_notice_drains_signals_then_requeues(env: dict[str, Path]) -> None:
     assert slurm.called("requeue") == [((21,),)]
     assert slurm.called("power_down") == [((S1,), "slurmforge: spot instance interrupted")]
     assert "i-s1" in cloud.terminated
+
+
+def test_a_notice_queue_that_fails_holds_back_nothing_else(env: dict[str, Path],
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """Acknowledging is refused (a permission the stack lacked: the AWS rehearsal found
+    sqs:DeleteMessageBatch so): the notice is still acted on, the loop goes on, the error is
+    said once, and the notice acknowledged once the queue lets it."""
+    _, slurm, cloud, daemon = spot_notice(env, 21)
+    queue, refused = list(cloud.notices), ["AccessDenied: sqs:DeleteMessageBatch"]
+
+    def acknowledge(notices: Sequence[Interruption]) -> None:
+        if refused:
+            raise RuntimeError(refused[0])
+        cloud.acked += notices
+        queue.clear()
+
+    cloud.interruptions = lambda: list(queue)  # type: ignore[method-assign]  # a queue keeps what is not deleted
+    cloud.acknowledge = acknowledge  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="slurmforge.service.daemon"):
+        first, second = daemon.loop_once(), daemon.loop_once()
+    assert first.error == second.error == ""
+    assert slurm.called("drain") == [((S1,), "slurmforge: spot interruption notice")]
+    assert slurm.called("signal") == [((21,), "USR1")]
+    assert [r.message for r in caplog.records] == ["spot notices: RuntimeError: AccessDenied: sqs:DeleteMessageBatch"]
+    refused.clear()
+    daemon.loop_once()
+    assert [n.receipt for n in cloud.acked] == ["r-1"] and len(daemon.store.interruptions(include_done=True)) == 1
+
+
+def test_a_job_the_notices_signal_ended_is_requeued(env: dict[str, Path]) -> None:
+    """The batch script did not trap USR1 and ended on it (FAILED, signal 10): the service
+    requeues it at the next loop, as Slurm would have at the machine's loss, and forgets it."""
+    clock, slurm, _, daemon = spot_notice(env, 21, 22)
+    daemon.loop_once()
+    assert slurm.called("signal") == [((21, 22), "USR1")] and set(daemon.store.signalled()) == {21, 22}
+    slurm.job_list = [Job(22, "RUNNING", S1, "bob")]  # 21 ended on the signal; 22 traps it and goes on
+    slurm.ended = {21: Job(21, "FAILED", S1, "bob", exit_signal="USR1")}
+    clock.advance(5)
+    daemon.loop_once()
+    assert slurm.called("requeue") == [((21,),)] and set(daemon.store.signalled()) == {22}
+    slurm.job_list, slurm.ended[22] = [], Job(22, "COMPLETED", S1, "bob")  # checkpointed, exited 0
+    clock.advance(5)
+    daemon.loop_once()
+    assert slurm.called("requeue") == [((21,),)] and daemon.store.signalled() == {}
 
 
 def test_static_node_kept_at_count(env: dict[str, Path]) -> None:

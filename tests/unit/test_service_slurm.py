@@ -20,6 +20,7 @@ from slurmforge.service.slurm import (
     parse_jobs,
     parse_nodes,
     parse_resume_file,
+    signal_name,
 )
 
 pytestmark = pytest.mark.unit
@@ -145,6 +146,35 @@ def test_squeue_json_24_11() -> None:
     (job,) = parse_jobs((SAMPLES / "squeue-24.11.5.json").read_text())
     assert (job.id, job.state, job.nodes, job.user, job.account) == (1, "RUNNING", "dev-cpu-01", "alice", "research")
     assert job.eligible_at > 0 and job.tres.startswith("cpu=1,mem=1G")
+
+
+def test_the_signal_that_ended_a_job() -> None:
+    """squeue --states=all of a batch script ended by USR1, as 24.11.5 writes it."""
+    ended = {"jobs": [{"job_id": 2, "job_state": ["FAILED"], "nodes": "n1", "exit_code": {
+        "status": ["SIGNALED"], "return_code": {"set": False, "infinite": False, "number": 0},
+        "signal": {"id": {"set": True, "infinite": False, "number": 10}, "name": "USR1"}}},
+        {"job_id": 3, "job_state": ["FAILED"], "nodes": "n1", "exit_code": {
+            "status": ["SIGNALED"], "signal": {"id": {"set": True, "infinite": False, "number": 9}, "name": ""}}},
+        {"job_id": 4, "job_state": ["COMPLETED"], "nodes": "n1", "exit_code": {
+            "status": ["SUCCESS"], "return_code": {"set": True, "infinite": False, "number": 0}}}]}
+    assert [j.exit_signal for j in parse_jobs(json.dumps(ended))] == ["USR1", "KILL", ""]
+    assert [signal_name(s) for s in ("USR1", "SIGUSR1", "usr1", "10", 10)] == ["USR1"] * 5
+
+
+def test_jobs_by_id_asks_for_every_state_and_survives_a_forgotten_job() -> None:
+    calls: list[list[str]] = []
+
+    def run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        calls.append(list(argv))
+        if argv[-1] == "--jobs=9":  # one id slurmctld no longer holds: squeue fails
+            return subprocess.CompletedProcess(argv, 1, "", "slurm_load_jobs error: Invalid job id specified\n")
+        return subprocess.CompletedProcess(argv, 0, json.dumps({"jobs": [
+            {"job_id": 2, "job_state": ["RUNNING"], "nodes": "n1"}]}), "")
+
+    client = SlurmClient(run)
+    assert [j.id for j in client.jobs_by_id([2, 9])] == [2]
+    assert client.jobs_by_id([9]) == []
+    assert calls[0] == ["squeue", "--json", "--states=all", "--jobs=2,9"]
 
 
 def test_state_as_list_from_later_releases() -> None:

@@ -15,7 +15,7 @@ from test_service_world import NOW
 from slurmforge.provider import Quota
 from slurmforge.service import handoff
 from slurmforge.service.handoff import HandoffKind
-from slurmforge.service.state import Binding, Event, InterruptionRecord, LaunchRecord, Store, backoff
+from slurmforge.service.state import Binding, Event, InterruptionRecord, LaunchRecord, SignalledJob, Store, backoff
 
 pytestmark = pytest.mark.unit
 
@@ -154,3 +154,15 @@ def test_prune_forgets_only_what_is_finished_and_old(tmp_path: Path) -> None:
     assert store.launch("sf-old-done") is None
     assert store.launch("sf-old-pending") is not None and store.launch("sf-new-done") is not None
     assert [i.instance for i in store.interruptions(include_done=True)] == ["i-2"]
+
+
+def test_signalled_jobs_are_kept_across_a_restart_and_forgotten(tmp_path: Path) -> None:
+    store = Store(tmp_path / "state.db")
+    store.add_signalled((7, 8), "USR1", NOW, "spot interruption notice for c")
+    store.close()
+    again = Store(tmp_path / "state.db")
+    assert again.snapshot().signalled[7] == SignalledJob(7, "USR1", NOW, "spot interruption notice for c")
+    again.forget_signalled((7,))
+    assert set(again.signalled()) == {8}
+    again.prune(NOW + 90_000)
+    assert again.signalled() == {}

@@ -13,6 +13,7 @@ import ipaddress
 import logging
 import os
 import socket
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -61,6 +62,65 @@ def public_addresses() -> Iterator[None]:
         setattr(elastic_ip_addresses, "random_ip", saved)  # noqa: B010
 
 
+ENFORCED_SERVICES = ("secretsmanager", "sqs")
+"""The services whose calls by an instance role the stand-in checks against the role's
+policies. moto evaluates Action and Resource but not the Condition of an Allow or Deny
+(it denies any statement whose condition it cannot see): the scheduler service's EC2
+statements are conditioned, so its EC2 calls pass here and are checked against the policy
+by tests/pulumi/test_service_settings_round_trip.py instead (docs/twin.md)."""
+
+
+IAM_ACTIONS = {"sqs": {"DeleteMessageBatch": "DeleteMessage", "SendMessageBatch": "SendMessage",
+                       "ChangeMessageVisibilityBatch": "ChangeMessageVisibility"}}
+"""Calls AWS authorizes under another action's name: SQS's batch calls need the single
+call's permission (there is no sqs:DeleteMessageBatch); moto checks the call's own name."""
+
+
+def secret_arn(response: Any) -> str:
+    """The secret a Secrets Manager call names, for the IAM check (moto's own checks every
+    call against "*", which a policy naming its secrets never allows)."""
+    secret_id = response._get_param("SecretId")
+    try:
+        return str(response.backend.describe_secret(secret_id).arn) if secret_id else "*"
+    except Exception:  # an unknown secret: the call fails on its own after the check
+        return "*"
+
+
+@contextmanager
+def instance_roles_enforced() -> Iterator[None]:
+    """While open, moto checks every call signed with temporary credentials (an instance
+    role's, served by the metadata service) to ENFORCED_SERVICES against that role's
+    policies, as AWS does: a permission the stack forgot fails here as it would there. Calls
+    with an IAM user's or the test keys (the admin, the stand-in's own side) are the
+    account's and pass."""
+    from moto.core.authorization import ActionAuthenticatorMixin
+    from moto.secretsmanager.responses import SecretsManagerResponse
+
+    original = ActionAuthenticatorMixin._authenticate_and_authorize_action
+
+    def checked(self: Any, iam_request_cls: type, resource: str = "*") -> None:
+        scope = self.headers.get("Authorization", "").partition("Credential=")[2].split("/")
+        if len(scope) < 4 or not scope[0].startswith("ASIA") or scope[3] not in ENFORCED_SERVICES:
+            original(self, iam_request_cls, resource)
+            return
+        if isinstance(self, SecretsManagerResponse):
+            resource = secret_arn(self)
+        query = urllib.parse.urlparse(self.uri).query
+        path = self.raw_path + (f"?{query}" if query else "")
+        action = self._get_action()
+        request = iam_request_cls(account_id=self.current_account, method=self.method, path=path,
+                                  data=self.data, body=self.raw_body, headers=self.headers,
+                                  action=IAM_ACTIONS.get(scope[3], {}).get(action, action))
+        request.check_signature()
+        request.check_action_permitted(resource)
+
+    setattr(ActionAuthenticatorMixin, "_authenticate_and_authorize_action", checked)  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(ActionAuthenticatorMixin, "_authenticate_and_authorize_action", original)  # noqa: B010
+
+
 def reset(url: str) -> None:
     urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"), timeout=30).close()
 
@@ -91,8 +151,9 @@ def stand_in(region: str = REGION) -> Iterator[StandIn]:
     host, port = server.get_host_and_port()
     url = f"http://{host}:{port}"
     imds = machines = None
-    addresses = public_addresses()
+    addresses, enforced = public_addresses(), instance_roles_enforced()
     addresses.__enter__()
+    enforced.__enter__()
     try:
         os.environ["AWS_ENDPOINT_URL"] = url
         reset(url)  # moto's backends are this process's: nothing from an earlier stand-in
@@ -108,6 +169,7 @@ def stand_in(region: str = REGION) -> Iterator[StandIn]:
             imds.close()
         reset(url)
         server.stop()
+        enforced.__exit__(None, None, None)
         addresses.__exit__(None, None, None)
         for key, value in saved.items():
             if value is None:

@@ -1,0 +1,83 @@
+"""The cluster's running machines, for what must reach every one of them now - dynamic pool
+nodes included, which no rollout's Ansible reaches: a rotated munge key
+(slurmforge.rotate), the spec's users and groups after a rollout (`push_accounts`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from slurmforge.contract import JOIN_PROGRAM
+from slurmforge.errors import ModuleError, ProvisionError
+from slurmforge.hosts import Host, HostRole, controller_name
+from slurmforge.join import pool_hosts_file
+from slurmforge.remote.node import executor_for
+from slurmforge.spec import Cluster
+
+NODE_TIMEOUT = 60
+
+
+def controller(spec: Cluster, hosts: Sequence[Host]) -> Host:
+    for host in hosts:
+        if host.name == controller_name(spec):
+            return host
+    raise ProvisionError(f"no host {controller_name(spec)} (the controller) in the inventory")
+
+
+def dynamic_nodes(spec: Cluster, hosts: Sequence[Host]) -> list[Host]:
+    """Every dynamic pool node the scheduler service has a machine for (the kit's pool hosts,
+    read on the controller): as the inventory lists it (a local container), else at its
+    address, reached the way the controller is (AWS: through the same jump host)."""
+    head = controller(spec, hosts)
+    listed = {h.name: h for h in hosts}
+    try:
+        read = executor_for(head).run(["cat", pool_hosts_file(spec)], timeout=NODE_TIMEOUT)
+    except ModuleError as exc:
+        raise ProvisionError(str(exc)) from None
+    found: list[Host] = []
+    # no file: the scheduler service has written none yet, so it has no machine
+    for line in read.stdout.splitlines() if read.ok else []:
+        parts = line.split()
+        if len(parts) != 2 or line.startswith("#"):
+            continue
+        address, name = parts
+        known = listed.get(name)
+        if known is None:
+            found.append(Host(name, address, HostRole.COMPUTE, dynamic=True,
+                              connection={**head.connection, "ansible_host": address}))
+        elif known.dynamic:
+            found.append(known)
+    return found
+
+
+def running_nodes(spec: Cluster, hosts: Sequence[Host]) -> list[Host]:
+    """Every Slurm machine up now: the inventory's fixed hosts but Ceph's, and the dynamic
+    pool nodes with a machine."""
+    return [h for h in hosts if h.role is not HostRole.CEPH and not h.dynamic] + dynamic_nodes(spec, hosts)
+
+
+def on_each(hosts: Sequence[Host], work: Callable[[Host], None]) -> None:
+    """`work` on every host at once; the first failure raised once all ended."""
+    with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
+        for future in [pool.submit(work, h) for h in hosts]:
+            future.result()
+
+
+def push_accounts(spec: Cluster, hosts: Sequence[Host]) -> list[str]:
+    """The node kit's users and groups (the rollout published them) applied now on every
+    running dynamic node - the join program's kit step, as at its next boot - so a user added
+    to the spec runs jobs there without a reboot. The nodes that changed, by name."""
+    changed: list[str] = []
+
+    def apply(host: Host) -> None:
+        try:
+            done = executor_for(host).run([JOIN_PROGRAM, "--steps", "kit", host.name], timeout=NODE_TIMEOUT)
+        except ModuleError as exc:
+            raise ProvisionError(str(exc)) from None
+        if not done.ok:
+            raise ProvisionError(f"the spec's users did not reach {host.name}: {done.reason()}")
+        if "changed" in done.stdout:
+            changed.append(host.name)
+
+    on_each(dynamic_nodes(spec, hosts), apply)
+    return sorted(changed)
