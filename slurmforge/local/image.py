@@ -205,6 +205,19 @@ def slurm_version(podman: Podman, tag: str) -> str:
     return str(labels.get(SLURM_VERSION_LABEL, ""))
 
 
+def purge_images(podman: Podman, namespace: str = NAMESPACE) -> list[str]:
+    """Remove the local target's own cached images - every tag of its base and node
+    repositories - that no container uses (`podman rmi` without --force refuses those: another
+    cluster's image stays). Nothing else: not the user's images, not other tools' caches. The
+    tags removed."""
+    removed = []
+    for repository in (f"localhost/{namespace}-base", f"localhost/{namespace}-node"):
+        rows = podman.json(["images", "--format", "json", "--filter", f"reference={repository}"])
+        tags = {name for row in rows for name in (row.get("Names") or []) if name.rsplit(":", 1)[0] == repository}
+        removed += [tag for tag in sorted(tags) if podman.remove_image(tag)]
+    return removed
+
+
 def prune_older(podman: Podman, current: str) -> None:
     """Remove the other tags of `current`'s repository (1.4 GB each, one per change of an
     install task) — but never one a container still uses: `podman rmi` without --force

@@ -12,6 +12,7 @@ from slurmforge.errors import HostError, ProvisionError
 from slurmforge.hosts import Host, HostRole, controller_name
 from slurmforge.inventory import read_inventory
 from slurmforge.local.host import require_root
+from slurmforge.local.image import purge_images
 from slurmforge.local.podman import Podman
 from slurmforge.local.provider import LABEL, LocalProvider
 from slurmforge.local.up import slurm_states
@@ -98,8 +99,9 @@ def down(name: str | None, purge: bool) -> str:
     if purge:
         shutil.rmtree(SECRETS_ROOT / spec.name, ignore_errors=True)
         shutil.rmtree(default_inventory(spec.name), ignore_errors=True)
-        Podman().run(["image", "prune", "-a", "-f", "--filter", "label!=keep"], check=False)
-        what += ", its NAS data, secrets, inventory and the cached images"
+        removed = purge_images(Podman())
+        what += (f", its NAS data, secrets, inventory and {len(removed)} cached image(s) no other cluster uses"
+                 if removed else ", its NAS data, secrets and inventory (every cached image is in use)")
     return what
 
 

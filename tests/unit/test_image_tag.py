@@ -18,7 +18,7 @@ from slurmforge import image as pipeline
 from slurmforge.distro import DEBIAN_13
 from slurmforge.errors import ProvisionError
 from slurmforge.local import image as local_image
-from slurmforge.local.image import SLURM_VERSION_LABEL, base_tag, ensure_images, node_tag
+from slurmforge.local.image import SLURM_VERSION_LABEL, base_tag, ensure_images, node_tag, purge_images
 from slurmforge.package_data import root as package_root
 
 
@@ -157,6 +157,18 @@ def test_a_new_image_replaces_the_older_ones_no_container_uses(tmp_path: Path) -
     assert podman.images == {base, node, f"{repo}:old2", other}
     again = ensure_images(podman, tmp_path / "image.log", lock=tmp_path / "image.lock")  # type: ignore[arg-type]
     assert again == node and podman.removed == [f"{repo}:old1"]  # no build, no pruning
+
+
+def test_purge_removes_only_the_local_targets_own_images_no_container_uses() -> None:
+    """`down --purge`: the base and node tags go, but not one another cluster's containers
+    use, nor anybody else's images (the user's own, the GPU variant's and the AWS
+    rehearsal's caches) - it once ran `podman image prune -a`."""
+    base, repo = base_tag(), node_tag(base_tag()).rsplit(":", 1)[0]
+    others = {"localhost/slurmforge-gpu-variant:aaaa", "localhost/sf-rehearsal-node:bbbb", "docker.io/library/x:1",
+              "localhost/slurmforge-bench-1-node:cccc"}
+    podman = FakePodman({base, f"{repo}:old", f"{repo}:used", *others}, in_use=frozenset({f"{repo}:used"}))
+    assert purge_images(podman) == [base, f"{repo}:old"]  # type: ignore[arg-type]
+    assert podman.images == {f"{repo}:used", *others}
 
 
 def test_the_node_image_is_labelled_with_its_slurm_version(tmp_path: Path) -> None:
