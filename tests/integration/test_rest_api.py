@@ -7,6 +7,7 @@ requests at the same address still work; the primary is started again whatever h
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -62,16 +63,36 @@ def test_slurmrestd_runs_as_its_own_account_and_wants_a_token(cluster: Cluster_)
     port = cluster.spec.rest_api.port
     owner = cluster.run(cluster.report.login, "ps -o user= -C slurmrestd").stdout.split()
     assert owner and set(owner) == {"slurmrestd"}, owner
-    # no token, a forged one: refused; the key is on the controllers only, not here
+    # no token: slurmrestd refuses (401); a forged one: slurmctld refuses it (the key is on
+    # the controllers only), slurmrestd says so (511) and lists nothing
     none = cluster.login(f"curl -s -o /dev/null -w '%{{http_code}}' http://localhost:{port}/slurm/v0.0.42/jobs")
-    forged = cluster.login("curl -s -o /dev/null -w '%{http_code}' -H 'X-SLURM-USER-NAME: alice' "
+    assert none.stdout == "401", none.stdout
+    forged = cluster.login("curl -s -w '\\n%{http_code}' -H 'X-SLURM-USER-NAME: alice' "
                            "-H 'X-SLURM-USER-TOKEN: eyJhbGciOiJIUzI1NiJ9.eyJzdW4iOiJhbGljZSJ9.AAAA' "
                            f"http://localhost:{port}/slurm/v0.0.42/jobs")
-    assert none.stdout == "401" and forged.stdout == "401", (none.stdout, forged.stdout)
+    body, status = forged.stdout.rsplit("\n", 1)
+    answer = json.loads(body)
+    assert status == "511" and answer["jobs"] == [], forged.stdout
+    assert [e["error"] for e in answer["errors"]] == ["Protocol authentication error"], answer["errors"]
     assert cluster.run(cluster.report.login, "test -e /etc/slurm/jwt_hs256.key").returncode == 1
     for controller in controller_names(cluster.spec):
         mode = cluster.run(controller, "stat -c '%a %U' /etc/slurm/jwt_hs256.key").stdout.strip()
         assert mode == "600 slurm", (controller, mode)
+
+
+def test_a_user_cannot_cancel_anothers_job_over_http(cluster: Cluster_) -> None:
+    port = cluster.spec.rest_api.port
+    job = cluster.login("sbatch --hold --parsable -J not-bobs --wrap true").stdout.strip().split(";")[0]
+    try:
+        out = cluster.login('export $(scontrol token lifespan=60); curl -sSf -H "X-SLURM-USER-NAME: bob" '
+                            '-H "X-SLURM-USER-TOKEN: $SLURM_JWT" -X DELETE '
+                            f"http://localhost:{port}/slurm/v0.0.42/job/{job}", user="bob")
+        assert out.returncode == 0, out.stderr
+        errors = [s["error"]["string"] for s in json.loads(out.stdout)["status"]]
+        assert errors == ["Access/permission denied"], out.stdout
+        assert cluster.login(f"squeue -h -j {job} -o %T").stdout.strip() == "PENDING"
+    finally:
+        cluster.login(f"scancel {job}")
 
 
 def test_the_api_answers_with_the_backup_in_control(cluster: Cluster_) -> None:
