@@ -24,7 +24,7 @@ import yaml
 
 from slurmforge.accounting import desired_state
 from slurmforge.ceph import CEPH_CONF, ceph_hosts, ceph_vars, mds_hosts, monitors, render_ceph_conf
-from slurmforge.contract import DIGEST_FILE
+from slurmforge.contract import DIGEST_FILE, JWT_KEY_FILE, SLURMRESTD_USER
 from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole, controller_name, controller_names
@@ -134,6 +134,7 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host],
         "slurmforge_monitoring": {"retention_days": spec.monitoring.retention_days,
                                   "retention_gb": spec.monitoring.retention_gb},
         "slurmforge_rollout_digest_file": DIGEST_FILE,
+        "slurmforge_rest_api": {"port": spec.rest_api.port, "user": SLURMRESTD_USER},
         # what the image's install tasks got too (the venv's Python, paths, ports, requirements)
         **os.image_vars(),
         "slurmforge_service_provider_settings": provider_settings or {},
@@ -141,7 +142,7 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host],
         "slurmforge_slurm": {"release": os.slurm_release, "upgrades_from": os.upgrades_from,
                              "state_dir": state_save_location(spec), "state_marker": STATE_MARKER,
                              "before_marker": BEFORE_MARKER, "state_files": list(STATE_FILES),
-                             "ctld_log": SLURMCTLD_LOG},
+                             "ctld_log": SLURMCTLD_LOG, "jwt_key": JWT_KEY_FILE},
     }
 
 

@@ -21,6 +21,7 @@ from slurmforge.contract import (
     CTLD_STANDBY_PROGRAM,
     HEALTH_PROGRAM,
     JOIN_PROGRAM,
+    JWT_KEY_FILE,
     NODES_READY_PROGRAM,
     SERVICE_BIN,
     SLURMDBD_SECRET_CONF,
@@ -114,6 +115,11 @@ def slurm_kv(items: Mapping[str, Any], sep: str = " ") -> str:
 
 
 # --------------------------------------------------------------------------- shared paths
+
+
+JWT_AUTH = {"AuthAltTypes": "auth/jwt", "AuthAltParameters": f"jwt_key={JWT_KEY_FILE}"}
+"""slurm.conf's and slurmdbd.conf's JSON Web Token keys: both daemons verify a REST API
+request's token with the same key (only slurmctld and slurmdbd load AuthAltTypes)."""
 
 
 def service_shared_dir(spec: Cluster) -> str:
@@ -243,6 +249,9 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
         "SlurmctldPrimaryOffProg": CTLD_STANDBY_PROGRAM if backup else None,
         "SlurmUser": "slurm",
         "AuthType": "auth/munge",
+        # the REST API's tokens (`scontrol token`; slurmrestd passes a request's token on):
+        # slurmctld signs and verifies them with the cluster's JWT key
+        **JWT_AUTH,
         # a requeued job may start again CRED_EXPIRE + 1 s later, not 121 s
         "AuthInfo": f"cred_expire={CRED_EXPIRE}",
         "StateSaveLocation": state_dir,
@@ -432,6 +441,7 @@ def slurmdbd_context(spec: Cluster, source: str) -> dict[str, Any]:
         "source": source,
         "settings": {
             "AuthType": "auth/munge",
+            **JWT_AUTH,
             "DbdHost": controller_name(spec),
             "SlurmUser": "slurm",
             "LogFile": "/var/log/slurm/slurmdbd.log",

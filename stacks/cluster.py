@@ -110,7 +110,7 @@ def build_cluster(spec: Cluster, source: str) -> dict[str, Any]:
 
 def _foundation(spec: Cluster, target: AwsTarget, opts: pulumi.ResourceOptions) -> Foundation:
     name = spec.name
-    net = Network(name, NetworkArgs(name, spec.network), opts)
+    net = Network(name, NetworkArgs(name, spec.network, spec.rest_api.port), opts)
     secrets = Secrets(name, SecretsArgs(name), opts)
     iam = Iam(name, IamArgs(name, target.region, secrets.munge_key_arn, secrets.db_password_arn), opts)
     first_private = next(iter(net.private_subnet_ids.values()))
@@ -189,7 +189,8 @@ def stack_outputs(spec: Cluster, target: AwsTarget, parts: Parts) -> dict[str, A
         out.OUT_LAUNCH_TEMPLATES: {n: p.launch_template_id for n, p in pools.items()},
         out.OUT_SPOT_QUEUE_URL: parts.spot.queue_url,
         out.OUT_SUBNETS: dict(parts.base.net.private_subnet_ids),
-        out.OUT_SECRET_ARNS: {"munge_key": secrets.munge_key_arn, "db_password": secrets.db_password_arn},
+        out.OUT_SECRET_ARNS: {"munge_key": secrets.munge_key_arn, "db_password": secrets.db_password_arn,
+                              "jwt_key": secrets.jwt_key_arn},
         out.OUT_EFS: {"id": nas.file_system_id, "dns_name": nas.dns_name, "paths": nas_paths(spec)} if nas else None,
         out.OUT_DATABASE: {"kind": db.kind, "host": db.host,
                            "endpoint": parts.database.endpoint if parts.database else None},

@@ -34,7 +34,7 @@ from slurmforge.contract import AwsProviderSettings, settings_json
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import write_inventory
-from slurmforge.secrets import DB_PASSWORD, MUNGE_KEY
+from slurmforge.secrets import CLUSTER_SECRETS
 from slurmforge.spec import load_spec
 from slurmforge.state_dirs import secrets_dir
 
@@ -53,7 +53,7 @@ OUT_SPOT_QUEUE_URL = "spot_queue_url"
 OUT_SUBNETS = "private_subnets"
 """{zone: private subnet id}"""
 OUT_SECRET_ARNS = "secret_arns"
-"""{munge_key: arn, db_password: arn}"""
+"""{munge_key: arn, db_password: arn, jwt_key: arn}: slurmforge.secrets.CLUSTER_SECRETS' stack keys"""
 OUT_EFS = "efs"
 """{id, dns_name, paths: {home, software, slurm_state}}; null when the NAS is not EFS"""
 OUT_DATABASE = "database"
@@ -223,19 +223,22 @@ class SecretsManager(Protocol):
 
 
 def fetch_stack_secrets(outputs: dict[str, Any], client: SecretsManager, root: Path | None = None) -> Path:
-    """Copy the stack's munge key and database password from Secrets Manager to the
-    rollout machine's secrets directory (0700, files 0600), where the munge and slurmdbd
-    roles read them. `client` is a boto3 secretsmanager client for the stack's region."""
+    """Copy the stack's secrets (every one of CLUSTER_SECRETS: the munge key, the database
+    password, the JWT key) from Secrets Manager to the rollout machine's secrets directory
+    (0700, files 0600), where the roles read them. `client` is a boto3 secretsmanager
+    client for the stack's region."""
     arns = outputs[OUT_SECRET_ARNS]
     directory = root or secrets_dir(str(outputs[OUT_CLUSTER]))
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
-    try:
-        munge = base64.b64decode(_secret(client, arns["munge_key"]), validate=True)
-    except binascii.Error:
-        raise ProvisionError(f"{arns['munge_key']}: the munge key secret is not base64") from None
-    _write_private(directory / MUNGE_KEY, munge)
-    _write_private(directory / DB_PASSWORD, _secret(client, arns["db_password"]).encode())
+    for secret in CLUSTER_SECRETS:
+        arn = arns[secret.stack_key]
+        text = _secret(client, arn)
+        try:
+            value = base64.b64decode(text, validate=True) if secret.binary else text.encode()
+        except binascii.Error:
+            raise ProvisionError(f"{arn}: the {secret.stack_key} secret is not base64") from None
+        _write_private(directory / secret.name, value)
     return directory
 
 
