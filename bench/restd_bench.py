@@ -24,10 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from slurmforge.local.faults import target  # noqa: E402
-from slurmforge.local.live import LiveCluster  # noqa: E402
-
 from slurmforge.errors import SlurmforgeError  # noqa: E402
+from tests.harness.faults import target  # noqa: E402
+from tests.harness.live import LiveCluster  # noqa: E402
 
 GOAL_MS = 100.0
 QUICK_JOBS = 5

@@ -13,10 +13,10 @@ import subprocess
 import time
 
 import pytest
-from slurmforge.local.faults import ping
-from slurmforge.local.live import wait_until
 
-from slurmforge.render import controller_names
+from slurmforge.hosts import controller_names
+from tests.harness.faults import ping
+from tests.harness.live import wait_until
 from tests.integration.conftest import ROOT, Cluster_
 
 pytestmark = pytest.mark.integration
