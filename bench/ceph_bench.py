@@ -30,13 +30,14 @@ sys.path.insert(0, str(ROOT))
 
 from slurmforge.errors import SlurmforgeError  # noqa: E402
 from slurmforge.hosts import Host, HostRole  # noqa: E402
-from slurmforge.inventory import default_inventory, read_inventory  # noqa: E402
-from slurmforge.local.ceph import CephProbe  # noqa: E402
+from slurmforge.inventory import read_inventory  # noqa: E402
 from slurmforge.local.podman import Podman  # noqa: E402
+from slurmforge.local.provider import LocalProvider  # noqa: E402
 from slurmforge.local.up import CEPH_PLAY, up  # noqa: E402
-from slurmforge.providers.local import LocalProvider  # noqa: E402
 from slurmforge.rollout import Progress  # noqa: E402
 from slurmforge.spec import Cluster, load_spec  # noqa: E402
+from slurmforge.state_dirs import default_inventory  # noqa: E402
+from tests.harness.ceph_probe import CephProbe  # noqa: E402
 
 MB, QUICK_MB = 64, 8
 

@@ -33,15 +33,19 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
-from slurmforge.contract import FAIL_POOLS_FILE
-from slurmforge.errors import SlurmforgeError
-from slurmforge.hosts import HostRole
-from slurmforge.local.live import LiveCluster, node_state_command
-from slurmforge.local.manage import find_cluster
-from slurmforge.render import RESUME_PROGRAM, controller_name
-from slurmforge.service.main import DEFAULT_PORT
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.harness
+
+from slurmforge.contract import FAIL_POOLS_FILE  # noqa: E402
+from slurmforge.errors import SlurmforgeError  # noqa: E402
+from slurmforge.hosts import HostRole, controller_name  # noqa: E402
+from slurmforge.local.manage import find_cluster  # noqa: E402
+from slurmforge.render import RESUME_PROGRAM  # noqa: E402
+from slurmforge.service.main import DEFAULT_PORT  # noqa: E402
+from tests.harness.live import LiveCluster, node_state_command  # noqa: E402
 
 FAIL_POOLS = FAIL_POOLS_FILE
 QUICK_HANDOFFS = 3

@@ -1,4 +1,4 @@
-"""Controller failover on the running local cluster, measured (issue 13: the controller survives).
+"""Controller failover on the running local cluster, measured (the controller survives).
 
 1. failover, --cycles times: the primary controller's container killed (SIGKILL) under a
    running 4-task job array; timed: until the backup accepts a submission (takeover), and,
@@ -24,11 +24,15 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
-from slurmforge.errors import SlurmforgeError
-from slurmforge.local.faults import Failover, JobNodes, controller_failover, repeat, target
-from slurmforge.local.live import LiveCluster, wait_until
-from slurmforge.render import controller_names
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.harness
+
+from slurmforge.errors import SlurmforgeError  # noqa: E402
+from slurmforge.hosts import controller_names  # noqa: E402
+from tests.harness.faults import Failover, JobNodes, controller_failover, repeat, target  # noqa: E402
+from tests.harness.live import LiveCluster, wait_until  # noqa: E402
 
 TAKEOVER_GOAL = 30.0
 RESTART_GOAL = 10.0

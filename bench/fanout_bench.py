@@ -40,8 +40,8 @@ import boto3
 from moto import mock_aws
 from moto.core.botocore_stubber import BotocoreStubber
 
-from slurmforge.providers.aws import MAX_BATCH, AwsProvider, TokenBucket
-from slurmforge.providers.base import THROTTLED, LaunchRequest
+from slurmforge.aws.provider import MAX_BATCH, AwsProvider, TokenBucket
+from slurmforge.provider import THROTTLED, LaunchRequest
 from slurmforge.spec import Cluster, parse_spec
 
 ISSUE_BUDGET = 5.0

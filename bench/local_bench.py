@@ -40,13 +40,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from slurmforge.bringup import fixed_hosts  # noqa: E402
-from slurmforge.inventory import SECRETS_ROOT, default_inventory, read_inventory  # noqa: E402
+from slurmforge.hosts import controller_name  # noqa: E402
+from slurmforge.inventory import read_inventory  # noqa: E402
 from slurmforge.local.podman import Podman  # noqa: E402
+from slurmforge.local.provider import LocalProvider  # noqa: E402
 from slurmforge.local.up import UpReport, up  # noqa: E402
-from slurmforge.providers.local import LocalProvider  # noqa: E402
-from slurmforge.render import controller_name  # noqa: E402
 from slurmforge.rollout import Progress  # noqa: E402
 from slurmforge.spec import load_spec  # noqa: E402
+from slurmforge.state_dirs import SECRETS_ROOT, default_inventory  # noqa: E402
 
 WARM_GOAL_S = 120.0
 

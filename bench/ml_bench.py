@@ -1,4 +1,4 @@
-"""Cluster-aware ML jobs on the running local cluster, measured (issue 25).
+"""Cluster-aware ML jobs on the running local cluster, measured.
 
 1. node health: the health check's own run time on every compute node that runs
    (`slurmforge-health --check`, goal <= 2 s each), and --runs sick nodes: a static node's
@@ -39,15 +39,19 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from pathlib import Path
 
-from slurmforge.contract import INTERRUPT_FILE
-from slurmforge.errors import SlurmforgeError
-from slurmforge.local import mljobs
-from slurmforge.local.faults import repeat, target
-from slurmforge.local.live import IN_SERVICE, LiveCluster, wait_until
-from slurmforge.local.sickness import Sickness, check, sick_node
-from slurmforge.nodes import node_names
-from slurmforge.render import HEALTH_CHECK_INTERVAL
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.harness
+
+from slurmforge.contract import INTERRUPT_FILE  # noqa: E402
+from slurmforge.errors import SlurmforgeError  # noqa: E402
+from slurmforge.nodes import node_names  # noqa: E402
+from slurmforge.render import HEALTH_CHECK_INTERVAL  # noqa: E402
+from tests.harness import mljobs  # noqa: E402
+from tests.harness.faults import repeat, target  # noqa: E402
+from tests.harness.live import IN_SERVICE, LiveCluster, wait_until  # noqa: E402
+from tests.harness.sickness import Sickness, check, sick_node  # noqa: E402
 
 CHECK_GOAL = 2.0
 DRAIN_GOAL = HEALTH_CHECK_INTERVAL + 5.0

@@ -21,7 +21,7 @@ Issue 16: a controller outage or a dead machine never takes the cluster down.
 
 The jobs run as the spec's first user, submitted on the login node, on the first two static
 nodes of the partition (default: the spec's default partition); the second one dies. Each
-fault restores what it changed, also when it fails (slurmforge/local/faults.py, shared with
+fault restores what it changed, also when it fails (tests/harness/faults.py, shared with
 tests/integration/test_never_down.py). Goals: 0 machines terminated over all outages, the
 service saying it held back (log and /metrics) and every job COMPLETED; a dead node's job
 leaves RUNNING within 60 s and is requeued, and the node is replaced and in service within
@@ -35,16 +35,20 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from pathlib import Path
 
-from slurmforge.errors import SlurmforgeError
-from slurmforge.local.faults import DeadNode, JobNodes, Outage, controller_outage, dead_node, repeat, target
-from slurmforge.local.live import LiveCluster
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.harness
+
+from slurmforge.errors import SlurmforgeError  # noqa: E402
+from tests.harness.faults import DeadNode, JobNodes, Outage, controller_outage, dead_node, repeat, target  # noqa: E402
+from tests.harness.live import LiveCluster  # noqa: E402
 
 DEAD_NODE_GOAL = 60.0
 DEAD_NODE_LIMIT = 180.0
 """How long a dead node's job is watched (past the goal, to measure a miss)."""
 REPLACED_GOAL = 60.0
-"""A static node's machine killed -> the service's replacement in service (issue 12)."""
+"""A static node's machine killed -> the service's replacement in service."""
 QUICK_OUTAGE = 90
 """Nine service loops, three times the service's stability window (3 loops over >= 20 s):
 long enough that a repair the service wrongly wanted would have been confirmed."""

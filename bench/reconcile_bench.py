@@ -33,7 +33,7 @@ from collections import Counter
 from typing import Any
 
 from slurmforge.hosts import TAG_CLUSTER, TAG_NODE, TAG_POOL
-from slurmforge.providers.base import Instance, InstanceState
+from slurmforge.provider import Instance, InstanceState
 from slurmforge.service.actions import Terminate
 from slurmforge.service.classify import Tunables, World, classify
 from slurmforge.service.guard import Guard

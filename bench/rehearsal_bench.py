@@ -6,7 +6,7 @@ destroy`.
     .venv/bin/python bench/rehearsal_bench.py [--quick] [-v]
 
 Full (`make aws-rehearsal`): a moto server on this machine's address, the metadata service
-stand-in and the machines (slurmforge.rehearsal). The stack phase runs stacks/ under the
+stand-in and the machines (tests.harness.rehearsal). The stack phase runs stacks/ under the
 stand-in's engine: every resource made in moto, the golden image baked by the program's
 own dynamic provider with a real build instance (a container from the Debian AMI stand-in
 running its own user data under cloud-init), the head nodes and Ceph hosts booted from it
@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT))
 
 from slurmforge.errors import ProvisionError  # noqa: E402
 from slurmforge.hosts import TAG_LINK  # noqa: E402
-from slurmforge.rehearsal import image_phase, stack_phase  # noqa: E402
-from slurmforge.rehearsal.stack import DYNAMIC  # noqa: E402
-from slurmforge.rehearsal.stand_in import stand_in  # noqa: E402
+from tests.harness.rehearsal import image_phase, stack_phase  # noqa: E402
+from tests.harness.rehearsal.stack import DYNAMIC  # noqa: E402
+from tests.harness.rehearsal.stand_in import stand_in  # noqa: E402
 
 
 def image() -> dict[str, bool]:

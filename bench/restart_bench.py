@@ -2,7 +2,7 @@
 
 A busy cluster never notices a restart: for each sequence, over --runs runs, every job's delay
 beyond the moment it was ready (submitted, and the machine of its node up: its slurmd started;
-slurmforge/local/restarts.py), the worst delay, the jobs Slurm requeued, the refused
+tests/harness/restarts.py), the worst delay, the jobs Slurm requeued, the refused
 submissions and the nodes called failed (a bootstrap failure, a ResumeTimeout).
 
 1. kill: per powered-down node (dev-cpu-03, dev-cpu-04: --nodes) a 2-task array; slurmctld
@@ -41,15 +41,16 @@ from pathlib import Path
 
 import yaml
 
-from slurmforge.errors import SlurmforgeError
-from slurmforge.local.faults import failover_mid_power_up, repeat, target
-from slurmforge.local.live import LiveCluster
-from slurmforge.local.restarts import NodeWatch, RestartRun, delays, kill_mid_power_up, under_load
-from slurmforge.render import controller_names
-from slurmforge.rollout import Progress
-from slurmforge.spec import Cluster
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.harness
+
+from slurmforge.errors import SlurmforgeError  # noqa: E402
+from slurmforge.hosts import controller_names  # noqa: E402
+from slurmforge.rollout import Progress  # noqa: E402
+from slurmforge.spec import Cluster  # noqa: E402
+from tests.harness.faults import failover_mid_power_up, repeat, target  # noqa: E402
+from tests.harness.live import LiveCluster  # noqa: E402
+from tests.harness.restarts import NodeWatch, RestartRun, delays, kill_mid_power_up, under_load  # noqa: E402
 
 SEQUENCES = ("kill", "kill-frozen", "failover", "rollout")
 STATIC_JOB = "-p {partition} -w {static} -N 1 -n 1 --mem=100M --wrap 'sleep 3'"

@@ -15,7 +15,7 @@ Then the outcome: every routed job is in ml-gpu, every other in ml-cpu (Slurm's 
 
     .venv/bin/python bench/submit_bench.py [--jobs 200] [--quick]
 
-Exits 1 when routing adds more than 5 ms to the median client time (issue 14), or when
+Exits 1 when routing adds more than 5 ms to the median client time, or when
 the outcome is wrong. `--quick` submits 20 jobs to each and checks only the outcome (CI:
 tests/slurm/test_bench_quick.py).
 """

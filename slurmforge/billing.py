@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from slurmforge.catalog import price
+from slurmforge.instance_types import price
 from slurmforge.nodes import pool_hardware
 from slurmforge.spec.models import Cluster, Partition, Pool
 

@@ -1,7 +1,7 @@
 """The steps of a bring-up that do not depend on the target: once the machines exist, roll the
 inventory out on the hosts whose last rollout was another one, and run a sample job on the
 login node. Hosts are reached through the inventory's own connection (podman exec for a
-local container, ssh otherwise: `modules.node.executor_for`), never through a provider.
+local container, ssh otherwise: `remote.node.executor_for`), never through a provider.
 
 `slurmforge up --local` runs them around what only the local target does (image, containers,
 powered-down nodes); `slurmforge rollout --inventory` rolls out any inventory, an AWS stack's
@@ -21,11 +21,11 @@ from typing import Protocol
 from slurmforge.contract import DIGEST_FILE
 from slurmforge.errors import ModuleError, ProvisionError
 from slurmforge.hosts import Host, HostRole
-from slurmforge.inventory import default_inventory, state_root
-from slurmforge.modules.executor import Completed, Executor
-from slurmforge.modules.node import executor_for
+from slurmforge.remote.executor import Completed, Executor
+from slurmforge.remote.node import executor_for
 from slurmforge.rollout import Progress, RolloutResult, roll_out, stale_hosts
 from slurmforge.spec import Cluster
+from slurmforge.state_dirs import default_inventory, state_root
 
 LOG_DIR = Path("/var/log/slurmforge")
 """root's log directory (log_dir)."""
@@ -41,13 +41,13 @@ class Phases(Protocol):
 
 
 def inventory_dir(spec: Cluster) -> Path:
-    """Where a cluster's generated inventory goes, whatever its target (inventory.default_inventory)."""
+    """Where a cluster's generated inventory goes, whatever its target (state_dirs.default_inventory)."""
     return default_inventory(spec.name)
 
 
 def log_dir() -> Path:
     """Where rollouts and bring-ups log: /var/log/slurmforge for root, else beside the
-    user's own state (inventory.state_root)."""
+    user's own state (state_dirs.state_root)."""
     return LOG_DIR if os.geteuid() == 0 else state_root() / "log"
 
 

@@ -18,7 +18,7 @@ import typer
 
 from slurmforge.console import FormatOpt, fail, note, paint, report_errors, rich_console, say
 from slurmforge.contract import PROMETHEUS_PORT
-from slurmforge.modules.cli import modules_app
+from slurmforge.lmod.cli import modules_app
 
 if TYPE_CHECKING:
     from slurmforge.plan.deployed import Deployed
@@ -166,7 +166,7 @@ def down(
     """Remove the cluster's nodes and network (--local; the image cache stays unless --purge),
     or release an AWS cluster's pool machines (--inventory)."""
     if inventory_dir is not None and not local:
-        from slurmforge.teardown import release, summary
+        from slurmforge.aws.teardown import release, summary
 
         require_inventory(inventory_dir)
 
@@ -231,7 +231,7 @@ def inventory(
     """Write the inventory of an AWS stack (same format as the local provider's); the
     cluster's secrets go to /var/lib/slurmforge/<cluster>/secrets as root, else to
     ~/.local/state/slurmforge/<cluster>/secrets."""
-    from slurmforge.aws_inventory import (
+    from slurmforge.aws.inventory import (
         fetch_stack_secrets,
         inventory_from_stack_outputs,
         read_stack_outputs,
@@ -298,8 +298,8 @@ InventoryOpt = Annotated[Path | None, typer.Option("--inventory", help="The clus
 def _deployed(spec: Cluster, local: bool, inventory_dir: Path | None) -> Deployed:
     """What runs, read from the cluster's controller: the local one of the spec's name, or
     the inventory's."""
+    from slurmforge.hosts import controller_names
     from slurmforge.plan import deployed
-    from slurmforge.render import controller_names
 
     if inventory_dir is not None:
         return deployed.read(deployed.inventory_controllers(inventory_dir))
@@ -383,7 +383,8 @@ app.add_typer(rotate_app, name="rotate")
 def _rotate(which: str, local: bool, cluster: str | None, inventory_dir: Path | None) -> None:
     """One secret rotated on the local cluster (--local) or an inventory's."""
     from slurmforge import rotate as r
-    from slurmforge.inventory import read_inventory, secrets_dir
+    from slurmforge.inventory import read_inventory
+    from slurmforge.state_dirs import secrets_dir
 
     if local == (inventory_dir is not None):
         fail(f"rotate {which}: name the cluster: --local (this machine's) or --inventory DIR")
@@ -394,9 +395,9 @@ def _rotate(which: str, local: bool, cluster: str | None, inventory_dir: Path | 
             spec, hosts = read_inventory(inventory_dir)
             where = inventory_dir
         else:
-            from slurmforge.inventory import default_inventory
             from slurmforge.local.host import require_root
             from slurmforge.local.manage import find_cluster
+            from slurmforge.state_dirs import default_inventory
 
             require_root()
             spec, hosts = find_cluster(cluster)

@@ -35,6 +35,8 @@ ALERTMANAGER_PORT = 9093
 NODE_EXPORTER_PORT = 9100
 SERVICE_PORT = 9110
 """The scheduler service's pool page, /pools.json and /metrics."""
+SLURM_PORTS: Mapping[int, str] = {6817: "slurmctld", 6818: "slurmd and sackd", 6819: "slurmdbd"}
+"""Slurm's own daemons (its defaults, which slurm.conf and slurmdbd.conf keep)."""
 
 # ------------------------------------------------------------------ the service's account
 
@@ -119,6 +121,11 @@ NFS_OPTIONS = "nfsvers=4.1,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,
 """Every NFS/EFS mount of the NAS, by the join program and the storage_client role: NFS 4.1,
 1 MiB transfers, hard mounts with AWS's recommended timeouts for EFS, a new source port
 after a reconnect (noresvport: EFS recovers from a network blip only so)."""
+JWT_KEY_FILE = "/etc/slurm/jwt_hs256.key"
+"""The key slurmctld and slurmdbd sign and verify JSON Web Tokens with (AuthAltParameters),
+on the controllers only, 0600 slurm:slurm: the rollout writes it from the secret store."""
+SLURMRESTD_USER = "slurmrestd"
+"""The REST API daemon's account: slurmrestd refuses to run as root or as SlurmUser."""
 SLURMDBD_SECRET_CONF = "/etc/slurm/slurmdbd-storage.conf"
 """slurmdbd.conf's Include: the database password, never in the rendered file."""
 ACCOUNTING_PROGRAM = "/usr/local/sbin/slurmforge-accounting"
@@ -238,7 +245,7 @@ class LocalProviderSettings:
 
 @dataclass(frozen=True)
 class AwsProviderSettings:
-    """The AWS target, from the stack's outputs (slurmforge.aws_inventory)."""
+    """The AWS target, from the stack's outputs (slurmforge.aws.inventory)."""
 
     region: str
     launch_templates: dict[str, str] = field(default_factory=dict)

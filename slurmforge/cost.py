@@ -488,7 +488,7 @@ def sacct_on_controller(inventory: Path, period: Period, now: float) -> tuple[Cl
     (podman exec on the local target, ssh with the inventory's connection otherwise)."""
     from slurmforge.hosts import HostRole
     from slurmforge.inventory import read_inventory
-    from slurmforge.modules.node import executor_for
+    from slurmforge.remote.node import executor_for
 
     spec, hosts = read_inventory(inventory)
     controller = next((h for h in hosts if h.role is HostRole.CONTROLLER), None)

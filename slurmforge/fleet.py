@@ -9,10 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from slurmforge.contract import JOIN_PROGRAM
 from slurmforge.errors import ModuleError, ProvisionError
-from slurmforge.hosts import Host, HostRole
+from slurmforge.hosts import Host, HostRole, controller_name
 from slurmforge.join import pool_hosts_file
-from slurmforge.modules.node import executor_for
-from slurmforge.render import controller_name
+from slurmforge.remote.node import executor_for
 from slurmforge.spec import Cluster
 
 NODE_TIMEOUT = 60

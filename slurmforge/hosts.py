@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slurmforge.spec.models import Cluster
 
 TAG_CLUSTER = "slurmforge:cluster"
 TAG_POOL = "slurmforge:pool"
@@ -51,3 +55,34 @@ class Host:
     """A pool node above min_nodes: powered down until Slurm asks for it."""
     connection: dict[str, str] = field(default_factory=dict)
     """Ansible connection variables (ansible_connection, ansible_user, ...)."""
+
+
+# ----------------------------------------------------------------- names of the fixed hosts
+
+def controller_name(spec: Cluster) -> str:
+    """The primary controller: slurmctld in control while it runs, slurmdbd and MariaDB."""
+    if spec.target.kind == "static":
+        return spec.target.controller.name
+    return f"{spec.name}-controller"
+
+
+def controller_names(spec: Cluster) -> list[str]:
+    """Every slurmctld host in Slurm's order: the primary, then the backup (head.backup_controller)."""
+    if spec.target.kind == "static":
+        backup = spec.target.backup_controller
+        return [spec.target.controller.name, *([backup.name] if backup and spec.head.backup_controller else [])]
+    return [controller_name(spec), *([f"{spec.name}-controller-backup"] if spec.head.backup_controller else [])]
+
+
+def login_names(spec: Cluster) -> list[str]:
+    if spec.target.kind == "static":
+        return [h.name for h in spec.target.login]
+    count = spec.head.login_count
+    return [f"{spec.name}-login"] if count == 1 else [f"{spec.name}-login-{i}" for i in range(1, count + 1)]
+
+
+def login_subnets(spec: Cluster) -> dict[str, int]:
+    """AWS: each login node's public subnet (its index in network.public_subnets), the
+    subnets taken in turn. The stack places them so; the checks look at their zones."""
+    count = len(spec.network.public_subnets)
+    return {name: i % count for i, name in enumerate(login_names(spec))} if count else {}

@@ -17,7 +17,6 @@ validation run unchanged on any target.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,22 +24,16 @@ import yaml
 
 from slurmforge.accounting import desired_state
 from slurmforge.ceph import CEPH_CONF, ceph_hosts, ceph_vars, mds_hosts, monitors, render_ceph_conf
-from slurmforge.contract import DIGEST_FILE
+from slurmforge.contract import DIGEST_FILE, JWT_KEY_FILE, SLURMRESTD_USER
 from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
-from slurmforge.hosts import Host, HostRole
+from slurmforge.hosts import Host, HostRole, controller_name, controller_names
 from slurmforge.join import kit_dir, kit_files, lmod_paths, local_settings, pool_hosts_file, render_join
 from slurmforge.monitoring import render_monitoring
 from slurmforge.nodes import pool_hardware
-from slurmforge.render import (
-    SLURMCTLD_LOG,
-    controller_name,
-    controller_names,
-    render_all,
-    service_shared_dir,
-    state_save_location,
-)
+from slurmforge.render import SLURMCTLD_LOG, render_all, service_shared_dir, state_save_location
 from slurmforge.spec import Cluster, load_spec
+from slurmforge.state_dirs import secrets_dir
 from slurmforge.upgrade import BEFORE_MARKER, STATE_FILES, STATE_MARKER
 
 HOSTS_FILE = "hosts.yml"
@@ -55,37 +48,6 @@ JOIN = "join.sh"
 SPEC_COPY = "cluster.yaml"
 ACCOUNTING_JSON = "accounting.json"
 """rendered/accounting.json: QoS, accounts and users as slurmdbd must have them (slurmforge.accounting)"""
-
-SECRETS_ROOT = Path("/var/lib/slurmforge")
-"""root's state root (state_root)."""
-
-
-def state_root() -> Path:
-    """Where this machine keeps slurmforge's per-cluster state, outside the repo: secrets
-    (and on the local target its NAS and database): /var/lib/slurmforge for root; anyone
-    else's own `$XDG_STATE_HOME/slurmforge` (~/.local/state/slurmforge), so an AWS cluster's
-    inventory, rollout and validation run from an admin's account without root."""
-    if os.geteuid() == 0:
-        return SECRETS_ROOT
-    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "slurmforge"
-
-
-def inventories_root() -> Path:
-    """Where generated inventories go unless the user names a directory, whatever the target
-    and however slurmforge was installed: under the state root, beside the clusters' secrets -
-    never in the current directory or the installed package."""
-    return state_root() / "inventories"
-
-
-def default_inventory(cluster: str) -> Path:
-    return inventories_root() / cluster
-
-
-def secrets_dir(cluster: str) -> Path:
-    """The cluster's secrets on the machine that runs the rollout: 0700 directory, 0600
-    files. Roles read them with `lookup('file', ...)` + no_log."""
-    return state_root() / cluster / "secrets"
-
 
 def group_name(pool: str) -> str:
     """Ansible group names may not contain '-'."""
@@ -172,6 +134,7 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host],
         "slurmforge_monitoring": {"retention_days": spec.monitoring.retention_days,
                                   "retention_gb": spec.monitoring.retention_gb},
         "slurmforge_rollout_digest_file": DIGEST_FILE,
+        "slurmforge_rest_api": {"port": spec.rest_api.port, "user": SLURMRESTD_USER},
         # what the image's install tasks got too (the venv's Python, paths, ports, requirements)
         **os.image_vars(),
         "slurmforge_service_provider_settings": provider_settings or {},
@@ -179,7 +142,7 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host],
         "slurmforge_slurm": {"release": os.slurm_release, "upgrades_from": os.upgrades_from,
                              "state_dir": state_save_location(spec), "state_marker": STATE_MARKER,
                              "before_marker": BEFORE_MARKER, "state_files": list(STATE_FILES),
-                             "ctld_log": SLURMCTLD_LOG},
+                             "ctld_log": SLURMCTLD_LOG, "jwt_key": JWT_KEY_FILE},
     }
 
 

@@ -51,7 +51,7 @@ from slurmforge.contract import (
     NODE_EXPORTER_PORT,
 )
 from slurmforge.hosts import TAG_NODE, Host
-from slurmforge.modules.lmod import cluster_cache_dir
+from slurmforge.lmod.tools import cluster_cache_dir
 from slurmforge.render import HEALTH_CHECK_INTERVAL
 from slurmforge.spec import Cluster
 from slurmforge.templating import make_environment
@@ -171,7 +171,7 @@ def local_settings(spec: Cluster, hosts: Sequence[Host], efs_dns: str | None = N
     """The hosts the rollout reaches (every head node; the compute nodes of the local target
     and of machines you own): names and addresses from the inventory's hosts, the munge key
     from the rollout's copy. `efs_dns`: an AWS stack's EFS (its head nodes mount it)."""
-    from slurmforge.render import controller_names  # render imports the spec models only
+    from slurmforge.hosts import controller_names
 
     address = {h.name: h.address for h in hosts}
     controllers = tuple((name, address[name]) for name in controller_names(spec))

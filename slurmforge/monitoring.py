@@ -27,8 +27,7 @@ from slurmforge.contract import (
     SERVICE_PORT,
     TARGETS_FILE,
 )
-from slurmforge.hosts import Host, HostRole
-from slurmforge.render import controller_name
+from slurmforge.hosts import Host, HostRole, controller_name
 from slurmforge.spec import Cluster
 
 MONITORING_FILES = ("prometheus.yml", "alerts.yml", "alertmanager.yml")

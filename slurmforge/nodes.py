@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from slurmforge.catalog import lookup
+from slurmforge.instance_types import lookup
 from slurmforge.spec.models import Cluster, Pool
 
 # EC2 reports the instance's memory; the OS and daemons need some of it

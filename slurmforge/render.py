@@ -21,11 +21,13 @@ from slurmforge.contract import (
     CTLD_STANDBY_PROGRAM,
     HEALTH_PROGRAM,
     JOIN_PROGRAM,
+    JWT_KEY_FILE,
     NODES_READY_PROGRAM,
     SERVICE_BIN,
     SLURMDBD_SECRET_CONF,
 )
 from slurmforge.distro import distro, release_tuple
+from slurmforge.hosts import controller_name, controller_names
 from slurmforge.nodes import NodeHardware, node_sets, pool_hardware, pool_hostlist
 from slurmforge.routing import JOB_SUBMIT_SCRIPT, routing
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Partition, StaticTarget
@@ -112,42 +114,18 @@ def slurm_kv(items: Mapping[str, Any], sep: str = " ") -> str:
     )
 
 
-# --------------------------------------------------------------------------- hosts
+# --------------------------------------------------------------------------- shared paths
 
 
-def controller_name(spec: Cluster) -> str:
-    """The primary controller: slurmctld in control while it runs, slurmdbd and MariaDB."""
-    if isinstance(spec.target, StaticTarget):
-        return spec.target.controller.name
-    return f"{spec.name}-controller"
+JWT_AUTH = {"AuthAltTypes": "auth/jwt", "AuthAltParameters": f"jwt_key={JWT_KEY_FILE}"}
+"""slurm.conf's and slurmdbd.conf's JSON Web Token keys: both daemons verify a REST API
+request's token with the same key (only slurmctld and slurmdbd load AuthAltTypes)."""
 
 
 def service_shared_dir(spec: Cluster) -> str:
     """The scheduler service's launch records and leader lock (service.leader): on the NAS,
     beside Slurm's state, where every controller finds them."""
     return f"{spec.storage.nas.mounts.slurm_state.rstrip('/')}/slurmforge-service"
-
-
-def controller_names(spec: Cluster) -> list[str]:
-    """Every slurmctld host in Slurm's order: the primary, then the backup (head.backup_controller)."""
-    if isinstance(spec.target, StaticTarget):
-        backup = spec.target.backup_controller
-        return [spec.target.controller.name, *([backup.name] if backup and spec.head.backup_controller else [])]
-    return [controller_name(spec), *([f"{spec.name}-controller-backup"] if spec.head.backup_controller else [])]
-
-
-def login_names(spec: Cluster) -> list[str]:
-    if isinstance(spec.target, StaticTarget):
-        return [h.name for h in spec.target.login]
-    count = spec.head.login_count
-    return [f"{spec.name}-login"] if count == 1 else [f"{spec.name}-login-{i}" for i in range(1, count + 1)]
-
-
-def login_subnets(spec: Cluster) -> dict[str, int]:
-    """AWS: each login node's public subnet (its index in network.public_subnets), the
-    subnets taken in turn. The stack places them so; the checks look at their zones."""
-    count = len(spec.network.public_subnets)
-    return {name: i % count for i, name in enumerate(login_names(spec))} if count else {}
 
 
 def state_save_location(spec: Cluster) -> str:
@@ -271,6 +249,9 @@ def slurm_settings(spec: Cluster) -> dict[str, Any]:
         "SlurmctldPrimaryOffProg": CTLD_STANDBY_PROGRAM if backup else None,
         "SlurmUser": "slurm",
         "AuthType": "auth/munge",
+        # the REST API's tokens (`scontrol token`; slurmrestd passes a request's token on):
+        # slurmctld signs and verifies them with the cluster's JWT key
+        **JWT_AUTH,
         # a requeued job may start again CRED_EXPIRE + 1 s later, not 121 s
         "AuthInfo": f"cred_expire={CRED_EXPIRE}",
         "StateSaveLocation": state_dir,
@@ -460,6 +441,7 @@ def slurmdbd_context(spec: Cluster, source: str) -> dict[str, Any]:
         "source": source,
         "settings": {
             "AuthType": "auth/munge",
+            **JWT_AUTH,
             "DbdHost": controller_name(spec),
             "SlurmUser": "slurm",
             "LogFile": "/var/log/slurm/slurmdbd.log",

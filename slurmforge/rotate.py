@@ -35,9 +35,8 @@ from pathlib import Path
 from slurmforge.contract import JOIN_SECRETS_DIR, SLURMDBD_SECRET_CONF
 from slurmforge.errors import ProvisionError
 from slurmforge.fleet import on_each, running_nodes
-from slurmforge.hosts import Host
-from slurmforge.modules.node import NodeExecutor, executor_for
-from slurmforge.render import controller_name
+from slurmforge.hosts import Host, controller_name
+from slurmforge.remote.node import NodeExecutor, executor_for
 from slurmforge.secrets import DB_PASSWORD, MUNGE_KEY, SecretStore, new_db_password, new_munge_key
 from slurmforge.spec import Cluster
 
@@ -182,7 +181,7 @@ def store_for(spec: Cluster, inventory_dir: Path, directory: Path) -> SecretStor
         return SecretStore(directory)
     import yaml
 
-    from slurmforge.aws_inventory import AWS_VARS_FILE
+    from slurmforge.aws.inventory import AWS_VARS_FILE
 
     try:
         aws = yaml.safe_load((inventory_dir / AWS_VARS_FILE).read_text()) or {}

@@ -1,6 +1,7 @@
 """Per-cluster secrets on the machine that runs the rollout: generated once, kept in a
-0700 directory outside the repo, 0600 files, never printed. (AWS keeps the same two in
-Secrets Manager; the stack generates them.)"""
+0700 directory outside the repo, 0600 files, never printed. (AWS keeps the same ones -
+`CLUSTER_SECRETS` - in Secrets Manager; the stack generates them and the rollout copies
+them here, so the roles read every secret from this directory on every target.)"""
 
 from __future__ import annotations
 
@@ -11,15 +12,16 @@ import struct
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from slurmforge.inventory import secrets_dir
+from slurmforge.state_dirs import secrets_dir
 
 MUNGE_KEY = "munge.key"
 DB_PASSWORD = "slurmdbd.password"
+JWT_KEY = "jwt_hs256.key"
 SSH_KEY = "id_ed25519"
 CEPH_FSID = "ceph.fsid"
 CEPH_MON_KEY = "ceph.mon.key"
@@ -28,6 +30,29 @@ CEPH_CLIENT_KEY = "ceph.client.fs.key"
 """The mon. key, client.admin (Ceph hosts only) and the CephFS client key every Slurm
 node mounts with; OSD, mgr and MDS keys are made on their hosts by the roles."""
 CEPH_SECRETS = (CEPH_FSID, CEPH_MON_KEY, CEPH_ADMIN_KEY, CEPH_CLIENT_KEY)
+
+
+@dataclass(frozen=True)
+class ClusterSecret:
+    """One secret of the cluster's: its file in the secrets directory and how a new one is made."""
+
+    name: str
+    stack_key: str
+    """Its key in the AWS stack's secret_arns output."""
+    binary: bool
+    """Random bytes, kept base64-encoded in Secrets Manager; else text, kept as it is."""
+    make: Callable[[], bytes]
+
+
+CLUSTER_SECRETS = (
+    # munge takes keys of 32 to 1024 bytes: the most
+    ClusterSecret(MUNGE_KEY, "munge_key", True, lambda: secrets.token_bytes(1024)),
+    ClusterSecret(DB_PASSWORD, "db_password", False, lambda: secrets.token_urlsafe(32).encode()),
+    # slurmctld and slurmdbd sign and verify the REST API's tokens with it: 32 random bytes,
+    # as Slurm's JWT guide makes it
+    ClusterSecret(JWT_KEY, "jwt_key", True, lambda: secrets.token_bytes(32)),
+)
+"""The secrets made once per cluster, here locally and by the stack on AWS (stacks/cluster_secrets.py)."""
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -63,20 +88,19 @@ def ceph_fsid(directory: Path) -> str:
 
 
 def ensure_secrets(cluster: str, root: Path | None = None, ceph: bool = False) -> Path:
-    """Create the munge key (1024 random bytes) and the DB password if missing, and the
-    Ceph fsid and keys when the cluster has Ceph."""
+    """Create every one of CLUSTER_SECRETS that is missing (the munge key, the DB password,
+    the JWT key), the rollout's SSH key, and the Ceph fsid and keys when the cluster has Ceph."""
     directory = root or secrets_dir(cluster)
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
-    if not (directory / MUNGE_KEY).exists():
-        _write_private(directory / MUNGE_KEY, secrets.token_bytes(1024))
-    if not (directory / DB_PASSWORD).exists():
-        _write_private(directory / DB_PASSWORD, secrets.token_urlsafe(32).encode())
+    for secret in CLUSTER_SECRETS:
+        if not (directory / secret.name).exists():
+            _write_private(directory / secret.name, secret.make())
     if not (directory / SSH_KEY).exists():
         # the rollout's key to reach nodes as root (local target: sshd in each container)
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"slurmforge-{cluster}",
                         "-f", str(directory / SSH_KEY)], check=True, capture_output=True)
-    for name in (MUNGE_KEY, DB_PASSWORD, SSH_KEY):
+    for name in (*(secret.name for secret in CLUSTER_SECRETS), SSH_KEY):
         os.chmod(directory / name, 0o600)
     if ceph:
         ensure_ceph_secrets(directory)

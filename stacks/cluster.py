@@ -2,7 +2,7 @@
 
 `build_cluster` is what `__main__` runs and what the tests run under Pulumi's mocks:
 it takes the validated spec (never config or environment) and returns the outputs to
-export, keyed as slurmforge.aws_inventory expects them.
+export, keyed as slurmforge.aws.inventory expects them.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from slurmforge import aws_inventory as out
+from slurmforge.aws import inventory as out
 from slurmforge.distro import distro
 from slurmforge.errors import Problem, SpecError
+from slurmforge.hosts import controller_name, controller_names, login_subnets
 from slurmforge.image_variant import ImageVariant, image_variants
 from slurmforge.join import JoinSettings, nas_source, render_join
-from slurmforge.render import controller_name, controller_names, login_subnets
 from slurmforge.spec.models import AwsTarget, Cluster
 
 from .ceph import CephStorage, CephStorageArgs
@@ -110,7 +110,7 @@ def build_cluster(spec: Cluster, source: str) -> dict[str, Any]:
 
 def _foundation(spec: Cluster, target: AwsTarget, opts: pulumi.ResourceOptions) -> Foundation:
     name = spec.name
-    net = Network(name, NetworkArgs(name, spec.network), opts)
+    net = Network(name, NetworkArgs(name, spec.network, spec.rest_api.port), opts)
     secrets = Secrets(name, SecretsArgs(name), opts)
     iam = Iam(name, IamArgs(name, target.region, secrets.munge_key_arn, secrets.db_password_arn), opts)
     first_private = next(iter(net.private_subnet_ids.values()))
@@ -177,7 +177,7 @@ def _pools(spec: Cluster, base: Foundation, join_program: pulumi.Output[str],
 
 
 def stack_outputs(spec: Cluster, target: AwsTarget, parts: Parts) -> dict[str, Any]:
-    """The outputs slurmforge.aws_inventory reads; secret values only as secret outputs."""
+    """The outputs slurmforge.aws.inventory reads; secret values only as secret outputs."""
     nas, db, pools, secrets = parts.nas, spec.accounting.database, parts.pools, parts.base.secrets
     return {
         out.OUT_CLUSTER: spec.name,
@@ -189,7 +189,8 @@ def stack_outputs(spec: Cluster, target: AwsTarget, parts: Parts) -> dict[str, A
         out.OUT_LAUNCH_TEMPLATES: {n: p.launch_template_id for n, p in pools.items()},
         out.OUT_SPOT_QUEUE_URL: parts.spot.queue_url,
         out.OUT_SUBNETS: dict(parts.base.net.private_subnet_ids),
-        out.OUT_SECRET_ARNS: {"munge_key": secrets.munge_key_arn, "db_password": secrets.db_password_arn},
+        out.OUT_SECRET_ARNS: {"munge_key": secrets.munge_key_arn, "db_password": secrets.db_password_arn,
+                              "jwt_key": secrets.jwt_key_arn},
         out.OUT_EFS: {"id": nas.file_system_id, "dns_name": nas.dns_name, "paths": nas_paths(spec)} if nas else None,
         out.OUT_DATABASE: {"kind": db.kind, "host": db.host,
                            "endpoint": parts.database.endpoint if parts.database else None},

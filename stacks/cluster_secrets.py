@@ -1,6 +1,8 @@
-"""Secrets: the munge key and the accounting database password, generated here and
-kept in Secrets Manager. Nodes fetch them with their instance role; the stack exports
-their values only as secret outputs (encrypted in the state, hidden in `stack output`).
+"""Secrets: the munge key, the accounting database password and the JWT key (the REST
+API's tokens), generated here and kept in Secrets Manager - the cluster's secrets
+(slurmforge.secrets.CLUSTER_SECRETS), which the rollout copies to its secrets directory.
+Nodes fetch the munge key and the password with their instance role; the stack exports
+those values only as secret outputs (encrypted in the state, hidden in `stack output`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from .common import child, tags
 # secret; nodes and the rollout decode it when they write /etc/munge/munge.key.
 MUNGE_KEY_BYTES = 1024
 DB_PASSWORD_LENGTH = 32
+# Slurm's JWT guide makes an HS256 key of 32 random bytes; base64 in the secret as well.
+JWT_KEY_BYTES = 32
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class SecretsArgs:
 class Secrets(pulumi.ComponentResource):
     munge_key_arn: pulumi.Output[str]
     db_password_arn: pulumi.Output[str]
+    jwt_key_arn: pulumi.Output[str]
     munge_key: pulumi.Output[str]
     """base64 of the key; secret."""
     db_password: pulumi.Output[str]
@@ -44,7 +49,11 @@ class Secrets(pulumi.ComponentResource):
         self.munge_key_arn = self._store(name, "munge-key", "munge key (base64)", self.munge_key, args.cluster)
         self.db_password_arn = self._store(name, "db-password", "Slurm accounting database password",
                                            self.db_password, args.cluster)
-        self.register_outputs({"munge_key_arn": self.munge_key_arn, "db_password_arn": self.db_password_arn})
+        jwt = random.RandomBytes(f"{name}-jwt-key", length=JWT_KEY_BYTES, opts=child(self))
+        self.jwt_key_arn = self._store(name, "jwt-key", "Slurm JWT key, HS256 (base64)",
+                                       pulumi.Output.secret(jwt.base64), args.cluster)
+        self.register_outputs({"munge_key_arn": self.munge_key_arn, "db_password_arn": self.db_password_arn,
+                               "jwt_key_arn": self.jwt_key_arn})
 
     def _store(self, name: str, role: str, what: str, value: pulumi.Output[str], cluster: str) -> pulumi.Output[str]:
         secret = aws.secretsmanager.Secret(f"{name}-{role}", description=f"slurmforge {cluster}: {what}",

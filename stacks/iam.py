@@ -32,7 +32,7 @@ import pulumi_aws as aws
 from .common import CLUSTER_TAG, POOL_TAG, assume_role_policy, child, partition, policy_json, tags
 
 LAUNCH_ACTIONS = ["ec2:RunInstances", "ec2:CreateFleet"]
-# Exactly what slurmforge/providers/aws.py calls (tests/pulumi/test_service_settings_round_trip.py
+# Exactly what slurmforge/aws/provider.py calls (tests/pulumi/test_service_settings_round_trip.py
 # records every call of a whole cycle against moto and compares it with this policy).
 INSTANCE_ACTIONS = ["ec2:TerminateInstances", "ec2:CreateTags"]
 DESCRIBE_ACTIONS = ["ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions"]

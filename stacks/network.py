@@ -3,7 +3,8 @@ availability zone) for everything else, and the security groups.
 
 Security groups, least privilege:
   login       SSH from the spec's admin CIDRs only (0.0.0.0/0 only with
-              network.allow_ssh_from_anywhere)
+              network.allow_ssh_from_anywhere); Slurm's REST API (rest_api.port) from
+              inside the VPC only (dashboards, portals: tokens authenticate each request)
   cluster     every cluster host (controller, login, pool nodes, Ceph): all traffic
               from members only. Slurm (6817-6819 plus srun's ephemeral ports), NCCL/MPI
               between nodes and EFA (which requires an all-traffic self rule) stay inside.
@@ -34,6 +35,8 @@ class NetworkArgs:
     """Cluster name: resource tags and names."""
     network: NetworkSpec
     """The spec's network section (CIDRs, subnets and zones, admin CIDRs)."""
+    rest_api_port: int
+    """Where slurmrestd listens on the login node(s) (the spec's rest_api.port)."""
 
 
 def is_world(cidr: str) -> bool:
@@ -46,12 +49,16 @@ def ssh_cidrs(admin_cidrs: Sequence[str], allow_anywhere: bool) -> list[str]:
     return [c for c in admin_cidrs if allow_anywhere or not is_world(c)]
 
 
-def login_ingress(admin_cidrs: Sequence[str], allow_anywhere: bool) -> list[aws.ec2.SecurityGroupIngressArgs]:
+def login_ingress(admin_cidrs: Sequence[str], allow_anywhere: bool, vpc_cidr: str,
+                  rest_api_port: int) -> list[aws.ec2.SecurityGroupIngressArgs]:
+    rest = aws.ec2.SecurityGroupIngressArgs(
+        description="Slurm's REST API (slurmrestd, JWT) from inside the VPC", protocol="tcp",
+        from_port=rest_api_port, to_port=rest_api_port, cidr_blocks=[vpc_cidr])
     cidrs = ssh_cidrs(admin_cidrs, allow_anywhere)
     if not cidrs:
-        return []
+        return [rest]
     return [aws.ec2.SecurityGroupIngressArgs(
-        description="SSH from the admin CIDRs", protocol="tcp", from_port=SSH, to_port=SSH, cidr_blocks=cidrs)]
+        description="SSH from the admin CIDRs", protocol="tcp", from_port=SSH, to_port=SSH, cidr_blocks=cidrs), rest]
 
 
 def cluster_ingress() -> list[aws.ec2.SecurityGroupIngressArgs]:
@@ -91,8 +98,8 @@ class Network(pulumi.ComponentResource):
         self._route_table(name, "private", vpc, private,
                           aws.ec2.RouteTableRouteArgs(cidr_block=WORLD, nat_gateway_id=nat.id))
         self.cluster_sg_id = self._group(name, "cluster", vpc, cluster_ingress(), args.cluster)
-        self.login_sg_id = self._group(
-            name, "login", vpc, login_ingress(net.admin_cidrs, net.allow_ssh_from_anywhere), args.cluster)
+        login = login_ingress(net.admin_cidrs, net.allow_ssh_from_anywhere, net.vpc_cidr, args.rest_api_port)
+        self.login_sg_id = self._group(name, "login", vpc, login, args.cluster)
         self.controller_sg_id = self._group(name, "controller", vpc, [], args.cluster)
         self.register_outputs({"vpc_id": self.vpc_id, "cluster_sg_id": self.cluster_sg_id})
 

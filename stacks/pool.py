@@ -1,6 +1,6 @@
 """A pool (node group): its launch template. No Auto Scaling group: the scheduler service
 launches and terminates each node by name (see docs/aws.md for why), with the pool's policy
-from the inventory (the spec and the provider settings slurmforge.aws_inventory writes).
+from the inventory (the spec and the provider settings slurmforge.aws.inventory writes).
 
 The launch template carries every secure default (IMDSv2 with hop limit 1, encrypted
 root volume, no public address), the pool's first instance type (the service overrides

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pulumi
 
-from slurmforge.aws_inventory import OUT_SPEC
+from slurmforge.aws.inventory import OUT_SPEC
 from slurmforge.errors import SpecError
 from slurmforge.spec import Cluster, load_spec
 

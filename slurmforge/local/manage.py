@@ -9,16 +9,16 @@ import urllib.request
 from pathlib import Path
 
 from slurmforge.errors import HostError, ProvisionError
-from slurmforge.hosts import Host, HostRole
-from slurmforge.inventory import SECRETS_ROOT, default_inventory, inventories_root, read_inventory
+from slurmforge.hosts import Host, HostRole, controller_name
+from slurmforge.inventory import read_inventory
 from slurmforge.local.host import require_root
 from slurmforge.local.image import purge_images
 from slurmforge.local.podman import Podman
+from slurmforge.local.provider import LABEL, LocalProvider
 from slurmforge.local.up import slurm_states
-from slurmforge.providers.local import LABEL, LocalProvider
-from slurmforge.render import controller_name
 from slurmforge.service.snapshot import ClusterSnapshot
 from slurmforge.spec import Cluster
+from slurmforge.state_dirs import SECRETS_ROOT, default_inventory, inventories_root
 from slurmforge.tables import Column, Table
 
 

@@ -31,14 +31,14 @@ from slurmforge.bringup import (
 )
 from slurmforge.contract import SERVICE_UNIT, settings_json
 from slurmforge.distro import distro, release_tuple
-from slurmforge.hosts import HostRole
+from slurmforge.hosts import HostRole, controller_name, controller_names
 from slurmforge.inventory import JOIN, RENDERED, write_inventory
 from slurmforge.local.api import ensure_api_service
 from slurmforge.local.host import prepare_host
 from slurmforge.local.image import NAMESPACE, ensure_images, slurm_version
 from slurmforge.local.podman import Podman
-from slurmforge.providers.local import LABEL, LocalProvider
-from slurmforge.render import controller_name, controller_names, state_save_location
+from slurmforge.local.provider import LABEL, LocalProvider
+from slurmforge.render import state_save_location
 from slurmforge.rollout import RolloutResult, rollout_digest
 from slurmforge.secrets import ensure_secrets
 from slurmforge.spec import Cluster, load_spec

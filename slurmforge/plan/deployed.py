@@ -163,7 +163,7 @@ def inventory_controllers(inventory_dir: Path) -> list[Host]:
 def read(controllers: Sequence[Host]) -> Deployed:
     """What is deployed, from the first of `controllers` that answers (the primary first: a
     backup has the same files). ClusterUnreachable when none does."""
-    from slurmforge.modules.node import executor_for  # its inventory reader is not needed before here
+    from slurmforge.remote.node import executor_for  # its inventory reader is not needed before here
 
     request = {"files": [SPEC_FILE, DIGEST_FILE, *CONFIG_PATHS.values()],
                "commands": [list(c) for c in (NODES, PARTITIONS, JOBS, *accounting.state_commands())],

@@ -43,10 +43,11 @@ from typing import Any
 from slurmforge import accounting
 from slurmforge.errors import ProvisionError, SpecError, listing, one_line
 from slurmforge.hostlists import compress, expand
+from slurmforge.hosts import controller_name
 from slurmforge.nodes import node_sets, pool_hardware, pool_hostlist
 from slurmforge.plan import configs as cf
 from slurmforge.plan.deployed import Deployed
-from slurmforge.render import controller_name, render_all
+from slurmforge.render import render_all
 from slurmforge.routing import JOB_SUBMIT_SCRIPT
 from slurmforge.service.slurm import Job, NodeState
 from slurmforge.spec import Cluster, parse_spec

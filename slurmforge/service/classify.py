@@ -76,7 +76,7 @@ from enum import Enum
 
 from slurmforge.hostlists import expand
 from slurmforge.hosts import TAG_LINK, TAG_TOKEN
-from slurmforge.providers.base import Instance, InstanceState, Quota
+from slurmforge.provider import Instance, InstanceState, Quota
 from slurmforge.service import when
 from slurmforge.service.actions import (
     AbandonLaunch,
@@ -252,7 +252,7 @@ def classify(world: World) -> list[Action]:
             continue
         status = ctx.assess(node, info)
         if status in (NodeStatus.NEEDS_LAUNCH, NodeStatus.REPLACEMENT_DUE, NodeStatus.STALE_MACHINE):
-            needs_launch.append(node.name)  # a stale machine is terminated first (executor order)
+            needs_launch.append(node.name)  # a stale machine is terminated first (applier order)
         actions += ctx.respond(status, node, info)
     actions += plan_launches(ctx, needs_launch)
     actions += ctx.orphans()

@@ -24,11 +24,11 @@ from typing import TypeVar
 from slurmforge.contract import HEARTBEAT_FILE, NODE_EXPORTER_PORT
 from slurmforge.cost import SACCT_ENV, sacct_argv
 from slurmforge.errors import SlurmforgeError
-from slurmforge.providers.base import Instance, Machines
+from slurmforge.provider import Instance, Machines
 from slurmforge.service import handoff
 from slurmforge.service.actions import Action
+from slurmforge.service.applier import ActReport, Applier
 from slurmforge.service.classify import Context, Tunables, World, classify, plan_launches
-from slurmforge.service.executor import ActReport, Executor
 from slurmforge.service.guard import VIEW_REASONS, Decision, Doubt, Guard, Hold, HoldReason
 from slurmforge.service.leader import Leadership
 from slurmforge.service.pool_hosts import PoolHosts
@@ -94,7 +94,7 @@ class Daemon:
         self.config, self.slurm, self.provider, self.store = config, slurm, provider, store
         self.load_spec, self.clock, self.leadership = load_spec, clock, leadership
         self.pool_hosts = PoolHosts(config.pool_hosts_file) if config.pool_hosts_file is not None else None
-        self.executor = Executor(slurm, provider, store, clock, self.pool_hosts)
+        self.applier = Applier(slurm, provider, store, clock, self.pool_hosts)
         self.spec: Cluster | None = None
         self.topology: Topology | None = None
         self.snapshot: ClusterSnapshot | None = None
@@ -261,7 +261,7 @@ class Daemon:
         return decision
 
     def act(self, world: World, actions: Sequence[Action]) -> ActReport:
-        return self.executor.execute(actions, world.topology, world.instances, self._job_users,
+        return self.applier.apply(actions, world.topology, world.instances, self._job_users,
                                      world.state.node_jobs, self._job_accounts)
 
     def fall_back(self, world: World, report: ActReport) -> int:
@@ -275,7 +275,7 @@ class Daemon:
             actions = plan_launches(Context(retry), sorted(failed))
             # the nodes' jobs as the loop began: the first launch closed their hand-off requests
             node_jobs = {**world.state.node_jobs, **retry.state.node_jobs}
-            again = self.executor.execute(actions, world.topology, world.instances, self._job_users,
+            again = self.applier.apply(actions, world.topology, world.instances, self._job_users,
                                           node_jobs, self._job_accounts)
             failed = dict(again.failed)
             launched.update(again.launched)

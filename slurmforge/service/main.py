@@ -26,8 +26,8 @@ from typing import Any, cast
 
 from slurmforge.contract import SERVICE_PORT, SERVICE_STATE_DIR, AwsProviderSettings, read_settings
 from slurmforge.errors import ProvisionError, SlurmforgeError
-from slurmforge.providers.base import Machines
-from slurmforge.render import controller_names
+from slurmforge.hosts import controller_names
+from slurmforge.provider import Machines
 from slurmforge.service import handoff, web
 from slurmforge.service.daemon import LOOP_INTERVAL, Daemon, DaemonConfig
 from slurmforge.service.leader import Leadership
@@ -42,20 +42,20 @@ DEFAULT_PORT = SERVICE_PORT  # Prometheus' scrape config names the same port
 
 
 def build_provider(spec: Cluster, settings: Mapping[str, Any]) -> Machines:
-    """aws: the EC2 provider here; any other target: `slurmforge.providers.<kind>` must
+    """aws: the EC2 provider here; any other target: `slurmforge.<kind>.provider` must
     offer `service_provider(spec, settings) -> Machines`."""
     kind = spec.target.kind
     if kind == "aws":
-        from slurmforge.providers.aws import AwsProvider
+        from slurmforge.aws.provider import AwsProvider
 
         return AwsProvider.from_settings(spec, read_settings(AwsProviderSettings, dict(settings)))
     try:
-        module = importlib.import_module(f"slurmforge.providers.{kind}")
+        module = importlib.import_module(f"slurmforge.{kind}.provider")
     except ImportError as exc:
         raise ProvisionError(f"no '{kind}' provider for the scheduler service: {exc}") from exc
     factory = getattr(module, "service_provider", None)
     if factory is None:
-        raise ProvisionError(f"slurmforge.providers.{kind} has no service_provider(spec, settings)")
+        raise ProvisionError(f"slurmforge.{kind}.provider has no service_provider(spec, settings)")
     return cast(Machines, factory(spec, settings))
 
 

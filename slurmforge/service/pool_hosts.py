@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from slurmforge.providers.base import Instance, InstanceState
+from slurmforge.provider import Instance, InstanceState
 from slurmforge.service.files import replace_if_changed
 from slurmforge.service.state import Binding
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from slurmforge.providers.base import Quota
+from slurmforge.provider import Quota
 from slurmforge.service.guard import Hold, HoldReason
 from slurmforge.service.slurm import Job, NodeState, parse_tres
 from slurmforge.service.spend import Spend

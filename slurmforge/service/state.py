@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmforge.providers.base import Quota
+from slurmforge.provider import Quota
 from slurmforge.service.handoff import Handoff, HandoffKind
 from slurmforge.service.slurm import parse_resume_file
 

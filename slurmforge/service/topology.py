@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from slurmforge.catalog import ec2_quota
+from slurmforge.instance_types import ec2_quota
 from slurmforge.nodes import node_sets, pool_hardware
-from slurmforge.providers.base import Quota
+from slurmforge.provider import Quota
 from slurmforge.spec.models import Cluster
 
 

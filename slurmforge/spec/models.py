@@ -602,6 +602,13 @@ class Head(Model):
     backup_controller: bool = False
 
 
+class RestApi(Model):
+    """Slurm's REST API (slurmrestd, JWT authentication) on the login node(s)."""
+
+    port: Annotated[Count, Field(ge=1024, le=65535)] = 6820
+    """Where slurmrestd listens (every address of the login node; on AWS, open to the VPC)."""
+
+
 class Modules(Model):
     root: AbsPath = "/opt/software/modules"
 
@@ -663,6 +670,7 @@ class Cluster(Model):
     mail: Mail = Mail()
     modules: Modules = Modules()
     monitoring: Monitoring = Monitoring()
+    rest_api: RestApi = RestApi()
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:

@@ -18,8 +18,7 @@ import testinfra.host  # type: ignore[import-untyped]
 from testinfra.backend.base import BaseBackend, CommandResult  # type: ignore[import-untyped]
 
 from slurmforge.connection import becomes_root, close_control, container, ssh_argv
-from slurmforge.hosts import Host, HostRole
-from slurmforge.render import controller_name
+from slurmforge.hosts import Host, HostRole, controller_name
 from slurmforge.spec import Cluster
 
 SSH_TIMEOUT = 600

@@ -14,15 +14,16 @@ from slurmforge.contract import (
     ACCOUNTING_DESIRED,
     ACCOUNTING_PROGRAM,
     ALERTMANAGER_PORT,
+    JWT_KEY_FILE,
     NODE_EXPORTER_PORT,
     PROMETHEUS_PORT,
     SERVICE_PORT,
     TARGETS_FILE,
 )
-from slurmforge.hosts import HostRole
+from slurmforge.hosts import HostRole, controller_name
 from slurmforge.monitoring import alert_rules, controller_address
 from slurmforge.nodes import node_names, node_sets, pool_hardware
-from slurmforge.render import MAIL_PROGRAM, controller_name, render
+from slurmforge.render import MAIL_PROGRAM, render
 from slurmforge.service.slurm import NODES_COMMAND, parse_nodes
 from slurmforge.validation.conftest import LiveCluster, digest
 from slurmforge.validation.node_states import hardware_problem, state_problem
@@ -55,21 +56,43 @@ def test_munge_key_identical_private_and_running(live: LiveCluster) -> None:
     assert len(set(digests.values())) == 1, f"munge keys differ: {digests}"
 
 
+def test_jwt_key_identical_private_and_only_on_the_controllers(live: LiveCluster) -> None:
+    """The key slurmctld and slurmdbd verify REST API tokens with: the same on every
+    controller, 0600 slurm; no other host holds it (slurmrestd passes tokens on)."""
+    digests, wrong = {}, []
+    for host in live.up_hosts:
+        node = live.connect(host)
+        key = node.file(JWT_KEY_FILE)
+        if host.role is not HostRole.CONTROLLER:
+            if key.exists:
+                wrong.append(f"{host.name}: {JWT_KEY_FILE} present")
+            continue
+        if not key.exists or key.user != "slurm" or key.mode != 0o600:
+            wrong.append(f"{host.name}: {JWT_KEY_FILE} missing or not 0600 slurm")
+            continue
+        digests[host.name] = node.check_output(f"sha256sum {JWT_KEY_FILE}").split()[0]
+    assert not wrong, ", ".join(wrong)
+    assert len(set(digests.values())) == 1, f"JWT keys differ between the controllers: {sorted(digests)}"
+
+
 def test_daemons_run_only_where_they_belong(live: LiveCluster) -> None:
     accounting = live.spec.accounting.enabled
     local_db = accounting and live.spec.accounting.database.kind == "local"
     wanted = {
         HostRole.CONTROLLER: {"slurmctld": True, "slurmdbd": accounting, "mariadb": local_db, "slurmd": False,
-                              "sackd": False, "prometheus": True, "prometheus-alertmanager": True},
-        # the login node's clients are served by sackd (configless), never by a slurmd
+                              "sackd": False, "slurmrestd": False, "prometheus": True,
+                              "prometheus-alertmanager": True},
+        # the login node's clients are served by sackd (configless), never by a slurmd; it
+        # answers Slurm's REST API
         HostRole.LOGIN: {"slurmctld": False, "slurmdbd": False, "mariadb": False, "slurmd": False,
-                         "sackd": True, "prometheus": False, "prometheus-alertmanager": False},
+                         "sackd": True, "slurmrestd": True, "prometheus": False, "prometheus-alertmanager": False},
         HostRole.COMPUTE: {"slurmctld": False, "slurmdbd": False, "mariadb": False, "slurmd": True,
-                           "sackd": False, "prometheus": False, "prometheus-alertmanager": False},
+                           "sackd": False, "slurmrestd": False, "prometheus": False,
+                           "prometheus-alertmanager": False},
     }
     # a backup controller runs slurmctld only: slurmdbd, MariaDB and monitoring live on the primary
     backup = {"slurmctld": True, "slurmdbd": False, "mariadb": False, "slurmd": False, "sackd": False,
-              "prometheus": False, "prometheus-alertmanager": False}
+              "slurmrestd": False, "prometheus": False, "prometheus-alertmanager": False}
     wrong = []
     for host in live.up_hosts:
         node = live.connect(host)
@@ -87,7 +110,7 @@ def test_daemons_restart_after_a_failure(live: LiveCluster) -> None:
     wrong = []
     for host in live.up_hosts:
         node = live.connect(host)
-        for daemon in ("munge", "slurmctld", "slurmd", "slurmdbd", "mariadb", "sackd"):
+        for daemon in ("munge", "slurmctld", "slurmd", "slurmdbd", "mariadb", "sackd", "slurmrestd"):
             if node.service(daemon).is_running:
                 restart = node.check_output(f"systemctl show -p Restart --value {daemon}").strip()
                 if restart not in ("on-failure", "always"):

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from slurmforge.local.live import LiveCluster
 from slurmforge.local.up import UpReport, up
 from slurmforge.rollout import Progress
 from slurmforge.spec import Cluster, load_spec
+from tests.harness.live import LiveCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 # SLURMFORGE_TEST_SPEC: another local spec (its own name and subnet) so a second cluster can
@@ -68,7 +68,7 @@ class Cluster_:
         return self.run(self.report.login, command, user=user, **kw)  # type: ignore[arg-type]
 
     def live(self, user: str = "alice") -> LiveCluster:
-        """The same cluster for the helpers the benches share (slurmforge.local.live)."""
+        """The same cluster for the helpers the benches share (tests.harness.live)."""
         from slurmforge.inventory import read_inventory
 
         return LiveCluster.of(self.spec, read_inventory(self.report.inventory)[1], user=user)

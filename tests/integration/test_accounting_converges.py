@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from slurmforge.local.live import wait_until
 from slurmforge.local.up import UpReport, up
+from tests.harness.live import wait_until
 from tests.integration.conftest import SPEC, Cluster_, QuietPhases
 from tests.integration.test_elastic import root
 

@@ -13,8 +13,8 @@ import pytest
 
 from slurmforge.hosts import HostRole
 from slurmforge.inventory import read_inventory
-from slurmforge.local.ceph import CephProbe
 from slurmforge.local.podman import Podman
+from tests.harness.ceph_probe import CephProbe
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The controller survives (issue 13), on the live local cluster with jobs in flight and
+"""The controller survives, on the live local cluster with jobs in flight and
 counted in `sacct`: examples/local.yaml runs a backup controller (dev-controller-backup).
 
 - the primary's container killed (SIGKILL) under a running job array: the backup takes
@@ -22,10 +22,10 @@ import sys
 
 import pytest
 
-from slurmforge.local.faults import JobNodes, failover_mid_power_up
-from slurmforge.local.live import wait_until
-from slurmforge.local.restarts import NodeWatch, delays
-from slurmforge.render import controller_names
+from slurmforge.hosts import controller_names
+from tests.harness.faults import JobNodes, failover_mid_power_up
+from tests.harness.live import wait_until
+from tests.harness.restarts import NodeWatch, delays
 from tests.integration.conftest import ROOT, Cluster_
 from tests.integration.test_never_down import sacct_states, submit
 

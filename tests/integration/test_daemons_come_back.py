@@ -9,8 +9,9 @@ import time
 import pytest
 
 from slurmforge.contract import JOIN_UNIT
+from slurmforge.hosts import controller_name
 from slurmforge.join import kit_dir
-from slurmforge.render import controller_name, state_save_location
+from slurmforge.render import state_save_location
 from tests.integration.conftest import Cluster_
 from tests.integration.test_elastic import root, wait_until
 from tests.integration.test_never_down import sacct_states, submit

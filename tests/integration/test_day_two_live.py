@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
-from slurmforge.inventory import read_inventory, secrets_dir
-from slurmforge.local.live import LiveCluster, wait_until
+from slurmforge.inventory import read_inventory
 from slurmforge.secrets import MUNGE_KEY
+from slurmforge.state_dirs import secrets_dir
+from tests.harness.live import LiveCluster, wait_until
 from tests.integration.conftest import ROOT, SPEC, Cluster_
 
 pytestmark = pytest.mark.integration

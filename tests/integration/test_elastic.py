@@ -26,11 +26,11 @@ from typing import Any
 import pytest
 
 from slurmforge.contract import FAIL_POOLS_FILE, SERVICE_BIN, SPOOL_DIR
-from slurmforge.hosts import HostRole
+from slurmforge.hosts import HostRole, controller_name
 from slurmforge.inventory import read_inventory
-from slurmforge.local.live import node_state_command, wait_until
-from slurmforge.render import controller_name, service_shared_dir
+from slurmforge.render import service_shared_dir
 from slurmforge.service.main import DEFAULT_PORT
+from tests.harness.live import node_state_command, wait_until
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration

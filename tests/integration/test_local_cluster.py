@@ -139,7 +139,7 @@ def test_job_mail_reaches_the_user(cluster: Cluster_) -> None:
     relay in the spec (examples/local.yaml) it is delivered on the controller."""
     import time
 
-    from slurmforge.render import controller_name
+    from slurmforge.hosts import controller_name
 
     ok = cluster.login("sbatch --parsable --mail-type=BEGIN,END --wrap true")
     bad = cluster.login("sbatch --parsable --mail-type=FAIL --wrap false")
@@ -263,7 +263,7 @@ def test_a_name_held_by_an_unlisted_container_is_freed_only_if_ours(cluster: Clu
 
     from slurmforge.errors import ProvisionError
     from slurmforge.local.podman import Podman
-    from slurmforge.providers.local import LABEL, LocalProvider
+    from slurmforge.local.provider import LABEL, LocalProvider
 
     image = cluster.image()
     podman = Podman()
@@ -327,7 +327,7 @@ def test_no_secret_reaches_the_rollout_logs(cluster: Cluster_) -> None:
     (the key travels base64-encoded to the nodes, so that form is looked for too)."""
     import base64
 
-    from slurmforge.inventory import secrets_dir
+    from slurmforge.state_dirs import secrets_dir
 
     # every `up` of this cluster on this machine (the session's own may have skipped Ansible)
     logs = sorted(cluster.report.log.parent.glob(f"{cluster.spec.name}-up-*.log"))

@@ -1,4 +1,4 @@
-"""What an ML engineer's jobs get on the live local cluster (issue 25): PyTorch, Open MPI 5 and
+"""What an ML engineer's jobs get on the live local cluster: PyTorch, Open MPI 5 and
 mpi4py as modules of the shared tree (the repository's own definitions in modules/, published
 with `slurmforge modules publish`), loaded the cluster's way on any node - a dynamic node born
 after the publish too.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmforge.local import mljobs
 from slurmforge.service.slurm import SlurmClient
+from tests.harness import mljobs
 from tests.integration.conftest import ROOT, Cluster_
 
 pytestmark = pytest.mark.integration

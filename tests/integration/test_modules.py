@@ -21,7 +21,7 @@ import yaml
 from slurmforge.contract import LMOD_LIBEXEC
 from slurmforge.hosts import HostRole
 from slurmforge.inventory import read_inventory
-from slurmforge.modules.node import NodeExecutor, open_inventory
+from slurmforge.remote.node import NodeExecutor, open_inventory
 from tests.integration.conftest import ROOT, Cluster_
 
 pytestmark = pytest.mark.integration
@@ -219,8 +219,8 @@ def test_a_change_that_missed_its_cache_refresh_is_healed_by_the_next_rollout(pu
     it (roles/lmod) when it runs Ansible: `up --full-rollout`, the way to repair drift (a
     plain `up` skips nodes that already have this rollout). The copy is removed afterwards
     and the cache refreshed again."""
+    from slurmforge.lmod.tools import DEBIAN_LIBEXEC
     from slurmforge.local.up import up
-    from slurmforge.modules.lmod import DEBIAN_LIBEXEC
     from tests.integration.conftest import SPEC, QuietPhases
 
     tree = f"{published.root}/modulefiles"

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from slurmforge.contract import ALERTMANAGER_PORT, PROMETHEUS_PORT, SERVICE_PORT
+from slurmforge.hosts import controller_name
 from slurmforge.inventory import read_inventory
-from slurmforge.local.live import wait_until
 from slurmforge.monitoring import controller_address, render_monitoring, shared_mounts
 from slurmforge.nodes import node_names
-from slurmforge.render import controller_name
+from tests.harness.live import wait_until
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""A controller outage or a spec change never takes the cluster down (issue 16), on the live
+"""A controller outage or a spec change never takes the cluster down, on the live
 local cluster, each with jobs in flight and counted in `sacct`:
 
 - a policy change (a partition with a new QoS, a longer preemption exempt time) applied
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmforge.local.live import wait_until
+from tests.harness.live import wait_until
 from tests.integration.conftest import SPEC, Cluster_, QuietPhases
 from tests.integration.test_elastic import root
 

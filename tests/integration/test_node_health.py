@@ -1,4 +1,4 @@
-"""Node health on the live local cluster (issue 25): every compute node runs the health check
+"""Node health on the live local cluster: every compute node runs the health check
 (slurm.conf's HealthCheckProgram, the join program by another name), fast; it sees each way a
 node is broken on purpose; and a node broken under a running job is drained with a `health:`
 reason, its job signalled and requeued, and the node replaced by the scheduler service and in
@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from slurmforge.contract import HEALTH_PROGRAM
-from slurmforge.local.sickness import broken, check, sick_node
 from slurmforge.render import HEALTH_CHECK_INTERVAL
+from tests.harness.sickness import broken, check, sick_node
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration

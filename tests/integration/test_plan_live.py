@@ -21,9 +21,9 @@ import yaml
 from slurmforge.errors import SpecError
 from slurmforge.hosts import HostRole
 from slurmforge.inventory import read_hosts
-from slurmforge.local.live import LiveCluster, wait_until
 from slurmforge.plan import deployed
 from slurmforge.spec import parse_spec
+from tests.harness.live import LiveCluster, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmforge.local.live import wait_until
 from slurmforge.render import SLURMCTLD_LOG
+from tests.harness.live import wait_until
 from tests.integration.conftest import SPEC, Cluster_
 from tests.integration.test_elastic import root
 from tests.integration.test_never_down import up_with

@@ -26,12 +26,12 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from slurmforge.contract import HOSTS_REFRESH
+from slurmforge.hosts import controller_name
 from slurmforge.inventory import read_inventory
 from slurmforge.join import kit_dir, pool_hosts_file
 from slurmforge.local.container import ADDRESS_LABEL
-from slurmforge.local.live import LiveCluster, wait_until
-from slurmforge.providers.local import LocalProvider
-from slurmforge.render import controller_name
+from slurmforge.local.provider import LocalProvider
+from tests.harness.live import LiveCluster, wait_until
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""A busy cluster never notices a restart (slurmforge/local/restarts.py): with jobs in flight
+"""A busy cluster never notices a restart (tests/harness/restarts.py): with jobs in flight
 and arriving, a slurmctld killed -9 while nodes power up, and a rollout (`up` with a policy
 change, its live validation included) strand no job - each one starts as soon as the machine
 of its node is up, no submission is refused, no node is called failed, and sacct has every
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmforge.local.restarts import RestartRun, kill_mid_power_up, under_load
 from slurmforge.validation import validate_inventory
+from tests.harness.restarts import RestartRun, kill_mid_power_up, under_load
 from tests.integration.conftest import SPEC, Cluster_, QuietPhases
 
 pytestmark = pytest.mark.integration

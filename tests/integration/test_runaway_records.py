@@ -13,9 +13,9 @@ import shlex
 
 import pytest
 
-from slurmforge.local.live import wait_until
-from slurmforge.render import controller_names
+from slurmforge.hosts import controller_names
 from slurmforge.service.runaway import RUNAWAY_INTERVAL
+from tests.harness.live import wait_until
 from tests.integration.conftest import Cluster_
 from tests.integration.test_elastic import root
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 
 from slurmforge.contract import SERVICE_BIN
-from slurmforge.render import controller_names
+from slurmforge.hosts import controller_names
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration
 
-IMPORT = "import boto3; from slurmforge.providers.aws import AwsProvider; print(boto3.__version__)"
+IMPORT = "import boto3; from slurmforge.aws.provider import AwsProvider; print(boto3.__version__)"
 
 
 def test_every_controllers_service_venv_imports_the_aws_provider(cluster: Cluster_) -> None:

@@ -1,5 +1,5 @@
-"""Training that survives the cluster's interruptions, end to end on the live local cluster
-(issue 25), with examples/jobs/ddp_train.sbatch (150 steps of 0.2 s, a checkpoint every 10):
+"""Training that survives the cluster's interruptions, end to end on the live local cluster,
+with examples/jobs/ddp_train.sbatch (150 steps of 0.2 s, a checkpoint every 10):
 
 - a spot interruption: the local provider delivers a notice for the machine of the job's
   node in the spot-like pool (cpu-spot); the scheduler service drains the node, signals the
@@ -22,8 +22,8 @@ from __future__ import annotations
 import pytest
 
 from slurmforge.contract import INTERRUPT_FILE
-from slurmforge.local import mljobs
-from slurmforge.local.live import IN_SERVICE, wait_until
+from tests.harness import mljobs
+from tests.harness.live import IN_SERVICE, wait_until
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration

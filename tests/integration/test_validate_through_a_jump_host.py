@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmforge.aws_inventory import ssh_connection
+from slurmforge.aws.inventory import ssh_connection
 from slurmforge.connection import close_control
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import HOSTS_FILE, SPEC_COPY, hosts_document, read_inventory

@@ -171,7 +171,7 @@ def test_the_installed_tool_works_outside_the_clone(outside: Outside) -> None:
     """--help, validate, render, and an AWS stack's inventory from its saved outputs: from a
     directory with nothing of the clone; the inventory goes to the user's state directory,
     nothing into the current directory or the installed package."""
-    from slurmforge.rehearsal.stack import stack_output_json
+    from tests.harness.rehearsal.stack import stack_output_json
     from tests.pulumi.conftest import POOLS_AWS, run_stack
 
     before = site_files(outside.venv)

@@ -28,10 +28,10 @@ from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks
 
 from slurmforge.distro import DEBIAN_13
 from slurmforge.join import JoinSettings
-from slurmforge.rehearsal import stack
-from slurmforge.rehearsal.stack import DYNAMIC, Registered, ec2_shape, plain, secret_keys
 from slurmforge.spec import Cluster, load_spec, validate_data
 from stacks.cluster import build_cluster
+from tests.harness.rehearsal import stack
+from tests.harness.rehearsal.stack import DYNAMIC, Registered, ec2_shape, plain, secret_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = Path(__file__).parent / "specs"
@@ -45,6 +45,7 @@ GPU_AMI = "ami-0goldengpu000000"
 """What the program's bakery returns under the recording mocks: the base variant, and the
 gpu variant (its images are named <cluster>-image-gpu, slurmforge.image_variant)."""
 MUNGE_B64 = "bW9jay1tdW5nZS1rZXktYnl0ZXM="
+JWT_B64 = "bW9jay1qd3Qta2V5LWJ5dGVz"
 DB_PASSWORD = "mock-db-password-0123456789"
 
 
@@ -91,7 +92,7 @@ class RecordingMocks(Mocks):
             ami = GPU_AMI if args.inputs.get("variant") == "gpu" else GOLDEN_AMI
             return {"ami_id": ami, "slurm": "24.11.5-4+deb13u1", "packages": 700, "build_seconds": 300}
         if typ == "random:index/randomBytes:RandomBytes":
-            return {"base64": MUNGE_B64, "hex": "00"}
+            return {"base64": JWT_B64 if args.name.endswith("-jwt-key") else MUNGE_B64, "hex": "00"}
         if typ == "random:index/randomPassword:RandomPassword":
             return {"result": DB_PASSWORD}
         return {}
@@ -214,9 +215,14 @@ def _login_without_efs(data: dict[str, Any]) -> None:
     data["network"]["public_subnets"][1]["zone"] = "eu-west-1d"
 
 
+def _rest_port(data: dict[str, Any]) -> None:
+    data["rest_api"] = {"port": 8443}
+
+
 # Variants of a spec file, validated again like a user's file.
 VARIANTS: dict[str, Callable[[dict[str, Any]], None]] = {"unpinned": _unpinned, "world-ssh": _world_ssh,
-                                                         "login-without-efs": _login_without_efs}
+                                                         "login-without-efs": _login_without_efs,
+                                                         "rest-port": _rest_port}
 
 
 def variant(spec_path: Path, name: str) -> Cluster:

@@ -2,7 +2,7 @@
 whose secrets, roles, instance profiles and launch templates are made in a moto server ->
 the stack outputs -> the scheduler service's AWS provider launches a node from the pool's
 launch template (EC2 Fleet, in moto) -> the instance's user data, read from the AWS
-rehearsal's IMDSv2 stand-in (slurmforge.rehearsal.imds; this machine's requests are the
+rehearsal's IMDSv2 stand-in (tests.harness.rehearsal.imds; this machine's requests are the
 instance's), is exactly `render_join` for those outputs -> the program's own AWS steps,
 sourced and called one at a time in bash:
 
@@ -36,14 +36,14 @@ import pytest
 from moto.core.authorization import enable_iam_authentication
 from moto.secretsmanager.responses import SecretsManagerResponse
 
+from slurmforge.aws.provider import AwsProvider
 from slurmforge.contract import AwsProviderSettings
 from slurmforge.hosts import TAG_NODE
 from slurmforge.join import render_join
-from slurmforge.providers.aws import AwsProvider
-from slurmforge.providers.base import LaunchRequest
-from slurmforge.rehearsal.imds import Imds, service_session
-from slurmforge.rehearsal.stand_in import secret_arn
+from slurmforge.provider import LaunchRequest
 from slurmforge.spec import load_spec
+from tests.harness.rehearsal.imds import Imds, service_session
+from tests.harness.rehearsal.stand_in import secret_arn
 from tests.pulumi.conftest import (
     POOLS_AWS,
     MotoMocks,

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 
 from slurmforge.contract import NFS_OPTIONS
-from slurmforge.hosts import TAG_CLUSTER, TAG_POOL
+from slurmforge.hosts import TAG_CLUSTER, TAG_POOL, login_names
 from slurmforge.join import render_join
-from slurmforge.render import login_names
+from slurmforge.secrets import CLUSTER_SECRETS
 from tests.pulumi.conftest import (
     DB_PASSWORD,
+    JWT_B64,
     LAB_AWS,
     MUNGE_B64,
     POOLS_AWS,
@@ -56,9 +57,25 @@ def test_no_world_ingress_anywhere(any_stack: StackRun) -> None:
 
 def test_login_ssh_only_from_admin_cidrs(any_stack: StackRun) -> None:
     login = any_stack.one(SG, f"{any_stack.spec.name}-login")
-    assert login.inputs["ingress"] == [{
+    assert login.inputs["ingress"][0] == {
         "description": "SSH from the admin CIDRs", "protocol": "tcp", "fromPort": 22, "toPort": 22,
-        "cidrBlocks": any_stack.spec.network.admin_cidrs}]
+        "cidrBlocks": any_stack.spec.network.admin_cidrs}
+
+
+def test_rest_api_reaches_the_login_node_from_inside_the_vpc_only(any_stack: StackRun) -> None:
+    """slurmrestd's port (rest_api.port) on the login group, from the VPC's CIDR: no other
+    group, no other CIDR."""
+    port = any_stack.spec.rest_api.port
+    admitting = [(name, r) for name, r in ingress_rules(any_stack)
+                 if r["protocol"] == "tcp" and r["fromPort"] <= port <= r["toPort"]]
+    assert [(name, r["fromPort"], r["toPort"], r["cidrBlocks"]) for name, r in admitting] == [
+        (f"{any_stack.spec.name}-login", port, port, [any_stack.spec.network.vpc_cidr])]
+
+
+def test_rest_api_rule_follows_the_spec_port() -> None:
+    run = run_stack(POOLS_AWS, "rest-port")
+    login = run.one(SG, "mlpools-login")
+    assert [(r["fromPort"], r["toPort"]) for r in login.inputs["ingress"] if r["fromPort"] != 22] == [(8443, 8443)]
 
 
 def test_world_ssh_only_when_the_spec_says_so_and_only_to_the_login_node() -> None:
@@ -231,7 +248,7 @@ def test_scheduler_terminates_only_this_clusters_pool_machines(any_stack: StackR
         "aws:TagKeys": [TAG_CLUSTER, TAG_POOL]}
     # no instance of the stack carries the pool tag: the policy lets the service touch none of them
     assert all(TAG_POOL not in i.inputs["tags"] for i in any_stack.of_type(INSTANCE))
-    # what the AWS provider calls on a node's instance (slurmforge/providers/aws.py)
+    # what the AWS provider calls on a node's instance (slurmforge/aws/provider.py)
     assert set(touching[0]["Action"]) == {"ec2:TerminateInstances", "ec2:CreateTags"}
 
 
@@ -281,16 +298,19 @@ def test_secrets_are_exported_only_as_secret_outputs(any_stack: StackRun) -> Non
     assert {k for k, secret in any_stack.secret.items() if secret} == {"munge_key", "db_password"}
     assert any_stack.outputs["munge_key"] == MUNGE_B64 and any_stack.outputs["db_password"] == DB_PASSWORD
     public = json.dumps({k: v for k, v in any_stack.outputs.items() if not any_stack.secret[k]})
-    assert MUNGE_B64 not in public and DB_PASSWORD not in public
+    assert MUNGE_B64 not in public and DB_PASSWORD not in public and JWT_B64 not in public
 
 
 def test_secrets_are_generated_and_stored_in_secrets_manager(any_stack: StackRun) -> None:
-    (key,) = any_stack.of_type("random:index/randomBytes:RandomBytes")
-    assert key.inputs["length"] == 1024
-    versions = {v.name: v for v in any_stack.of_type("aws:secretsmanager/secretVersion:SecretVersion")}
     name = any_stack.spec.name
+    keys = {k.name: k.inputs["length"] for k in any_stack.of_type("random:index/randomBytes:RandomBytes")}
+    assert keys == {f"{name}-munge-key": 1024, f"{name}-jwt-key": 32}
+    versions = {v.name: v for v in any_stack.of_type("aws:secretsmanager/secretVersion:SecretVersion")}
     assert versions[f"{name}-munge-key"].inputs["secretString"] == MUNGE_B64
     assert versions[f"{name}-db-password"].inputs["secretString"] == DB_PASSWORD
+    assert versions[f"{name}-jwt-key"].inputs["secretString"] == JWT_B64
+    # the rollout copies each of the cluster's secrets from the ARN the stack exports
+    assert set(any_stack.outputs["secret_arns"]) == {s.stack_key for s in CLUSTER_SECRETS}
     assert all("secretString" in v.secret_inputs for v in versions.values())
 
 
@@ -299,7 +319,7 @@ def test_no_secret_value_in_any_resource_input_but_its_secret(any_stack: StackRu
     for r in any_stack.resources:
         if r.typ not in holders:
             text = json.dumps(r.inputs, default=repr)
-            assert MUNGE_B64 not in text and DB_PASSWORD not in text, r.name
+            assert MUNGE_B64 not in text and DB_PASSWORD not in text and JWT_B64 not in text, r.name
     for rds in any_stack.of_type("aws:rds/instance:Instance"):
         assert "password" in rds.secret_inputs
 

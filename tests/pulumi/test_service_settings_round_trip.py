@@ -24,12 +24,11 @@ import yaml
 from moto import mock_aws
 from typer.testing import CliRunner
 
-from slurmforge import inventory
+from slurmforge import state_dirs
+from slurmforge.aws.provider import AwsProvider
 from slurmforge.cli import app
-from slurmforge.hosts import TAG_NODE
-from slurmforge.providers.aws import AwsProvider
-from slurmforge.providers.base import LaunchRequest
-from slurmforge.render import controller_name, controller_names
+from slurmforge.hosts import TAG_NODE, controller_name, controller_names
+from slurmforge.provider import LaunchRequest
 from slurmforge.rollout import run_playbook
 from slurmforge.service.main import load_provider
 from slurmforge.spec import Cluster, load_spec
@@ -72,7 +71,7 @@ def stack_to_service(ec2: Any, spec: Cluster, tmp_path: Path,
     outputs.write_text(json.dumps(stack_output_json(run)))
 
     # `slurmforge inventory`, as an admin runs it (the Ceph keys it makes go to a temporary root)
-    monkeypatch.setattr(inventory, "SECRETS_ROOT", tmp_path / "secrets")
+    monkeypatch.setattr(state_dirs, "SECRETS_ROOT", tmp_path / "secrets")
     inventory_dir = tmp_path / "inventory"
     res = CliRunner().invoke(app, ["inventory", str(POOLS_AWS), "--from-stack-outputs", str(outputs),
                                    "--out", str(inventory_dir), "--no-fetch-secrets"])
@@ -156,7 +155,7 @@ def test_down_terminates_the_pool_machines_and_nothing_else(ec2: Any, tmp_path: 
     login, Ceph hosts, made here in moto with the tags the program gives them, and with them
     the accounting database on the controller) and another cluster's pool machine stay; the
     service's IAM policy would refuse it a head node or a Ceph host too."""
-    from slurmforge import teardown
+    from slurmforge.aws import teardown
     from slurmforge.hosts import Host
     from tests.pulumi.test_secure_defaults import scheduler_statements
 

@@ -17,15 +17,14 @@ import pulumi
 import pytest
 import yaml
 
-from slurmforge import aws_inventory
-from slurmforge.aws_inventory import fetch_stack_secrets, inventory_from_stack_outputs, read_stack_outputs
+from slurmforge.aws import inventory as aws_inventory
+from slurmforge.aws.inventory import fetch_stack_secrets, inventory_from_stack_outputs, read_stack_outputs
 from slurmforge.connection import close_control
 from slurmforge.contract import AwsProviderSettings, read_settings
 from slurmforge.errors import ProvisionError
-from slurmforge.hosts import HostRole
+from slurmforge.hosts import HostRole, controller_name, controller_names
 from slurmforge.inventory import HOSTS_FILE, VARS_FILE, read_inventory
 from slurmforge.join import render_join
-from slurmforge.render import controller_name, controller_names
 from slurmforge.spec import load_spec
 from slurmforge.validation.conftest import InventorySsh, connect
 from tests.pulumi.conftest import (
@@ -246,17 +245,20 @@ def test_stack_secrets_reach_the_rollout_machine_private(secretsmanager: Any, tm
     key = bytes(range(256)) * 4
     munge = secretsmanager.create_secret(Name="munge", SecretString=base64.b64encode(key).decode())["ARN"]
     db = secretsmanager.create_secret(Name="db", SecretString=DB_PASSWORD)["ARN"]
-    outputs = {"cluster": "mlpools", "secret_arns": {"munge_key": munge, "db_password": db}}
+    jwt_key = bytes(range(32))
+    jwt = secretsmanager.create_secret(Name="jwt", SecretString=base64.b64encode(jwt_key).decode())["ARN"]
+    outputs = {"cluster": "mlpools", "secret_arns": {"munge_key": munge, "db_password": db, "jwt_key": jwt}}
     directory = fetch_stack_secrets(outputs, secretsmanager, tmp_path / "secrets")
     assert (directory / "munge.key").read_bytes() == key
     assert (directory / "slurmdbd.password").read_text() == DB_PASSWORD
+    assert (directory / "jwt_hs256.key").read_bytes() == jwt_key
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     assert {stat.S_IMODE(p.stat().st_mode) for p in directory.iterdir()} == {0o600}
-    assert sorted(p.name for p in directory.iterdir()) == ["munge.key", "slurmdbd.password"]
+    assert sorted(p.name for p in directory.iterdir()) == ["jwt_hs256.key", "munge.key", "slurmdbd.password"]
 
 
 def test_missing_stack_secret_is_one_line(secretsmanager: Any, tmp_path: Path) -> None:
     arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:gone"
     with pytest.raises(ProvisionError, match=re.escape(f"cannot read {arn} from Secrets Manager")):
-        fetch_stack_secrets({"cluster": "c", "secret_arns": {"munge_key": arn, "db_password": arn}},
+        fetch_stack_secrets({"cluster": "c", "secret_arns": {"munge_key": arn, "db_password": arn, "jwt_key": arn}},
                             secretsmanager, tmp_path)

@@ -9,9 +9,8 @@ import json
 import pytest
 
 from slurmforge.errors import SpecError
-from slurmforge.hosts import TAG_CLUSTER, TAG_POOL
+from slurmforge.hosts import TAG_CLUSTER, TAG_POOL, login_subnets
 from slurmforge.image_variant import ImageVariant, pool_image_variant
-from slurmforge.render import login_subnets
 from tests.pulumi.conftest import DYNAMIC, GOLDEN_AMI, GPU_AMI, LAB_AWS, StackRun, run_stack, variant
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
@@ -108,7 +107,7 @@ def test_templates_boot_the_golden_image_with_the_pool_type_and_tags(any_stack: 
 
 def test_no_pool_settings_outside_the_inventory(any_stack: StackRun) -> None:
     """The scheduler service reads its pools from the inventory (the spec, and the provider
-    settings slurmforge.aws_inventory writes from the stack outputs): a second copy of them
+    settings slurmforge.aws.inventory writes from the stack outputs): a second copy of them
     in Parameter Store would be read by nothing and drift from the one that is."""
     assert any_stack.of_type("aws:ssm/parameter:Parameter") == []
     assert "pool_parameters" not in any_stack.outputs

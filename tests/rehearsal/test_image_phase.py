@@ -1,4 +1,4 @@
-"""The AWS rehearsal's first phase (slurmforge.rehearsal.image_phase): the stack's golden
+"""The AWS rehearsal's first phase (tests.harness.rehearsal.image_phase): the stack's golden
 image built by `bake` (stacks/image.py) with a real build instance - a podman container
 booted from the Debian AMI stand-in, running its own user data under cloud-init - against
 a moto server; the AMI it made boots as another machine that holds the build's record.
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from slurmforge.rehearsal import image_phase
-from slurmforge.rehearsal.imds import TOKEN_PATH
-from slurmforge.rehearsal.machines import LABEL, PREFIX
-from slurmforge.rehearsal.stand_in import StandIn, stand_in
+from tests.harness.rehearsal import image_phase
+from tests.harness.rehearsal.imds import TOKEN_PATH
+from tests.harness.rehearsal.machines import LABEL, PREFIX
+from tests.harness.rehearsal.stand_in import StandIn, stand_in
 
 pytestmark = pytest.mark.rehearsal
 

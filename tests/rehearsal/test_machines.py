@@ -1,4 +1,4 @@
-"""The rehearsal's machines (slurmforge.rehearsal.machines) follow their instances in moto,
+"""The rehearsal's machines (tests.harness.rehearsal.machines) follow their instances in moto,
 and moto follows the machines: stopped, started again (the metadata service reachable
 again), terminated; a machine that powers itself off stops or terminates its instance as
 its shutdown behaviour says. Machines from the Debian AMI stand-in (no build)."""
@@ -14,10 +14,10 @@ import pytest
 
 from slurmforge.distro import DEBIAN_13
 from slurmforge.local.podman import Podman
-from slurmforge.rehearsal.imds import ADDRESS
-from slurmforge.rehearsal.machines import PREFIX
-from slurmforge.rehearsal.parent import ensure_parent
-from slurmforge.rehearsal.stand_in import StandIn, stand_in
+from tests.harness.rehearsal.imds import ADDRESS
+from tests.harness.rehearsal.machines import PREFIX
+from tests.harness.rehearsal.parent import ensure_parent
+from tests.harness.rehearsal.stand_in import StandIn, stand_in
 
 pytestmark = pytest.mark.rehearsal
 

@@ -1,4 +1,4 @@
-"""The AWS rehearsal's stack phase (slurmforge.rehearsal.stack_phase): `pulumi up` of
+"""The AWS rehearsal's stack phase (tests.harness.rehearsal.stack_phase): `pulumi up` of
 stacks/ with every resource made in the stand-in, the head nodes and Ceph hosts booted from
 the golden image with their own user data, then the admin's steps of docs/aws.md - the
 stack outputs, `slurmforge inventory --from-stack-outputs`, SSH to the login node's
@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 
-from slurmforge.inventory import secrets_dir
-from slurmforge.rehearsal import stack_phase
-from slurmforge.rehearsal.machines import LABEL
-from slurmforge.rehearsal.stack import DYNAMIC
-from slurmforge.rehearsal.stand_in import StandIn, stand_in
+from slurmforge.state_dirs import secrets_dir
+from tests.harness.rehearsal import stack_phase
+from tests.harness.rehearsal.machines import LABEL
+from tests.harness.rehearsal.stack import DYNAMIC
+from tests.harness.rehearsal.stand_in import StandIn, stand_in
 
 pytestmark = pytest.mark.rehearsal
 

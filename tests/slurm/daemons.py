@@ -14,6 +14,7 @@ import itertools
 import os
 import random
 import re
+import secrets
 import shutil
 import socket
 import tempfile
@@ -24,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmforge.contract import JOIN_PROGRAM
+from slurmforge.hosts import controller_names
 from slurmforge.join import JoinSettings, render_join
 from slurmforge.nodes import node_names
-from slurmforge.render import controller_names
 from slurmforge.routing import JOB_SUBMIT_SCRIPT
 from slurmforge.spec import Cluster
 from tests.judge import Judge, node_image
@@ -83,6 +84,7 @@ class RunDir:
     munge_socket: Path
     munge_key: Path
     munge_out: Path
+    jwt_key: Path
     power_stub: Path
     nodes_ready: Path
     slurmd_spool: Path
@@ -96,10 +98,14 @@ class RunDir:
         root = Path(tempfile.mkdtemp(prefix="slurmforge-slurmctld-"))
         root.chmod(0o755)
         (root / "state").mkdir()
+        # AuthAltParameters' key: slurmctld and slurmdbd refuse to start without it
+        jwt_key = root / "jwt_hs256.key"
+        jwt_key.write_bytes(secrets.token_bytes(32))
+        jwt_key.chmod(0o600)
         return cls(root=root, conf=root / "slurm.conf", state=root / "state", ctld_log=root / "slurmctld.log",
                    ctld_pid=root / "slurmctld.pid", ctld_out=root / "slurmctld.out",
                    munge_socket=root / "munge.socket", munge_key=root / "munge.key", munge_out=root / "munged.out",
-                   power_stub=root / "power-stub", nodes_ready=root / "slurmforge-nodes-ready",
+                   jwt_key=jwt_key, power_stub=root / "power-stub", nodes_ready=root / "slurmforge-nodes-ready",
                    slurmd_spool=root / "spool", slurmd_log=root / "slurmd.log", slurmd_out=root / "slurmd.out")
 
     def remove(self) -> None:
@@ -138,6 +144,7 @@ def adapt_for_tmp(rendered: str, run: RunDir, host: str, slurmctld_port: int, sl
         "SlurmdPort": str(slurmd_port),
         # slurmctld and scontrol talk to the private munged, not /run/munge
         "AuthInfo": f"socket={run.munge_socket}",
+        "AuthAltParameters": f"jwt_key={run.jwt_key}",
         **(settings or {}),
     }
     if slurmd:
@@ -201,7 +208,8 @@ def adapt_slurmdbd_conf(rendered: str, run: RunDir, host: str, port: int, passwo
     user, port, log and pid files, munge socket, and the password the rollout would put in
     the included file (the MariaDB in the judge: start_mariadb)."""
     override = {"DbdHost": host, "DbdPort": str(port), "SlurmUser": "root", "LogFile": str(run.root / "slurmdbd.log"),
-                "PidFile": str(run.root / "slurmdbd.pid"), "AuthInfo": f"socket={run.munge_socket}"}
+                "PidFile": str(run.root / "slurmdbd.pid"), "AuthInfo": f"socket={run.munge_socket}",
+                "AuthAltParameters": f"jwt_key={run.jwt_key}"}
     out = []
     for line in rendered.splitlines():
         key = line.split("=", 1)[0] if "=" in line and not line.startswith("#") else ""

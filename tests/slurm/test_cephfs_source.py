@@ -16,7 +16,7 @@ import pytest
 
 from slurmforge.ceph import client_name, monitors, render_ceph_conf
 from slurmforge.join import local_settings, render_join
-from slurmforge.providers.local import LocalProvider
+from slurmforge.local.provider import LocalProvider
 from slurmforge.spec import load_spec
 from tests.judge import node_image
 

@@ -13,8 +13,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from slurmforge.modules.lmod import DEBIAN_LIBEXEC
-from slurmforge.modules.node import NodeExecutor
+from slurmforge.lmod.tools import DEBIAN_LIBEXEC
+from slurmforge.remote.node import NodeExecutor
 from tests.judge import Judge
 
 LMOD_INIT = "/usr/share/lmod/lmod/init/bash"

@@ -23,11 +23,11 @@ from moto.core.botocore_stubber import BotocoreStubber
 from test_service_daemon import FakeSlurm
 from test_service_world import POWERED_DOWN, POWERING_UP, SPEC, Clock, node, spec
 
+from slurmforge.aws.provider import AwsProvider, TokenBucket, fleet_error, parse_interruption
 from slurmforge.contract import AwsProviderSettings
 from slurmforge.errors import ProvisionError, SpecError
 from slurmforge.hosts import TAG_ACCOUNT, TAG_CLUSTER, TAG_JOB, TAG_LINK, TAG_NODE, TAG_POOL, TAG_TOKEN, TAG_USER
-from slurmforge.providers.aws import AwsProvider, TokenBucket, fleet_error, parse_interruption
-from slurmforge.providers.base import THROTTLED, InstanceState, LaunchRequest
+from slurmforge.provider import THROTTLED, InstanceState, LaunchRequest
 from slurmforge.service import handoff
 from slurmforge.service.daemon import Daemon, DaemonConfig
 from slurmforge.service.slurm import Job
@@ -702,9 +702,9 @@ def test_a_fleets_quota_error_stands_for_it_before_capacity() -> None:
 
 
 def test_every_catalog_type_names_its_service_quota_in_both_markets() -> None:
-    from slurmforge.catalog import ec2_quota, load_catalog
+    from slurmforge.instance_types import ec2_quota, load_instance_types
 
-    for name in load_catalog():
+    for name in load_instance_types():
         for market in ("on-demand", "spot"):
             assert ec2_quota(name, market).code.startswith("L-"), (name, market)
     assert str(ec2_quota("p5.48xlarge", "spot")) == "All P5 Spot Instance Requests (L-C4BD4855)"

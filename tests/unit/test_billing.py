@@ -18,7 +18,7 @@ from slurmforge.billing import (
     partition_weights,
     pool_price,
 )
-from slurmforge.catalog import load_catalog, load_prices, price
+from slurmforge.instance_types import load_instance_types, load_prices, price
 from slurmforge.nodes import pool_hardware
 from slurmforge.render import render
 from slurmforge.spec import Cluster, load_spec, validate_data
@@ -48,7 +48,7 @@ def aws_spec(pools: list[dict[str, object]], partitions: list[dict[str, object]]
 def test_every_catalog_type_has_a_dated_sourced_price() -> None:
     prices = load_prices()
     assert prices.region == "us-east-1" and prices.currency == "USD"
-    for name in load_catalog():
+    for name in load_instance_types():
         on_demand, spot = price(name), price(name, "spot")
         assert on_demand is not None and spot is not None, name
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", on_demand.date) and on_demand.source, name
@@ -78,10 +78,10 @@ def test_pool_price_spec_first_then_catalog_in_its_market() -> None:
     assert all(pool_price(p) is None for p in local.pools)  # owned machines without a price
 
 
-@pytest.mark.parametrize("name", sorted(load_catalog()))
+@pytest.mark.parametrize("name", sorted(load_instance_types()))
 @pytest.mark.parametrize("market", ["on-demand", "spot"])
 def test_a_whole_node_is_billed_its_price_and_a_share_its_share(name: str, market: str) -> None:
-    kind = "gpu" if load_catalog()[name].accelerators else "cpu"
+    kind = "gpu" if load_instance_types()[name].accelerators else "cpu"
     # a spot partition may not be the default: an on-demand one is
     spec = aws_spec([{"name": "p", "kind": kind, "instance_types": [name], "max_nodes": 1, "market": market},
                      {"name": "od", "kind": "cpu", "instance_types": ["m6i.large"], "max_nodes": 1}],

@@ -24,11 +24,11 @@ from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import read_inventory, write_inventory
 from slurmforge.local import host
 from slurmforge.local import up as local_up
+from slurmforge.local.provider import LocalProvider
 from slurmforge.local.up import UpReport
-from slurmforge.modules.executor import Completed
 from slurmforge.plan import deployed
 from slurmforge.plan.deployed import Deployed
-from slurmforge.providers.local import LocalProvider
+from slurmforge.remote.executor import Completed
 from slurmforge.render import render_all
 from slurmforge.rollout import Progress, RolloutResult, rollout_digest
 from slurmforge.spec import load_spec, parse_spec
@@ -334,7 +334,7 @@ def test_secrets_and_logs_are_roots_or_the_users_own(euid: int, xdg: str | None,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """An AWS cluster is built, rolled out and validated from an admin's own account: its
     secrets and logs go to their state directory, never to root's."""
-    from slurmforge.inventory import secrets_dir
+    from slurmforge.state_dirs import secrets_dir
 
     monkeypatch.setattr(os, "geteuid", lambda: euid)
     monkeypatch.setenv("HOME", "/home/ann")

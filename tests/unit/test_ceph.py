@@ -23,7 +23,7 @@ from slurmforge.ceph import (
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import HOSTS_FILE, VARS_FILE, read_inventory, write_inventory
-from slurmforge.providers.local import LocalProvider
+from slurmforge.local.provider import LocalProvider
 from slurmforge.secrets import CEPH_FSID, CEPH_SECRETS, cephx_key, ensure_ceph_secrets
 from slurmforge.spec import Cluster, load_spec
 

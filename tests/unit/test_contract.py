@@ -30,7 +30,7 @@ from slurmforge.contract import (
 from slurmforge.distro import DEBIAN_13
 from slurmforge.errors import ProvisionError
 from slurmforge.inventory import cluster_vars
-from slurmforge.providers.local import LocalProvider
+from slurmforge.local.provider import LocalProvider
 from slurmforge.spec import load_spec
 
 pytestmark = pytest.mark.unit
@@ -186,7 +186,7 @@ def test_the_service_venv_holds_the_wheels_requirements_and_its_service_extra() 
     held = list(contract.service_requirements())
     assert sorted(map(Requirement, held), key=str) == sorted(map(Requirement, declared), key=str)
     assert len(held) == len(declared) and any(r.startswith("boto3") for r in held)
-    assert "import boto3" in (ROOT / "slurmforge" / "providers" / "aws.py").read_text()
+    assert "import boto3" in (ROOT / "slurmforge" / "aws" / "provider.py").read_text()
     assert role_default("scheduler_service", "scheduler_service_dependencies") == held
 
 

@@ -15,11 +15,10 @@ import pytest
 import yaml
 
 from slurmforge.contract import HOSTS_REFRESH, JOIN_PROGRAM, JOIN_UNIT, KIT_POOL_HOSTS, NFS_OPTIONS
-from slurmforge.hosts import Host, HostRole
+from slurmforge.hosts import Host, HostRole, controller_names
 from slurmforge.inventory import JOIN, KIT, RENDERED, write_inventory
 from slurmforge.join import JoinSettings, kit_files, local_settings, render_join
-from slurmforge.providers.local import LocalProvider
-from slurmforge.render import controller_names
+from slurmforge.local.provider import LocalProvider
 from slurmforge.spec import Cluster, load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

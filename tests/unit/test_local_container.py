@@ -13,7 +13,7 @@ import pytest
 from slurmforge.contract import JOIN_PROGRAM, JOIN_SECRETS_DIR
 from slurmforge.hosts import HostRole
 from slurmforge.local.container import INIT, compute_container
-from slurmforge.providers.local import LocalProvider
+from slurmforge.local.provider import LocalProvider
 from slurmforge.spec import load_spec
 
 pytestmark = pytest.mark.unit

@@ -11,10 +11,10 @@ import pytest
 
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole
-from slurmforge.local import faults, live
-from slurmforge.local.faults import FAULT_JOB, JobNodes, controller_outage, dead_node
-from slurmforge.local.live import LiveCluster
 from slurmforge.spec import load_spec
+from tests.harness import faults, live
+from tests.harness.faults import FAULT_JOB, JobNodes, controller_outage, dead_node
+from tests.harness.live import LiveCluster
 
 pytestmark = pytest.mark.unit
 

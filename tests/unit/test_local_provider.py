@@ -16,7 +16,7 @@ from slurmforge.errors import ProvisionError
 from slurmforge.hosts import HostRole
 from slurmforge.local.container import compute_container
 from slurmforge.local.podman import ContainerInfo, runs_in
-from slurmforge.providers.local import MARIADB_DATADIR, LocalProvider
+from slurmforge.local.provider import MARIADB_DATADIR, LocalProvider
 from slurmforge.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

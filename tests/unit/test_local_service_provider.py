@@ -23,8 +23,8 @@ from slurmforge.errors import ProvisionError
 from slurmforge.hosts import TAG_LINK, TAG_TOKEN
 from slurmforge.local.api import PodmanApi
 from slurmforge.local.container import compute_container
-from slurmforge.providers.base import CapacityError, Instance, InstanceState, LaunchRequest, Provisioner
-from slurmforge.providers.local import STOP_GRACE, PoolMachines, service_provider
+from slurmforge.local.provider import STOP_GRACE, PoolMachines, service_provider
+from slurmforge.provider import CapacityError, Instance, InstanceState, LaunchRequest, Provisioner
 from slurmforge.service.main import build_provider
 from slurmforge.spec import load_spec
 

@@ -14,8 +14,8 @@ from lmod_node import PYTHON, node_executor
 from typer.testing import CliRunner, Result
 
 from slurmforge.errors import ModuleError, SpecError
-from slurmforge.modules import executor
-from slurmforge.modules.cli import modules_app
+from slurmforge.lmod.cli import modules_app
+from slurmforge.remote import executor
 from tests.judge import Judge
 
 pytestmark = pytest.mark.unit

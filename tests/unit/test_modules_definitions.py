@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from slurmforge.errors import SpecError
-from slurmforge.modules.catalog import load_bundle, load_catalog, validate_catalog
-from slurmforge.modules.definition import (
+from slurmforge.lmod.catalog import load_bundle, load_catalog, validate_catalog
+from slurmforge.lmod.definition import (
     ModuleName,
     checksum,
     is_scheme_name,

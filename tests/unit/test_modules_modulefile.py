@@ -10,10 +10,10 @@ import jinja2
 import pytest
 from lmod_node import check_syntax, readable_copy
 
-from slurmforge.modules.catalog import Catalog, load_bundle, load_catalog
-from slurmforge.modules.definition import ModuleName, has_prefix
-from slurmforge.modules.modulefile import environment, lua, lua_long, render_modulefile, render_modulerc
-from slurmforge.modules.tree import Tree
+from slurmforge.lmod.catalog import Catalog, load_bundle, load_catalog
+from slurmforge.lmod.definition import ModuleName, has_prefix
+from slurmforge.lmod.modulefile import environment, lua, lua_long, render_modulefile, render_modulerc
+from slurmforge.lmod.tree import Tree
 from tests.judge import Judge
 
 pytestmark = pytest.mark.unit

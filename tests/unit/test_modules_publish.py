@@ -25,11 +25,11 @@ import yaml
 from lmod_node import PYTHON, check_syntax, in_judge, module, node_executor
 
 from slurmforge.errors import ModuleError
-from slurmforge.modules.catalog import Catalog, load_catalog
-from slurmforge.modules.lmod import DEBIAN_LIBEXEC, Lmod
-from slurmforge.modules.plan import Action
-from slurmforge.modules.publisher import Actor, ModuleTree
-from slurmforge.modules.tree import Tree
+from slurmforge.lmod.catalog import Catalog, load_catalog
+from slurmforge.lmod.plan import StepKind
+from slurmforge.lmod.publisher import Actor, ModuleTree
+from slurmforge.lmod.tools import DEBIAN_LIBEXEC, Lmod
+from slurmforge.lmod.tree import Tree
 from tests.judge import Judge
 
 log = logging.getLogger(__name__)
@@ -224,7 +224,7 @@ def test_manifest_records_who_when_and_checksum(published: Published) -> None:
 def test_publishing_again_is_a_no_op(published: Published) -> None:
     before = snapshot(published)
     steps = published.tree.publish(published.catalog(), [SIX, "apps/hello/2.0"])
-    assert {s.action for s in steps} == {Action.UNCHANGED}
+    assert {s.action for s in steps} == {StepKind.UNCHANGED}
     assert snapshot(published) == before
 
 
@@ -257,11 +257,11 @@ def test_default_and_rollback_change_what_load_picks(published: Published) -> No
         return published.module("module load apps/python && module -t list 2>&1").stdout.strip()
 
     assert picked() == "apps/python/3.13"  # Lmod alone would pick the highest, 3.13.N
-    assert published.tree.set_default(published.patch).action is Action.DEFAULT
+    assert published.tree.set_default(published.patch).action is StepKind.DEFAULT
     assert picked() == published.patch
-    assert published.tree.set_default(published.patch).action is Action.UNCHANGED
+    assert published.tree.set_default(published.patch).action is StepKind.UNCHANGED
     step = published.tree.rollback("apps/python")
-    assert (step.module, step.action) == ("apps/python/3.13", Action.DEFAULT)
+    assert (step.module, step.action) == ("apps/python/3.13", StepKind.DEFAULT)
     assert picked() == "apps/python/3.13"
     with pytest.raises(ModuleError, match="apps/python: no earlier default recorded"):
         published.tree.rollback("apps/python")
@@ -272,14 +272,14 @@ def test_deprecated_version_is_hidden_but_loads_with_a_message(published: Publis
     assert "apps/hello/1.0" in avail(published)
     with pytest.raises(ModuleError, match="is the default of apps/python"):
         published.tree.deprecate("apps/python/3.13")
-    assert published.tree.deprecate("apps/hello/1.0").action is Action.DEPRECATE
+    assert published.tree.deprecate("apps/hello/1.0").action is StepKind.DEPRECATE
     shown = avail(published)
     assert "apps/hello/1.0" not in shown and "apps/hello/2.0" in shown
     done = published.module("module load apps/hello/1.0 && hello")
     assert done.stdout.strip() == "hello 1.0"
     assert "apps/hello/1.0 is deprecated" in done.stderr
     assert published.tree.manifest().modules["apps/hello/1.0"].deprecated
-    assert published.tree.deprecate("apps/hello/1.0").action is Action.UNCHANGED
+    assert published.tree.deprecate("apps/hello/1.0").action is StepKind.UNCHANGED
     with pytest.raises(ModuleError, match="deprecated and cannot be the default"):
         published.tree.set_default("apps/hello/1.0")
 
@@ -311,13 +311,13 @@ def test_leftovers_of_an_interrupted_publish_are_refused(published: Published) -
     stray.mkdir(parents=True)
     try:
         [step] = published.tree.plan(published.catalog(), ["apps/hello/3.0"])
-        assert step.action is Action.REFUSED and str(stray) in step.detail
+        assert step.action is StepKind.REFUSED and str(stray) in step.detail
         with pytest.raises(ModuleError, match="interrupted publish"):
             published.tree.publish(published.catalog(), ["apps/hello/3.0"])
     finally:
         stray.rmdir()
     [step] = published.tree.plan(published.catalog(), ["apps/hello/3.0"])
-    assert step.action is Action.BUILD
+    assert step.action is StepKind.BUILD
 
 
 def test_a_held_lock_refuses_changes(published: Published) -> None:
@@ -345,4 +345,4 @@ def fresh_root(tmp_path: Path) -> Iterator[Path]:
 def test_venv_build_needs_its_python_published_first(fresh_root: Path, published: Published) -> None:
     tree = open_tree(published.judge, fresh_root)
     steps = tree.plan(published.catalog(), [SIX])
-    assert [(s.module, s.action) for s in steps] == [("apps/python/3.13", Action.BUILD), (SIX, Action.BUILD)]
+    assert [(s.module, s.action) for s in steps] == [("apps/python/3.13", StepKind.BUILD), (SIX, StepKind.BUILD)]

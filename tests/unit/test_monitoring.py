@@ -16,10 +16,9 @@ from test_service_world import SPEC as AWS_SPEC
 from test_service_world import spec as aws_spec
 
 from slurmforge.contract import ALERT_RULES_FILE, ALERTMANAGER_PORT, TARGETS_FILE
-from slurmforge.hosts import Host, HostRole
+from slurmforge.hosts import Host, HostRole, controller_name, login_names
 from slurmforge.monitoring import alert_rules, render_monitoring, shared_mounts
 from slurmforge.nodes import node_sets, pool_hardware
-from slurmforge.render import controller_name, login_names
 from slurmforge.spec import Cluster, load_spec, parse_spec
 from tests.judge import Judge
 

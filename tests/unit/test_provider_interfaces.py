@@ -7,28 +7,27 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
-import pkgutil
 from pathlib import Path
 
 import pytest
 
-import slurmforge.providers
-from slurmforge.providers.aws import AwsProvider
-from slurmforge.providers.base import Machines, Provisioner
-from slurmforge.providers.local import LocalProvider, PoolMachines
+from slurmforge.aws.provider import AwsProvider
+from slurmforge.local.provider import LocalProvider, PoolMachines
+from slurmforge.provider import Machines, Provisioner
 
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-PROVIDERS = ROOT / "slurmforge" / "providers"
+PROVIDERS = [ROOT / "slurmforge" / "provider.py", *sorted(ROOT.glob("slurmforge/*/provider.py"))]
 SERVICE = ROOT / "slurmforge" / "service"
 
 
 def provider_classes() -> dict[type, set[type]]:
-    """Every class of slurmforge.providers.* that implements an interface -> the interfaces."""
+    """Every class of each target's provider (slurmforge.<target>.provider) that implements
+    an interface -> the interfaces."""
     found: dict[type, set[type]] = {}
-    for info in pkgutil.iter_modules(slurmforge.providers.__path__):
-        module = importlib.import_module(f"slurmforge.providers.{info.name}")
+    for path in PROVIDERS[1:]:
+        module = importlib.import_module(f"slurmforge.{path.parent.name}.provider")
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if cls.__module__ == module.__name__ and cls not in (Machines, Provisioner):
                 interfaces = {i for i in (Machines, Provisioner) if issubclass(cls, i)}
@@ -89,8 +88,8 @@ def raising_methods(source: str) -> list[str]:
 
 
 def test_no_provider_method_raises_by_design() -> None:
-    found = {path.name: raising_methods(path.read_text()) for path in sorted(PROVIDERS.glob("*.py"))}
-    assert set(found) >= {"aws.py", "base.py", "local.py"}
+    found = {str(path.relative_to(ROOT)): raising_methods(path.read_text()) for path in PROVIDERS}
+    assert set(found) >= {"slurmforge/aws/provider.py", "slurmforge/provider.py", "slurmforge/local/provider.py"}
     assert {name: methods for name, methods in found.items() if methods} == {}
 
 

@@ -1,4 +1,4 @@
-"""The AWS rehearsal's IAM check (slurmforge.rehearsal.stand_in.instance_roles_enforced),
+"""The AWS rehearsal's IAM check (tests.harness.rehearsal.stand_in.instance_roles_enforced),
 against a moto server: a call with an instance role's credentials to Secrets Manager or SQS
 does what the role's policies allow and nothing else; the admin's calls are the account's."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 import pytest
 
-from slurmforge.rehearsal.stand_in import instance_roles_enforced
+from tests.harness.rehearsal.stand_in import instance_roles_enforced
 from tests.pulumi.conftest import moto_server
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""The metadata service stand-in of the AWS rehearsal (slurmforge.rehearsal.imds), against a
+"""The metadata service stand-in of the AWS rehearsal (tests.harness.rehearsal.imds), against a
 moto server: IMDSv2 only, one instance per source address, what cloud-init's EC2
 datasource and the join program read, live from moto."""
 
@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 import pytest
 
-from slurmforge.rehearsal.imds import Imds
+from tests.harness.rehearsal.imds import Imds
 from tests.pulumi.conftest import moto_server
 
 pytestmark = pytest.mark.unit

@@ -144,3 +144,15 @@ def test_a_requeued_job_is_held_seconds_not_two_minutes(example: Path) -> None:
     default): every cluster sets a short one, as slurm.conf's AuthInfo."""
     conf = render_all(load_spec(example), source=example.name)["slurm.conf"]
     assert re.findall(r"^AuthInfo=(.*)$", conf, re.M) == ["cred_expire=10"]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_slurmctld_and_slurmdbd_verify_rest_api_tokens_with_one_key(example: Path) -> None:
+    """`scontrol token` and the REST API: slurmctld and slurmdbd take JSON Web Tokens beside
+    munge, both with the cluster's key (the rollout writes it there from the secret store)."""
+    rendered = render_all(load_spec(example), source=example.name)
+    for name in ("slurm.conf", "slurmdbd.conf"):
+        conf = rendered[name]
+        assert re.findall(r"^AuthType=(.*)$", conf, re.M) == ["auth/munge"], name
+        assert re.findall(r"^AuthAltTypes=(.*)$", conf, re.M) == ["auth/jwt"], name
+        assert re.findall(r"^AuthAltParameters=(.*)$", conf, re.M) == [f"jwt_key={contract.JWT_KEY_FILE}"], name

@@ -17,7 +17,10 @@ import pytest
 from typer.testing import CliRunner
 
 from slurmforge.cli import app
+from slurmforge.inventory import write_inventory
+from slurmforge.local.provider import LocalProvider
 from slurmforge.report import PLOTS, Prometheus, ReportError, make_report, parse_duration, step_for
+from slurmforge.spec import load_spec
 
 pytestmark = pytest.mark.unit
 
@@ -110,7 +113,10 @@ def test_prometheus_error_is_reported(tmp_path: Path) -> None:
 
 
 def test_cli_report_errors_are_one_line(tmp_path: Path, recorded: FakePrometheus) -> None:
-    inventory = Path(__file__).resolve().parents[2] / "inventories" / "example"
+    spec_path = Path(__file__).resolve().parents[2] / "examples" / "local.yaml"
+    spec = load_spec(spec_path)
+    inventory = write_inventory(spec, spec_path, LocalProvider(spec, "img", state_root=tmp_path / "state").hosts(),
+                                tmp_path / "inventory", tmp_path / "secrets")
     runner = CliRunner()
     res = runner.invoke(app, ["report", "--inventory", str(inventory), "--since", "soon", "--out", str(tmp_path)])
     assert res.exit_code == 2 and "not a duration" in res.output and "Traceback" not in res.output

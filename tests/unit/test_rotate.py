@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from slurmforge.aws_inventory import fetch_stack_secrets
+from slurmforge.aws.inventory import fetch_stack_secrets
 from slurmforge.cli import app
 from slurmforge.secrets import DB_PASSWORD, MUNGE_KEY, SecretStore, ensure_secrets, new_munge_key
 

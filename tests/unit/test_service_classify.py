@@ -27,7 +27,7 @@ from test_service_world import (
 )
 
 from slurmforge.hosts import TAG_TOKEN
-from slurmforge.providers.base import InstanceState
+from slurmforge.provider import InstanceState
 from slurmforge.service import when
 from slurmforge.service.actions import (
     AbandonLaunch,

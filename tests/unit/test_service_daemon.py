@@ -16,7 +16,7 @@ import pytest
 from test_service_world import NOW, POWERED_DOWN, POWERING_UP, SPEC, Clock, instance, node
 
 from slurmforge.hosts import TAG_POOL
-from slurmforge.providers.base import Instance, InstanceState, Interruption, LaunchRequest, LaunchResult, Machines
+from slurmforge.provider import Instance, InstanceState, Interruption, LaunchRequest, LaunchResult, Machines
 from slurmforge.service import handoff
 from slurmforge.service.daemon import Daemon, DaemonConfig
 from slurmforge.service.slurm import Job, NodeState, SlurmClient

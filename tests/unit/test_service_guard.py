@@ -15,10 +15,10 @@ from test_service_daemon import FakeCloud, FakeSlurm, all_nodes, make, resume
 from test_service_world import NOW, POWERING_UP, Clock, instance
 
 from slurmforge.errors import ProvisionError
-from slurmforge.providers.base import Instance, InstanceState
+from slurmforge.provider import Instance, InstanceState
 from slurmforge.service.actions import MarkDown
+from slurmforge.service.applier import Applier
 from slurmforge.service.daemon import Daemon
-from slurmforge.service.executor import Executor
 from slurmforge.service.slurm import Job, SlurmClient, parse_jobs, parse_nodes
 from slurmforge.service.state import Store
 from slurmforge.service.topology import topology
@@ -215,7 +215,7 @@ def test_the_executor_marks_nodes_down_with_one_scontrol_call(tmp_path: Path) ->
 
     spec = load_spec(Path(__file__).parents[2] / "examples" / "local.yaml")
     store = Store(tmp_path / "state.db")
-    Executor(SlurmClient(runner), FakeCloud(Clock()), store, lambda: NOW).execute(
+    Applier(SlurmClient(runner), FakeCloud(Clock()), store, lambda: NOW).apply(
         [MarkDown(("a-01",), "slurmforge: gone"), MarkDown(("a-02",), "slurmforge: gone")], topology(spec))
     assert calls == [["scontrol", "update", "nodename=a-[01-02]", "state=down", "reason=slurmforge: gone"]]
     assert [(e.kind, e.count, e.detail) for e in store.events()] == [("mark-down", 2, "slurmforge: gone")]

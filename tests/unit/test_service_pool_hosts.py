@@ -15,11 +15,11 @@ from test_service_world import NOW, POWERED_DOWN, POWERING_UP, Clock, instance
 
 from slurmforge.inventory import cluster_vars
 from slurmforge.join import kit_dir, pool_hosts_file
-from slurmforge.providers.base import Instance, InstanceState, LaunchRequest, LaunchResult
-from slurmforge.providers.local import LocalProvider
+from slurmforge.local.provider import LocalProvider
+from slurmforge.provider import Instance, InstanceState, LaunchRequest, LaunchResult
 from slurmforge.service import actions as a
+from slurmforge.service.applier import Applier
 from slurmforge.service.daemon import Daemon, DaemonConfig
-from slurmforge.service.executor import Executor
 from slurmforge.service.main import parse_args
 from slurmforge.service.pool_hosts import HEADER, PoolHosts, pool_hosts_text
 from slurmforge.service.state import Binding, Store
@@ -87,7 +87,7 @@ def test_a_launch_publishes_its_machines_addresses_and_a_release_removes_them(
 
 
 def test_each_launch_publishes_at_once_not_at_the_end_of_the_loop(tmp_path: Path) -> None:
-    """The executor writes the file as a launch completes: a later launch of the same loop
+    """The applier writes the file as a launch completes: a later launch of the same loop
     (hundreds of machines on AWS) does not hold back the names of the first."""
     spec = load_spec(Path(__file__).parents[2] / "examples" / "local.yaml")
     clock = Clock()
@@ -102,9 +102,9 @@ def test_each_launch_publishes_at_once_not_at_the_end_of_the_loop(tmp_path: Path
 
     cloud = Watching(clock)
     store = Store(tmp_path / "state.db")
-    executor = Executor(FakeSlurm([]), cloud, store, clock, pool_hosts)
+    applier = Applier(FakeSlurm([]), cloud, store, clock, pool_hosts)
     launches = [a.Launch("cpu", "cpu", ("dev-cpu-03",), "tok-1"), a.Launch("cpu", "cpu", ("dev-cpu-04",), "tok-2")]
-    executor.execute(launches, topology(spec))
+    applier.apply(launches, topology(spec))
     assert seen == ["", HEADER + "10.0.16.3 dev-cpu-03\n"]
     assert pool_hosts.path.read_text() == HEADER + "10.0.16.3 dev-cpu-03\n10.0.16.4 dev-cpu-04\n"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_service_world import NOW
 
-from slurmforge.providers.base import Quota
+from slurmforge.provider import Quota
 from slurmforge.service import handoff
 from slurmforge.service.handoff import HandoffKind
 from slurmforge.service.state import Binding, Event, InterruptionRecord, LaunchRecord, SignalledJob, Store, backoff

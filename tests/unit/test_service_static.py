@@ -20,7 +20,7 @@ from test_service_daemon import FakeSlurm
 from test_service_world import NOW, Clock, node
 
 from slurmforge.errors import SlurmCommandError
-from slurmforge.providers.base import Instance, InstanceState, LaunchRequest, LaunchResult, Machines
+from slurmforge.provider import Instance, InstanceState, LaunchRequest, LaunchResult, Machines
 from slurmforge.service.classify import STALE_RPC_WINDOW
 from slurmforge.service.daemon import Daemon, DaemonConfig
 from slurmforge.service.leader import Leadership

@@ -21,7 +21,7 @@ from test_service_world import (
     topo,
 )
 
-from slurmforge.providers.base import Quota
+from slurmforge.provider import Quota
 from slurmforge.service.slurm import Job
 from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot, display_state
 from slurmforge.service.spend import Spend

@@ -9,7 +9,7 @@ from functools import cache
 import pytest
 
 from slurmforge.hosts import TAG_CLUSTER, TAG_LINK, TAG_NODE, TAG_POOL
-from slurmforge.providers.base import Instance, InstanceState
+from slurmforge.provider import Instance, InstanceState
 from slurmforge.service.classify import Tunables, World
 from slurmforge.service.slurm import NodeState
 from slurmforge.service.state import ServiceState

@@ -53,8 +53,8 @@ def test_help_imports_nothing_heavy(tmp_path: Path, argv: list[str]) -> None:
     assert found & heavy == set()
     # the help is typer's own; no slurmforge module beyond the command line's
     assert {n for n in found if n.startswith("slurmforge.")} <= {
-        "slurmforge.cli", "slurmforge.console", "slurmforge.contract", "slurmforge.errors", "slurmforge.modules",
-        "slurmforge.modules.cli", "slurmforge.tables"}
+        "slurmforge.cli", "slurmforge.console", "slurmforge.contract", "slurmforge.errors", "slurmforge.lmod",
+        "slurmforge.lmod.cli", "slurmforge.tables"}
 
 
 def test_validate_imports_the_spec_and_nothing_else_heavy(tmp_path: Path) -> None:

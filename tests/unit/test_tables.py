@@ -26,8 +26,8 @@ from test_service_web import snapshot as page_snapshot
 
 from slurmforge.hosts import HostRole
 from slurmforge.local.manage import node_table
+from slurmforge.local.provider import LocalProvider
 from slurmforge.local.up import node_states
-from slurmforge.providers.local import LocalProvider
 from slurmforge.service.snapshot import ClusterSnapshot
 from slurmforge.service.web import pools_table
 from slurmforge.spec import load_spec

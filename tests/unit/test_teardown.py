@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slurmforge.aws.teardown import release, summary
 from slurmforge.errors import ProvisionError
-from slurmforge.hosts import Host, HostRole
+from slurmforge.hosts import Host, HostRole, controller_names
 from slurmforge.inventory import write_inventory
-from slurmforge.providers.base import Instance, InstanceState, LaunchRequest, LaunchResult, Machines
-from slurmforge.render import controller_names
+from slurmforge.provider import Instance, InstanceState, LaunchRequest, LaunchResult, Machines
 from slurmforge.spec import load_spec
-from slurmforge.teardown import release, summary
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from slurmforge.catalog import lookup
 from slurmforge.errors import Problem, SortedListing
+from slurmforge.instance_types import lookup
 from slurmforge.nodes import NodeHardware
 from slurmforge.spec.checks.registry import check, cycles, dupes, hardware, is_aws
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from slurmforge.contract import SERVICE_USER
+from slurmforge.contract import SERVICE_USER, SLURMRESTD_USER
 from slurmforge.errors import Problem
 from slurmforge.nodes import index_width, node_index
 from slurmforge.spec.checks.registry import check, dupes, head_names
@@ -18,14 +18,14 @@ HOST_LABEL = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
 # Users and groups the node image (Debian 13 and the daemons slurmforge installs) already
 # has, and the scheduler service's account the rollout makes: useradd/groupadd fail on them
 # (tests/slurm/test_reserved_names.py reads the image's /etc/passwd and /etc/group). 'admin'
-# is the default user of Debian's cloud images.
+# is the default user of Debian's cloud images; slurmrestd's account is made by the rollout too.
 SYSTEM_NAMES = frozenset({
     "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy", "www-data",
     "backup", "list", "irc", "_apt", "nobody", "nogroup", "adm", "tty", "disk", "kmem", "dialout", "fax", "voice",
     "cdrom", "floppy", "tape", "sudo", "audio", "dip", "operator", "src", "shadow", "utmp", "video", "sasl",
     "plugdev", "staff", "users", "input", "sgx", "kvm", "render", "netdev", "systemd-journal", "systemd-network",
     "systemd-timesync", "messagebus", "sshd", "_ssh", "polkitd", "admin", "slurm", "munge", "mysql", "ceph",
-    "prometheus", "uuidd", "rdma", "clock", "statd", "_rpc", SERVICE_USER,
+    "prometheus", "uuidd", "rdma", "clock", "statd", "_rpc", SERVICE_USER, SLURMRESTD_USER,
 })
 # Slurm's own QoS: slurmdbd makes it and gives it to every association; the rollout never
 # changes it (a spec QoS of this name would be applied once and never reverted).

@@ -5,8 +5,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterator
 
-from slurmforge.catalog import InstanceType, load_catalog, lookup
 from slurmforge.errors import Problem
+from slurmforge.instance_types import InstanceType, load_instance_types, lookup
 from slurmforge.nodes import SCHEDULABLE_MEMORY
 from slurmforge.spec.checks.registry import check, dupes, hardware, is_aws
 from slurmforge.spec.models import MAX_SLURM_NODES, Cluster, LocalTarget, PoolKind
@@ -54,7 +54,7 @@ def _type_fix(name: str, catalog: dict[str, InstanceType]) -> str:
 @check
 def known_instance_types(spec: Cluster) -> Iterator[Problem]:
     """Every instance type is in the catalog."""
-    catalog = load_catalog()
+    catalog = load_instance_types()
     for i, p in enumerate(spec.pools):
         for j, t in enumerate(p.instance_types):
             if t not in catalog:

@@ -7,8 +7,8 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TypeVar
 
 from slurmforge.errors import Problem
+from slurmforge.hosts import login_names
 from slurmforge.nodes import NodeHardware, ceph_host_name, pool_hardware
-from slurmforge.render import login_names
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market, Pool, StaticTarget
 
 Check = Callable[[Cluster], Iterator[Problem]]

@@ -10,14 +10,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from slurmforge.catalog import lookup
+from slurmforge.contract import PORTS, SLURM_PORTS
 from slurmforge.errors import Problem, SortedListing, listing
-from slurmforge.hosts import OWN_TAG_KEYS, OWN_TAG_PREFIX, TAG_NAME
+from slurmforge.hosts import OWN_TAG_KEYS, OWN_TAG_PREFIX, TAG_NAME, login_subnets
+from slurmforge.instance_types import lookup
 from slurmforge.nodes import node_names, pool_hostlist
-from slurmforge.render import login_subnets
 from slurmforge.spec.checks.people import mariadb_reserved_words
 from slurmforge.spec.checks.registry import check, dupes, is_aws, per_run
-from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, StaticHost, StaticTarget, is_domain
+from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, RestApi, StaticHost, StaticTarget, is_domain
 
 # AWS accepts VPC and subnet netmasks from /16 to /28, and keeps 5 addresses of every subnet.
 AWS_PREFIXES = range(16, 29)
@@ -534,3 +534,14 @@ def images_ami_only_on_aws(spec: Cluster) -> Iterator[Problem]:
     """images.ami only applies to target aws."""
     if spec.images.ami and not is_aws(spec):
         yield Problem("images.ami", "only applies to target aws", "remove it", spec.images.ami)
+
+
+@check
+def rest_api_port_free(spec: Cluster) -> Iterator[Problem]:
+    """rest_api.port is none of the ports the cluster's own daemons listen on (Slurm's,
+    Prometheus', the exporters', the scheduler service's)."""
+    taken = {**SLURM_PORTS, **{port: name.replace("_", " ") for name, port in PORTS.items()}}
+    port = spec.rest_api.port
+    if port in taken:
+        yield Problem("rest_api.port", f"is {taken[port]}'s port",
+                      f"choose another port (Slurm's REST API usually listens on {RestApi().port})", port)

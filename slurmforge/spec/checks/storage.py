@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from slurmforge.catalog import lookup
 from slurmforge.errors import Problem
+from slurmforge.instance_types import lookup
 from slurmforge.spec.checks.registry import check, is_aws
 from slurmforge.spec.models import Cluster, LocalTarget
 

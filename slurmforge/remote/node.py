@@ -1,0 +1,137 @@
+"""An Executor on one node of a cluster, read from its inventory.
+
+Local nodes (the inventory sets `slurmforge_container`) are reached through
+`podman exec -i`; every other node through ssh with the inventory's connection vars
+(slurmforge.connection: ansible_host, ansible_user, ansible_port, the key, the common args
+such as a ProxyJump). Work runs as root (`sudo -n` when the inventory says so), or
+as a cluster user when asked (`podman exec -u`; `runuser` over ssh), under `umask 022`,
+inside `timeout` on the node: a `podman exec` whose client dies keeps running otherwise.
+
+Which node: the first login node. It mounts the shared tree like every node, runs the
+same image as the compute nodes (so a venv built there runs on them), is always up
+(compute nodes of a dynamic pool may be powered down), and a pip build there takes no
+CPU away from jobs. Without a login node, the first static compute node.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmforge.connection import becomes_root, container, ssh_argv
+from slurmforge.errors import ModuleError
+from slurmforge.hosts import Host, HostRole
+from slurmforge.inventory import read_inventory
+from slurmforge.remote.executor import DEFAULT_TIMEOUT, Completed
+from slurmforge.spec import Cluster
+
+log = logging.getLogger(__name__)
+
+# `sh -c SCRIPT sh ARGS...`: the script is a constant, the arguments stay arguments.
+UMASK_EXEC = 'umask 022; exec "$@"'
+READ_SCRIPT = '[ -e "$1" ] || exit 3; exec cat -- "$1"'
+WRITE_SCRIPT = 'cat > "$1" && chmod 0644 -- "$1"'
+MISSING = 3
+PODMAN_FAILED = 125  # podman's own error (no such container, not running), not the command's
+GRACE = 30.0  # the client waits this much longer than the node-side `timeout`
+
+
+@dataclass
+class NodeExecutor:  # not frozen: Executor.name is a plain attribute
+    """Runs argument lists on one node as root, or as a cluster user (`podman exec -u` in the
+    prefix, or `run_as`), files world-readable."""
+
+    name: str
+    prefix: tuple[str, ...]
+    """How to reach the node: `podman exec -i NAME` or `ssh ... user@host`."""
+    remote_shell: bool = False
+    """ssh joins its arguments into one string for the remote shell: quote them."""
+    sudo: bool = False
+    run_as: str | None = None
+    """A user to become on the node (`runuser`), for a transport that cannot log in as them."""
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
+            timeout: float = DEFAULT_TIMEOUT) -> Completed:
+        return self._exec(argv, env, timeout, None)
+
+    def run_with_input(self, argv: Sequence[str], stdin: str, timeout: float = DEFAULT_TIMEOUT) -> Completed:
+        """argv with `stdin` on its standard input (a secret that must not be in an argv)."""
+        return self._exec(argv, None, timeout, stdin)
+
+    def read_file(self, path: str) -> str | None:
+        done = self._exec(["sh", "-c", READ_SCRIPT, "sh", path], None, 120, None)
+        if done.rc == MISSING:
+            return None
+        if not done.ok:
+            raise ModuleError(f"reading {path} failed on {self.name}: {done.reason()}")
+        return done.stdout
+
+    def write_file(self, path: str, text: str) -> None:
+        done = self._exec(["sh", "-c", WRITE_SCRIPT, "sh", path], None, 120, text)
+        if not done.ok:
+            raise ModuleError(f"writing {path} failed on {self.name}: {done.reason()}")
+
+    def command(self, argv: Sequence[str], env: Mapping[str, str] | None, timeout: float) -> list[str]:
+        """The full local argument list that runs argv on the node."""
+        inner = ["timeout", str(int(timeout)), *(["sudo", "-n"] if self.sudo else []),
+                 *(["runuser", "-u", self.run_as, "--"] if self.run_as else []),
+                 "env", *(f"{k}={v}" for k, v in (env or {}).items()),
+                 "sh", "-c", UMASK_EXEC, "sh", *argv]
+        return [*self.prefix, *([shlex.join(inner)] if self.remote_shell else inner)]
+
+    def _exec(self, argv: Sequence[str], env: Mapping[str, str] | None, timeout: float,
+              stdin: str | None) -> Completed:
+        full = self.command(argv, env, timeout)
+        log.debug("run on %s: %s", self.name, argv)
+        try:
+            proc = subprocess.run(full, input=stdin if stdin is not None else "", capture_output=True,
+                                  text=True, timeout=timeout + GRACE, check=False)
+        except subprocess.TimeoutExpired:
+            return Completed(tuple(argv), 124, "", f"timed out after {timeout:.0f} s")
+        except OSError as exc:
+            return Completed(tuple(argv), 127, "", f"{full[0]}: {exc.strerror}")
+        if proc.returncode == 255 and self.remote_shell:  # ssh's own failure, not the command's
+            raise ModuleError(f"cannot reach {self.name} over ssh: {proc.stderr.strip()[-300:]}")
+        if proc.returncode == PODMAN_FAILED and self.prefix[:2] == ("podman", "exec"):
+            raise ModuleError(f"cannot reach {self.name} through podman: {proc.stderr.strip()[-300:]}; "
+                              "fix: `slurmforge up --local` (is the cluster up?)")
+        return Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+
+
+def executor_for(host: Host, user: str | None = None) -> NodeExecutor:
+    """podman exec for a local node, ssh with the inventory's connection vars otherwise
+    (slurmforge.connection); as root, or as `user`."""
+    local = container(host)
+    if local:
+        return NodeExecutor(host.name, ("podman", "exec", "-i", *(("-u", user) if user else ()), local))
+    return NodeExecutor(host.name, (*ssh_argv(host), "--"), remote_shell=True, sudo=becomes_root(host), run_as=user)
+
+
+def build_host(hosts: list[Host], name: str | None = None) -> Host:
+    """The node that builds: `name` if given, else the first login node, else the first
+    static compute node."""
+    hosts = [h for h in hosts if h.role is not HostRole.CEPH]  # no module tree on storage hosts
+    if name is not None:
+        for host in hosts:
+            if host.name == name:
+                return host
+        raise ModuleError(f"no Slurm node {name!r} in the inventory; nodes: {', '.join(h.name for h in hosts)}")
+    logins = [h for h in hosts if h.role is HostRole.LOGIN]
+    computes = [h for h in hosts if h.role is HostRole.COMPUTE and not h.dynamic]
+    if not logins and not computes:
+        raise ModuleError("the inventory has no login node and no static compute node to build on")
+    return (logins or computes)[0]
+
+
+def open_inventory(inventory: Path, node: str | None = None) -> tuple[Cluster, NodeExecutor]:
+    """The cluster spec (its modules.root is the tree) and an executor on its build node."""
+    if not (inventory / "hosts.yml").is_file():
+        raise ModuleError(f"{inventory}: not an inventory (no hosts.yml); "
+                          "fix: pass the inventory `slurmforge up` or `inventory` wrote "
+                          "(.../slurmforge/inventories/<cluster>)")
+    spec, hosts = read_inventory(inventory)
+    return spec, executor_for(build_host(hosts, node))

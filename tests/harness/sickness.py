@@ -1,0 +1,131 @@
+"""A node broken on purpose on the running local cluster, and what its health check and the
+scheduler service did about it (a sick node is drained, replaced, back in service).
+
+Ways to break a node, each what a real machine goes through:
+- `data`: CephFS gone from /data (its automount stopped, the ceph-fuse mount unmounted);
+- `scratch`: local scratch full (a small file system mounted on it and filled);
+- `gpu`: a GPU's device file gone (what a GPU that fell off the bus leaves).
+
+`check` runs the node's health check by hand (`slurmforge-health --check`: the verdict, no
+drain), timed. `sick_node` breaks a node under a running job that traps USR1 and measures: the
+break until the node is drained with a `health:` reason (slurmd runs the check every
+HealthCheckInterval), until the job is requeued (the service signals it, then requeues it
+after its evacuation grace), and until the node is in service again on a new machine (the
+service replaced it). Used by tests/integration/test_node_health.py and bench/ml_bench.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+
+from slurmforge.contract import HEALTH_PROGRAM
+from slurmforge.errors import ProvisionError
+from tests.harness.faults import FAULT_JOB, clear_leftovers
+from tests.harness.live import IN_SERVICE, LiveCluster, wait_until
+
+BREAKS = {
+    "data": "systemctl stop data.automount; umount -l /data 2>/dev/null; ! mountpoint -q /data",
+    "scratch": "mount -t tmpfs -o size=8m slurmforge-full /scratch && "
+               "dd if=/dev/zero of=/scratch/fill bs=1M count=8 2>/dev/null; df --output=pcent /scratch | tail -n 1",
+    "gpu": "rm -f /dev/nvidia1",
+}
+"""How each kind of sickness is brought about on a node (as root in its container)."""
+REPAIRS = {
+    "data": "systemctl start data.automount && stat -f /data/. >/dev/null",
+    "scratch": "umount /scratch",
+    "gpu": "mknod -m 666 /dev/nvidia1 c 195 1",
+}
+"""How `check` puts a node it broke back (sick_node's node is replaced instead)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    healthy: bool
+    seconds: float
+    """The check's own run time (the program's wall clock, podman exec not counted)."""
+    output: str
+
+
+def check(live: LiveCluster, node: str) -> Verdict:
+    """The node's health check, as slurmd runs it but without the drain (--check)."""
+    done = live.podman.exec(node, ["env", f"SLURMD_NODENAME={node}", HEALTH_PROGRAM, "--check"],
+                            timeout=60, check=False)
+    output = (done.stdout + done.stderr).strip()
+    took = output.rsplit("(", 1)[-1].split(" ms)", 1)[0]
+    return Verdict(done.returncode == 0, int(took) / 1000 if took.isdigit() else float("nan"), output)
+
+
+@contextlib.contextmanager
+def broken(live: LiveCluster, node: str, how: str):  # type: ignore[no-untyped-def]
+    """The node broken `how` for the duration, then repaired (for checks by hand)."""
+    live.on(node, BREAKS[how])
+    try:
+        yield
+    finally:
+        live.on(node, REPAIRS[how])
+
+
+@dataclass(frozen=True)
+class Sickness:
+    node: str
+    how: str
+    job: str
+    drained: float | None
+    """Seconds from the break to the node drained with a `health:` reason (None: not within the limit)."""
+    reason: str
+    requeued: float | None
+    """Seconds from the break to the job back in the queue (PENDING), its restart count 1."""
+    back: float | None
+    """Seconds from the break to the node in service again on a new machine."""
+    replaced: bool
+    """The node's machine afterwards is not the one that was broken."""
+
+
+TRAPPING_JOB = "trap 'echo USR1 at $(date +%s)' USR1; while :; do sleep 1; done"
+"""Runs until cancelled; hears the service's signal (a job that ignored it would end at it)."""
+
+
+def sick_node(live: LiveCluster, node: str, how: str, partition: str, limit: float = 360) -> Sickness:
+    clear_leftovers(live)
+    job = live.submit(f"-J {FAULT_JOB} -p {partition} -w {node} --requeue -o sick-%j.out --wrap {_quote(TRAPPING_JOB)}")
+    before = live.podman.container(node)
+    old_id = before.id if before else ""
+    drained = requeued = back = None
+    reason = ""
+    try:
+        wait_until(lambda: live.squeue_state(job) == "RUNNING", 90, f"job {job} running")
+        live.on(node, BREAKS[how])
+        broke = time.monotonic()
+
+        def step() -> bool:
+            nonlocal drained, requeued, reason
+            now = time.monotonic() - broke
+            line = live.root(f"sinfo -h -N -n {node} -o '%T|%E' | head -n 1").strip()
+            if drained is None and "|health:" in line:
+                drained, reason = now, line.split("|", 1)[1]
+            if requeued is None and live.squeue_state(job) in ("PENDING", "") and _restarts(live, job) >= 1:
+                requeued = now
+            cur = live.podman.container(node)
+            is_new = cur is not None and cur.is_running and cur.id != old_id
+            return bool(drained is not None and requeued is not None and is_new
+                        and live.slurm_state(node) in IN_SERVICE)
+
+        with contextlib.suppress(ProvisionError):
+            wait_until(step, limit, f"{node} drained, its job requeued, replaced", every=1)
+            back = time.monotonic() - broke
+    finally:
+        live.root(f"scancel {job} 2>/dev/null || true")
+    after = live.podman.container(node)
+    return Sickness(node, how, job, drained, reason, requeued, back,
+                    replaced=after is not None and after.id != old_id)
+
+
+def _restarts(live: LiveCluster, job: str) -> int:
+    out = live.root(f"scontrol show job {job} -o 2>/dev/null | grep -o 'Restarts=[0-9]*' || true").strip()
+    return int(out.split("=", 1)[1]) if "=" in out else 0
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
