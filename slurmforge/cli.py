@@ -375,7 +375,8 @@ def _plan_first(spec: Cluster, local: bool, inventory_dir: Path | None) -> None:
     _show_plan(result, None)
 
 
-rotate_app = typer.Typer(help="A new munge key or accounting database password on a live cluster, no job lost.",
+rotate_app = typer.Typer(help="A new munge key, accounting database password or REST API key on a live cluster, "
+                              "no job lost.",
                          no_args_is_help=True)
 app.add_typer(rotate_app, name="rotate")
 
@@ -405,6 +406,8 @@ def _rotate(which: str, local: bool, cluster: str | None, inventory_dir: Path | 
         store = r.store_for(spec, where, secrets_dir(spec.name))
         if which == "munge-key":
             return r.rotate_munge_key(spec, hosts, store)
+        if which == "jwt-key":
+            return r.rotate_jwt_key(spec, hosts, store)
         return r.rotate_db_password(spec, hosts, store)
 
     say(report_errors(run).summary())
@@ -423,6 +426,13 @@ def rotate_db_password(local: LocalFlag = False, cluster: ClusterOpt = None,
     """A new accounting database password in the secret store, the database and slurmdbd
     (slurmdbd restarts; slurmctld keeps its records meanwhile)."""
     _rotate("db-password", local, cluster, inventory_dir)
+
+
+@rotate_app.command("jwt-key")
+def rotate_jwt_key(local: LocalFlag = False, cluster: ClusterOpt = None, inventory_dir: InventoryOpt = None) -> None:
+    """A new REST API (JWT) key in the secret store and on the controllers; slurmdbd restarts,
+    slurmctld reconfigures; tokens signed with the old key are refused (docs/rest-api.md)."""
+    _rotate("jwt-key", local, cluster, inventory_dir)
 
 
 @app.command()

@@ -1,4 +1,5 @@
-"""`slurmforge rotate munge-key | db-password`: a new secret on a live cluster, no job lost.
+"""`slurmforge rotate munge-key | db-password | jwt-key`: a new secret on a live cluster, no
+job lost.
 
 The new value goes into the secret store first (slurmforge.secrets.SecretStore: the
 secrets directory, and on AWS Secrets Manager), so that a machine joining from then on
@@ -20,6 +21,13 @@ Database password. As the accounting user itself, with the password slurmdbd use
 SET PASSWORD for itself (no privilege needed; MariaDB keeps slurmdbd's open connections), then slurmdbd's
 password file, then slurmdbd restarts; while it is down slurmctld queues the accounting
 records and sends them once it is back, so sacct misses no job.
+
+JWT key (the REST API's). Only the controllers hold it: slurmctld signs `scontrol token`'s
+tokens with it, slurmctld and slurmdbd check every REST request's token with it. The new
+key goes to every controller, then slurmdbd restarts, the slurmctld in control
+reconfigures (24.11 starts a new slurmctld, which reads the key; jobs are not touched) and
+a standby backup restarts (a standby restart touches no job either). Tokens signed with the
+old key are refused from then on: users run `scontrol token` again.
 """
 
 from __future__ import annotations
@@ -32,12 +40,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmforge.contract import JOIN_SECRETS_DIR, SLURMDBD_SECRET_CONF
+from slurmforge.contract import JOIN_SECRETS_DIR, JWT_KEY_FILE, SLURMDBD_SECRET_CONF
 from slurmforge.errors import ProvisionError
 from slurmforge.fleet import on_each, running_nodes
-from slurmforge.hosts import Host, controller_name
+from slurmforge.hosts import Host, HostRole, controller_name
 from slurmforge.remote.node import NodeExecutor, executor_for
-from slurmforge.secrets import DB_PASSWORD, MUNGE_KEY, SecretStore, new_db_password, new_munge_key
+from slurmforge.secrets import (
+    CLUSTER_SECRETS,
+    DB_PASSWORD,
+    JWT_KEY,
+    MUNGE_KEY,
+    SecretStore,
+    new_db_password,
+    new_munge_key,
+)
 from slurmforge.spec import Cluster
 
 SWITCH_DELAY = 1.5
@@ -98,6 +114,9 @@ class Rotation:
     def summary(self) -> str:
         spread = f"; munged restarted on all within {self.switch_spread:.2f} s" if self.nodes else ""
         where = f"{len(self.nodes)} node(s)" if self.nodes else "slurmdbd"
+        if self.secret == "JWT key":
+            return (f"rotated the JWT key on {', '.join(self.nodes)} in {self.seconds:.1f} s; tokens signed "
+                    "with the old key are refused: run `scontrol token` again")
         return f"rotated the {self.secret} on {where} in {self.seconds:.1f} s{spread}; no Slurm daemon restarted" \
             if self.secret == "munge key" else f"rotated the {self.secret} ({where} restarted) in {self.seconds:.1f} s"
 
@@ -163,6 +182,60 @@ def rotate_db_password(spec: Cluster, hosts: Sequence[Host], store: SecretStore)
     return Rotation("database password", [], time.monotonic() - start)
 
 
+# stdin: the key in base64; the file as the rollout writes it (roles/slurm_controller/tasks/jwt_key.yml)
+JWT_SCRIPT = f"""set -e
+umask 077
+base64 -d > {JWT_KEY_FILE}.new
+chown slurm:slurm {JWT_KEY_FILE}.new
+chmod 0600 {JWT_KEY_FILE}.new
+mv -f {JWT_KEY_FILE}.new {JWT_KEY_FILE}
+"""
+
+
+def rotate_jwt_key(spec: Cluster, hosts: Sequence[Host], store: SecretStore) -> Rotation:
+    start = time.monotonic()
+    controllers = [h for h in hosts if h.role is HostRole.CONTROLLER]
+    primary = next((h for h in controllers if h.name == controller_name(spec)), None)
+    if primary is None:
+        raise ProvisionError(f"rotate jwt-key: no host {controller_name(spec)} (the controller) in the inventory")
+    secret = next(s for s in CLUSTER_SECRETS if s.name == JWT_KEY)
+    key = secret.make()
+    store.put(JWT_KEY, key)
+    encoded = base64.b64encode(key).decode() + "\n"
+
+    def hand_over(host: Host) -> None:
+        done = executor_for(host).run_with_input(["sh", "-c", JWT_SCRIPT], encoded, NODE_TIMEOUT)
+        _check(done.ok, "writing the new JWT key", host.name, done.reason)
+
+    on_each(controllers, hand_over)
+    node = executor_for(primary)
+    if spec.accounting.enabled:
+        done = node.run(["systemctl", "try-restart", "slurmdbd"], timeout=NODE_TIMEOUT)
+        _check(done.ok, "restarting slurmdbd on the new key", primary.name, done.reason)
+        _wait_for_slurmdbd(node)
+    done = node.run(["scontrol", "reconfigure"], timeout=NODE_TIMEOUT)
+    _check(done.ok, "scontrol reconfigure (slurmctld reads the new key)", primary.name, done.reason)
+    for backup in (h for h in controllers if h is not primary):
+        done = executor_for(backup).run(["systemctl", "try-restart", "slurmctld"], timeout=NODE_TIMEOUT)
+        _check(done.ok, "restarting the standby slurmctld on the new key", backup.name, done.reason)
+    token = _wait_for_token(node)
+    _check(bool(token), "scontrol token (a token signed with the new key)", primary.name, lambda: "no token")
+    return Rotation("JWT key", [h.name for h in controllers], time.monotonic() - start)
+
+
+def _wait_for_token(node: NodeExecutor) -> str:
+    """A token from the slurmctld in control once it runs on the new key."""
+    deadline = time.monotonic() + DBD_WAIT
+    while True:
+        done = node.run(["scontrol", "token", "lifespan=60"], timeout=15)
+        if done.ok and "SLURM_JWT=" in done.stdout:
+            return done.stdout.strip()
+        if time.monotonic() > deadline:
+            raise ProvisionError(f"slurmctld gave no token within {DBD_WAIT:.0f} s of its reconfigure: "
+                                 f"{done.reason()}")
+        time.sleep(0.5)
+
+
 def _wait_for_slurmdbd(node: NodeExecutor) -> None:
     deadline = time.monotonic() + DBD_WAIT
     while True:
@@ -191,7 +264,7 @@ def store_for(spec: Cluster, inventory_dir: Path, directory: Path) -> SecretStor
     import boto3  # type: ignore[import-untyped]
 
     client = boto3.client("secretsmanager", region_name=aws.get("slurmforge_aws_region") or spec.target.region)
-    return SecretStore(directory, client, {MUNGE_KEY: arns["munge_key"], DB_PASSWORD: arns["db_password"]})
+    return SecretStore(directory, client, {s.name: arns[s.stack_key] for s in CLUSTER_SECRETS if s.stack_key in arns})
 
 
 def dumps(rotation: Rotation) -> str:

@@ -159,7 +159,8 @@ class SecretStore:
         (Secrets Manager deletes unlabelled versions); then the directory's file."""
         if self.client is not None and name in self.arns:
             arn = self.arns[name]
-            text = base64.b64encode(value).decode() if name == MUNGE_KEY else value.decode()
+            binary = next((s.binary for s in CLUSTER_SECRETS if s.name == name), True)
+            text = base64.b64encode(value).decode() if binary else value.decode()
             self.client.put_secret_value(SecretId=arn, SecretString=text)
             for version, stages in self.client.describe_secret(SecretId=arn).get("VersionIdsToStages", {}).items():
                 if "AWSPREVIOUS" in stages:

@@ -7,9 +7,12 @@ requests at the same address still work; the primary is started again whatever h
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import subprocess
+import sys
 import time
 
 import pytest
@@ -93,6 +96,35 @@ def test_a_user_cannot_cancel_anothers_job_over_http(cluster: Cluster_) -> None:
         assert cluster.login(f"squeue -h -j {job} -o %T").stdout.strip() == "PENDING"
     finally:
         cluster.login(f"scancel {job}")
+
+
+def test_a_rotated_key_refuses_the_old_tokens_and_loses_no_job(cluster: Cluster_) -> None:
+    """`slurmforge rotate jwt-key --local`: the store and both controllers hold the new key;
+    a token made before is refused, one made after works; a job running across finishes."""
+    from slurmforge.secrets import JWT_KEY
+    from slurmforge.state_dirs import secrets_dir
+
+    port = cluster.spec.rest_api.port
+    store = secrets_dir(cluster.spec.name) / JWT_KEY
+    before = store.read_bytes()
+    running = cluster.login("sbatch --parsable -o /dev/null -t 2 --mem=100 --wrap 'sleep 20'").stdout.strip()
+    jobs = f"http://localhost:{port}/slurm/v0.0.42/jobs"
+    ask = 'curl -s -o /dev/null -w "%{http_code}" -H "X-SLURM-USER-NAME: alice" -H "X-SLURM-USER-TOKEN: $SLURM_JWT" '
+    old = cluster.login("scontrol token lifespan=300").stdout.strip().removeprefix("SLURM_JWT=")
+    done = subprocess.run([sys.executable, "-m", "slurmforge.cli", "rotate", "jwt-key", "--local", "--cluster",
+                           cluster.spec.name], capture_output=True, text=True, cwd=ROOT, timeout=300, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rotated the JWT key" in done.stdout and "run `scontrol token` again" in done.stdout
+    new = store.read_bytes()
+    assert new != before and len(new) == 32
+    for controller in controller_names(cluster.spec):
+        digest = cluster.run(controller, "md5sum < /etc/slurm/jwt_hs256.key").stdout.split()[0]
+        assert digest == hashlib.md5(new).hexdigest(), f"{controller} kept the old JWT key"
+    assert cluster.login(f"SLURM_JWT={old}; {ask}{jobs}").stdout == "511"  # slurmctld refuses the old key's token
+    assert cluster.login(f"export $(scontrol token lifespan=60); {ask}{jobs}").stdout == "200"
+    wait_until(lambda: sacct(cluster, running).split("|")[-1] == "COMPLETED", 120, f"job {running} completed",
+               every=2)
 
 
 def test_the_api_answers_with_the_backup_in_control(cluster: Cluster_) -> None:

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from slurmforge.aws.inventory import fetch_stack_secrets
 from slurmforge.cli import app
-from slurmforge.secrets import DB_PASSWORD, MUNGE_KEY, SecretStore, ensure_secrets, new_munge_key
+from slurmforge.secrets import DB_PASSWORD, JWT_KEY, MUNGE_KEY, SecretStore, ensure_secrets, new_munge_key
 
 pytestmark = pytest.mark.unit
 
@@ -49,17 +49,21 @@ def test_aws_rotation_leaves_only_the_new_secret(secretsmanager: Any, tmp_path: 
     old_key, new_key = new_munge_key(), new_munge_key()
     munge = secretsmanager.create_secret(Name="munge", SecretString=base64.b64encode(old_key).decode())["ARN"]
     db = secretsmanager.create_secret(Name="db", SecretString="old-password")["ARN"]
-    outputs = {"cluster": "c", "secret_arns": {"munge_key": munge, "db_password": db}}
+    jwt = secretsmanager.create_secret(Name="jwt", SecretString=base64.b64encode(b"o" * 32).decode())["ARN"]
+    outputs = {"cluster": "c", "secret_arns": {"munge_key": munge, "db_password": db, "jwt_key": jwt}}
     directory = fetch_stack_secrets(outputs, secretsmanager, tmp_path / "secrets")
-    store = SecretStore(directory, secretsmanager, {MUNGE_KEY: munge, DB_PASSWORD: db})
+    store = SecretStore(directory, secretsmanager, {MUNGE_KEY: munge, DB_PASSWORD: db, JWT_KEY: jwt})
     store.put(MUNGE_KEY, new_key)
     store.put(DB_PASSWORD, b"new-password")
+    store.put(JWT_KEY, b"n" * 32)
+    assert base64.b64decode(secretsmanager.get_secret_value(SecretId=jwt)["SecretString"]) == b"n" * 32
+    assert (directory / JWT_KEY).read_bytes() == b"n" * 32
     # what a new pool machine's join program fetches, and the rollout machine's copy
     assert base64.b64decode(secretsmanager.get_secret_value(SecretId=munge)["SecretString"]) == new_key
     assert secretsmanager.get_secret_value(SecretId=db)["SecretString"] == "new-password"
     assert (directory / MUNGE_KEY).read_bytes() == new_key
     assert (directory / DB_PASSWORD).read_bytes() == b"new-password"
-    for arn in (munge, db):
+    for arn in (munge, db, jwt):
         stages = secretsmanager.describe_secret(SecretId=arn)["VersionIdsToStages"]
         labelled = [v for v, s in stages.items() if s]
         assert len(labelled) == 1 and stages[labelled[0]] == ["AWSCURRENT"], stages
@@ -70,7 +74,7 @@ def test_aws_rotation_leaves_only_the_new_secret(secretsmanager: Any, tmp_path: 
     assert (again / MUNGE_KEY).read_bytes() == new_key
 
 
-@pytest.mark.parametrize("args", [["rotate", "munge-key"], ["rotate", "db-password"],
+@pytest.mark.parametrize("args", [["rotate", "munge-key"], ["rotate", "db-password"], ["rotate", "jwt-key"],
                                   ["rotate", "munge-key", "--local", "--inventory", "x"]])
 def test_rotate_names_its_cluster(args: list[str]) -> None:
     result = CliRunner().invoke(app, args)
