@@ -75,7 +75,7 @@ def podman(*args: str, timeout: float = 600) -> str:
 
 
 def full() -> int:
-    from slurmforge.local.image import base_tag, node_tag, run_build
+    from slurmforge.local.image_cache import base_tag, node_tag, run_build
     from slurmforge.local.podman import Podman
 
     base = base_tag()

@@ -122,6 +122,9 @@ NFS_OPTIONS = "nfsvers=4.1,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,
 1 MiB transfers, hard mounts with AWS's recommended timeouts for EFS, a new source port
 after a reconnect (noresvport: EFS recovers from a network blip only so)."""
 JWT_KEY_FILE = "/etc/slurm/jwt_hs256.key"
+AWS_VARS_FILE = "group_vars/all/aws.yml"
+"""In an AWS cluster's inventory: what the stack outputs say of AWS (region, secret ARNs,
+launch templates), for the rollout and for `slurmforge rotate`."""
 """The key slurmctld and slurmdbd sign and verify JSON Web Tokens with (AuthAltParameters),
 on the controllers only, 0600 slurm:slurm: the rollout writes it from the secret store."""
 SLURMRESTD_USER = "slurmrestd"

@@ -7,7 +7,7 @@ build script (templates/image_build.sh.j2) - and nothing else. The machine being
 that directory at `WORKDIR` and runs `build.sh` there, as root, with Debian's own python3
 and ansible-core:
 
-- local target: a builder container from the debootstrap base (slurmforge.local.image),
+- local target: a builder container from the debootstrap base (slurmforge.local.image_cache),
   committed as the node image;
 - AWS: a build instance from Debian's official AMI, which fetches the same directory (as a
   tarball) in its user data (`aws_user_data`), then powers off; the stack makes the AMI

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmforge.contract import JOIN_SECRETS_DIR, JWT_KEY_FILE, SLURMDBD_SECRET_CONF
+from slurmforge.contract import AWS_VARS_FILE, JOIN_SECRETS_DIR, JWT_KEY_FILE, SLURMDBD_SECRET_CONF
 from slurmforge.errors import ProvisionError
 from slurmforge.fleet import on_each, running_nodes
 from slurmforge.hosts import Host, HostRole, controller_name
@@ -254,7 +254,6 @@ def store_for(spec: Cluster, inventory_dir: Path, directory: Path) -> SecretStor
         return SecretStore(directory)
     import yaml
 
-    from slurmforge.aws.inventory import AWS_VARS_FILE
 
     try:
         aws = yaml.safe_load((inventory_dir / AWS_VARS_FILE).read_text()) or {}

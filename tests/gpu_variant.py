@@ -22,7 +22,7 @@ from slurmforge.distro import DEFAULT_BASE, distro
 from slurmforge.errors import ProvisionError
 from slurmforge.image import prepare_inputs
 from slurmforge.image_variant import ImageVariant
-from slurmforge.local.image import run_build
+from slurmforge.local.image_cache import run_build
 from slurmforge.local.podman import Podman
 from tests.judge import Judge
 
@@ -99,7 +99,7 @@ def read_facts(container: Judge, facts: VariantFacts) -> None:
              if status == "installed"}
     facts.packages = {name: found.get(name, "") for name in WATCHED_PACKAGES}
     facts.device_unit_wanted_by_slurmd = sh(f"test -L {DEVICE_UNIT_LINK} && echo yes") == "yes"
-    # what the node image build removes before it commits (slurmforge/local/image.py)
+    # what the node image build removes before it commits (slurmforge/local/image_cache.py)
     sh("apt-get clean && rm -rf /var/lib/apt/lists/*")
     facts.size_delta_bytes = container_size(container.name)
 

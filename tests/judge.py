@@ -26,7 +26,7 @@ from pathlib import Path
 from slurmforge.bringup import log_path
 from slurmforge.distro import DEFAULT_BASE, distro
 from slurmforge.local.host import prepare_host
-from slurmforge.local.image import ensure_images
+from slurmforge.local.image_cache import ensure_images
 from slurmforge.local.podman import Podman
 
 EXEC_GRACE = 15  # the podman client waits this much longer than the command's own timeout

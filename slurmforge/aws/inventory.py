@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from slurmforge.contract import AwsProviderSettings, settings_json
+from slurmforge.contract import AWS_VARS_FILE, AwsProviderSettings, settings_json
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import write_inventory
@@ -73,7 +73,6 @@ REQUIRED = (OUT_CLUSTER, OUT_REGION, OUT_CONTROLLER, OUT_SSH_USER, OUT_HOSTS, OU
             OUT_SPOT_QUEUE_URL, OUT_SUBNETS, OUT_SECRET_ARNS)
 SECRET_OUTPUTS = (OUT_MUNGE_KEY, OUT_DB_PASSWORD)
 
-AWS_VARS_FILE = Path("group_vars/all/aws.yml")
 CEPH_FILE = "ceph.yml"
 CEPH_GROUP = "ceph"
 

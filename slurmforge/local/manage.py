@@ -12,7 +12,7 @@ from slurmforge.errors import HostError, ProvisionError
 from slurmforge.hosts import Host, HostRole, controller_name
 from slurmforge.inventory import read_inventory
 from slurmforge.local.host import require_root
-from slurmforge.local.image import purge_images
+from slurmforge.local.image_cache import purge_images
 from slurmforge.local.podman import Podman
 from slurmforge.local.provider import LABEL, LocalProvider
 from slurmforge.local.up import slurm_states

@@ -35,7 +35,7 @@ from slurmforge.hosts import HostRole, controller_name, controller_names
 from slurmforge.inventory import JOIN, RENDERED, write_inventory
 from slurmforge.local.api import ensure_api_service
 from slurmforge.local.host import prepare_host
-from slurmforge.local.image import NAMESPACE, ensure_images, slurm_version
+from slurmforge.local.image_cache import NAMESPACE, ensure_images, slurm_version
 from slurmforge.local.podman import Podman
 from slurmforge.local.provider import LABEL, LocalProvider
 from slurmforge.render import state_save_location

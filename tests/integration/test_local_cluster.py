@@ -237,7 +237,7 @@ def test_older_images_go_unless_a_container_uses_them(cluster: Cluster_) -> None
     """What `up` does after building a new node image, on real podman: the repository's
     other tags are removed, except one a container still uses."""
 
-    from slurmforge.local.image import prune_older
+    from slurmforge.local.image_cache import prune_older
     from slurmforge.local.podman import Podman
 
     image = cluster.image()

@@ -21,7 +21,7 @@ import yaml
 
 from slurmforge.billing import billing_weights, partition_weights, pool_price
 from slurmforge.distro import release_tuple
-from slurmforge.local.image import slurm_version
+from slurmforge.local.image_cache import slurm_version
 from slurmforge.local.podman import Podman
 from slurmforge.nodes import NodeHardware, index_width, pool_hardware
 from slurmforge.render import NODES_READY_NEEDED_THROUGH, needs_nodes_ready, render_all

@@ -1,7 +1,7 @@
 """The one image pipeline (slurmforge/image.py): a build receives one directory of inputs and
 nothing else, runs the same script on every target, and is read back the same way.
 
-The build itself runs in every `up` that needs a new node image (slurmforge/local/image.py)
+The build itself runs in every `up` that needs a new node image (slurmforge/local/image_cache.py)
 and in bench/image_bench.py (from a clean copy, compared package for package with the
 local image); the AWS side of it in tests/pulumi/test_golden_image.py."""
 

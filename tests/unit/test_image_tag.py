@@ -17,8 +17,8 @@ from slurmforge import contract
 from slurmforge import image as pipeline
 from slurmforge.distro import DEBIAN_13
 from slurmforge.errors import ProvisionError
-from slurmforge.local import image as local_image
-from slurmforge.local.image import SLURM_VERSION_LABEL, base_tag, ensure_images, node_tag, purge_images
+from slurmforge.local import image_cache as local_image
+from slurmforge.local.image_cache import SLURM_VERSION_LABEL, base_tag, ensure_images, node_tag, purge_images
 from slurmforge.package_data import root as package_root
 
 

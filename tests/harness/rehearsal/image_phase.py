@@ -27,7 +27,7 @@ from typing import Any
 
 from slurmforge.distro import DEBIAN_13
 from slurmforge.image import RECORD, aws_user_data, prepare_inputs, tarball
-from slurmforge.local.image import prune_older
+from slurmforge.local.image_cache import prune_older
 from slurmforge.local.podman import Podman
 from tests.harness.rehearsal.imds import ADDRESS
 from tests.harness.rehearsal.machines import PREFIX

@@ -1,5 +1,5 @@
 """The stand-in for Debian's official AMI (the golden image's parent): the local
-debootstrap base (slurmforge.local.image) with what Debian's cloud images carry and the AWS
+debootstrap base (slurmforge.local.image_cache) with what Debian's cloud images carry and the AWS
 path uses - Debian's cloud-init, curl, the SSH server, sudo, the `admin` user made from the
 launch's key pair - and cloud-init told where it is.
 
@@ -28,7 +28,7 @@ import hashlib
 import logging
 import shlex
 
-from slurmforge.local.image import base_tag, build_base, prune_older
+from slurmforge.local.image_cache import base_tag, build_base, prune_older
 from slurmforge.local.podman import Podman
 from tests.harness.rehearsal.imds import ADDRESS
 from tests.harness.rehearsal.machines import PREFIX

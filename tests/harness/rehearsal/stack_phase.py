@@ -35,7 +35,7 @@ from slurmforge.distro import DEBIAN_13
 from slurmforge.errors import ProvisionError, SpecError
 from slurmforge.image import RECORD
 from slurmforge.inventory import HOSTS_FILE
-from slurmforge.local.image import prune_older
+from slurmforge.local.image_cache import prune_older
 from slurmforge.local.podman import Podman
 from slurmforge.package_data import examples, playbooks
 from slurmforge.spec import validate_data
