@@ -105,7 +105,7 @@ def start_mariadb(judge: Judge, run: RunDir) -> None:
 def slurmdbd_conf(rendered: str, run: RunDir, host: str, port: int) -> str:
     override = {"DbdHost": host, "DbdPort": str(port), "SlurmUser": "root", "LogFile": str(run.root / "slurmdbd.log"),
                 "PidFile": str(run.root / "slurmdbd.pid"), "AuthInfo": f"socket={run.munge_socket}",
-                "StoragePass": DB_PASSWORD}
+                "StoragePass": DB_PASSWORD, "AuthAltParameters": f"jwt_key={run.jwt_key}"}
     lines = [line for line in rendered.splitlines() if not line.startswith("Include ")]
     keys = {line.split("=", 1)[0] for line in lines if "=" in line}
     out = [f"{line.split('=', 1)[0]}={override[line.split('=', 1)[0]]}"
