@@ -46,9 +46,10 @@ def validate_inventory(inventory: Path, extra: list[str] | None = None) -> None:
 
 
 def failure_lines(junit_xml: str) -> list[str]:
-    """`check: problem` for every line of every failed or erroring check's message, up to
-    pytest's own explanation of the assertion."""
-    out = []
+    """Every problem the failed or erroring checks found, once each, in their order: a check's
+    own lines (`<host>: <what> found <x>, wanted <y>`, one problem a line) as they are; an
+    assertion without a message, or an error, as `<check>: <pytest's first line>`."""
+    out: list[str] = []
     for case in ET.fromstring(junit_xml).iter("testcase"):
         for failure in [*case.findall("failure"), *case.findall("error")]:
             message = (failure.get("message") or "?").removeprefix("AssertionError: ")
@@ -58,5 +59,7 @@ def failure_lines(junit_xml: str) -> list[str]:
                     break
                 if line.strip():
                     problems.append(line.strip())
-            out += [f"{case.get('name', '?')}: {p}" for p in problems or message.splitlines()[:1] or ["?"]]
+            if not problems or failure.tag == "error":
+                problems = [f"{case.get('name', '?')}: {(problems or message.splitlines() or ['?'])[0]}"]
+            out += [p for p in problems if p not in out]
     return out

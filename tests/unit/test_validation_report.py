@@ -15,9 +15,13 @@ pytestmark = pytest.mark.unit
 
 CHECKS = '''
 def test_nodes():
-    wrong = ["dev-cpu-03: DOWN+NOT_RESPONDING, reason 'Not responding'; should be in service or in power save",
-             "dev-gpu-01: has 2 CPUs, 2048 MB, no gres, should have 2 CPUs, 2048 MB, gpu:2"]
+    wrong = ["dev-cpu-03: Slurm state found DOWN+NOT_RESPONDING, wanted in service or in power save",
+             "dev-gpu-01: hardware found 2 CPUs, 2048 MB, no gres, wanted 2 CPUs, 2048 MB, gpu:2"]
     assert not wrong, "\\n".join(wrong)
+
+def test_same_host_down():
+    assert not ["dev-cpu-03: Slurm state found DOWN+NOT_RESPONDING, wanted in service or in power save"], \\
+        "dev-cpu-03: Slurm state found DOWN+NOT_RESPONDING, wanted in service or in power save"
 
 def test_plain():
     assert 1 == 2
@@ -34,6 +38,6 @@ def test_every_problem_line_of_every_failed_check(tmp_path: Path) -> None:
                     f"--junitxml={report}", str(tmp_path / "test_live.py")], capture_output=True, timeout=120,
                    check=False, cwd=tmp_path)
     assert failure_lines(report.read_text()) == [
-        "test_nodes: dev-cpu-03: DOWN+NOT_RESPONDING, reason 'Not responding'; should be in service or in power save",
-        "test_nodes: dev-gpu-01: has 2 CPUs, 2048 MB, no gres, should have 2 CPUs, 2048 MB, gpu:2",
+        "dev-cpu-03: Slurm state found DOWN+NOT_RESPONDING, wanted in service or in power save",
+        "dev-gpu-01: hardware found 2 CPUs, 2048 MB, no gres, wanted 2 CPUs, 2048 MB, gpu:2",
         "test_plain: assert 1 == 2"]

@@ -1,0 +1,107 @@
+"""The live-cluster checks read each host once: one /bin/sh script of many small commands,
+each answer under its own header, the hosts asked in parallel; a failed check names the
+host, what it found and what it wanted. The scripts run here in a real shell (testinfra's
+local backend), as they run on a node through podman exec or ssh."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import time
+from pathlib import Path
+
+import pytest
+import testinfra  # type: ignore[import-untyped]
+
+from slurmforge.hosts import Host, HostRole
+from slurmforge.validation.facts import (
+    Answer,
+    HostFacts,
+    Unreachable,
+    ask,
+    found_wanted,
+    host_script,
+    in_parallel,
+    listening,
+    listens,
+    parse_answers,
+    read,
+    shell,
+    stat,
+)
+
+pytestmark = pytest.mark.unit
+
+HERE = testinfra.get_host("local://")
+
+
+def test_a_failed_check_line_names_host_found_and_wanted() -> None:
+    assert found_wanted("dev-cpu-01", "munged", "not running", "running") == \
+        "dev-cpu-01: munged found not running, wanted running"
+
+
+def test_every_item_answers_under_its_key_whatever_the_others_do(tmp_path: Path) -> None:
+    items = [shell("two lines", "echo one; echo two"), shell("fails", "echo oops >&2; exit 3"),
+             shell("no newline", "printf last"), shell("empty", "true"),
+             shell("looks like a header", "echo '@@sf-000000000000 rc 9'")]
+    answers = parse_answers(HERE.run(host_script(items, "@@sf-abc")).stdout, "@@sf-abc")
+    assert answers == {"two lines": Answer(0, "one\ntwo"), "fails": Answer(3, "oops"),
+                       "no newline": Answer(0, "last"), "empty": Answer(0, ""),
+                       "looks like a header": Answer(0, "@@sf-000000000000 rc 9")}
+
+
+def test_stat_and_read_of_a_file_and_of_a_missing_one(tmp_path: Path) -> None:
+    key = tmp_path / "munge.key"
+    key.write_bytes(b"secret")
+    key.chmod(0o400)
+    facts = ask("here", HERE, [stat(str(key)), stat(str(tmp_path / "none")), read(str(key))])
+    me = pwd.getpwuid(os.getuid()).pw_name
+    assert facts.text(f"stat {key}").split() == ["400", me, hashlib.sha256(b"secret").hexdigest()]
+    assert not facts.ok(f"stat {tmp_path / 'none'}")
+    assert facts.text(f"read {key}") == "secret"
+
+
+def test_a_host_that_cannot_be_asked_fails_the_checks_that_need_it_with_its_line() -> None:
+    class Gone:
+        def run(self, command: str, *args: str) -> object:
+            raise RuntimeError("cannot reach dev-cpu-02 over ssh: Connection refused")
+
+    facts = ask("dev-cpu-02", Gone(), [shell("x", "true")])
+    with pytest.raises(Unreachable, match=r"^dev-cpu-02: cannot reach dev-cpu-02 over ssh: Connection refused$"):
+        facts.ok("x")
+    broken = ask("dev-cpu-02", HERE, [shell("x", "true"), ("y", "exit 0; (")])  # the script does not parse
+    assert broken.error is not None and broken.error.startswith("the checks' commands did not run")
+    with pytest.raises(Unreachable):
+        broken.text("x")
+
+
+def test_hosts_are_asked_at_once() -> None:
+    hosts = [Host(f"n-{i}", "10.0.0.1", HostRole.COMPUTE) for i in range(6)]
+    start = time.monotonic()
+    got = in_parallel(hosts, lambda h: ask(h.name, HERE, [shell("slept", f"sleep 1; echo {h.name}")]))
+    assert time.monotonic() - start < 4  # one after the other: 6 s
+    assert {name: f.text("slept") for name, f in got.items()} == {h.name: h.name for h in hosts}
+
+
+SS = """LISTEN 0      4096   10.89.7.12:9100 0.0.0.0:*
+LISTEN 0      128       0.0.0.0:22   0.0.0.0:*
+LISTEN 0      4096         [::]:111     [::]:*
+LISTEN 0      4096            *:9093       *:*
+LISTEN 0      4096   [fe80::1%eth0]:8080  [::]:*
+"""
+
+
+def test_listening_sockets_as_testinfra_judges_them() -> None:
+    sockets = listening(SS)
+    assert listens(sockets, "10.89.7.12", 9100) and not listens(sockets, "0.0.0.0", 9100)
+    assert listens(sockets, "0.0.0.0", 22) and not listens(sockets, "10.89.7.12", 22)
+    assert listens(sockets, "10.89.7.12", 111)  # every IPv6 address is every address
+    assert listens(sockets, "0.0.0.0", 9093) and listens(sockets, "10.89.7.12", 9093)
+    assert ("fe80::1", 8080) in sockets
+    assert not listens(sockets, "10.89.7.12", 9094)
+
+
+def test_unreachable_facts_say_why() -> None:
+    with pytest.raises(Unreachable, match=r"^n-01: container gone$"):
+        HostFacts("n-01", error="container gone").get("anything")
