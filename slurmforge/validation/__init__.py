@@ -8,6 +8,7 @@ beside the installed package (no cache, no bytecode)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -17,6 +18,8 @@ from pathlib import Path
 from slurmforge.errors import ValidationFailed
 from slurmforge.package_data import require, validation_suite
 
+EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?:AssertionError|Unreachable): ")
+"""How pytest's report begins a failed assertion's message (the checks' own lines follow)."""
 MAX_LINES = 40
 """Problems named in the error, at most; the rest are counted."""
 
@@ -52,7 +55,7 @@ def failure_lines(junit_xml: str) -> list[str]:
     out: list[str] = []
     for case in ET.fromstring(junit_xml).iter("testcase"):
         for failure in [*case.findall("failure"), *case.findall("error")]:
-            message = (failure.get("message") or "?").removeprefix("AssertionError: ")
+            message = EXCEPTION.sub("", failure.get("message") or "?", count=1)
             problems = []
             for line in message.splitlines():
                 if line.startswith("assert "):

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import testinfra  # type: ignore[import-untyped]
@@ -68,13 +68,34 @@ class InventorySsh(BaseBackend):  # type: ignore[misc]
         return self.result(proc.returncode, self.encode(argv[-1]), proc.stdout, proc.stderr)
 
 
+class NamedHost(testinfra.host.Host):  # type: ignore[misc]
+    """testinfra's Host whose failed command is one line: the host, the command, its exit
+    code and last line of output, what was wanted."""
+
+    _host_cache: ClassVar[dict[Any, Any]] = {}
+
+    def run_expect(self, expected: list[int], command: str, *args: str, **kwargs: Any) -> CommandResult:
+        __tracebackhide__ = True
+        out = self.run(command, *args, **kwargs)
+        if out.rc not in expected:
+            said = (out.stderr.strip() or out.stdout.strip()).splitlines()[-1:] or [""]
+            raise AssertionError(found_wanted(self.backend.hostname, f"`{out.command.decode(errors='replace')}`",
+                                              f"exit {out.rc} {said[0][-200:]}".strip(),
+                                              "exit " + " or ".join(map(str, expected))))
+        return out
+
+    def check_output(self, command: str, *args: str, **kwargs: Any) -> str:
+        __tracebackhide__ = True
+        return str(self.run_expect([0], command, *args, **kwargs).stdout.rstrip("\r\n"))
+
+
 def connect(host: Host, control_dir: Path | None = None) -> testinfra.host.Host:
     """podman exec for a local container (fastest), ssh as the inventory says otherwise."""
     local = container(host)
     if local:
-        return testinfra.get_host(f"podman://{local}")
+        return NamedHost.get_host(f"podman://{local}")
     backend = InventorySsh(host, control_dir)
-    node = testinfra.host.Host(backend)
+    node = NamedHost(backend)
     backend.set_host(node)
     return node
 

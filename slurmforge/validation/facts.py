@@ -64,7 +64,11 @@ class Unreachable(AssertionError):
 
 def found_wanted(host: str, what: str, found: object, wanted: object) -> str:
     """The one line a failed check prints per problem."""
-    return f"{host}: {what} found {found}, wanted {wanted}"
+    return f"{host}: {what} found {_one_line(found)}, wanted {_one_line(wanted)}"
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).split())
 
 
 # ------------------------------------------------------------------ what a host is asked

@@ -15,6 +15,7 @@ import pytest
 import testinfra  # type: ignore[import-untyped]
 
 from slurmforge.hosts import Host, HostRole
+from slurmforge.validation.conftest import NamedHost
 from slurmforge.validation.facts import (
     Answer,
     HostFacts,
@@ -105,3 +106,17 @@ def test_listening_sockets_as_testinfra_judges_them() -> None:
 def test_unreachable_facts_say_why() -> None:
     with pytest.raises(Unreachable, match=r"^n-01: container gone$"):
         HostFacts("n-01", error="container gone").get("anything")
+
+
+def test_a_failed_command_is_one_line_naming_host_command_and_exit() -> None:
+    here = NamedHost.get_host("local://")
+    with pytest.raises(AssertionError) as failed:
+        here.check_output("echo first >&2; echo 'no such unit' >&2; exit 3")
+    assert str(failed.value) == (f"{here.backend.hostname}: `echo first >&2; echo 'no such unit' >&2; exit 3` "
+                                 "found exit 3 no such unit, wanted exit 0")
+    assert here.check_output("echo fine") == "fine"
+
+
+def test_found_and_wanted_stay_on_one_line() -> None:
+    assert found_wanted("dev-login", "sacct", "rc 1: error: timed out\nsacct: error: no database", "an answer") == \
+        "dev-login: sacct found rc 1: error: timed out sacct: error: no database, wanted an answer"

@@ -23,6 +23,15 @@ def test_same_host_down():
     assert not ["dev-cpu-03: Slurm state found DOWN+NOT_RESPONDING, wanted in service or in power save"], \\
         "dev-cpu-03: Slurm state found DOWN+NOT_RESPONDING, wanted in service or in power save"
 
+class Unreachable(AssertionError):
+    pass
+
+def test_gone():
+    raise Unreachable("dev-cpu-02: the checks' commands did not run (rc 125: no such container)")
+
+def test_also_gone():
+    raise Unreachable("dev-cpu-02: the checks' commands did not run (rc 125: no such container)")
+
 def test_plain():
     assert 1 == 2
 
@@ -40,4 +49,5 @@ def test_every_problem_line_of_every_failed_check(tmp_path: Path) -> None:
     assert failure_lines(report.read_text()) == [
         "dev-cpu-03: Slurm state found DOWN+NOT_RESPONDING, wanted in service or in power save",
         "dev-gpu-01: hardware found 2 CPUs, 2048 MB, no gres, wanted 2 CPUs, 2048 MB, gpu:2",
+        "dev-cpu-02: the checks' commands did not run (rc 125: no such container)",
         "test_plain: assert 1 == 2"]
