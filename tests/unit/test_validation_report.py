@@ -1,5 +1,5 @@
 """`slurmforge validate --inventory` names every problem a failed check found, one line
-each, from pytest's own JUnit report (no line cut to the terminal's width)."""
+each, whole (pytest's JUnit report cuts long messages; no line cut to the terminal's width)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,13 @@ def test_gone():
 def test_also_gone():
     raise Unreachable("dev-cpu-02: the checks' commands did not run (rc 125: no such container)")
 
+def test_many():
+    wrong = [f"dev-cpu-{i:02}: munged found not running, wanted running" for i in range(40)]
+    assert not wrong, "\\n".join(wrong)
+
+def test_broken():
+    {}["no-such-key"]
+
 def test_plain():
     assert 1 == 2
 
@@ -42,12 +49,14 @@ def test_fine():
 
 def test_every_problem_line_of_every_failed_check(tmp_path: Path) -> None:
     (tmp_path / "test_live.py").write_text(CHECKS)
-    report = tmp_path / "report.xml"
+    report = tmp_path / "problems.jsonl"
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                    f"--junitxml={report}", str(tmp_path / "test_live.py")], capture_output=True, timeout=120,
-                   check=False, cwd=tmp_path)
+                    "-p", "slurmforge.validation.problems", f"--problems={report}", str(tmp_path / "test_live.py")],
+                   capture_output=True, timeout=120, check=False, cwd=tmp_path)
     assert failure_lines(report.read_text()) == [
         "dev-cpu-03: Slurm state found DOWN+NOT_RESPONDING, wanted in service or in power save",
         "dev-gpu-01: hardware found 2 CPUs, 2048 MB, no gres, wanted 2 CPUs, 2048 MB, gpu:2",
         "dev-cpu-02: the checks' commands did not run (rc 125: no such container)",
+        *(f"dev-cpu-{i:02}: munged found not running, wanted running" for i in range(40)),
+        "test_broken: KeyError: 'no-such-key'",
         "test_plain: assert 1 == 2"]
