@@ -19,8 +19,10 @@ from typing import Protocol
 
 from slurmforge.hosts import Host
 
-PARALLEL = 16
-"""Hosts read at once (each is one command waiting on its host, not work here)."""
+PARALLEL = 8
+"""Hosts read at once (each is one command waiting on its host, not work here). On AWS each
+opens its connection through the login node: sshd's MaxStartups (10 by default) starts
+refusing handshakes beyond 10 in flight."""
 
 
 class Runner(Protocol):
