@@ -18,7 +18,9 @@ from testinfra.backend.base import BaseBackend, CommandResult  # type: ignore[im
 
 from slurmforge.connection import becomes_root, close_control, container, ssh_argv
 from slurmforge.hosts import Host, HostRole, controller_name
+from slurmforge.render import MAIL_PROGRAM
 from slurmforge.spec import Cluster
+from slurmforge.spec.models import Ceph
 from slurmforge.validation.facts import (
     LISTENING,
     HostFacts,
@@ -155,6 +157,13 @@ MODULES_WALKED = "bash -lc 'module -t --ignore_cache avail 2>&1'"
 PACKAGES = "dpkg-query -W -f='${Package} ${Version}\\n' | sha256sum | cut -d' ' -f1"
 FAILED_UNITS = "systemctl list-units --failed --no-legend --plain"
 LOGIN_SINFO = "env -u SLURM_CONF sinfo -h -o %P"
+DMA_CONF = "/etc/dma/dma.conf"
+SENDMAIL = "/usr/sbin/sendmail"
+
+
+def ceph_commands(ceph: Ceph) -> list[str]:
+    """The ceph commands whose JSON the Ceph checks judge (asked on the first Ceph host)."""
+    return ["health", "osd stat", f"fs get {ceph.fs_name}", "osd pool ls detail"]
 
 
 @dataclass(frozen=True)
@@ -198,13 +207,21 @@ def ceph_units(live: LiveCluster, index: int, host: Host) -> list[str]:
 def host_items(live: LiveCluster, host: Host) -> list[tuple[str, str]]:
     """Everything the checks read from this host, as facts.host_script's items."""
     if host.role is HostRole.CEPH:
-        units = ceph_units(live, live.ceph_hosts.index(host), host)
-        return [LISTENING, *(active(u) for u in units), *(enabled(u) for u in units)]
+        index = live.ceph_hosts.index(host)
+        units = ceph_units(live, index, host)
+        ceph = live.spec.storage.ceph
+        asked = [shell(f"ceph {c}", f"timeout 60 ceph {c} -f json 2>/dev/null") for c in ceph_commands(ceph)] \
+            if ceph is not None and index == 0 else []
+        return [LISTENING, *(active(u) for u in units), *(enabled(u) for u in units), *asked]
     items = [LISTENING, *(active(d) for d in DAEMONS), *(restart(d) for d in RESTARTED), stat(MUNGE_KEY),
              shell("failed units", FAILED_UNITS), read(LMODRC), shell("modules", MODULES),
              shell("modules walked", MODULES_WALKED), shell("packages", PACKAGES), stat(SLURM_CONF)]
     if host.role is HostRole.LOGIN:
         items += [stat(SACKD_CONF), shell("sinfo", LOGIN_SINFO)]
+    if host.name == controller_name(live.spec):
+        items += [shell("scontrol show config", "scontrol show config"), stat(MAIL_PROGRAM),
+                  shell("bsd-mailx", "command -v bsd-mailx"), shell("sendmail", f"readlink -f {SENDMAIL}"),
+                  read(DMA_CONF)]
     for shared in shared_paths(live):
         if host in shared.readers:  # the probe first: it mounts an automount
             items += [read(shared.probe), mounted(shared.path)]

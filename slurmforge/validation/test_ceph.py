@@ -20,14 +20,17 @@ def ceph(live: LiveCluster) -> LiveCluster:
     return live
 
 
-def ceph_json(live: LiveCluster, *args: str) -> Any:
-    """A ceph command's JSON: an object or a list, as the command gives it."""
-    mon = live.connect(live.ceph_hosts[0])
-    return json.loads(mon.check_output(f"timeout 60 ceph {' '.join(args)} -f json"))  # args: our own words
+def ceph_json(live: LiveCluster, facts: Facts, *args: str) -> Any:
+    """A ceph command's JSON (conftest.ceph_commands, read on the first Ceph host): an object
+    or a list, as the command gives it."""
+    mon, command = live.ceph_hosts[0].name, f"ceph {' '.join(args)}"
+    answer = facts[mon].get(command)
+    assert answer.rc == 0, found_wanted(mon, f"`{command}`", f"exit {answer.rc}", "its JSON")
+    return json.loads(answer.out)
 
 
-def test_ceph_health_is_not_error(ceph: LiveCluster) -> None:
-    health = ceph_json(ceph, "health")
+def test_ceph_health_is_not_error(ceph: LiveCluster, facts: Facts) -> None:
+    health = ceph_json(ceph, facts, "health")
     checks = "; ".join(c["summary"]["message"] for c in health.get("checks", {}).values())
     assert health["status"] in ("HEALTH_OK", "HEALTH_WARN"), found_wanted(
         ceph.ceph_hosts[0].name, "ceph health", f"{health['status']} {checks}".strip(), "HEALTH_OK or HEALTH_WARN")
@@ -35,24 +38,24 @@ def test_ceph_health_is_not_error(ceph: LiveCluster) -> None:
         print("ceph health:", "; ".join(c["summary"]["message"] for c in health.get("checks", {}).values()))
 
 
-def test_every_osd_is_up_and_in(ceph: LiveCluster) -> None:
+def test_every_osd_is_up_and_in(ceph: LiveCluster, facts: Facts) -> None:
     want = ceph.spec.storage.ceph.osd_count  # type: ignore[union-attr]
-    stat = ceph_json(ceph, "osd", "stat")
+    stat = ceph_json(ceph, facts, "osd", "stat")
     got = (stat["num_osds"], stat["num_up_osds"], stat["num_in_osds"])
     assert got == (want, want, want), found_wanted(ceph.ceph_hosts[0].name, "OSDs (all, up, in)",
                                                    "{} {} {}".format(*got), f"{want} {want} {want}")
 
 
-def test_the_file_system_has_an_active_mds_and_the_spec_replication(ceph: LiveCluster) -> None:
+def test_the_file_system_has_an_active_mds_and_the_spec_replication(ceph: LiveCluster, facts: Facts) -> None:
     spec = ceph.spec.storage.ceph
     assert spec is not None
-    fs = ceph_json(ceph, "fs", "get", spec.fs_name)["mdsmap"]
+    fs = ceph_json(ceph, facts, "fs", "get", spec.fs_name)["mdsmap"]
     mon = ceph.ceph_hosts[0].name
     states = [info["state"] for info in fs["info"].values()]
     wrong = [] if "up:active" in states else [found_wanted(mon, f"{spec.fs_name}'s MDS", " ".join(states) or "none",
                                                             "one up:active")]
     wrong += [found_wanted(mon, f"pool {pool['pool_name']}'s replication", pool["size"], spec.replication)
-              for pool in ceph_json(ceph, "osd", "pool", "ls", "detail")
+              for pool in ceph_json(ceph, facts, "osd", "pool", "ls", "detail")
               if pool["pool_name"].startswith(f"{spec.fs_name}_") and pool["size"] != spec.replication]
     assert not wrong, "\n".join(wrong)
 

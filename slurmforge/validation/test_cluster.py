@@ -25,10 +25,12 @@ from slurmforge.nodes import node_names, node_sets, pool_hardware
 from slurmforge.render import MAIL_PROGRAM, render
 from slurmforge.service.slurm import NODES_COMMAND, parse_nodes
 from slurmforge.validation.conftest import (
+    DMA_CONF,
     LMODRC,
     MUNGE_KEY,
     RESTARTED,
     SACKD_CONF,
+    SENDMAIL,
     SLURM_CONF,
     Facts,
     LiveCluster,
@@ -400,21 +402,22 @@ def test_the_scheduler_service_listens_on_the_cluster_address_only(live: LiveClu
     assert not wrong, "\n".join(wrong)
 
 
-def test_job_mail_has_a_mailer_configured_as_rendered(live: LiveCluster) -> None:
+def test_job_mail_has_a_mailer_configured_as_rendered(live: LiveCluster, facts: Facts) -> None:
     """slurmctld's MailProg is there and hands mail to dma, configured from the spec's
     `mail:` (its relay, or local delivery on the controller)."""
-    ctl, name = live.controller(), controller_name(live.spec)
-    config = dict(re.findall(r"^(\w+)\s+=\s+(.*?)\s*$", ctl.check_output("scontrol show config"), re.M))
+    name = controller_name(live.spec)
+    ctl = facts[name]
+    config = dict(re.findall(r"^(\w+)\s+=\s+(.*?)\s*$", ctl.text("scontrol show config"), re.M))
     wrong = [] if config.get("MailProg") == MAIL_PROGRAM else [
         found_wanted(name, "slurmctld's MailProg", config.get("MailProg"), MAIL_PROGRAM)]
-    if not (ctl.exists("bsd-mailx") and ctl.file(MAIL_PROGRAM).exists):
+    if not (ctl.ok("bsd-mailx") and ctl.ok(f"stat {MAIL_PROGRAM}")):
         wrong.append(found_wanted(name, "bsd-mailx", "missing", f"installed, with {MAIL_PROGRAM}"))
-    if (sendmail := ctl.check_output("readlink -f /usr/sbin/sendmail")) != "/usr/sbin/dma":
-        wrong.append(found_wanted(name, "/usr/sbin/sendmail", sendmail, "/usr/sbin/dma"))
+    if (sendmail := ctl.text("sendmail").strip()) != "/usr/sbin/dma":
+        wrong.append(found_wanted(name, SENDMAIL, sendmail, "/usr/sbin/dma"))
 
     def settings(text: str) -> list[str]:
         return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
-    if settings(ctl.file("/etc/dma/dma.conf").content_string) != settings(render(live.spec, "dma.conf")):
-        wrong.append(found_wanted(name, "/etc/dma/dma.conf", "other settings", "the spec's mail: as rendered"))
+    if settings(ctl.text(f"read {DMA_CONF}")) != settings(render(live.spec, "dma.conf")):
+        wrong.append(found_wanted(name, DMA_CONF, "other settings", "the spec's mail: as rendered"))
     assert not wrong, "\n".join(wrong)
