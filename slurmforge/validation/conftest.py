@@ -230,6 +230,9 @@ def host_items(live: LiveCluster, host: Host) -> list[tuple[str, str]]:
 
         items += [read("/etc/fstab"), stat("/etc/ceph/ceph.client.admin.keyring"),
                   stat(f"/etc/ceph/ceph.client.{client_name(ceph)}.keyring")]
+        if host is live.up_hosts[0]:  # the client key's caps: refused anything beyond the file system
+            items.append(shell("ceph pool create", f"timeout 30 ceph --id {client_name(ceph)} osd pool create "
+                                                   "slurmforge-validate-probe"))
     return items
 
 

@@ -6,16 +6,22 @@ local backend), as they run on a node through podman exec or ssh."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import pwd
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import testinfra  # type: ignore[import-untyped]
 
 from slurmforge.hosts import Host, HostRole
-from slurmforge.validation.conftest import NamedHost
+from slurmforge.local.provider import LocalProvider
+from slurmforge.spec import load_spec
+from slurmforge.validation import test_ceph as ceph_checks
+from slurmforge.validation import test_cluster as checks
+from slurmforge.validation.conftest import Facts, LiveCluster, NamedHost, host_items, shared_paths
 from slurmforge.validation.facts import (
     Answer,
     HostFacts,
@@ -35,6 +41,7 @@ from slurmforge.validation.facts import (
 pytestmark = pytest.mark.unit
 
 HERE = testinfra.get_host("local://")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_failed_check_line_names_host_found_and_wanted() -> None:
@@ -120,3 +127,72 @@ def test_a_failed_command_is_one_line_naming_host_command_and_exit() -> None:
 def test_found_and_wanted_stay_on_one_line() -> None:
     assert found_wanted("dev-login", "sacct", "rc 1: error: timed out\nsacct: error: no database", "an answer") == \
         "dev-login: sacct found rc 1: error: timed out sacct: error: no database, wanted an answer"
+
+
+# ------------------------------------------------------------ the checks over gathered facts
+
+class Offline(LiveCluster):
+    """The example local cluster's spec and hosts; asking a host anything is a failure here."""
+
+    def connect(self, host: Host) -> testinfra.host.Host:
+        raise RuntimeError(f"a unit test asked {host.name}")
+
+
+def local_cluster() -> LiveCluster:
+    spec = load_spec(ROOT / "examples" / "local.yaml")
+    return Offline(spec, LocalProvider(spec, "img").hosts())
+
+
+def gathered(live: LiveCluster, answer: Callable[[str, str], Answer]) -> Facts:
+    """Every host's answers to exactly what conftest.host_items asks it."""
+    hosts = {h.name: HostFacts(h.name, {key: answer(h.name, key) for key, _ in host_items(live, h)})
+             for h in [*live.up_hosts, *live.ceph_hosts]}
+    return Facts(hosts, {s.probe: None for s in shared_paths(live)})
+
+
+ASKS_PROMETHEUS = {"test_prometheus_sends_alerts_to_alertmanager"}
+FACT_CHECKS = [check for module in (checks, ceph_checks) for name, check in vars(module).items()
+               if name.startswith("test_") and "facts" in inspect.signature(check).parameters
+               and name not in ASKS_PROMETHEUS]
+
+
+@pytest.mark.parametrize("check", FACT_CHECKS, ids=lambda c: c.__name__)
+def test_every_check_reads_only_what_each_host_is_asked(check: Callable[..., None]) -> None:
+    """A check judging gathered facts finds each answer it needs: no key missing (KeyError);
+    a wrong answer is a failed check, whose lines each name a host."""
+    live = local_cluster()
+    facts = gathered(live, lambda host, key: Answer(1, ""))
+    try:
+        check(live, facts) if "ceph" not in inspect.signature(check).parameters else check(ceph=live, facts=facts)
+    except AssertionError as failed:
+        lines = [line.strip() for line in str(failed).split("\nassert ")[0].splitlines()]
+        assert lines and all(line.split(":")[0] in {h.name for h in live.hosts} for line in lines), lines
+
+
+def test_a_daemon_that_stays_down_after_a_crash_is_named_with_its_setting() -> None:
+    live = local_cluster()
+
+    def answer(host: str, key: str) -> Answer:
+        if key == "restart slurmd" and host == "dev-cpu-01":
+            return Answer(0, "no")
+        return Answer(0, "on-failure") if key.startswith("restart ") else Answer(0 if key == "active slurmd" else 3, "")
+
+    with pytest.raises(AssertionError) as failed:
+        checks.test_daemons_restart_after_a_failure(live, gathered(live, answer))
+    assert str(failed.value).splitlines()[0] == "dev-cpu-01: slurmd's Restart= found no, wanted on-failure or always"
+
+
+def test_a_shared_path_a_reader_cannot_see_names_reader_and_probe() -> None:
+    live = local_cluster()
+    home = shared_paths(live)[0]
+    reader = home.readers[0].name
+
+    def answer(host: str, key: str) -> Answer:
+        if key == f"read {home.probe}":
+            return Answer(1, "cat: no such file") if host == reader else Answer(0, "shared")
+        return Answer(0, "nfs")
+
+    with pytest.raises(AssertionError) as failed:
+        checks.test_shared_mounts_present_and_shared(live, gathered(live, answer))
+    assert str(failed.value).splitlines()[0] == (f"{reader}: {home.writer.name}'s {home.probe} found nothing, "
+                                                 "wanted 'shared' (the same file)")
