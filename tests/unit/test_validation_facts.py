@@ -21,7 +21,7 @@ from slurmforge.local.provider import LocalProvider
 from slurmforge.spec import load_spec
 from slurmforge.validation import test_ceph as ceph_checks
 from slurmforge.validation import test_cluster as checks
-from slurmforge.validation.conftest import Facts, LiveCluster, NamedHost, host_items, shared_paths
+from slurmforge.validation.conftest import Facts, InventorySsh, LiveCluster, NamedHost, host_items, shared_paths
 from slurmforge.validation.facts import (
     Answer,
     HostFacts,
@@ -196,3 +196,14 @@ def test_a_shared_path_a_reader_cannot_see_names_reader_and_probe() -> None:
         checks.test_shared_mounts_present_and_shared(live, gathered(live, answer))
     assert str(failed.value).splitlines()[0] == (f"{reader}: {home.writer.name}'s {home.probe} found nothing, "
                                                  "wanted 'shared' (the same file)")
+
+
+def test_the_script_survives_the_ssh_and_sudo_quoting() -> None:
+    """Over ssh with become the script travels as `sudo -n /bin/sh -c '<script>'`, parsed by
+    the remote shell: run here as that shell would (sudo itself left out)."""
+    backend = InventorySsh(Host("n-01", "10.0.0.1", HostRole.COMPUTE, connection={"ansible_become": "true"}), None)
+    items = [shell("quotes", "echo \"it's\" '$HOME' $((1 + 2))"), shell("exit", "exit 7")]
+    command = backend.get_command(host_script(items, "@@sf-q"))
+    assert command.startswith("sudo -n /bin/sh -c ")
+    out = HERE.run(command.removeprefix("sudo -n ")).stdout
+    assert parse_answers(out, "@@sf-q") == {"quotes": Answer(0, "it's $HOME 3"), "exit": Answer(7, "")}
