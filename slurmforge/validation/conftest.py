@@ -247,6 +247,14 @@ class Facts:
     def __getitem__(self, host: str) -> HostFacts:
         return self.hosts[host]
 
+    def reachable(self, hosts: list[Host]) -> list[Host]:
+        """The hosts whose answers came back (unreachable names the others)."""
+        return [h for h in hosts if self.hosts[h.name].error is None]
+
+    def unreachable(self, hosts: list[Host]) -> list[str]:
+        """One line per host whose commands could not run: a check judges the others."""
+        return [f"{h.name}: {self.hosts[h.name].error}" for h in hosts if self.hosts[h.name].error is not None]
+
 
 def write_probes(live: LiveCluster, paths: list[SharedPath], remove: bool = False) -> dict[str, str | None]:
     """Write (or remove) every shared path's probe from its writer, writers in parallel."""
@@ -285,8 +293,8 @@ def probe_problems(shared: SharedPath, facts: Facts) -> list[str]:
     """The writer wrote the path's probe, and every reader reads it back."""
     if (why := facts.probes_written[shared.probe]) is not None:
         return [found_wanted(shared.writer.name, f"writing {shared.probe}", why or "a failure", "a written file")]
-    wrong = []
-    for host in shared.readers:
+    wrong = facts.unreachable(shared.readers)
+    for host in facts.reachable(shared.readers):
         node = facts[host.name]
         got = node.text(f"read {shared.probe}").strip() if node.ok(f"read {shared.probe}") else "nothing"
         if got != shared.content:

@@ -64,7 +64,7 @@ def test_cephfs_is_mounted_and_shared_on_every_node(ceph: LiveCluster, facts: Fa
     shared = shared_paths(ceph)[-1]
     mount = shared.path
     wrong = probe_problems(shared, facts)
-    for host in shared.readers:
+    for host in facts.reachable(shared.readers):
         node = facts[host.name]
         # an automount: autofs, and the file system once accessed
         fstypes = node.text(f"mounted {mount}").split()
@@ -84,8 +84,8 @@ def test_slurm_nodes_hold_only_the_file_system_key(ceph: LiveCluster, facts: Fac
     from slurmforge.ceph import client_name
 
     admin, keyring = "/etc/ceph/ceph.client.admin.keyring", f"/etc/ceph/ceph.client.{client_name(spec)}.keyring"
-    wrong = []
-    for host in ceph.up_hosts:
+    wrong = facts.unreachable(ceph.up_hosts)
+    for host in facts.reachable(ceph.up_hosts):
         node = facts[host.name]
         if node.ok(f"stat {admin}"):
             wrong.append(found_wanted(host.name, admin, "a key", "none (client.admin stays on the Ceph hosts)"))
@@ -101,8 +101,10 @@ def test_slurm_nodes_hold_only_the_file_system_key(ceph: LiveCluster, facts: Fac
 
 
 def test_ceph_daemons_start_at_boot(ceph: LiveCluster, facts: Facts) -> None:
-    wrong = []
+    wrong = facts.unreachable(ceph.ceph_hosts)
     for index, host in enumerate(ceph.ceph_hosts):
+        if not facts.reachable([host]):
+            continue
         node = facts[host.name]
         for unit in ceph_units(ceph, index, host):
             state = [word for ok, word in ((node.ok(f"active {unit}"), "running"),

@@ -58,9 +58,9 @@ def expand(live: LiveCluster, hostlist: str) -> set[str]:
 
 
 def test_munge_key_identical_private_and_running(live: LiveCluster, facts: Facts) -> None:
-    wrong = []
+    wrong = facts.unreachable(live.up_hosts)
     primary = facts[controller_name(live.spec)].text(f"stat {MUNGE_KEY}").split()[-1:] or ["nothing"]
-    for host in live.up_hosts:
+    for host in facts.reachable(live.up_hosts):
         node = facts[host.name]
         if not node.ok(f"stat {MUNGE_KEY}"):
             wrong.append(found_wanted(host.name, MUNGE_KEY, "nothing", "the cluster's key"))
@@ -91,8 +91,8 @@ def test_daemons_run_only_where_they_belong(live: LiveCluster, facts: Facts) -> 
     # a backup controller runs slurmctld only: slurmdbd, MariaDB and monitoring live on the primary
     backup = {"slurmctld": True, "slurmdbd": False, "mariadb": False, "slurmd": False, "sackd": False,
               "prometheus": False, "prometheus-alertmanager": False}
-    wrong = []
-    for host in live.up_hosts:
+    wrong = facts.unreachable(live.up_hosts)
+    for host in facts.reachable(live.up_hosts):
         node = facts[host.name]
         daemons = backup if host.role is HostRole.CONTROLLER and host.name != controller_name(live.spec) \
             else wanted[host.role]
@@ -106,8 +106,8 @@ def test_daemons_run_only_where_they_belong(live: LiveCluster, facts: Facts) -> 
 def test_daemons_restart_after_a_failure(live: LiveCluster, facts: Facts) -> None:
     """Every Slurm daemon, munge and MariaDB a host runs comes back by itself after a crash
     (Debian's units say Restart=no)."""
-    wrong = []
-    for host in live.up_hosts:
+    wrong = facts.unreachable(live.up_hosts)
+    for host in facts.reachable(live.up_hosts):
         node = facts[host.name]
         for daemon in RESTARTED:
             if node.ok(f"active {daemon}"):
@@ -121,8 +121,8 @@ def test_daemons_restart_after_a_failure(live: LiveCluster, facts: Facts) -> Non
 def test_no_unit_failed_on_any_host(live: LiveCluster, facts: Facts) -> None:
     """systemd has no failed unit anywhere: a join that did not succeed, a daemon that gave
     up, a mount that failed stand out instead of hiding in an always-degraded system."""
-    wrong = []
-    for host in live.up_hosts:
+    wrong = facts.unreachable(live.up_hosts)
+    for host in facts.reachable(live.up_hosts):
         if names := [u.split()[0] for u in facts[host.name].text("failed units").splitlines() if u.strip()]:
             wrong.append(found_wanted(host.name, "failed units", " ".join(names),
                                       "none (systemctl status <unit> on the host says why)"))
@@ -133,8 +133,8 @@ def test_login_clients_read_the_controllers_config(live: LiveCluster, facts: Fac
     """The login node keeps no slurm.conf of its own (a stale one would win over sackd's);
     its clients read the copy sackd fetched from slurmctld, which is the controller's."""
     served = facts[controller_name(live.spec)].text(f"stat {SLURM_CONF}").split()[-1:] or ["nothing"]
-    wrong = []
-    for host in live.by_role(HostRole.LOGIN):
+    wrong = facts.unreachable(live.by_role(HostRole.LOGIN))
+    for host in facts.reachable(live.by_role(HostRole.LOGIN)):
         login = facts[host.name]
         if login.ok(f"stat {SLURM_CONF}"):
             wrong.append(found_wanted(host.name, SLURM_CONF, "a file", "none (sackd's copy serves the clients)"))
@@ -201,16 +201,16 @@ def test_shared_mounts_present_and_shared(live: LiveCluster, facts: Facts) -> No
     wrong = []
     for shared in shared_paths(live)[:3]:
         wrong += probe_problems(shared, facts)
-        for host in shared.readers:
+        for host in facts.reachable(shared.readers):
             if not facts[host.name].text(f"mounted {shared.path}").strip():
                 wrong.append(found_wanted(host.name, shared.path, "no mount", "a shared mount"))
     assert not wrong, "\n".join(wrong)
 
 
 def test_module_command_works_everywhere(live: LiveCluster, facts: Facts) -> None:
-    wrong = []
-    first = live.up_hosts[0].name
-    for host in live.up_hosts:
+    wrong = facts.unreachable(live.up_hosts)
+    first = (facts.reachable(live.up_hosts) or live.up_hosts)[0].name
+    for host in facts.reachable(live.up_hosts):
         node = facts[host.name]
         if not node.ok("modules"):
             wrong.append(found_wanted(host.name, "module -t avail", node.text("modules").strip()[-200:], "a list"))
@@ -225,8 +225,8 @@ def test_module_spider_cache_is_shared_and_current(live: LiveCluster, facts: Fac
     (roles/lmod); `slurmforge modules` refreshes it after every change, so it lists
     exactly what a walk of the tree finds."""
     cache = f"{live.spec.modules.root}/.cache"
-    wrong = []
-    for host in live.up_hosts:
+    wrong = facts.unreachable(live.up_hosts)
+    for host in facts.reachable(live.up_hosts):
         node = facts[host.name]
         if cache not in node.text(f"read {LMODRC}"):
             wrong.append(found_wanted(host.name, f"{LMODRC}'s spider cache", "another or none", cache))
@@ -277,10 +277,11 @@ def test_the_local_database_runs_as_slurmdbd_needs(live: LiveCluster) -> None:
 
 
 def test_every_node_has_the_identical_package_set(live: LiveCluster, facts: Facts) -> None:
-    first = live.up_hosts[0].name
+    first = (facts.reachable(live.up_hosts) or live.up_hosts)[0].name
     want = facts[first].text("packages").strip()
-    wrong = [found_wanted(h.name, "the package set (sha256 of dpkg-query -W)", got[:12], f"{first}'s {want[:12]}")
-             for h in live.up_hosts if (got := facts[h.name].text("packages").strip()) != want]
+    wrong = facts.unreachable(live.up_hosts)
+    wrong += [found_wanted(h.name, "the package set (sha256 of dpkg-query -W)", got[:12], f"{first}'s {want[:12]}")
+              for h in facts.reachable(live.up_hosts) if (got := facts[h.name].text("packages").strip()) != want]
     assert not wrong, "\n".join(wrong)
 
 
@@ -389,8 +390,10 @@ def listen_problems(host: str, facts: Facts, what: str, address: str, port: int)
 
 
 def test_exporters_listen_on_the_cluster_address_only(live: LiveCluster, facts: Facts) -> None:
-    wrong = [line for host in [*live.up_hosts, *live.ceph_hosts]
-             for line in listen_problems(host.name, facts, "node exporter", host.address, NODE_EXPORTER_PORT)]
+    hosts = [*live.up_hosts, *live.ceph_hosts]
+    wrong = facts.unreachable(hosts)
+    wrong += [line for host in facts.reachable(hosts)
+              for line in listen_problems(host.name, facts, "node exporter", host.address, NODE_EXPORTER_PORT)]
     assert not wrong, "\n".join(wrong)
 
 

@@ -143,9 +143,10 @@ def local_cluster() -> LiveCluster:
     return Offline(spec, LocalProvider(spec, "img").hosts())
 
 
-def gathered(live: LiveCluster, answer: Callable[[str, str], Answer]) -> Facts:
-    """Every host's answers to exactly what conftest.host_items asks it."""
+def gathered(live: LiveCluster, answer: Callable[[str, str], Answer], gone: str = "") -> Facts:
+    """Every host's answers to exactly what conftest.host_items asks it (none from `gone`)."""
     hosts = {h.name: HostFacts(h.name, {key: answer(h.name, key) for key, _ in host_items(live, h)})
+             if h.name != gone else HostFacts(h.name, error="no such container")
              for h in [*live.up_hosts, *live.ceph_hosts]}
     return Facts(hosts, {s.probe: None for s in shared_paths(live)})
 
@@ -180,6 +181,11 @@ def test_a_daemon_that_stays_down_after_a_crash_is_named_with_its_setting() -> N
     with pytest.raises(AssertionError) as failed:
         checks.test_daemons_restart_after_a_failure(live, gathered(live, answer))
     assert str(failed.value).splitlines()[0] == "dev-cpu-01: slurmd's Restart= found no, wanted on-failure or always"
+    # a host that cannot be asked is named, and the others are still judged
+    with pytest.raises(AssertionError) as failed:
+        checks.test_daemons_restart_after_a_failure(live, gathered(live, answer, gone="dev-cpu-02"))
+    assert [line.strip() for line in str(failed.value).split("\nassert ")[0].splitlines()] == [
+        "dev-cpu-02: no such container", "dev-cpu-01: slurmd's Restart= found no, wanted on-failure or always"]
 
 
 def test_a_shared_path_a_reader_cannot_see_names_reader_and_probe() -> None:
