@@ -7,16 +7,19 @@ beside the installed package (no cache, no bytecode)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from slurmforge.errors import ValidationFailed
 from slurmforge.package_data import require, validation_suite
 
+EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?:AssertionError|Unreachable): ")
+"""How pytest's report begins a failed assertion's message (the checks' own lines follow)."""
 MAX_LINES = 40
 """Problems named in the error, at most; the rest are counted."""
 
@@ -28,35 +31,38 @@ def validate_inventory(inventory: Path, extra: list[str] | None = None) -> None:
         raise ValidationFailed(f"{inventory} is not a slurmforge inventory (no hosts.yml)")
     require("testinfra", "deploy", "the live-cluster validation")
     with tempfile.TemporaryDirectory(prefix="slurmforge-validate-") as tmp:
-        report = Path(tmp) / "report.xml"
+        problems = Path(tmp) / "problems.jsonl"
         suite = validation_suite()
         config = Path(tmp) / "pytest.ini"
         config.write_text("[pytest]\n")
         cmd = [sys.executable, "-m", "pytest", str(suite), "-q", "-p", "no:cacheprovider", "--no-header",
-               "-c", str(config), f"--rootdir={suite}", f"--junitxml={report}",
-               f"--inventory={inventory.resolve()}", *(extra or [])]
+               "-p", "slurmforge.validation.problems", f"--problems={problems}",
+               "-c", str(config), f"--rootdir={suite}", f"--inventory={inventory.resolve()}", *(extra or [])]
         res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp,
                              env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"})
         if res.returncode == 0:
             return
         summary = (res.stdout.strip().splitlines() or ["?"])[-1].strip("= ")
-        lines = failure_lines(report.read_text()) if report.exists() else []
+        lines = failure_lines(problems.read_text()) if problems.exists() else []
     shown = lines[:MAX_LINES] + ([f"... and {len(lines) - MAX_LINES} more"] if len(lines) > MAX_LINES else [])
     raise ValidationFailed("\n  ".join([f"live-cluster validation failed: {summary}", *shown]))
 
 
-def failure_lines(junit_xml: str) -> list[str]:
-    """`check: problem` for every line of every failed or erroring check's message, up to
-    pytest's own explanation of the assertion."""
-    out = []
-    for case in ET.fromstring(junit_xml).iter("testcase"):
-        for failure in [*case.findall("failure"), *case.findall("error")]:
-            message = (failure.get("message") or "?").removeprefix("AssertionError: ")
-            problems = []
-            for line in message.splitlines():
-                if line.startswith("assert "):
-                    break
-                if line.strip():
-                    problems.append(line.strip())
-            out += [f"{case.get('name', '?')}: {p}" for p in problems or message.splitlines()[:1] or ["?"]]
+def failure_lines(records: str) -> list[str]:
+    """Every problem the failed or erroring checks found (problems.py's JSON lines), once
+    each, in their order: a check's own lines (`<host>: <what> found <x>, wanted <y>`, one
+    problem a line) as they are; an assertion without a message, or an error in a check's
+    set-up, as `<check>: <pytest's first line>`."""
+    out: list[str] = []
+    for record in map(json.loads, records.splitlines()):
+        message = EXCEPTION.sub("", record["message"] or "?", count=1)
+        problems = []
+        for line in message.splitlines():
+            if line.startswith("assert "):
+                break
+            if line.strip():
+                problems.append(line.strip())
+        if not problems or not EXCEPTION.match(record["message"] or ""):
+            problems = [f"{record['check']}: {(problems or message.splitlines() or ['?'])[0]}"]
+        out += [p for p in problems if p not in out]
     return out

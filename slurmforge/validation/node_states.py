@@ -13,6 +13,7 @@ from __future__ import annotations
 from slurmforge.nodes import NodeHardware
 from slurmforge.service.classify import held_by_admin
 from slurmforge.service.slurm import NodeState
+from slurmforge.validation.facts import found_wanted
 
 WORKING = frozenset({"idle", "mixed", "allocated"})
 """Base states of a node in service (COMPLETING and the power flags ride on them)."""
@@ -28,7 +29,7 @@ def hardware_problem(node: NodeState, hw: NodeHardware, gres_name: str | None) -
         wanted += f", {gres_name}:{hw.gpus}"
     same = node.cpus == hw.cpus and node.memory_mb == hw.memory_mb and (
         not hw.gpus or f"{gres_name}:{hw.gpus}" in node.gres)
-    return None if same else f"{node.name}: has {found}, should have {wanted}"
+    return None if same else found_wanted(node.name, "hardware", found, wanted)
 
 
 def state_problem(node: NodeState, dynamic: bool) -> str | None:
@@ -36,7 +37,7 @@ def state_problem(node: NodeState, dynamic: bool) -> str | None:
     wanted = "in service or in power save" if dynamic else "in service (a static node is never powered down)"
     refused = sorted(REFUSED & node.flags)
     if refused:
-        return _line(node, wanted, f"Slurm refused it ({'+'.join(refused)})")
+        return _line(node, wanted, f"Slurm refused: {'+'.join(refused)}")
     if node.is_down():
         return _line(node, wanted)
     if node.is_powering_up() or node.is_powering_down():
@@ -55,4 +56,4 @@ def state_problem(node: NodeState, dynamic: bool) -> str | None:
 def _line(node: NodeState, wanted: str, why: str = "") -> str:
     state = "+".join([node.state.upper(), *sorted(node.flags)])
     reason = f", reason '{node.reason}'" if node.reason else ""
-    return f"{node.name}: {state}{reason}{f' - {why}' if why else ''}; should be {wanted}"
+    return found_wanted(node.name, "Slurm state", f"{state}{reason}{f' ({why})' if why else ''}", wanted)

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from slurmforge.validation.conftest import LiveCluster
+from slurmforge.validation.conftest import Facts, LiveCluster, ceph_units, probe_problems, shared_paths
+from slurmforge.validation.facts import found_wanted
 
 
 @pytest.fixture
@@ -19,79 +20,96 @@ def ceph(live: LiveCluster) -> LiveCluster:
     return live
 
 
-def ceph_json(live: LiveCluster, *args: str) -> Any:
-    """A ceph command's JSON: an object or a list, as the command gives it."""
-    mon = live.connect(live.ceph_hosts[0])
-    return json.loads(mon.check_output(f"timeout 60 ceph {' '.join(args)} -f json"))  # args: our own words
+def ceph_json(live: LiveCluster, facts: Facts, *args: str) -> Any:
+    """A ceph command's JSON (conftest.ceph_commands, read on the first Ceph host): an object
+    or a list, as the command gives it."""
+    mon, command = live.ceph_hosts[0].name, f"ceph {' '.join(args)}"
+    answer = facts[mon].get(command)
+    assert answer.rc == 0, found_wanted(mon, f"`{command}`", f"exit {answer.rc}", "its JSON")
+    return json.loads(answer.out)
 
 
-def test_ceph_health_is_not_error(ceph: LiveCluster) -> None:
-    health = ceph_json(ceph, "health")
-    assert health["status"] in ("HEALTH_OK", "HEALTH_WARN"), health
+def test_ceph_health_is_not_error(ceph: LiveCluster, facts: Facts) -> None:
+    health = ceph_json(ceph, facts, "health")
+    checks = "; ".join(c["summary"]["message"] for c in health.get("checks", {}).values())
+    assert health["status"] in ("HEALTH_OK", "HEALTH_WARN"), found_wanted(
+        ceph.ceph_hosts[0].name, "ceph health", f"{health['status']} {checks}".strip(), "HEALTH_OK or HEALTH_WARN")
     if health["status"] == "HEALTH_WARN":  # shown in the report, not a failure
         print("ceph health:", "; ".join(c["summary"]["message"] for c in health.get("checks", {}).values()))
 
 
-def test_every_osd_is_up_and_in(ceph: LiveCluster) -> None:
+def test_every_osd_is_up_and_in(ceph: LiveCluster, facts: Facts) -> None:
     want = ceph.spec.storage.ceph.osd_count  # type: ignore[union-attr]
-    stat = ceph_json(ceph, "osd", "stat")
-    assert (stat["num_osds"], stat["num_up_osds"], stat["num_in_osds"]) == (want, want, want), stat
+    stat = ceph_json(ceph, facts, "osd", "stat")
+    got = (stat["num_osds"], stat["num_up_osds"], stat["num_in_osds"])
+    assert got == (want, want, want), found_wanted(ceph.ceph_hosts[0].name, "OSDs (all, up, in)",
+                                                   "{} {} {}".format(*got), f"{want} {want} {want}")
 
 
-def test_the_file_system_has_an_active_mds_and_the_spec_replication(ceph: LiveCluster) -> None:
+def test_the_file_system_has_an_active_mds_and_the_spec_replication(ceph: LiveCluster, facts: Facts) -> None:
     spec = ceph.spec.storage.ceph
     assert spec is not None
-    fs = ceph_json(ceph, "fs", "get", spec.fs_name)["mdsmap"]
-    assert any(info["state"] == "up:active" for info in fs["info"].values()), fs["info"]
-    for pool in ceph_json(ceph, "osd", "pool", "ls", "detail"):
-        if pool["pool_name"].startswith(f"{spec.fs_name}_"):
-            assert pool["size"] == spec.replication, pool["pool_name"]
+    fs = ceph_json(ceph, facts, "fs", "get", spec.fs_name)["mdsmap"]
+    mon = ceph.ceph_hosts[0].name
+    states = [info["state"] for info in fs["info"].values()]
+    wrong = [] if "up:active" in states else [found_wanted(mon, f"{spec.fs_name}'s MDS", " ".join(states) or "none",
+                                                            "one up:active")]
+    wrong += [found_wanted(mon, f"pool {pool['pool_name']}'s replication", pool["size"], spec.replication)
+              for pool in ceph_json(ceph, facts, "osd", "pool", "ls", "detail")
+              if pool["pool_name"].startswith(f"{spec.fs_name}_") and pool["size"] != spec.replication]
+    assert not wrong, "\n".join(wrong)
 
 
-def test_cephfs_is_mounted_and_shared_on_every_node(ceph: LiveCluster) -> None:
-    mount = ceph.spec.storage.ceph.mount  # type: ignore[union-attr]
-    hosts = ceph.up_hosts
-    writer = ceph.connect(hosts[0])
-    probe = f"{mount.rstrip('/')}/.slurmforge-validate-{hosts[0].name}"
-    writer.check_output(f"echo ceph > {probe}")
-    try:
-        for host in hosts:
-            node = ceph.connect(host)
-            assert node.file(probe).content_string.strip() == "ceph", f"{host.name} can't see {probe}"
-            # an automount: autofs, and the file system once accessed
-            fstypes = node.check_output(f"findmnt -n -o FSTYPE {mount}").split()
-            assert {"fuse.ceph-fuse", "ceph"} & set(fstypes), f"{host.name}: {mount} is {fstypes or 'not mounted'}"
-            fstab = [line.split() for line in node.file("/etc/fstab").content_string.splitlines()]
-            assert any(len(f) > 2 and f[1] == mount and f[2] in ("fuse.ceph", "ceph") for f in fstab), \
-                f"{host.name}: {mount} is not in /etc/fstab (lost at the next boot)"
-    finally:
-        writer.run(f"rm -f {probe}")
+def test_cephfs_is_mounted_and_shared_on_every_node(ceph: LiveCluster, facts: Facts) -> None:
+    shared = shared_paths(ceph)[-1]
+    mount = shared.path
+    wrong = probe_problems(shared, facts)
+    for host in facts.reachable(shared.readers):
+        node = facts[host.name]
+        # an automount: autofs, and the file system once accessed
+        fstypes = node.text(f"mounted {mount}").split()
+        if not {"fuse.ceph-fuse", "ceph"} & set(fstypes):
+            wrong.append(found_wanted(host.name, mount, " ".join(fstypes) or "no mount",
+                                      "CephFS (ceph or fuse.ceph-fuse)"))
+        fstab = [line.split() for line in node.text("read /etc/fstab").splitlines()]
+        if not any(len(f) > 2 and f[1] == mount and f[2] in ("fuse.ceph", "ceph") for f in fstab):
+            wrong.append(found_wanted(host.name, f"{mount} in /etc/fstab", "no entry",
+                                      "one (else lost at the next boot)"))
+    assert not wrong, "\n".join(wrong)
 
 
-def test_slurm_nodes_hold_only_the_file_system_key(ceph: LiveCluster) -> None:
+def test_slurm_nodes_hold_only_the_file_system_key(ceph: LiveCluster, facts: Facts) -> None:
     spec = ceph.spec.storage.ceph
     assert spec is not None
     from slurmforge.ceph import client_name
 
-    for host in ceph.up_hosts:
-        node = ceph.connect(host)
-        assert not node.file("/etc/ceph/ceph.client.admin.keyring").exists, f"{host.name} holds client.admin"
-        keyring = node.file(f"/etc/ceph/ceph.client.{client_name(spec)}.keyring")
-        assert keyring.exists and keyring.mode == 0o600 and keyring.user == "root", host.name
+    admin, keyring = "/etc/ceph/ceph.client.admin.keyring", f"/etc/ceph/ceph.client.{client_name(spec)}.keyring"
+    wrong = facts.unreachable(ceph.up_hosts)
+    for host in facts.reachable(ceph.up_hosts):
+        node = facts[host.name]
+        if node.ok(f"stat {admin}"):
+            wrong.append(found_wanted(host.name, admin, "a key", "none (client.admin stays on the Ceph hosts)"))
+        got = node.text(f"stat {keyring}").split()[:2] if node.ok(f"stat {keyring}") else ["no", "file"]
+        if got != ["600", "root"]:
+            wrong.append(found_wanted(host.name, f"{keyring} mode and owner", " ".join(got), "600 root"))
     # the key's caps cover the file system, not the cluster
-    node = ceph.connect(ceph.up_hosts[0])
-    res = node.run(f"timeout 30 ceph --id {client_name(spec)} osd pool create slurmforge-validate-probe")
-    assert res.rc != 0 and "EACCES" in res.stderr, f"client.{client_name(spec)} may create pools: {res.stderr}"
+    res = facts[ceph.up_hosts[0].name].get("ceph pool create")
+    if not (res.rc != 0 and "EACCES" in res.out):
+        wrong.append(found_wanted(ceph.up_hosts[0].name, f"client.{client_name(spec)} creating a pool",
+                                  f"rc {res.rc} {res.out.strip()[-120:]}", "EACCES"))
+    assert not wrong, "\n".join(wrong)
 
 
-def test_ceph_daemons_start_at_boot(ceph: LiveCluster) -> None:
-    spec = ceph.spec.storage.ceph
-    assert spec is not None
+def test_ceph_daemons_start_at_boot(ceph: LiveCluster, facts: Facts) -> None:
+    wrong = facts.unreachable(ceph.ceph_hosts)
     for index, host in enumerate(ceph.ceph_hosts):
-        node = ceph.connect(host)
-        units = [f"ceph-osd@{index * spec.osds_per_host + j}" for j in range(spec.osds_per_host)]
-        if index == 0:
-            units += [f"ceph-mon@{host.name}", f"ceph-mgr@{host.name}", f"ceph-mds@{host.name}", "ceph.target"]
-        for unit in units:
-            service = node.service(unit)
-            assert service.is_enabled and service.is_running, f"{host.name}: {unit}"
+        if not facts.reachable([host]):
+            continue
+        node = facts[host.name]
+        for unit in ceph_units(ceph, index, host):
+            state = [word for ok, word in ((node.ok(f"active {unit}"), "running"),
+                                           (node.ok(f"enabled {unit}"), "enabled")) if ok]
+            if len(state) != 2:
+                wrong.append(found_wanted(host.name, unit, " and ".join(state) or "neither running nor enabled",
+                                          "running and enabled"))
+    assert not wrong, "\n".join(wrong)

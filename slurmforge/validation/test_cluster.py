@@ -25,7 +25,20 @@ from slurmforge.monitoring import alert_rules, controller_address
 from slurmforge.nodes import node_names, node_sets, pool_hardware
 from slurmforge.render import MAIL_PROGRAM, render
 from slurmforge.service.slurm import NODES_COMMAND, parse_nodes
-from slurmforge.validation.conftest import LiveCluster, digest
+from slurmforge.validation.conftest import (
+    DMA_CONF,
+    LMODRC,
+    MUNGE_KEY,
+    RESTARTED,
+    SACKD_CONF,
+    SENDMAIL,
+    SLURM_CONF,
+    Facts,
+    LiveCluster,
+    probe_problems,
+    shared_paths,
+)
+from slurmforge.validation.facts import found_wanted, listening, listens
 from slurmforge.validation.node_states import hardware_problem, state_problem
 
 
@@ -45,37 +58,51 @@ def expand(live: LiveCluster, hostlist: str) -> set[str]:
     return set(out.split())
 
 
-def test_munge_key_identical_private_and_running(live: LiveCluster) -> None:
-    digests = {}
-    for host in live.up_hosts:
-        node = live.connect(host)
-        key = node.file("/etc/munge/munge.key")
-        assert key.user == "munge" and key.mode == 0o400, f"{host.name}: munge.key {oct(key.mode)} {key.user}"
-        assert node.service("munge").is_running, f"{host.name}: munged not running"
-        digests[host.name] = node.check_output("sha256sum /etc/munge/munge.key").split()[0]
-    assert len(set(digests.values())) == 1, f"munge keys differ: {digests}"
+def test_munge_key_identical_private_and_running(live: LiveCluster, facts: Facts) -> None:
+    wrong = facts.unreachable(live.up_hosts)
+    primary = facts[controller_name(live.spec)].text(f"stat {MUNGE_KEY}").split()[-1:] or ["nothing"]
+    for host in facts.reachable(live.up_hosts):
+        node = facts[host.name]
+        if not node.ok(f"stat {MUNGE_KEY}"):
+            wrong.append(found_wanted(host.name, MUNGE_KEY, "nothing", "the cluster's key"))
+            continue
+        mode, user, sha = node.text(f"stat {MUNGE_KEY}").split()
+        if (mode, user) != ("400", "munge"):
+            wrong.append(found_wanted(host.name, f"{MUNGE_KEY} mode and owner", f"{mode} {user}", "400 munge"))
+        if sha != primary[0]:
+            wrong.append(found_wanted(host.name, f"{MUNGE_KEY} sha256", sha[:12],
+                                      f"{primary[0][:12]} (the controller's)"))
+        if not node.ok("active munge"):
+            wrong.append(found_wanted(host.name, "munged", "not running", "running"))
+    assert not wrong, "\n".join(wrong)
 
 
-def test_jwt_key_identical_private_and_only_on_the_controllers(live: LiveCluster) -> None:
+def test_jwt_key_identical_private_and_only_on_the_controllers(live: LiveCluster, facts: Facts) -> None:
     """The key slurmctld and slurmdbd verify REST API tokens with: the same on every
     controller, 0600 slurm; no other host holds it (slurmrestd passes tokens on)."""
-    digests, wrong = {}, []
-    for host in live.up_hosts:
-        node = live.connect(host)
-        key = node.file(JWT_KEY_FILE)
+    wrong = facts.unreachable(live.up_hosts)
+    digests = {}
+    for host in facts.reachable(live.up_hosts):
+        node = facts[host.name]
+        held = node.ok(f"stat {JWT_KEY_FILE}")
         if host.role is not HostRole.CONTROLLER:
-            if key.exists:
-                wrong.append(f"{host.name}: {JWT_KEY_FILE} present")
+            if held:
+                wrong.append(found_wanted(host.name, JWT_KEY_FILE, "a file", "none (only the controllers hold it)"))
             continue
-        if not key.exists or key.user != "slurm" or key.mode != 0o600:
-            wrong.append(f"{host.name}: {JWT_KEY_FILE} missing or not 0600 slurm")
+        if not held:
+            wrong.append(found_wanted(host.name, JWT_KEY_FILE, "nothing", "the cluster's key, 0600 slurm"))
             continue
-        digests[host.name] = node.check_output(f"sha256sum {JWT_KEY_FILE}").split()[0]
-    assert not wrong, ", ".join(wrong)
-    assert len(set(digests.values())) == 1, f"JWT keys differ between the controllers: {sorted(digests)}"
+        mode, user, sha = node.text(f"stat {JWT_KEY_FILE}").split()
+        if (mode, user) != ("600", "slurm"):
+            wrong.append(found_wanted(host.name, f"{JWT_KEY_FILE} mode and owner", f"{mode} {user}", "600 slurm"))
+        digests[host.name] = sha
+    if len(set(digests.values())) > 1:
+        wrong.append(f"{JWT_KEY_FILE} sha256 found {', '.join(f'{h} {d[:12]}' for h, d in sorted(digests.items()))}, "
+                     "wanted one key on every controller")
+    assert not wrong, "\n".join(wrong)
 
 
-def test_daemons_run_only_where_they_belong(live: LiveCluster) -> None:
+def test_daemons_run_only_where_they_belong(live: LiveCluster, facts: Facts) -> None:
     accounting = live.spec.accounting.enabled
     local_db = accounting and live.spec.accounting.database.kind == "local"
     wanted = {
@@ -93,66 +120,85 @@ def test_daemons_run_only_where_they_belong(live: LiveCluster) -> None:
     # a backup controller runs slurmctld only: slurmdbd, MariaDB and monitoring live on the primary
     backup = {"slurmctld": True, "slurmdbd": False, "mariadb": False, "slurmd": False, "sackd": False,
               "slurmrestd": False, "prometheus": False, "prometheus-alertmanager": False}
-    wrong = []
-    for host in live.up_hosts:
-        node = live.connect(host)
+    wrong = facts.unreachable(live.up_hosts)
+    for host in facts.reachable(live.up_hosts):
+        node = facts[host.name]
         daemons = backup if host.role is HostRole.CONTROLLER and host.name != controller_name(live.spec) \
             else wanted[host.role]
         for daemon, should_run in daemons.items():
-            if node.service(daemon).is_running != should_run:
-                wrong.append(f"{host.name}:{daemon} {'not running' if should_run else 'running'}")
-    assert not wrong, ", ".join(wrong)
+            if node.ok(f"active {daemon}") != should_run:
+                found, want = ("not running", "running") if should_run else ("running", "not running here")
+                wrong.append(found_wanted(host.name, daemon, found, want))
+    assert not wrong, "\n".join(wrong)
 
 
-def test_daemons_restart_after_a_failure(live: LiveCluster) -> None:
+def test_daemons_restart_after_a_failure(live: LiveCluster, facts: Facts) -> None:
     """Every Slurm daemon, munge and MariaDB a host runs comes back by itself after a crash
     (Debian's units say Restart=no)."""
-    wrong = []
-    for host in live.up_hosts:
-        node = live.connect(host)
-        for daemon in ("munge", "slurmctld", "slurmd", "slurmdbd", "mariadb", "sackd", "slurmrestd"):
-            if node.service(daemon).is_running:
-                restart = node.check_output(f"systemctl show -p Restart --value {daemon}").strip()
-                if restart not in ("on-failure", "always"):
-                    wrong.append(f"{host.name}:{daemon} Restart={restart}")
-    assert not wrong, ", ".join(wrong)
+    wrong = facts.unreachable(live.up_hosts)
+    for host in facts.reachable(live.up_hosts):
+        node = facts[host.name]
+        for daemon in RESTARTED:
+            if node.ok(f"active {daemon}"):
+                value = node.text(f"restart {daemon}").strip()
+                if value not in ("on-failure", "always"):
+                    wrong.append(found_wanted(host.name, f"{daemon}'s Restart=", value or "nothing",
+                                              "on-failure or always"))
+    assert not wrong, "\n".join(wrong)
 
 
-def test_no_unit_failed_on_any_host(live: LiveCluster) -> None:
+def test_no_unit_failed_on_any_host(live: LiveCluster, facts: Facts) -> None:
     """systemd has no failed unit anywhere: a join that did not succeed, a daemon that gave
     up, a mount that failed stand out instead of hiding in an always-degraded system."""
-    failed = {}
-    for host in live.up_hosts:
-        units = live.connect(host).check_output("systemctl list-units --failed --no-legend --plain").split("\n")
-        if names := [u.split()[0] for u in units if u.strip()]:
-            failed[host.name] = names
-    assert not failed, f"failed units: {failed} (systemctl status <unit> on the host says why)"
+    wrong = facts.unreachable(live.up_hosts)
+    for host in facts.reachable(live.up_hosts):
+        if names := [u.split()[0] for u in facts[host.name].text("failed units").splitlines() if u.strip()]:
+            wrong.append(found_wanted(host.name, "failed units", " ".join(names),
+                                      "none (systemctl status <unit> on the host says why)"))
+    assert not wrong, "\n".join(wrong)
 
 
-def test_login_clients_read_the_controllers_config(live: LiveCluster) -> None:
+def test_login_clients_read_the_controllers_config(live: LiveCluster, facts: Facts) -> None:
     """The login node keeps no slurm.conf of its own (a stale one would win over sackd's);
     its clients read the copy sackd fetched from slurmctld, which is the controller's."""
-    served = live.controller().file("/etc/slurm/slurm.conf").content_string
-    for host in live.by_role(HostRole.LOGIN):
-        login = live.connect(host)
-        assert not login.file("/etc/slurm/slurm.conf").exists, f"{host.name}: /etc/slurm/slurm.conf"
-        assert login.file("/run/slurm/conf/slurm.conf").content_string == served, host.name
+    served = facts[controller_name(live.spec)].text(f"stat {SLURM_CONF}").split()[-1:] or ["nothing"]
+    wrong = facts.unreachable(live.by_role(HostRole.LOGIN))
+    for host in facts.reachable(live.by_role(HostRole.LOGIN)):
+        login = facts[host.name]
+        if login.ok(f"stat {SLURM_CONF}"):
+            wrong.append(found_wanted(host.name, SLURM_CONF, "a file", "none (sackd's copy serves the clients)"))
+        fetched = login.text(f"stat {SACKD_CONF}").split()[-1:] if login.ok(f"stat {SACKD_CONF}") else ["nothing"]
+        if fetched != served:
+            wrong.append(found_wanted(host.name, f"{SACKD_CONF} sha256", fetched[0][:12],
+                                      f"{served[0][:12]} (the controller's slurm.conf)"))
         # the clients really find it there: sinfo answers without SLURM_CONF
-        assert login.run("env -u SLURM_CONF sinfo -h -o %P").rc == 0, host.name
+        if not login.ok("sinfo"):
+            wrong.append(found_wanted(host.name, "sinfo without SLURM_CONF", login.text("sinfo").strip()[-200:],
+                                      "an answer"))
+    assert not wrong, "\n".join(wrong)
 
 
 def test_partitions_exactly_as_the_spec(live: LiveCluster) -> None:
-    ctl = live.controller()
+    ctl, name = live.controller(), controller_name(live.spec)
     partitions = {p["PartitionName"]: p for p in scontrol_records(ctl.check_output("scontrol show partition -o"))}
-    assert set(partitions) == {p.name for p in live.spec.partitions}
+    wanted = {p.name for p in live.spec.partitions}
+    wrong = [] if set(partitions) == wanted else [
+        found_wanted(name, "partitions", " ".join(sorted(partitions)), f"the spec's {' '.join(sorted(wanted))}")]
     for part in live.spec.partitions:
-        got = partitions[part.name]
-        want = {n for pool in part.pools for n in node_names(live.spec, live.spec.pool(pool))}
-        assert expand(live, got["Nodes"]) == want, part.name
-        assert got["Default"] == ("YES" if part.default else "NO"), part.name
-        assert got["State"] == part.state.value, part.name
-        if part.allow_groups:
-            assert got["AllowGroups"] == ",".join(part.allow_groups), part.name
+        got = partitions.get(part.name)
+        if got is None:
+            continue
+        nodes = {n for pool in part.pools for n in node_names(live.spec, live.spec.pool(pool))}
+        for what, found, want in (
+                ("nodes", expand(live, got.get("Nodes", "")), nodes),
+                ("Default", got.get("Default"), "YES" if part.default else "NO"),
+                ("State", got.get("State"), part.state.value),
+                *([("AllowGroups", got.get("AllowGroups"), ",".join(part.allow_groups))] if part.allow_groups else [])):
+            if found != want:
+                shown = (" ".join(sorted(found)), " ".join(sorted(want))) \
+                    if isinstance(found, set) and isinstance(want, set) else (found, want)
+                wrong.append(found_wanted(name, f"partition {part.name}'s {what}", *shown))
+    assert not wrong, "\n".join(wrong)
 
 
 def test_nodes_have_the_spec_hardware_and_state(live: LiveCluster) -> None:
@@ -171,63 +217,63 @@ def test_nodes_have_the_spec_hardware_and_state(live: LiveCluster) -> None:
         for name in node_names(live.spec, pool):
             node = found.get(name)
             if node is None:
-                wrong.append(f"{name}: unknown to Slurm; should be a node of pool {pool.name}")
+                wrong.append(found_wanted(name, "Slurm node", "unknown to Slurm", f"a node of pool {pool.name}"))
                 continue
             wrong += [p for p in (hardware_problem(node, hw, hw.gres_name), state_problem(node, name in dynamic))
                       if p is not None]
     assert not wrong, "\n".join(wrong)
 
 
-def test_shared_mounts_present_and_shared(live: LiveCluster) -> None:
+def test_shared_mounts_present_and_shared(live: LiveCluster, facts: Facts) -> None:
     """Home and software are the same on every host; Slurm's state on every controller
     (only they mount it, on every target)."""
-    mounts = live.spec.storage.nas.mounts
-    controllers = [h for h in live.up_hosts if h.role is HostRole.CONTROLLER]
-    for path, hosts in ((mounts.home, live.up_hosts), (mounts.software, live.up_hosts),
-                        (mounts.slurm_state, controllers)):
-        writer, readers = live.connect(hosts[0]), hosts[1:]
-        probe = f"{path.rstrip('/')}/.slurmforge-validate-{hosts[0].name}"
-        writer.check_output(f"echo shared > {probe}")
-        try:
-            for host in readers:
-                node = live.connect(host)
-                assert node.mount_point(path).exists, f"{host.name}: {path} is not a mount"
-                assert node.file(probe).content_string.strip() == "shared", f"{host.name} can't see {probe}"
-        finally:
-            writer.run(f"rm -f {probe}")
+    wrong = []
+    for shared in shared_paths(live)[:3]:
+        wrong += probe_problems(shared, facts)
+        for host in facts.reachable(shared.readers):
+            if not facts[host.name].text(f"mounted {shared.path}").strip():
+                wrong.append(found_wanted(host.name, shared.path, "no mount", "a shared mount"))
+    assert not wrong, "\n".join(wrong)
 
 
-def test_module_command_works_everywhere(live: LiveCluster) -> None:
-    outputs = {}
-    for host in live.up_hosts:
-        res = live.connect(host).run("bash -lc 'module -t avail 2>&1; echo rc=$?'")
-        assert "rc=0" in res.stdout, f"{host.name}: {res.stdout} {res.stderr}"
-        outputs[host.name] = res.stdout
-    assert len(set(outputs.values())) == 1, "module avail differs between nodes"
+def test_module_command_works_everywhere(live: LiveCluster, facts: Facts) -> None:
+    wrong = facts.unreachable(live.up_hosts)
+    first = (facts.reachable(live.up_hosts) or live.up_hosts)[0].name
+    for host in facts.reachable(live.up_hosts):
+        node = facts[host.name]
+        if not node.ok("modules"):
+            wrong.append(found_wanted(host.name, "module -t avail", node.text("modules").strip()[-200:], "a list"))
+        elif node.text("modules") != facts[first].text("modules"):
+            wrong.append(found_wanted(host.name, "module -t avail", f"{len(node.text('modules').split())} lines",
+                                      f"{first}'s list ({len(facts[first].text('modules').split())} lines)"))
+    assert not wrong, "\n".join(wrong)
 
 
-def test_module_spider_cache_is_shared_and_current(live: LiveCluster) -> None:
+def test_module_spider_cache_is_shared_and_current(live: LiveCluster, facts: Facts) -> None:
     """Nodes answer `module avail` from the one spider cache on the shared tree
     (roles/lmod); `slurmforge modules` refreshes it after every change, so it lists
     exactly what a walk of the tree finds."""
     cache = f"{live.spec.modules.root}/.cache"
-    for host in live.up_hosts:
-        node = live.connect(host)
-        assert cache in node.file("/etc/lmod/lmodrc.lua").content_string, f"{host.name}: no shared spider cache"
-        cached = node.run("bash -lc 'module -t avail 2>&1'")
-        walked = node.run("bash -lc 'module -t --ignore_cache avail 2>&1'")
-        assert cached.stdout == walked.stdout, f"{host.name}: stale spider cache (fix: slurmforge modules publish)"
+    wrong = facts.unreachable(live.up_hosts)
+    for host in facts.reachable(live.up_hosts):
+        node = facts[host.name]
+        if cache not in node.text(f"read {LMODRC}"):
+            wrong.append(found_wanted(host.name, f"{LMODRC}'s spider cache", "another or none", cache))
+        if node.text("modules") != node.text("modules walked"):
+            wrong.append(found_wanted(host.name, "the spider cache", "stale",
+                                      "what a walk of the tree finds (fix: slurmforge modules publish)"))
+    assert not wrong, "\n".join(wrong)
 
 
 @pytest.mark.parametrize("command", ["sacct -a -X -n --starttime now-1days", "sacctmgr -n show cluster"])
 def test_accounting_answers(live: LiveCluster, command: str) -> None:
     if not live.spec.accounting.enabled:
         pytest.skip("accounting disabled in the spec")
-    login = live.connect(live.by_role(HostRole.LOGIN)[0])
-    res = login.run(command)
-    assert res.rc == 0, res.stderr
+    host = live.by_role(HostRole.LOGIN)[0]
+    res = live.connect(host).run(command)
+    assert res.rc == 0, found_wanted(host.name, command, f"rc {res.rc}: {res.stderr.strip()[-200:]}", "an answer")
     if "cluster" in command:
-        assert live.spec.name in res.stdout
+        assert live.spec.name in res.stdout, found_wanted(host.name, command, res.stdout.strip(), live.spec.name)
 
 
 def test_accounting_is_what_the_spec_says(live: LiveCluster) -> None:
@@ -235,13 +281,16 @@ def test_accounting_is_what_the_spec_says(live: LiveCluster) -> None:
     asked for its plan on the controller, has nothing left to change (docs/accounting.md)."""
     if not live.spec.accounting.enabled:
         pytest.skip("accounting disabled in the spec")
-    controller = live.controller()
+    controller, name = live.controller(), controller_name(live.spec)
     shipped = json.loads(controller.file(ACCOUNTING_DESIRED).content_string)
-    assert shipped == desired_state(live.spec), "the controller's accounting.json is not this spec's (roll out)"
+    assert shipped == desired_state(live.spec), found_wanted(name, ACCOUNTING_DESIRED, "another spec's",
+                                                             "this spec's (fix: slurmforge rollout)")
     res = controller.run(f"{ACCOUNTING_PROGRAM} --desired {ACCOUNTING_DESIRED} --dry-run")
-    assert res.rc == 0, res.stderr
+    assert res.rc == 0, found_wanted(name, ACCOUNTING_PROGRAM, f"rc {res.rc}: {res.stderr.strip()[-200:]}", "a plan")
     plan = json.loads(res.stdout)
-    assert plan["changes"] == [] and plan["deferred"] == [], f"slurmdbd differs from the spec: {plan}"
+    left = [*plan["changes"], *plan["deferred"]]
+    assert not left, found_wanted(name, "slurmdbd's accounting", f"changes left: {'; '.join(left)}",
+                                  "the spec's (fix: slurmforge rollout)")
 
 
 def test_the_local_database_runs_as_slurmdbd_needs(live: LiveCluster) -> None:
@@ -252,13 +301,19 @@ def test_the_local_database_runs_as_slurmdbd_needs(live: LiveCluster) -> None:
     host = next(h for h in live.up_hosts if h.name == controller_name(live.spec))
     got = live.connect(host).check_output(
         "mysql -N -B -e 'SELECT @@GLOBAL.innodb_snapshot_isolation, @@GLOBAL.innodb_lock_wait_timeout'")
-    assert got.split() == ["0", "900"], got
+    assert got.split() == ["0", "900"], found_wanted(host.name, "MariaDB's snapshot isolation and lock wait timeout",
+                                                     " ".join(got.split()), "0 900")
 
 
-def test_every_node_has_the_identical_package_set(live: LiveCluster) -> None:
-    sets = {h.name: digest(live.connect(h).check_output("dpkg-query -W -f='${Package} ${Version}\\n'"))
-            for h in live.up_hosts}
-    assert len(set(sets.values())) == 1, f"package sets differ: {sets}"
+def test_every_node_has_the_identical_package_set(live: LiveCluster, facts: Facts) -> None:
+    first = (facts.reachable(live.up_hosts) or live.up_hosts)[0].name
+    want = facts[first].text("packages").strip()
+    wrong = facts.unreachable(live.up_hosts)
+    wrong += [found_wanted(h.name, "the package set (sha256 of dpkg-query -W)", got[:12], f"{first}'s {want[:12]}")
+              for h in facts.reachable(live.up_hosts) if (got := facts[h.name].text("packages").strip()) != want]
+    assert not wrong, "\n".join(wrong)
+
+
 
 
 # --------------------------------------------------------------------------- monitoring
@@ -268,7 +323,8 @@ def prometheus_get(live: LiveCluster, path: str) -> dict[str, Any]:
     """Prometheus' API, asked from the controller (it listens on the cluster address only)."""
     address = controller_address(live.hosts)
     res = live.controller().run(f"curl -sf --max-time 10 http://{address}:{PROMETHEUS_PORT}{path}")
-    assert res.rc == 0, f"Prometheus on {address}:{PROMETHEUS_PORT} does not answer {path}: rc {res.rc}"
+    assert res.rc == 0, found_wanted(controller_name(live.spec), f"Prometheus on {address}:{PROMETHEUS_PORT}{path}",
+                                     f"no answer (curl rc {res.rc})", "an answer")
     return dict(json.loads(res.stdout))
 
 
@@ -294,9 +350,11 @@ def test_every_prometheus_target_that_should_be_up_is_up(live: LiveCluster) -> N
         if not not_up or time.monotonic() > deadline:
             break
         time.sleep(5)
-    assert not not_up, f"targets not up: {not_up}"
-    stray = stray_targets(live, persist=20)
-    assert not stray, f"powered-down nodes listed as scrape targets: {sorted(stray)}"
+    wrong = [found_wanted(instance, f"Prometheus target ({job})", health, "up")
+             for (job, instance), health in sorted(not_up.items())]
+    wrong += [found_wanted(node, "Prometheus target", "listed while powered down", "not listed")
+              for node in sorted(stray_targets(live, persist=20))]
+    assert not wrong, "\n".join(wrong)
 
 
 def stray_targets(live: LiveCluster, persist: float) -> set[str]:
@@ -318,61 +376,80 @@ def test_prometheus_reads_the_dynamic_targets(live: LiveCluster) -> None:
     """The service's file_sd is readable by Prometheus' user (else dynamic nodes are never
     scraped, silently: Prometheus only logs it)."""
     res = live.controller().run(f"runuser -u prometheus -- cat {TARGETS_FILE}")
-    assert res.rc == 0, f"prometheus cannot read {TARGETS_FILE}: {res.stderr.strip()}"
-    assert isinstance(json.loads(res.stdout), list)
+    assert res.rc == 0, found_wanted(controller_name(live.spec), f"user prometheus reading {TARGETS_FILE}",
+                                     res.stderr.strip()[-200:], "its JSON list")
+    assert isinstance(json.loads(res.stdout), list), found_wanted(controller_name(live.spec), TARGETS_FILE,
+                                                                  res.stdout[:80], "a JSON list")
 
 
 def test_alert_rules_loaded(live: LiveCluster) -> None:
     groups = prometheus_get(live, "/api/v1/rules?type=alert")["data"]["groups"]
     loaded = {r["name"] for g in groups if g["name"] == "slurmforge" for r in g["rules"]}
     wanted = {r["alert"] for r in alert_rules(live.spec)["groups"][0]["rules"]}
-    assert loaded == wanted, f"missing {wanted - loaded}, unexpected {loaded - wanted}"
-    unhealthy = [r["name"] for g in groups for r in g["rules"] if r.get("health") == "err"]
-    assert not unhealthy, f"rules failing to evaluate: {unhealthy}"
+    name = controller_name(live.spec)
+    differ = f"missing {sorted(wanted - loaded)}, unexpected {sorted(loaded - wanted)}"
+    wrong = [] if loaded == wanted else [found_wanted(name, "Prometheus' alert rules", differ, "the spec's")]
+    wrong += [found_wanted(name, f"alert rule {r['name']}", f"failing to evaluate: {r.get('lastError', '?')}",
+                           "evaluating") for g in groups for r in g["rules"] if r.get("health") == "err"]
+    assert not wrong, "\n".join(wrong)
 
 
-def test_prometheus_sends_alerts_to_alertmanager(live: LiveCluster) -> None:
+def test_prometheus_sends_alerts_to_alertmanager(live: LiveCluster, facts: Facts) -> None:
     """Alertmanager is Prometheus' active alertmanager, on the controller's cluster address
     only, without its HA gossip port."""
     address = controller_address(live.hosts)
     active = prometheus_get(live, "/api/v1/alertmanagers")["data"]["activeAlertmanagers"]
-    assert [a["url"] for a in active] == [f"http://{address}:{ALERTMANAGER_PORT}/api/v2/alerts"], active
-    ctl = live.controller()
-    assert ctl.socket(f"tcp://{address}:{ALERTMANAGER_PORT}").is_listening
-    assert not ctl.socket(f"tcp://0.0.0.0:{ALERTMANAGER_PORT}").is_listening
-    assert not ctl.socket("tcp://0.0.0.0:9094").is_listening
+    name, url = controller_name(live.spec), f"http://{address}:{ALERTMANAGER_PORT}/api/v2/alerts"
+    urls = [a["url"] for a in active]
+    wrong = [] if urls == [url] else [found_wanted(name, "Prometheus' alertmanagers", " ".join(urls) or "none", url)]
+    wrong += listen_problems(name, facts, "Alertmanager", address, ALERTMANAGER_PORT)
+    if listens(listening(facts[name].text("listening")), "0.0.0.0", 9094):
+        wrong.append(found_wanted(name, "Alertmanager's HA gossip port 9094", "listening", "closed"))
+    assert not wrong, "\n".join(wrong)
 
 
-def test_exporters_listen_on_the_cluster_address_only(live: LiveCluster) -> None:
-    wrong = []
-    for host in [*live.up_hosts, *live.ceph_hosts]:
-        node = live.connect(host)
-        if not node.socket(f"tcp://{host.address}:{NODE_EXPORTER_PORT}").is_listening:
-            wrong.append(f"{host.name}: node exporter not on {host.address}")
-        if node.socket(f"tcp://0.0.0.0:{NODE_EXPORTER_PORT}").is_listening:
-            wrong.append(f"{host.name}: node exporter on every interface")
-    assert not wrong, "; ".join(wrong)
+def listen_problems(host: str, facts: Facts, what: str, address: str, port: int) -> list[str]:
+    """A daemon listening on the host's cluster address and not on every interface."""
+    sockets = listening(facts[host].text("listening"))
+    wrong = [] if listens(sockets, address, port) else [found_wanted(host, what, "not listening",
+                                                                     f"listening on {address}:{port}")]
+    if listens(sockets, "0.0.0.0", port):
+        wrong.append(found_wanted(host, what, "listening on every interface", f"{address}:{port} only"))
+    return wrong
 
 
-def test_the_scheduler_service_listens_on_the_cluster_address_only(live: LiveCluster) -> None:
+def test_exporters_listen_on_the_cluster_address_only(live: LiveCluster, facts: Facts) -> None:
+    hosts = [*live.up_hosts, *live.ceph_hosts]
+    wrong = facts.unreachable(hosts)
+    wrong += [line for host in facts.reachable(hosts)
+              for line in listen_problems(host.name, facts, "node exporter", host.address, NODE_EXPORTER_PORT)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_scheduler_service_listens_on_the_cluster_address_only(live: LiveCluster, facts: Facts) -> None:
     """Its pool page and /metrics: for Prometheus, `slurmforge pools` and admins' tunnels,
     not for every interface of the controller (a public one on some sites)."""
-    ctl = live.controller()
-    address = controller_address(live.hosts)
-    assert ctl.socket(f"tcp://{address}:{SERVICE_PORT}").is_listening
-    assert not ctl.socket(f"tcp://0.0.0.0:{SERVICE_PORT}").is_listening
+    wrong = listen_problems(controller_name(live.spec), facts, "the scheduler service", controller_address(live.hosts),
+                            SERVICE_PORT)
+    assert not wrong, "\n".join(wrong)
 
 
-def test_job_mail_has_a_mailer_configured_as_rendered(live: LiveCluster) -> None:
+def test_job_mail_has_a_mailer_configured_as_rendered(live: LiveCluster, facts: Facts) -> None:
     """slurmctld's MailProg is there and hands mail to dma, configured from the spec's
     `mail:` (its relay, or local delivery on the controller)."""
-    ctl = live.controller()
-    config = dict(re.findall(r"^(\w+)\s+=\s+(.*?)\s*$", ctl.check_output("scontrol show config"), re.M))
-    assert config.get("MailProg") == MAIL_PROGRAM, config.get("MailProg")
-    assert ctl.exists("bsd-mailx") and ctl.file(MAIL_PROGRAM).exists
-    assert ctl.check_output("readlink -f /usr/sbin/sendmail") == "/usr/sbin/dma"
+    name = controller_name(live.spec)
+    ctl = facts[name]
+    config = dict(re.findall(r"^(\w+)\s+=\s+(.*?)\s*$", ctl.text("scontrol show config"), re.M))
+    wrong = [] if config.get("MailProg") == MAIL_PROGRAM else [
+        found_wanted(name, "slurmctld's MailProg", config.get("MailProg"), MAIL_PROGRAM)]
+    if not (ctl.ok("bsd-mailx") and ctl.ok(f"stat {MAIL_PROGRAM}")):
+        wrong.append(found_wanted(name, "bsd-mailx", "missing", f"installed, with {MAIL_PROGRAM}"))
+    if (sendmail := ctl.text("sendmail").strip()) != "/usr/sbin/dma":
+        wrong.append(found_wanted(name, SENDMAIL, sendmail, "/usr/sbin/dma"))
 
     def settings(text: str) -> list[str]:
         return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
-    assert settings(ctl.file("/etc/dma/dma.conf").content_string) == settings(render(live.spec, "dma.conf"))
+    if settings(ctl.text(f"read {DMA_CONF}")) != settings(render(live.spec, "dma.conf")):
+        wrong.append(found_wanted(name, DMA_CONF, "other settings", "the spec's mail: as rendered"))
+    assert not wrong, "\n".join(wrong)

@@ -37,12 +37,13 @@ def quick_args(cluster: Cluster_, bench: str) -> list[str]:
         "ml": ["--cluster", cluster.spec.name],
         "rotate": ["--cluster", cluster.spec.name],
         "restd": ["--cluster", cluster.spec.name],
+        "validate_inventory": ["--inventory", str(cluster.report.inventory)],
     }[bench]
 
 
 # failover's quick mode runs as tests/integration/test_controller_failover.py's first test
 @pytest.mark.parametrize("bench", ["local", "monitoring", "coldstart", "ceph", "never_down", "restart", "plan",
-                                   "ml", "rotate", "restd"])
+                                   "ml", "rotate", "restd", "validate_inventory"])
 def test_live_bench_quick_mode_passes(cluster: Cluster_, bench: str) -> None:
     argv = [sys.executable, str(ROOT / "bench" / f"{bench}_bench.py"), "--quick", *quick_args(cluster, bench)]
     timeout = 2 * QUICK_TIMEOUT if bench == "never_down" else QUICK_TIMEOUT

@@ -40,28 +40,28 @@ def test_power_save_is_a_dynamic_nodes_rest_and_a_static_nodes_fault() -> None:
     powered_down = node("n-01", ("idle", "CLOUD", "POWERED_DOWN"))
     assert state_problem(powered_down, dynamic=True) is None
     assert state_problem(powered_down, dynamic=False) == (
-        "n-01: IDLE+CLOUD+POWERED_DOWN; should be in service (a static node is never powered down)")
+        "n-01: Slurm state found IDLE+CLOUD+POWERED_DOWN, wanted in service (a static node is never powered down)")
 
 
+WANTED = "wanted in service or in power save"
 FAULTS = {
     "down": (("down", "NOT_RESPONDING"), "Not responding",
-             "n-01: DOWN+NOT_RESPONDING, reason 'Not responding'; should be in service or in power save"),
+             f"n-01: Slurm state found DOWN+NOT_RESPONDING, reason 'Not responding', {WANTED}"),
     "resume-timeout": (("down", "CLOUD", "NOT_RESPONDING", "POWERED_DOWN"), "ResumeTimeout reached",
-                       "n-01: DOWN+CLOUD+NOT_RESPONDING+POWERED_DOWN, reason 'ResumeTimeout reached'; "
-                       "should be in service or in power save"),
+                       "n-01: Slurm state found DOWN+CLOUD+NOT_RESPONDING+POWERED_DOWN, reason 'ResumeTimeout "
+                       f"reached', {WANTED}"),
     "not-responding": (("idle", "NOT_RESPONDING"), "",
-                       "n-01: IDLE+NOT_RESPONDING - its slurmd does not answer; should be in service or in power "
-                       "save"),
+                       f"n-01: Slurm state found IDLE+NOT_RESPONDING (its slurmd does not answer), {WANTED}"),
     "invalid-registration": (("idle", "INVALID_REG"), "",
-                             "n-01: IDLE+INVALID_REG - Slurm refused it (INVALID_REG); should be in service or in "
-                             "power save"),
+                             "n-01: Slurm state found IDLE+INVALID_REG (Slurm refused: INVALID_REG), "
+                             f"{WANTED}"),
     "drained-by-the-service": (("idle", "DRAIN"), "slurmforge: spot interruption notice",
-                               "n-01: IDLE+DRAIN, reason 'slurmforge: spot interruption notice'; should be in "
-                               "service (drained by the admin, if at all)"),
+                               "n-01: Slurm state found IDLE+DRAIN, reason 'slurmforge: spot interruption "
+                               "notice', wanted in service (drained by the admin, if at all)"),
     "drained-by-the-health-check": (("idle", "DRAIN"), "health: /data not mounted",
-                                    "n-01: IDLE+DRAIN, reason 'health: /data not mounted'; should be in service "
-                                    "(drained by the admin, if at all)"),
-    "unknown": (("unknown",), "", "n-01: UNKNOWN; should be in service or in power save"),
+                                    "n-01: Slurm state found IDLE+DRAIN, reason 'health: /data not mounted', "
+                                    "wanted in service (drained by the admin, if at all)"),
+    "unknown": (("unknown",), "", f"n-01: Slurm state found UNKNOWN, {WANTED}"),
 }
 
 
@@ -77,4 +77,5 @@ def test_hardware_names_what_the_node_has_and_should_have() -> None:
     good = replace(good, cpus=2, memory_mb=2048)
     assert hardware_problem(good, hw, "gpu") is None
     bad = replace(good, cpus=4, gres="")
-    assert hardware_problem(bad, hw, "gpu") == "g-01: has 4 CPUs, 2048 MB, no gres, should have 2 CPUs, 2048 MB, gpu:2"
+    assert hardware_problem(bad, hw, "gpu") == \
+        "g-01: hardware found 4 CPUs, 2048 MB, no gres, wanted 2 CPUs, 2048 MB, gpu:2"
