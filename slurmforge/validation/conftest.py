@@ -104,7 +104,11 @@ def connect(host: Host, control_dir: Path | None = None) -> testinfra.host.Host:
 
 
 @dataclass
-class LiveCluster:
+class CheckedCluster:
+    """The cluster the checks judge, as its inventory describes it and reached through the
+    inventory's own connections (podman exec, or SSH through the jump host). Not the test
+    harness's podman driver of the local cluster (tests/harness/live.py: LiveCluster)."""
+
     spec: Cluster
     hosts: list[Host]
     control_dir: Path | None = None
@@ -131,7 +135,7 @@ class LiveCluster:
 
 
 @pytest.fixture(scope="session")
-def live(request: pytest.FixtureRequest) -> Iterator[LiveCluster]:
+def live(request: pytest.FixtureRequest) -> Iterator[CheckedCluster]:
     from slurmforge.inventory import read_inventory
 
     inventory = request.config.getoption("--inventory")
@@ -139,7 +143,7 @@ def live(request: pytest.FixtureRequest) -> Iterator[LiveCluster]:
         pytest.skip("no --inventory given: the live-cluster suite needs a running cluster")
     spec, hosts = read_inventory(Path(inventory))
     with tempfile.TemporaryDirectory(prefix="sf-ssh-") as control:
-        yield LiveCluster(spec, hosts, Path(control))
+        yield CheckedCluster(spec, hosts, Path(control))
         for host in hosts:  # end the shared connections this run opened
             if not container(host):
                 subprocess.run(close_control(ssh_argv(host, Path(control))), capture_output=True, check=False)
@@ -182,7 +186,7 @@ class SharedPath:
         return f"{self.path.rstrip('/')}/.slurmforge-validate-{self.writer.name}"
 
 
-def shared_paths(live: LiveCluster) -> list[SharedPath]:
+def shared_paths(live: CheckedCluster) -> list[SharedPath]:
     """Home and software on every Slurm host, Slurm's state on every controller, CephFS
     (with storage.ceph) on every Slurm host."""
     mounts = live.spec.storage.nas.mounts
@@ -196,7 +200,7 @@ def shared_paths(live: LiveCluster) -> list[SharedPath]:
     return paths
 
 
-def ceph_units(live: LiveCluster, index: int, host: Host) -> list[str]:
+def ceph_units(live: CheckedCluster, index: int, host: Host) -> list[str]:
     """The Ceph daemons the index-th Ceph host runs (its OSDs; the first also mon, mgr, mds)."""
     spec = live.spec.storage.ceph
     assert spec is not None
@@ -206,7 +210,7 @@ def ceph_units(live: LiveCluster, index: int, host: Host) -> list[str]:
     return units
 
 
-def host_items(live: LiveCluster, host: Host) -> list[tuple[str, str]]:
+def host_items(live: CheckedCluster, host: Host) -> list[tuple[str, str]]:
     """Everything the checks read from this host, as facts.host_script's items."""
     if host.role is HostRole.CEPH:
         index = live.ceph_hosts.index(host)
@@ -258,7 +262,7 @@ class Facts:
         return [f"{h.name}: {self.hosts[h.name].error}" for h in hosts if self.hosts[h.name].error is not None]
 
 
-def write_probes(live: LiveCluster, paths: list[SharedPath], remove: bool = False) -> dict[str, str | None]:
+def write_probes(live: CheckedCluster, paths: list[SharedPath], remove: bool = False) -> dict[str, str | None]:
     """Write (or remove) every shared path's probe from its writer, writers in parallel."""
     by_writer: dict[str, list[SharedPath]] = {}
     for shared in paths:
@@ -279,7 +283,7 @@ def write_probes(live: LiveCluster, paths: list[SharedPath], remove: bool = Fals
 
 
 @pytest.fixture(scope="session")
-def facts(live: LiveCluster) -> Facts:
+def facts(live: CheckedCluster) -> Facts:
     """Every host read once, all hosts at once (after the shared paths' probes are written)."""
     paths = shared_paths(live)
     written = write_probes(live, paths)

@@ -9,18 +9,18 @@ from typing import Any
 
 import pytest
 
-from slurmforge.validation.conftest import Facts, LiveCluster, ceph_units, probe_problems, shared_paths
+from slurmforge.validation.conftest import CheckedCluster, Facts, ceph_units, probe_problems, shared_paths
 from slurmforge.validation.facts import found_wanted
 
 
 @pytest.fixture
-def ceph(live: LiveCluster) -> LiveCluster:
+def ceph(live: CheckedCluster) -> CheckedCluster:
     if live.spec.storage.ceph is None:
         pytest.skip("the spec has no storage.ceph")
     return live
 
 
-def ceph_json(live: LiveCluster, facts: Facts, *args: str) -> Any:
+def ceph_json(live: CheckedCluster, facts: Facts, *args: str) -> Any:
     """A ceph command's JSON (conftest.ceph_commands, read on the first Ceph host): an object
     or a list, as the command gives it."""
     mon, command = live.ceph_hosts[0].name, f"ceph {' '.join(args)}"
@@ -29,7 +29,7 @@ def ceph_json(live: LiveCluster, facts: Facts, *args: str) -> Any:
     return json.loads(answer.out)
 
 
-def test_ceph_health_is_not_error(ceph: LiveCluster, facts: Facts) -> None:
+def test_ceph_health_is_not_error(ceph: CheckedCluster, facts: Facts) -> None:
     health = ceph_json(ceph, facts, "health")
     checks = "; ".join(c["summary"]["message"] for c in health.get("checks", {}).values())
     assert health["status"] in ("HEALTH_OK", "HEALTH_WARN"), found_wanted(
@@ -38,7 +38,7 @@ def test_ceph_health_is_not_error(ceph: LiveCluster, facts: Facts) -> None:
         print("ceph health:", "; ".join(c["summary"]["message"] for c in health.get("checks", {}).values()))
 
 
-def test_every_osd_is_up_and_in(ceph: LiveCluster, facts: Facts) -> None:
+def test_every_osd_is_up_and_in(ceph: CheckedCluster, facts: Facts) -> None:
     want = ceph.spec.storage.ceph.osd_count  # type: ignore[union-attr]
     stat = ceph_json(ceph, facts, "osd", "stat")
     got = (stat["num_osds"], stat["num_up_osds"], stat["num_in_osds"])
@@ -46,7 +46,7 @@ def test_every_osd_is_up_and_in(ceph: LiveCluster, facts: Facts) -> None:
                                                    "{} {} {}".format(*got), f"{want} {want} {want}")
 
 
-def test_the_file_system_has_an_active_mds_and_the_spec_replication(ceph: LiveCluster, facts: Facts) -> None:
+def test_the_file_system_has_an_active_mds_and_the_spec_replication(ceph: CheckedCluster, facts: Facts) -> None:
     spec = ceph.spec.storage.ceph
     assert spec is not None
     fs = ceph_json(ceph, facts, "fs", "get", spec.fs_name)["mdsmap"]
@@ -60,7 +60,7 @@ def test_the_file_system_has_an_active_mds_and_the_spec_replication(ceph: LiveCl
     assert not wrong, "\n".join(wrong)
 
 
-def test_cephfs_is_mounted_and_shared_on_every_node(ceph: LiveCluster, facts: Facts) -> None:
+def test_cephfs_is_mounted_and_shared_on_every_node(ceph: CheckedCluster, facts: Facts) -> None:
     shared = shared_paths(ceph)[-1]
     mount = shared.path
     wrong = probe_problems(shared, facts)
@@ -78,7 +78,7 @@ def test_cephfs_is_mounted_and_shared_on_every_node(ceph: LiveCluster, facts: Fa
     assert not wrong, "\n".join(wrong)
 
 
-def test_slurm_nodes_hold_only_the_file_system_key(ceph: LiveCluster, facts: Facts) -> None:
+def test_slurm_nodes_hold_only_the_file_system_key(ceph: CheckedCluster, facts: Facts) -> None:
     spec = ceph.spec.storage.ceph
     assert spec is not None
     from slurmforge.ceph import client_name
@@ -100,7 +100,7 @@ def test_slurm_nodes_hold_only_the_file_system_key(ceph: LiveCluster, facts: Fac
     assert not wrong, "\n".join(wrong)
 
 
-def test_ceph_daemons_start_at_boot(ceph: LiveCluster, facts: Facts) -> None:
+def test_ceph_daemons_start_at_boot(ceph: CheckedCluster, facts: Facts) -> None:
     wrong = facts.unreachable(ceph.ceph_hosts)
     for index, host in enumerate(ceph.ceph_hosts):
         if not facts.reachable([host]):

@@ -33,8 +33,8 @@ from slurmforge.validation.conftest import (
     SACKD_CONF,
     SENDMAIL,
     SLURM_CONF,
+    CheckedCluster,
     Facts,
-    LiveCluster,
     probe_problems,
     shared_paths,
 )
@@ -51,14 +51,14 @@ def scontrol_records(text: str) -> list[dict[str, str]]:
     return records
 
 
-def expand(live: LiveCluster, hostlist: str) -> set[str]:
+def expand(live: CheckedCluster, hostlist: str) -> set[str]:
     if not hostlist or hostlist == "(null)":
         return set()
     out = live.controller().check_output(f"scontrol show hostnames {hostlist}")
     return set(out.split())
 
 
-def test_munge_key_identical_private_and_running(live: LiveCluster, facts: Facts) -> None:
+def test_munge_key_identical_private_and_running(live: CheckedCluster, facts: Facts) -> None:
     wrong = facts.unreachable(live.up_hosts)
     primary = facts[controller_name(live.spec)].text(f"stat {MUNGE_KEY}").split()[-1:] or ["nothing"]
     for host in facts.reachable(live.up_hosts):
@@ -77,7 +77,7 @@ def test_munge_key_identical_private_and_running(live: LiveCluster, facts: Facts
     assert not wrong, "\n".join(wrong)
 
 
-def test_jwt_key_identical_private_and_only_on_the_controllers(live: LiveCluster, facts: Facts) -> None:
+def test_jwt_key_identical_private_and_only_on_the_controllers(live: CheckedCluster, facts: Facts) -> None:
     """The key slurmctld and slurmdbd verify REST API tokens with: the same on every
     controller, 0600 slurm; no other host holds it (slurmrestd passes tokens on)."""
     wrong = facts.unreachable(live.up_hosts)
@@ -102,7 +102,7 @@ def test_jwt_key_identical_private_and_only_on_the_controllers(live: LiveCluster
     assert not wrong, "\n".join(wrong)
 
 
-def test_daemons_run_only_where_they_belong(live: LiveCluster, facts: Facts) -> None:
+def test_daemons_run_only_where_they_belong(live: CheckedCluster, facts: Facts) -> None:
     accounting = live.spec.accounting.enabled
     local_db = accounting and live.spec.accounting.database.kind == "local"
     wanted = {
@@ -132,7 +132,7 @@ def test_daemons_run_only_where_they_belong(live: LiveCluster, facts: Facts) -> 
     assert not wrong, "\n".join(wrong)
 
 
-def test_daemons_restart_after_a_failure(live: LiveCluster, facts: Facts) -> None:
+def test_daemons_restart_after_a_failure(live: CheckedCluster, facts: Facts) -> None:
     """Every Slurm daemon, munge and MariaDB a host runs comes back by itself after a crash
     (Debian's units say Restart=no)."""
     wrong = facts.unreachable(live.up_hosts)
@@ -147,7 +147,7 @@ def test_daemons_restart_after_a_failure(live: LiveCluster, facts: Facts) -> Non
     assert not wrong, "\n".join(wrong)
 
 
-def test_no_unit_failed_on_any_host(live: LiveCluster, facts: Facts) -> None:
+def test_no_unit_failed_on_any_host(live: CheckedCluster, facts: Facts) -> None:
     """systemd has no failed unit anywhere: a join that did not succeed, a daemon that gave
     up, a mount that failed stand out instead of hiding in an always-degraded system."""
     wrong = facts.unreachable(live.up_hosts)
@@ -158,7 +158,7 @@ def test_no_unit_failed_on_any_host(live: LiveCluster, facts: Facts) -> None:
     assert not wrong, "\n".join(wrong)
 
 
-def test_login_clients_read_the_controllers_config(live: LiveCluster, facts: Facts) -> None:
+def test_login_clients_read_the_controllers_config(live: CheckedCluster, facts: Facts) -> None:
     """The login node keeps no slurm.conf of its own (a stale one would win over sackd's);
     its clients read the copy sackd fetched from slurmctld, which is the controller's."""
     served = facts[controller_name(live.spec)].text(f"stat {SLURM_CONF}").split()[-1:] or ["nothing"]
@@ -178,7 +178,7 @@ def test_login_clients_read_the_controllers_config(live: LiveCluster, facts: Fac
     assert not wrong, "\n".join(wrong)
 
 
-def test_partitions_exactly_as_the_spec(live: LiveCluster) -> None:
+def test_partitions_exactly_as_the_spec(live: CheckedCluster) -> None:
     ctl, name = live.controller(), controller_name(live.spec)
     partitions = {p["PartitionName"]: p for p in scontrol_records(ctl.check_output("scontrol show partition -o"))}
     wanted = {p.name for p in live.spec.partitions}
@@ -201,7 +201,7 @@ def test_partitions_exactly_as_the_spec(live: LiveCluster) -> None:
     assert not wrong, "\n".join(wrong)
 
 
-def test_nodes_have_the_spec_hardware_and_state(live: LiveCluster) -> None:
+def test_nodes_have_the_spec_hardware_and_state(live: CheckedCluster) -> None:
     """Every node of the spec: its hardware as the spec says, and a state a working cluster
     has - busy, powering up or down, drained by an admin (slurmforge/validation/node_states.py).
     One line per node that is not, naming what it has and what it should have."""
@@ -224,7 +224,7 @@ def test_nodes_have_the_spec_hardware_and_state(live: LiveCluster) -> None:
     assert not wrong, "\n".join(wrong)
 
 
-def test_shared_mounts_present_and_shared(live: LiveCluster, facts: Facts) -> None:
+def test_shared_mounts_present_and_shared(live: CheckedCluster, facts: Facts) -> None:
     """Home and software are the same on every host; Slurm's state on every controller
     (only they mount it, on every target)."""
     wrong = []
@@ -236,7 +236,7 @@ def test_shared_mounts_present_and_shared(live: LiveCluster, facts: Facts) -> No
     assert not wrong, "\n".join(wrong)
 
 
-def test_module_command_works_everywhere(live: LiveCluster, facts: Facts) -> None:
+def test_module_command_works_everywhere(live: CheckedCluster, facts: Facts) -> None:
     wrong = facts.unreachable(live.up_hosts)
     first = (facts.reachable(live.up_hosts) or live.up_hosts)[0].name
     for host in facts.reachable(live.up_hosts):
@@ -249,7 +249,7 @@ def test_module_command_works_everywhere(live: LiveCluster, facts: Facts) -> Non
     assert not wrong, "\n".join(wrong)
 
 
-def test_module_spider_cache_is_shared_and_current(live: LiveCluster, facts: Facts) -> None:
+def test_module_spider_cache_is_shared_and_current(live: CheckedCluster, facts: Facts) -> None:
     """Nodes answer `module avail` from the one spider cache on the shared tree
     (roles/lmod); `slurmforge modules` refreshes it after every change, so it lists
     exactly what a walk of the tree finds."""
@@ -266,7 +266,7 @@ def test_module_spider_cache_is_shared_and_current(live: LiveCluster, facts: Fac
 
 
 @pytest.mark.parametrize("command", ["sacct -a -X -n --starttime now-1days", "sacctmgr -n show cluster"])
-def test_accounting_answers(live: LiveCluster, command: str) -> None:
+def test_accounting_answers(live: CheckedCluster, command: str) -> None:
     if not live.spec.accounting.enabled:
         pytest.skip("accounting disabled in the spec")
     host = live.by_role(HostRole.LOGIN)[0]
@@ -276,7 +276,7 @@ def test_accounting_answers(live: LiveCluster, command: str) -> None:
         assert live.spec.name in res.stdout, found_wanted(host.name, command, res.stdout.strip(), live.spec.name)
 
 
-def test_accounting_is_what_the_spec_says(live: LiveCluster) -> None:
+def test_accounting_is_what_the_spec_says(live: CheckedCluster) -> None:
     """slurmdbd's QoS, accounts, users and limits are the spec's: the rollout's program,
     asked for its plan on the controller, has nothing left to change (docs/accounting.md)."""
     if not live.spec.accounting.enabled:
@@ -293,7 +293,7 @@ def test_accounting_is_what_the_spec_says(live: LiveCluster) -> None:
                                   "the spec's (fix: slurmforge rollout)")
 
 
-def test_the_local_database_runs_as_slurmdbd_needs(live: LiveCluster) -> None:
+def test_the_local_database_runs_as_slurmdbd_needs(live: CheckedCluster) -> None:
     """MariaDB 11.8's snapshot isolation off (slurmdbd cannot recover from ER_CHECKREAD) and
     Slurm's lock wait timeout: roles/slurmdbd/tasks/install.yml."""
     if not live.spec.accounting.enabled or live.spec.accounting.database.kind != "local":
@@ -305,7 +305,7 @@ def test_the_local_database_runs_as_slurmdbd_needs(live: LiveCluster) -> None:
                                                      " ".join(got.split()), "0 900")
 
 
-def test_every_node_has_the_identical_package_set(live: LiveCluster, facts: Facts) -> None:
+def test_every_node_has_the_identical_package_set(live: CheckedCluster, facts: Facts) -> None:
     first = (facts.reachable(live.up_hosts) or live.up_hosts)[0].name
     want = facts[first].text("packages").strip()
     wrong = facts.unreachable(live.up_hosts)
@@ -319,7 +319,7 @@ def test_every_node_has_the_identical_package_set(live: LiveCluster, facts: Fact
 # --------------------------------------------------------------------------- monitoring
 
 
-def prometheus_get(live: LiveCluster, path: str) -> dict[str, Any]:
+def prometheus_get(live: CheckedCluster, path: str) -> dict[str, Any]:
     """Prometheus' API, asked from the controller (it listens on the cluster address only)."""
     address = controller_address(live.hosts)
     res = live.controller().run(f"curl -sf --max-time 10 http://{address}:{PROMETHEUS_PORT}{path}")
@@ -328,14 +328,14 @@ def prometheus_get(live: LiveCluster, path: str) -> dict[str, Any]:
     return dict(json.loads(res.stdout))
 
 
-def powered_nodes(live: LiveCluster) -> set[str]:
+def powered_nodes(live: CheckedCluster) -> set[str]:
     """Nodes Slurm has powered now (not powered down, not on the way down)."""
     out = live.controller().check_output("sinfo -h -N -o '%N %T'")
     return {name for name, state in (line.split() for line in out.splitlines())
             if not state.endswith(("~", "%")) and "POWER" not in state.upper()}
 
 
-def test_every_prometheus_target_that_should_be_up_is_up(live: LiveCluster) -> None:
+def test_every_prometheus_target_that_should_be_up_is_up(live: CheckedCluster) -> None:
     """Static hosts (node exporter), the scheduler service, Prometheus and Alertmanager: up.
     Dynamic nodes are targets only while Slurm has them powered (the service's file_sd)."""
     exporters = [*live.up_hosts, *live.ceph_hosts]
@@ -357,7 +357,7 @@ def test_every_prometheus_target_that_should_be_up_is_up(live: LiveCluster) -> N
     assert not wrong, "\n".join(wrong)
 
 
-def stray_targets(live: LiveCluster, persist: float) -> set[str]:
+def stray_targets(live: CheckedCluster, persist: float) -> set[str]:
     """Dynamic nodes Prometheus scrapes although Slurm has them powered down, for longer
     than `persist` seconds (a node powering down leaves the file within a loop)."""
     stray: set[str] | None = None
@@ -372,7 +372,7 @@ def stray_targets(live: LiveCluster, persist: float) -> set[str]:
     return stray
 
 
-def test_prometheus_reads_the_dynamic_targets(live: LiveCluster) -> None:
+def test_prometheus_reads_the_dynamic_targets(live: CheckedCluster) -> None:
     """The service's file_sd is readable by Prometheus' user (else dynamic nodes are never
     scraped, silently: Prometheus only logs it)."""
     res = live.controller().run(f"runuser -u prometheus -- cat {TARGETS_FILE}")
@@ -382,7 +382,7 @@ def test_prometheus_reads_the_dynamic_targets(live: LiveCluster) -> None:
                                                                   res.stdout[:80], "a JSON list")
 
 
-def test_alert_rules_loaded(live: LiveCluster) -> None:
+def test_alert_rules_loaded(live: CheckedCluster) -> None:
     groups = prometheus_get(live, "/api/v1/rules?type=alert")["data"]["groups"]
     loaded = {r["name"] for g in groups if g["name"] == "slurmforge" for r in g["rules"]}
     wanted = {r["alert"] for r in alert_rules(live.spec)["groups"][0]["rules"]}
@@ -394,7 +394,7 @@ def test_alert_rules_loaded(live: LiveCluster) -> None:
     assert not wrong, "\n".join(wrong)
 
 
-def test_prometheus_sends_alerts_to_alertmanager(live: LiveCluster, facts: Facts) -> None:
+def test_prometheus_sends_alerts_to_alertmanager(live: CheckedCluster, facts: Facts) -> None:
     """Alertmanager is Prometheus' active alertmanager, on the controller's cluster address
     only, without its HA gossip port."""
     address = controller_address(live.hosts)
@@ -418,7 +418,7 @@ def listen_problems(host: str, facts: Facts, what: str, address: str, port: int)
     return wrong
 
 
-def test_exporters_listen_on_the_cluster_address_only(live: LiveCluster, facts: Facts) -> None:
+def test_exporters_listen_on_the_cluster_address_only(live: CheckedCluster, facts: Facts) -> None:
     hosts = [*live.up_hosts, *live.ceph_hosts]
     wrong = facts.unreachable(hosts)
     wrong += [line for host in facts.reachable(hosts)
@@ -426,7 +426,7 @@ def test_exporters_listen_on_the_cluster_address_only(live: LiveCluster, facts: 
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_scheduler_service_listens_on_the_cluster_address_only(live: LiveCluster, facts: Facts) -> None:
+def test_the_scheduler_service_listens_on_the_cluster_address_only(live: CheckedCluster, facts: Facts) -> None:
     """Its pool page and /metrics: for Prometheus, `slurmforge pools` and admins' tunnels,
     not for every interface of the controller (a public one on some sites)."""
     wrong = listen_problems(controller_name(live.spec), facts, "the scheduler service", controller_address(live.hosts),
@@ -434,7 +434,7 @@ def test_the_scheduler_service_listens_on_the_cluster_address_only(live: LiveClu
     assert not wrong, "\n".join(wrong)
 
 
-def test_job_mail_has_a_mailer_configured_as_rendered(live: LiveCluster, facts: Facts) -> None:
+def test_job_mail_has_a_mailer_configured_as_rendered(live: CheckedCluster, facts: Facts) -> None:
     """slurmctld's MailProg is there and hands mail to dma, configured from the spec's
     `mail:` (its relay, or local delivery on the controller)."""
     name = controller_name(live.spec)

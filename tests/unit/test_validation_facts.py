@@ -21,7 +21,7 @@ from slurmforge.local.provider import LocalProvider
 from slurmforge.spec import load_spec
 from slurmforge.validation import test_ceph as ceph_checks
 from slurmforge.validation import test_cluster as checks
-from slurmforge.validation.conftest import Facts, InventorySsh, LiveCluster, NamedHost, host_items, shared_paths
+from slurmforge.validation.conftest import CheckedCluster, Facts, InventorySsh, NamedHost, host_items, shared_paths
 from slurmforge.validation.facts import (
     Answer,
     HostFacts,
@@ -131,19 +131,19 @@ def test_found_and_wanted_stay_on_one_line() -> None:
 
 # ------------------------------------------------------------ the checks over gathered facts
 
-class Offline(LiveCluster):
+class Offline(CheckedCluster):
     """The example local cluster's spec and hosts; asking a host anything is a failure here."""
 
     def connect(self, host: Host) -> testinfra.host.Host:
         raise RuntimeError(f"a unit test asked {host.name}")
 
 
-def local_cluster() -> LiveCluster:
+def local_cluster() -> CheckedCluster:
     spec = load_spec(ROOT / "examples" / "local.yaml")
     return Offline(spec, LocalProvider(spec, "img").hosts())
 
 
-def gathered(live: LiveCluster, answer: Callable[[str, str], Answer], gone: str = "") -> Facts:
+def gathered(live: CheckedCluster, answer: Callable[[str, str], Answer], gone: str = "") -> Facts:
     """Every host's answers to exactly what conftest.host_items asks it (none from `gone`)."""
     hosts = {h.name: HostFacts(h.name, {key: answer(h.name, key) for key, _ in host_items(live, h)})
              if h.name != gone else HostFacts(h.name, error="no such container")
