@@ -9,6 +9,7 @@ needs no podman package.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
@@ -116,10 +117,19 @@ def _message(body: bytes) -> str:
 
 
 def ensure_api_service(socket_path: str = PODMAN_API_SOCKET, gid: int = SERVICE_GID, binary: str = "podman",
-                       timeout: float = 20) -> None:
+                       timeout: float = 20, probe_image: str | None = None) -> None:
     """Start `podman system service` on the host unless it answers already (a killed
-    session leaves a dead socket file behind: it is replaced). Idempotent."""
-    api = PodmanApi(socket_path, timeout=5)
+    session leaves a dead socket file behind: it is replaced). Idempotent.
+
+    `probe_image`: also start a throwaway container from it through the API. A service can
+    answer every ping and list containers while every start fails ("write child: broken
+    pipe", HTTP 500: seen on this machine after hours of runs), which leaves no pool node
+    able to power up; such a service is replaced."""
+    api = PodmanApi(socket_path, timeout=30)
+    if api.ping() and probe_image is not None and (broken := _start_fails(api, probe_image)):
+        log.warning("podman's API service answers but cannot start a container (%s): starting it again", broken)
+        subprocess.run(["pkill", "-f", f"{binary} system service .*unix://{socket_path}"], check=False)
+        _wait_gone(api, timeout)
     if not api.ping():
         path = Path(socket_path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,5 +146,29 @@ def ensure_api_service(socket_path: str = PODMAN_API_SOCKET, gid: int = SERVICE_
             if time.monotonic() > deadline:
                 raise ProvisionError(f"podman's API service did not answer on {socket_path} within {timeout:.0f} s")
             time.sleep(0.2)
+        if probe_image is not None and (broken := _start_fails(api, probe_image)):
+            raise ProvisionError(f"podman's API service on {socket_path} cannot start a container: {broken}")
     os.chown(socket_path, 0, gid)
     os.chmod(socket_path, 0o660)
+
+
+def _start_fails(api: PodmanApi, image: str) -> str:
+    """Why a throwaway container from `image` could not be started through the API ("" when
+    it started)."""
+    name = f"slurmforge-api-probe-{os.getpid()}"
+    try:
+        api.remove(name)
+        api.create({"name": name, "image": image, "command": ["true"], "netns": {"nsmode": "none"}})
+        api.start(name)
+    except ProvisionError as exc:
+        return str(exc)
+    finally:
+        with contextlib.suppress(ProvisionError):
+            api.remove(name)
+    return ""
+
+
+def _wait_gone(api: PodmanApi, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while api.ping() and time.monotonic() < deadline:
+        time.sleep(0.2)

@@ -67,11 +67,12 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
     report = UpReport(spec.name, inventory_dir(spec), log)
     with ui.phase("prepare this machine (packages, podman settings)"):
         prepare_host()
-        ensure_api_service()  # the scheduler service in the controller starts nodes through it
     podman = Podman()
     with ui.phase("node image (built once, cached by content hash)"):
         os = distro(spec.images.base)
         image = ensure_images(podman, log, image_namespace, os=os)
+        # the scheduler service in the controller starts nodes through it: one that cannot is replaced
+        ensure_api_service(probe_image=image)
     provider = LocalProvider(spec, image, podman, join_program=report.inventory / RENDERED / JOIN)
     check_takeover(spec.name, cluster_release(podman, provider), os)  # before any container changes
     ensure_secrets(spec.name)

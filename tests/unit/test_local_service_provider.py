@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import socketserver
+import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -276,3 +277,48 @@ def test_service_provider_from_settings(tmp_path: Path) -> None:
         service_provider(SPEC, {})
     assert not isinstance(provider, Provisioner)  # the service never makes or removes the cluster's hosts
 
+
+
+class BrokenService:
+    """The host's podman API service as it was found after hours of runs: it answers pings,
+    and every container start fails until a new service replaces it."""
+
+    def __init__(self) -> None:
+        self.running, self.broken, self.started = True, True, 0
+        self.killed: list[list[str]] = []
+
+    def request(self, method: str, path: str, query: dict[str, str] | None = None,
+                body: dict[str, object] | None = None) -> tuple[int, bytes]:
+        if path == "/_ping":
+            return (200, b"OK") if self.running else (503, b"")
+        if path.endswith("/start"):
+            return (500, b'{"message": "write child: broken pipe"}') if self.broken else (204, b"")
+        return (201, b'{"Id": "probe"}') if path == "/containers/create" else (204, b"")
+
+
+def test_an_api_service_that_cannot_start_containers_is_replaced(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurmforge.local import api
+
+    service = BrokenService()
+    monkeypatch.setattr(api.PodmanApi, "request", lambda self, *a, **k: service.request(*a, **k))
+
+    def pkill(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        service.killed.append(argv)
+        service.running = False
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    def popen(argv: list[str], **_: object) -> None:
+        service.started += 1
+        service.running, service.broken = True, False
+        sock.touch()  # the new service's socket
+
+    monkeypatch.setattr(api.subprocess, "run", pkill)
+    monkeypatch.setattr(api.subprocess, "Popen", popen)
+    monkeypatch.setattr(api.os, "chown", lambda *a: None)
+    sock = tmp_path / "podman.sock"
+    sock.touch()
+    api.ensure_api_service(str(sock), probe_image="img")
+    assert service.killed == [["pkill", "-f", f"podman system service .*unix://{sock}"]] and service.started == 1
+    api.ensure_api_service(str(sock), probe_image="img")  # a working one is left alone
+    assert service.started == 1 and len(service.killed) == 1
