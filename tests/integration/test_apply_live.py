@@ -1,14 +1,14 @@
 """Issue 26, items 2 and 4: one spec edit applied with `up --local` while jobs run, then the
 spec as it was applied again - two rollouts - and `sacct` shows no job lost across both.
 
-The edit adds a pool (`extra`) and a partition on it (`debug`), grows cpu-spot, shrinks cpu,
-shortens ml-cpu's MaxTime below a running job's limit and gives the static gpu pool more
-memory (its node's machine is made again). The plan printed first names each; the job on
+The edit adds a pool (`extra`, one static node) and a partition on it (`debug`), grows
+cpu-spot, shrinks cpu, shortens ml-cpu's MaxTime below a running job's limit and gives the
+static gpu pool more memory (its node's machine is made again). The plan printed first names each; the job on
 the cpu node that stays runs on untouched; the job on the gpu node holds the rollout (the
 node drained, not yet made again) until it ends, then the node is made again and back in
-service; the new partition takes a job. Going back (`--requeue`) removes the pool and the
-partition and shrinks cpu-spot back, with a job on the gpu node again: requeued, not waited
-for, and run again once the node is back.
+service; the new partition takes a job on the new node. Going back (`--requeue`) removes the
+pool (its node, up, drained first) and the partition and shrinks cpu-spot back, with a job on
+the gpu node again: requeued, not waited for, and run again once the node is back.
 
 Jobs that must outlive a step wait for a file on the shared home instead of sleeping a
 guessed time: the test ends each when it has seen what it needs.
@@ -39,8 +39,9 @@ MAX_TIME = "00:20:00"
 def edited_spec(tmp_path: Path) -> Path:
     data = yaml.safe_load(SPEC.read_text())
     pools = {p["name"]: p for p in data["pools"]}
+    # static: `up` makes its machine and, going back, drains and removes it while it is up
     data["pools"].append({"name": "extra", "kind": "cpu", "hardware": dict(pools["cpu"]["hardware"]),
-                          "min_nodes": 0, "max_nodes": 1, "idle_seconds": 60, "price_per_hour": 0.096})
+                          "min_nodes": 1, "max_nodes": 1, "price_per_hour": 0.096})
     pools["cpu-spot"]["max_nodes"] += 1
     pools["cpu"]["max_nodes"] -= 1
     pools["gpu"]["hardware"]["memory_mb"] *= 2
@@ -177,7 +178,8 @@ def go_back(live: LiveCluster, gpu: str, jobs: list[str]) -> float:
     second = time.monotonic() - begun
     assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
     plan = plan_rows(back.stdout)
-    for kind, what, change in [("pool", "extra", "remove"), ("partition", "debug", "remove"),
+    for kind, what, change in [("pool", "extra", "remove"), ("node", f"{name}-extra-01", "remove"),
+                               ("partition", "debug", "remove"),
                                ("pool", "cpu-spot", "shrink"), ("pool", "cpu", "grow"), ("node", gpu, "rebuild"),
                                ("jobs", gpu, "requeue")]:
         assert has_row(plan, kind, what, change), f"the plan printed first lacks {kind} {what} {change}:\n{plan}"
