@@ -21,6 +21,7 @@ from slurmforge.contract import PROMETHEUS_PORT
 from slurmforge.lmod.cli import modules_app
 
 if TYPE_CHECKING:
+    from slurmforge.drain import JobPolicy
     from slurmforge.plan.deployed import Deployed
     from slurmforge.plan.engine import ClusterPlan
     from slurmforge.spec import Cluster
@@ -106,6 +107,12 @@ LocalFlag = Annotated[bool, typer.Option("--local", help="The local cluster (pod
 FullRolloutFlag = Annotated[bool, typer.Option(
     "--full-rollout", help="Run Ansible on every node, even those whose last rollout was this one.")]
 ClusterOpt = Annotated[str | None, typer.Option("--cluster", help="Cluster name (default: the only one).")]
+RequeueFlag = Annotated[bool, typer.Option(
+    "--requeue", help="Requeue the jobs on nodes the rollout rebuilds or removes (drained first) instead of "
+    "waiting for them to end.")]
+DrainTimeoutOpt = Annotated[float | None, typer.Option(
+    "--drain-timeout", min=0, help="Seconds to wait for the jobs on drained nodes before giving up, changing "
+    "nothing (default: as long as they run).")]
 
 
 def _need_local(local: bool, command: str) -> None:
@@ -128,9 +135,14 @@ def up(
     no_job: Annotated[bool, typer.Option("--no-job", help="Skip the sample job.")] = False,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip the testinfra validation.")] = False,
     full_rollout: FullRolloutFlag = False,
+    requeue: RequeueFlag = False,
+    drain_timeout: DrainTimeoutOpt = None,
 ) -> None:
-    """Bring up (or converge) a cluster: image, nodes, rollout, validation, a sample job."""
+    """Bring up (or converge) a cluster: image, nodes, rollout, validation, a sample job. Nodes
+    whose machines are made again or that leave are drained first (their jobs end, or are
+    requeued with --requeue)."""
     _need_local(local, "up")
+    from slurmforge.drain import JobPolicy
     from slurmforge.local.up import up as local_up
     from slurmforge.package_data import examples, require
     from slurmforge.ui import PhaseDisplay
@@ -138,14 +150,19 @@ def up(
 
     report_errors(lambda: require("ansible_runner", "deploy", "up"))
     chosen = spec or examples() / "local.yaml"
-    _plan_first(load(chosen), True, None)
+    policy = JobPolicy(requeue, drain_timeout)
+    shown = _plan_first(load(chosen), True, None, policy)
     display = PhaseDisplay(rich_console())
     report = report_errors(lambda: local_up(chosen, display, run_sample_job=not no_job,
                                             validate=None if no_validate else validate_inventory,
-                                            full_rollout=full_rollout),
+                                            full_rollout=full_rollout, drains=shown.drains if shown else [],
+                                            policy=policy),
                            interrupted="interrupted; what was created stays: `slurmforge down --local` removes it")
     changed = report.rollout.total_changed if report.rollout else 0
     _print_accounting(report.rollout.accounting if report.rollout else [])
+    if report.drain_seconds is not None:
+        say(f"drained nodes emptied in {report.drain_seconds:.0f} s"
+            + (f"; requeued job(s) {', '.join(map(str, report.requeued))}" if report.requeued else ""))
     say(f"\ncluster {paint(report.cluster, '1', sys.stdout)} is up - rollout changed {changed} thing(s); "
         f"inventory {report.inventory}; log {report.log}")
     if report.job_output:
@@ -261,12 +278,19 @@ def inventory(
 def rollout(
     inventory_dir: Annotated[Path, typer.Option("--inventory", help="A slurmforge inventory directory.")],
     full_rollout: FullRolloutFlag = False,
+    requeue: RequeueFlag = False,
+    drain_timeout: DrainTimeoutOpt = None,
 ) -> None:
-    """Roll the cluster out (playbooks/site.yml) on any inventory, with progress. Nodes of
+    """Roll the cluster out (playbooks/site.yml) on any inventory, with progress. Nodes whose
+    machines must be made again or that leave are drained first (their jobs end, or are
+    requeued with --requeue); a rebuilt static node is set DOWN for the scheduler service to
+    give it a new machine, and resumed once that one registered. Nodes of
     dynamic pools are left out: they have no machine until the scheduler service starts
     one, and a machine that starts gets its config from slurmctld (configless). So are the
     nodes whose last rollout was this one (each node's mark says), unless --full-rollout."""
     from slurmforge.bringup import fixed_hosts, log_dir, push_users, roll_out_changed
+    from slurmforge.drain import JobPolicy, controller_client, drain, finish, replace
+    from slurmforge.fleet import controller
     from slurmforge.inventory import read_inventory
     from slurmforge.package_data import require
     from slurmforge.rollout import rollout_digest
@@ -274,18 +298,28 @@ def rollout(
 
     require_inventory(inventory_dir)
     report_errors(lambda: require("ansible_runner", "deploy", "the rollout"))
-    _plan_first(report_errors(lambda: read_inventory(inventory_dir)[0]), False, inventory_dir)
+    policy = JobPolicy(requeue, drain_timeout)
+    shown = _plan_first(report_errors(lambda: read_inventory(inventory_dir)[0]), False, inventory_dir, policy)
+    drains = shown.drains if shown else []
     display = PhaseDisplay(rich_console())
     log = log_dir() / f"{inventory_dir.name}-rollout.log"
 
     def run() -> None:
+        spec, hosts = read_inventory(inventory_dir)
+        client = controller_client(controller(spec, hosts)) if drains else None
+        if client is not None:
+            with display.phase("drain the nodes made again or removed"):
+                drained = drain(client, drains, policy, display.note)
         with display.phase("roll out (Ansible)"):
-            _, hosts = read_inventory(inventory_dir)
             inventory = inventory_dir.resolve()
             result = roll_out_changed(inventory, fixed_hosts(hosts), log, display,
                                       rollout_digest(inventory), full_rollout)
             if result.ok and result.skipped_hosts < len(fixed_hosts(hosts)):
                 push_users(inventory, display)
+        if client is not None and result.ok:
+            with display.phase("new machines for the rebuilt nodes, then resume"):
+                replace(client, drains)
+                finish(client, drains, drained.since, display.note)
         _print_accounting(result.accounting)
         say(f"rollout changed {result.total_changed} thing(s) in {result.seconds:.0f} s; log {log}")
 
@@ -319,12 +353,15 @@ def plan(
         "--state", help="Plan against a state saved with --save-state (reaches no cluster).")] = None,
     save_state: Annotated[Path | None, typer.Option(
         "--save-state", help="Also save what was read from the cluster, to plan against later.")] = None,
+    requeue: Annotated[bool, typer.Option(
+        "--requeue", help="Plan an apply with --requeue (jobs on drained nodes requeued, not waited for).")] = False,
     fmt: FormatOpt = None,
 ) -> None:
     """What applying the spec would do to the running cluster, before anything changes: nodes,
     pools, partitions, scheduling, accounts, users, storage; which daemons reconfigure or
     restart; which jobs are affected. Read from the cluster itself. Exit 0: no changes, 12:
     changes, 2: the spec is invalid, 11: the cluster cannot be read."""
+    from slurmforge.drain import JobPolicy
     from slurmforge.plan import deployed as d
     from slurmforge.plan.engine import make_plan
 
@@ -339,7 +376,7 @@ def plan(
             d.save(deployed, save_state)
         except OSError as exc:
             fail(f"cannot write {save_state}: {exc.strerror}", 1)
-    result = report_errors(lambda: make_plan(cluster, deployed))
+    result = report_errors(lambda: make_plan(cluster, deployed, JobPolicy(requeue=requeue)))
     _show_plan(result, fmt)
     raise typer.Exit(result.exit_code)
 
@@ -361,18 +398,19 @@ def _show_plan(result: ClusterPlan, fmt: Format | None) -> None:
     emit(table, shown)
 
 
-def _plan_first(spec: Cluster, local: bool, inventory_dir: Path | None) -> None:
+def _plan_first(spec: Cluster, local: bool, inventory_dir: Path | None, policy: JobPolicy) -> ClusterPlan | None:
     """What the apply that follows changes (`slurmforge plan`'s table), or why it cannot be
-    told (a cluster not made yet); the apply goes on either way."""
+    told (a cluster not made yet); the apply goes on either way, draining what the plan says."""
     from slurmforge.errors import SlurmforgeError
     from slurmforge.plan.engine import make_plan
 
     try:
-        result = make_plan(spec, _deployed(spec, local, inventory_dir))
+        result = make_plan(spec, _deployed(spec, local, inventory_dir), policy)
     except SlurmforgeError as exc:
         note(f"plan: cannot tell what changes ({exc}); going on")
-        return
+        return None
     _show_plan(result, None)
+    return result
 
 
 rotate_app = typer.Typer(help="A new munge key, accounting database password or REST API key on a live cluster, "

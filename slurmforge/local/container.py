@@ -25,7 +25,7 @@ from typing import Any
 
 from slurmforge.contract import JOIN_PROGRAM, JOIN_SECRETS_DIR, LocalProviderSettings
 from slurmforge.hosts import HostRole
-from slurmforge.nodes import node_sets
+from slurmforge.nodes import NodeHardware, node_sets, pool_hardware
 from slurmforge.spec import Cluster
 
 LABEL = "slurmforge.cluster"
@@ -35,6 +35,10 @@ ROLE_LABEL = "slurmforge.role"
 POOL_LABEL = "slurmforge.pool"
 DYNAMIC_LABEL = "slurmforge.dynamic"
 DESCRIPTION_LABEL = "slurmforge.description"
+HARDWARE_LABEL = "slurmforge.hardware"
+"""A compute node's machine as its pool describes it: a container's hardware is the spec's
+(slurm.conf's config_overrides), so this label is what makes a pool's new hardware a new
+container, as it is a new instance on AWS."""
 INIT = "exec unshare --time --boottime -$(cut -d. -f1 /proc/uptime) /sbin/init"
 """The node's init runs in a new time namespace whose boot time is "now", so slurmctld sees a
 powered-up node as freshly booted (containers otherwise report the host's)."""
@@ -136,10 +140,19 @@ def compute_container(spec: Cluster, settings: LocalProviderSettings, name: str)
     """A compute node's container, static or dynamic: with the join program and the munge key,
     so it joins at boot by itself (the rollout runs the same program again on a static node)."""
     pool, dynamic = pool_nodes(spec)[name]
+    hardware = pool_hardware(next(p for p in spec.pools if p.name == pool))
     mounts = [Mount(source, target) for target, source in settings.nas.items()]
     mounts += [Mount(settings.ssh_key, AUTHORIZED_KEYS, read_only=True),  # Ansible and admins get in as root
                Mount(settings.join_program, JOIN_PROGRAM, read_only=True),
                Mount(settings.munge_key, MUNGE_KEY, read_only=True)]
     return NodeContainer(name, settings.image, settings.network, settings.addresses[name], HostRole.COMPUTE,
-                         spec.name, {POOL_LABEL: pool, DYNAMIC_LABEL: str(dynamic)},
+                         spec.name, {POOL_LABEL: pool, DYNAMIC_LABEL: str(dynamic), HARDWARE_LABEL: machine(hardware)},
                          tuple(mounts))
+
+
+def machine(hw: NodeHardware | None) -> str:
+    """'1x2x1 1024MB 2 fakegpu': sockets x cores x threads, memory, GPUs."""
+    if hw is None:
+        return "-"
+    return f"{hw.sockets}x{hw.cores_per_socket}x{hw.threads_per_core} {hw.memory_mb}MB" + (
+        f" {hw.gpus} {hw.gpu_model or 'gpu'}" if hw.gpus else "")

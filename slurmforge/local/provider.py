@@ -245,12 +245,25 @@ class LocalProvider(Provisioner):
         if (db := self.db_dir(controller_name(self.spec))) is not None:
             db.mkdir(parents=True, exist_ok=True)
 
+    def stale_nodes(self) -> list[str]:
+        """Static compute nodes whose running container `provision` would make again (its
+        image or description differs: a new node image, the pool's new hardware): what a
+        rollout drains first (slurmforge.drain)."""
+        hosts = self.hosts()
+        existing = {c.name: c for c in self.podman.containers(f"{LABEL}={self.spec.name}")}
+        return [h.name for h in hosts if h.role is HostRole.COMPUTE and not h.dynamic
+                and (info := existing.get(h.name)) is not None and info.is_running
+                and self._stale(info, self.container(h, hosts))]
+
+    def _stale(self, info: ContainerInfo, wanted: NodeContainer) -> bool:
+        return info.image != self.image or info.labels.get(DESCRIPTION_LABEL) != wanted.digest
+
     def _ensure_container(self, host: Host, hosts: list[Host], info: ContainerInfo | None) -> None:
         wanted = self.container(host, hosts)
         if info is None:
             self._free_name(host.name)
         else:
-            stale = info.image != self.image or info.labels.get(DESCRIPTION_LABEL) != wanted.digest
+            stale = self._stale(info, wanted)
             if stale or info.is_dead:
                 log.info("recreating %s (%s)", host.name, "stale" if stale else "dead process")
                 self.podman.remove_container(host.name)

@@ -31,6 +31,8 @@ from slurmforge.bringup import (
 )
 from slurmforge.contract import SERVICE_UNIT, settings_json
 from slurmforge.distro import distro, release_tuple
+from slurmforge.drain import REBUILD, Drain, JobPolicy, controller_client, drain, finish
+from slurmforge.fleet import controller as controller_host
 from slurmforge.hosts import HostRole, controller_name, controller_names
 from slurmforge.inventory import JOIN, RENDERED, write_inventory
 from slurmforge.local.api import ensure_api_service
@@ -57,11 +59,16 @@ class UpReport:
     phases: list[tuple[str, float]] = field(default_factory=list)
     job_output: str = ""
     login: str = ""
+    drain_seconds: float | None = None
+    """How long the jobs on drained nodes took to leave them (None: nothing was drained)."""
+    requeued: list[int] = field(default_factory=list)
 
 
 def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
        validate: Callable[[Path], None] | None = None, image_namespace: str = NAMESPACE,
-       full_rollout: bool = False) -> UpReport:
+       full_rollout: bool = False, drains: list[Drain] | None = None, policy: JobPolicy | None = None) -> UpReport:
+    """`drains`: the plan's nodes to drain before their machines are made again or removed
+    (slurmforge.drain); `policy`: what happens to their jobs."""
     spec = load_spec(spec_path)  # SpecError here: nothing was created
     log = log_path(spec.name, "up")
     report = UpReport(spec.name, inventory_dir(spec), log)
@@ -80,6 +87,13 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
         settings = provider.service_settings()
         write_inventory(spec, spec_path, provider.hosts(), report.inventory, provider_settings=settings_json(settings))
         digest = rollout_digest(report.inventory)
+    drains = with_stale(drains or [], provider.stale_nodes())
+    client = controller_client(controller_host(spec, provider.hosts())) if drains else None
+    since = 0.0
+    if client is not None:
+        with ui.phase("drain the nodes made again or removed"):
+            drained = drain(client, drains, policy or JobPolicy(), ui.note)
+            report.drain_seconds, report.requeued, since = drained.seconds, drained.requeued, drained.since
     # the scheduler service keeps running throughout, as on every target: jobs go on starting
     # and ending while `up` converges the cluster, and Slurm powers nodes up and down for them
     with ui.phase("start nodes (podman, systemd)"):
@@ -92,6 +106,9 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
             ui.note(f"Ceph play of the rollout: {ceph_play:.1f} s")
         if report.rollout.ok and report.rollout.skipped_hosts < len(fixed_hosts(hosts)):
             push_users(report.inventory, ui)
+    if client is not None and report.rollout.ok:
+        with ui.phase("resume the rebuilt nodes"):
+            finish(client, drains, since, ui.note)
     with ui.phase("scheduler service"):
         # running already unless a rollout skipped its controllers and it had stopped; the
         # one beside the slurmctld in control leads
@@ -107,6 +124,16 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
             home = f"{spec.storage.nas.mounts.home.rstrip('/')}/{spec.users[0].name}"
             report.job_output = sample_job(login, spec.users[0].name, home)
     return report
+
+
+def with_stale(drains: list[Drain], stale: list[str]) -> list[Drain]:
+    """The plan's drains, and the static nodes `provision` would make again that the plan does not
+    name (a new node image, another container description): drained too, never made again
+    under their jobs."""
+    named = {n for d in drains for n in d.nodes}
+    extra = tuple(n for n in stale if n not in named)
+    return drains + ([Drain(extra, "made again (a new node image or container description)", REBUILD)]
+                     if extra else [])
 
 
 def slurm_states(podman: Podman, spec: Cluster) -> dict[str, str]:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmforge import accounting
+from slurmforge.drain import REBUILD, REMOVE, Drain, JobPolicy
 from slurmforge.errors import ProvisionError, SpecError, listing, one_line
 from slurmforge.hostlists import compress, expand
 from slurmforge.hosts import controller_name
@@ -98,6 +99,8 @@ class ClusterPlan:
     rows: list[Row] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     """What could not be known (slurmctld or slurmdbd did not answer, ...)."""
+    drains: list[Drain] = field(default_factory=list)
+    """Nodes with a machine that the apply rebuilds or takes out: drained first (slurmforge.drain)."""
 
     @property
     def changed(self) -> bool:
@@ -111,8 +114,9 @@ class ClusterPlan:
 # --------------------------------------------------------------------------- entry point
 
 
-def make_plan(new: Cluster, deployed: Deployed) -> ClusterPlan:
-    """What applying `new` does to the cluster `deployed` describes."""
+def make_plan(new: Cluster, deployed: Deployed, policy: JobPolicy | None = None) -> ClusterPlan:
+    """What applying `new` does to the cluster `deployed` describes; `policy`: what the apply
+    does with the jobs on nodes it drains (default: waits for them)."""
     plan = ClusterPlan(new.name, deployed.controller)
     if deployed.spec_text is None:
         plan.rows.append(Row("cluster", new.name, "create", f"nothing was rolled out on {deployed.controller} yet: "
@@ -133,15 +137,16 @@ def make_plan(new: Cluster, deployed: Deployed) -> ClusterPlan:
                              "files may be part old, part new")
     if deployed.nodes is None:
         plan.warnings.append(f"slurmctld did not answer ({deployed.slurm_error}): nodes and jobs are not counted")
-    _Planner(plan, old, new, deployed).run()
+    _Planner(plan, old, new, deployed, policy or JobPolicy()).run()
     order = {k: i for i, k in enumerate(KINDS)}
     plan.rows.sort(key=lambda r: order[r.kind])  # stable: each kind keeps its own order
     return plan
 
 
 class _Planner:
-    def __init__(self, plan: ClusterPlan, old: Cluster, new: Cluster, deployed: Deployed) -> None:
-        self.plan, self.old, self.new, self.deployed = plan, old, new, deployed
+    def __init__(self, plan: ClusterPlan, old: Cluster, new: Cluster, deployed: Deployed,
+                 policy: JobPolicy) -> None:
+        self.plan, self.old, self.new, self.deployed, self.policy = plan, old, new, deployed, policy
         self.d_files = deployed.configs
         self.o_files = render_all(old)  # the file name in their first line is a comment: not compared
         self.n_files = render_all(new)
@@ -247,15 +252,19 @@ class _Planner:
             where_ = f"{len(names):,} nodes of pool {pool}" if len(names) > 1 else f"pool {pool}"
             text = f"{where_}: {detail}" if pool else detail
             if change == "remove":
-                removed += names
-                text += "; leaves Slurm"
+                up = [n for n in names if self.has_machine(n, where.get(n, ("", True))[1])]
+                removed += up
+                text += "; leaves Slurm" + ("; drained first, removed once its jobs end" if up else "")
+                if up:
+                    self.plan.drains.append(Drain(tuple(up), f"leaves Slurm (pool {pool} shrinks or goes)", REMOVE,
+                                                  where.get(up[0], ("", True))[1]))
             if change == "rebuild":
                 rebuilt += names
+                self.plan.drains.append(Drain(tuple(names), f"rebuilt ({detail.split(':')[0]})", REBUILD,
+                                              where.get(names[0], ("", False))[1]))
             self.add("node", name, change, text, cause)
-        self._node_jobs(removed, "leave Slurm", "a reconfigure that removes a node ends the jobs on it (NODE_FAIL; "
-                                                "requeued when they may be)")
-        self._node_jobs(rebuilt, "are made again", "a reconfigure that changes a node's cores or GPUs under a job "
-                                                   "ends it (NODE_FAIL)")
+        self._node_jobs(removed, "leave Slurm", "then they are removed")
+        self._node_jobs(rebuilt, "are made again", "then their machines are made again and they are resumed")
 
     def _node_changed(self, node: str, before: Mapping[str, str], after: Mapping[str, str],
                       old: Mapping[str, str] | None, new_machine: bool, was_dynamic: bool, dynamic: bool,
@@ -269,7 +278,9 @@ class _Planner:
         if hardware or new_machine:
             text = text or "its machine type changes"
             if self.has_machine(node, was_dynamic):
-                group(node, "rebuild", f"{text}: drain, make its machine again, resume", cause)
+                then = "power down (it starts on the new hardware)" if was_dynamic else \
+                    "make its machine again, resume"
+                group(node, "rebuild", f"{text}: drain, {then}", cause)
             else:
                 group(node, "change", f"{text}: powered down, starts on the new hardware", cause)
             return
@@ -284,9 +295,9 @@ class _Planner:
         jobs = self.jobs_on(nodes)
         if jobs:
             held = sorted({n for n in nodes if self.jobs_on([n])})
-            self.add("jobs", compress(held), "drain",
-                     f"{_jobs(jobs, 'running job')} on nodes that {what}: drain "
-                     f"them and let the jobs end; {why}", jobs=jobs)
+            self.add("jobs", compress(held), "requeue" if self.policy.requeue else "drain",
+                     f"{_jobs(jobs, 'running job')} on nodes that {what}: {self.policy.words()}; {why}",
+                     jobs=jobs)
 
     # ------------------------------------------------------------------ partitions
 

@@ -132,6 +132,10 @@ GONE = frozenset({InstanceState.STOPPED, InstanceState.TERMINATED})
 MISSING, UNRESPONSIVE = "missing", "unresponsive"
 EVACUATING = "evacuating"
 """Mark of a node its health check drained under jobs, since the service signalled them."""
+NEW_NODE_GRACE = 900.0
+"""Seconds a machine of a node neither Slurm nor this service's spec knows is left alone: a
+newer spec's node, whose machine `up --local` makes before the rollout publishes that spec
+and reconfigures Slurm (a static node of a pool added or grown). Older, it is an orphan."""
 STALE_RPC_WINDOW = 65.0
 """Seconds after a static node was set DOWN before its new machine takes jobs: slurmctld
 retries an RPC the dead machine did not answer - the kill of the jobs that ran there - every
@@ -769,6 +773,9 @@ class Context:
                 return None
             return f"orphan: instance {inst.id} belongs to no node"
         slurm_node = self.slurm.get(node)
+        if slurm_node is None and node not in self.topology.nodes and ours \
+                and self.now - (inst.launched_at or 0.0) < NEW_NODE_GRACE:
+            return None  # a newer spec's node: the rollout under way adds it
         if slurm_node is None or node not in self.topology.nodes:
             return f"orphan: node {node} is not in the cluster" if ours else None
         current = self.instance(node)

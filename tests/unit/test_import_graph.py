@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("targets", ["slurmforge.local", "slurmforge.aws"]),
     ("operations", ["slurmforge.service", "slurmforge.plan", "slurmforge.validation", "slurmforge.bringup",
                     "slurmforge.rollout", "slurmforge.ui", "slurmforge.cost", "slurmforge.report",
-                    "slurmforge.lmod.cli", "slurmforge.remote.node", "slurmforge.fleet", "slurmforge.rotate"]),
+                    "slurmforge.lmod.cli", "slurmforge.remote.node", "slurmforge.fleet", "slurmforge.rotate", "slurmforge.drain"]),
     ("cluster", ["slurmforge.spec.checks", "slurmforge.spec.loader", "slurmforge.inventory", "slurmforge.join",
                  "slurmforge.render", "slurmforge.monitoring", "slurmforge.ceph", "slurmforge.accounting",
                  "slurmforge.image", "slurmforge.image_variant", "slurmforge.upgrade", "slurmforge.secrets",

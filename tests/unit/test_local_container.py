@@ -91,3 +91,19 @@ def test_a_static_node_up_makes_is_the_node_the_service_makes(tmp_path: Path) ->
     assert made_by_up["labels"] | {"slurmforge.pool": "cpu", "slurmforge.dynamic": "False"} == made_by_up["labels"]
     assert (str(tmp_path / "dev" / "nas" / "home"), "/home", False) in made_by_up["mounts"]
     assert made_by_up["command"] == ["sh", "-c", INIT] and "--no-hosts" in made_by_up["flags"]
+
+
+def test_a_pools_new_hardware_is_a_new_container_for_its_nodes_only(tmp_path: Path) -> None:
+    """As a new instance type is a new instance on AWS: the machine description names the
+    pool's hardware, so `up` makes the gpu pool's static node again (drained first) and
+    leaves the cpu pool's alone."""
+    data = SPEC.model_dump(mode="json")
+    data["pools"][1]["hardware"]["memory_mb"] = 2048
+    bigger = SPEC.model_validate(data)
+    provider = LocalProvider(SPEC, "img", state_root=tmp_path, join_program=tmp_path / "join.sh")
+    settings = provider.service_settings()
+    before = {n: compute_container(SPEC, settings, n) for n in ("dev-gpu-01", "dev-cpu-01")}
+    after = {n: compute_container(bigger, settings, n) for n in ("dev-gpu-01", "dev-cpu-01")}
+    assert before["dev-gpu-01"].labels["slurmforge.hardware"] == "1x2x1 1024MB 2 fakegpu"
+    assert after["dev-gpu-01"].digest != before["dev-gpu-01"].digest
+    assert after["dev-cpu-01"].digest == before["dev-cpu-01"].digest

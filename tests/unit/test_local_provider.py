@@ -246,3 +246,29 @@ def test_a_node_whose_slurmd_waits_for_its_controller_counts_as_booted(tmp_path:
     provider = LocalProvider(load_spec(LOCAL), "img", podman=Booting([("starting", jobs), ("running", "")]),  # type: ignore[arg-type]
                              state_root=tmp_path)
     provider.wait_booted(["dev-cpu-01"], timeout=5)  # finished booting: whatever it waited for
+
+
+def test_the_static_nodes_up_would_make_again_are_drained_first(tmp_path: Path) -> None:
+    """`stale_nodes`: the running static nodes whose container `provision` replaces (another
+    description - the pool's new hardware - or another image); `up` adds those the plan did
+    not name to what it drains (local.up.with_stale)."""
+    from slurmforge.drain import REBUILD, Drain
+    from slurmforge.local.up import with_stale
+
+    spec = load_spec(LOCAL)
+    provider = LocalProvider(spec, "img", state_root=tmp_path, join_program=tmp_path / "join.sh")
+    hosts = provider.hosts()
+    by_name = {h.name: h for h in hosts}
+    current = {n: provider.container(by_name[n], hosts).all_labels()
+               for n in ("dev-cpu-01", "dev-cpu-02", "dev-gpu-01")}
+    data = spec.model_dump(mode="json")
+    data["pools"][1]["hardware"]["memory_mb"] = 512  # the gpu pool as it was
+    older = compute_container(spec.model_validate(data), provider.service_settings(), "dev-gpu-01").all_labels()
+    listed = [ContainerInfo("dev-cpu-01", "running", os.getpid(), current["dev-cpu-01"], "img"),
+              ContainerInfo("dev-cpu-02", "running", os.getpid(), current["dev-cpu-02"], "old-img"),
+              ContainerInfo("dev-gpu-01", "running", os.getpid(), older, "img")]
+    provider.podman = Host_(spec.target.subnet, listed)  # type: ignore[assignment,union-attr]
+    assert provider.stale_nodes() == ["dev-cpu-02", "dev-gpu-01"]
+    planned = [Drain(("dev-gpu-01",), "rebuilt (RealMemory 512 -> 1024)", REBUILD)]
+    assert with_stale(planned, provider.stale_nodes()) == [
+        *planned, Drain(("dev-cpu-02",), "made again (a new node image or container description)", REBUILD)]

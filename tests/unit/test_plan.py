@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from slurmforge import accounting
+from slurmforge.drain import REBUILD, REMOVE, Drain, JobPolicy
 from slurmforge.plan import deployed as dep
 from slurmforge.plan.configs import parse_slurm_conf
 from slurmforge.plan.deployed import Deployed, LivePartition
@@ -160,9 +161,14 @@ def test_a_shrunk_pool_drains_the_nodes_that_leave_and_counts_their_jobs() -> No
                                             pending(43, "ml-cpu")], up=["dev-cpu-04"]))
     assert ("pool", "cpu", "shrink") in rows(result)
     assert row(result, "node", "dev-cpu-03", "remove").detail == "pool cpu: powered down; leaves Slurm"
-    assert row(result, "node", "dev-cpu-04", "remove").detail == "pool cpu: up; leaves Slurm"
+    assert row(result, "node", "dev-cpu-04", "remove").detail == \
+        "pool cpu: up; leaves Slurm; drained first, removed once its jobs end"
     drain = row(result, "jobs", "dev-cpu-04", "drain")
-    assert drain.jobs == (41,) and "1 running job (41)" in drain.detail and "NODE_FAIL" in drain.detail
+    assert drain.jobs == (41,) and drain.detail == (
+        "1 running job (41) on nodes that leave Slurm: the rollout drains them first and waits for their jobs to "
+        "end (as long as they run; --drain-timeout bounds it, --requeue requeues them); then they are removed")
+    # what the apply drains: the node that is up, not the powered-down one
+    assert result.drains == [Drain(("dev-cpu-04",), "leaves Slurm (pool cpu shrinks or goes)", REMOVE, True)]
     # SuspendExcNodes is unchanged: the static nodes stay
     assert [r for r in result.rows if r.kind == "power"] == []
 
@@ -206,10 +212,18 @@ def test_new_hardware_rebuilds_the_machines_and_waits_for_their_jobs() -> None:
             pool["hardware"]["cores_per_socket"] = 4
     result = plan(new, deployed(data, jobs=[running(61, "dev-cpu-[01,03]")], up=["dev-cpu-03"]))
     assert row(result, "pool", "cpu").change == "rebuild"
-    rebuilt = row(result, "node", "dev-cpu-[01-03]", "rebuild")
-    assert rebuilt.detail == "3 nodes of pool cpu: CoresPerSocket 2 -> 4: drain, make its machine again, resume"
+    rebuilt = row(result, "node", "dev-cpu-[01-02]", "rebuild")
+    assert rebuilt.detail == "2 nodes of pool cpu: CoresPerSocket 2 -> 4: drain, make its machine again, resume"
+    assert row(result, "node", "dev-cpu-03", "rebuild").detail == \
+        "pool cpu: CoresPerSocket 2 -> 4: drain, power down (it starts on the new hardware)"
     assert "starts on the new hardware" in row(result, "node", "dev-cpu-04", "change").detail
     assert row(result, "jobs", "dev-cpu-[01,03]", "drain").jobs == (61,)
+    assert result.drains == [Drain(("dev-cpu-01", "dev-cpu-02"), "rebuilt (CoresPerSocket 2 -> 4)", REBUILD, False),
+                             Drain(("dev-cpu-03",), "rebuilt (CoresPerSocket 2 -> 4)", REBUILD, True)]
+    # with --requeue the plan says the jobs are requeued, not waited for
+    requeued = make_plan(spec(new), deployed(data, jobs=[running(61, "dev-cpu-[01,03]")], up=["dev-cpu-03"]),
+                         JobPolicy(requeue=True))
+    assert "requeues their jobs (--requeue" in row(requeued, "jobs", "dev-cpu-[01,03]", "requeue").detail
 
 
 def test_a_feature_changes_nodes_without_a_rebuild() -> None:

@@ -501,7 +501,8 @@ def test_orphans_and_duplicates_are_terminated_foreign_machines_are_not() -> Non
         [node(S1, IDLE), node(S2, IDLE)],
         [instance("i-1", S1), instance("i-2", S1, launched=NOW - 100),  # i-2: a second machine for S1
          instance("i-3", None),  # pool tag, no node, no launch in flight
-         instance("i-4", "t-gone-07"),  # a node the spec no longer has
+         instance("i-4", "t-gone-07", launched=NOW - 901),  # a node the spec no longer has
+         instance("i-8", "t-new-01", launched=NOW - 899),  # a newer spec's, made ahead of its rollout
          instance("i-5", None, pool=None, tags={}),  # the controller: not ours
          instance("i-6", S2, TERMINATED), instance("i-7", S2)],
         state(bindings=bound(S1, "i-1") | bound(S2, "i-7")),

@@ -134,8 +134,8 @@ def test_machines_vanishing_from_the_list_at_once_hold_the_loop(env: dict[str, P
 def test_many_repairs_at_once_are_held_a_few_run(env: dict[str, Path]) -> None:
     clock = Clock()
     slurm, cloud = running_cluster(clock)
-    for i in range(6):  # machines of nodes the spec no longer has: orphans
-        cloud.instances[f"i-gone-{i}"] = instance(f"i-gone-{i}", f"t-old-0{i}", pool="spot")
+    for i in range(6):  # machines of nodes the spec no longer has, older than a rollout: orphans
+        cloud.instances[f"i-gone-{i}"] = instance(f"i-gone-{i}", f"t-old-0{i}", pool="spot", launched=NOW - 3600)
     daemon = make(env, slurm, cloud, clock)
     loops(daemon, clock, 5)
     assert cloud.terminated == []
