@@ -403,3 +403,23 @@ def test_what_the_machine_held_under_a_nas_mount_point_is_copied_onto_the_nas_fi
     assert sorted(p.name for p in (server / "software").iterdir()) == []
     assert [line for line in done.stdout.splitlines() if "copied" in line] == [
         f"slurmforge-join: changed: copied 1 item(s) of this machine's {local}/home onto the NAS"]  # .ssh/
+
+
+def test_a_mount_whose_file_system_went_away_is_let_go(tmp_path: Path) -> None:
+    """A CephFS FUSE mount whose daemon died with its Ceph host (seen on the local cluster
+    after the Ceph host was made again: "mkdir: cannot stat '/data': No such device") fails
+    every stat; the join lets it go so it is mounted again, instead of failing the join."""
+    spec = load_spec(ROOT / "examples/local.yaml")
+    program = render_join(spec, local_settings(spec, LocalProvider(spec, "img").hosts()))
+    count = tmp_path / "stats"
+    stubs = {"stat": f'n=$(cat {count} 2>/dev/null || echo 0); echo $((n + 1)) > {count}; [ "$n" -ge 1 ]',
+             "umount": ""}
+    mounted = "/proc"  # a mount point of this machine, standing for the dead one (umount is a stand-in)
+    dead = sourced(program, tmp_path, f"let_go_if_dead {mounted}", stubs)
+    assert dead.returncode == 0, dead.stderr
+    assert f"umount -l {mounted}" in calls(tmp_path) and "was a mount whose file system went away" in dead.stdout
+    (tmp_path / "calls.log").unlink()
+    alive = sourced(program, tmp_path, f"let_go_if_dead {mounted}", stubs)  # stat answers now
+    assert alive.returncode == 0 and not [c for c in calls(tmp_path) if c.startswith("umount")]
+    unmounted = sourced(program, tmp_path, f"echo 0 > {count}; let_go_if_dead {tmp_path}/not-a-mount", stubs)
+    assert unmounted.returncode == 0 and not [c for c in calls(tmp_path) if c.startswith("umount")]
