@@ -423,3 +423,24 @@ def test_a_mount_whose_file_system_went_away_is_let_go(tmp_path: Path) -> None:
     assert alive.returncode == 0 and not [c for c in calls(tmp_path) if c.startswith("umount")]
     unmounted = sourced(program, tmp_path, f"echo 0 > {count}; let_go_if_dead {tmp_path}/not-a-mount", stubs)
     assert unmounted.returncode == 0 and not [c for c in calls(tmp_path) if c.startswith("umount")]
+
+
+def test_pool_nodes_coming_and_going_are_a_refresh_not_a_change(tmp_path: Path) -> None:
+    """The pool hosts are the scheduler service's machines: a join that only brings them up
+    to date says "refreshed" (no rollout counts it as a change); a fixed host's line is a change."""
+    spec, hosts, program = local_program()
+    kit = kit_with_pool_hosts(tmp_path, spec, hosts, "10.89.7.23 dev-cpu-03\n")
+    etc_hosts = tmp_path / "etc" / "hosts"
+    etc_hosts.parent.mkdir()
+    etc_hosts.write_text("127.0.0.1 localhost\n")
+    first = sourced(program, tmp_path, hosts_run(tmp_path, kit) + "update_hosts", {})
+    assert first.returncode == 0 and f"changed {etc_hosts}" in first.stdout, first.stdout + first.stderr
+    (kit / KIT_POOL_HOSTS).write_text("10.89.7.24 dev-cpu-04\n")  # one pool node went, another came
+    pool = sourced(program, tmp_path, hosts_run(tmp_path, kit) + "update_hosts", {})
+    assert pool.returncode == 0, pool.stderr
+    assert f"refreshed {etc_hosts} (pool nodes)" in pool.stdout and "changed" not in pool.stdout
+    assert "10.89.7.24 dev-cpu-04" in etc_hosts.read_text() and "dev-cpu-03" not in etc_hosts.read_text()
+    fixed = next(h for h in hosts if not h.dynamic)
+    etc_hosts.write_text(etc_hosts.read_text().replace(f"{fixed.address} {fixed.name}", f"10.1.1.1 {fixed.name}"))
+    moved = sourced(program, tmp_path, hosts_run(tmp_path, kit) + "update_hosts", {})
+    assert moved.returncode == 0 and f"changed {etc_hosts}" in moved.stdout
