@@ -95,6 +95,9 @@ HEALTH_PROGRAM = "/usr/local/sbin/slurmforge-health"
 JOINED_MARK = "/run/slurmforge-joined"
 """Written when a node's join ran to the end (in /run: gone at reboot); until then the
 health check has nothing to judge (mounts and munge are the join's to make)."""
+HEALTH_DRAINED_MARK = "/var/lib/slurmforge-health-drained"
+"""Written when the health check drains its node (kept over a reboot): the check asks
+slurmctld about the node, and lifts its own drain, only while this exists."""
 JOIN_UNIT = "slurmforge-join.service"
 """Runs the join program at every boot where it is installed, again until it succeeds (the
 node image: roles/slurm_node/tasks/install.yml)."""

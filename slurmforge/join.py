@@ -36,6 +36,7 @@ import jinja2
 
 from slurmforge.ceph import client_name
 from slurmforge.contract import (
+    HEALTH_DRAINED_MARK,
     HEALTH_PROGRAM,
     HOLD_FILE,
     HOSTS_REFRESH,
@@ -151,6 +152,7 @@ def render_join(spec: Cluster, settings: JoinSettings, source: str = "cluster.ya
         "health_name": HEALTH_PROGRAM.rsplit("/", 1)[-1],
         "health_interval": HEALTH_CHECK_INTERVAL,
         "joined_mark": JOINED_MARK,
+        "health_drained_mark": HEALTH_DRAINED_MARK,
         "join_unit": JOIN_UNIT,
         "join_lock": JOIN_LOCK,
         "join_steps_file": JOIN_STEPS_FILE,

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -119,6 +120,9 @@ OWN_REASON = "slurmforge:"
 HEALTH_REASON = "health:"
 """The node's health check (slurm.conf's HealthCheckProgram: the join program's health mode)
 drains a failing node with a reason starting so."""
+MOUNT_PROBLEM = re.compile(r"(/\S*) (?:unreadable|not mounted(?: \(.*\))?|not answering)")
+"""One of the health check's mount problems ("<path> unreadable", "... not mounted (its
+automount found nothing)", "... not answering"): the join program's check_mounts."""
 DUPLICATE_LAUNCH = "Duplicate jobid"
 SLURM_REASONS = ("ResumeTimeout reached", "Not responding", "Node unexpectedly rebooted", "Kill task failed",
                  DUPLICATE_LAUNCH)
@@ -229,6 +233,9 @@ class NodeStatus(Enum):
     EVACUATE = "evacuate"
     """Drained by its health check with jobs still on it: signal them, then requeue them."""
     LEFT_ALONE = "left-alone"
+    STORAGE_OUTAGE = "storage-outage"
+    """Drained by its health check for a shared mount other nodes lost too: not replaced,
+    its jobs not moved; its health check resumes it once the mount answers again."""
     INTERRUPTED = "interrupted"
     HEALTHY = "healthy"
     # static nodes kept alive in place (module docstring)
@@ -322,6 +329,24 @@ def sick_under_jobs(node: NodeState) -> bool:
     return node.is_drain() and not node.is_down() and node.has_jobs() and node.reason.startswith(HEALTH_REASON)
 
 
+def health_problems(node: NodeState) -> list[str]:
+    """The problems a node's health check drained it for ([] when it did not)."""
+    if not (node.is_drain() and node.reason.startswith(HEALTH_REASON)):
+        return []
+    return [p.strip() for p in node.reason[len(HEALTH_REASON):].split(";") if p.strip()]
+
+
+def lost_mounts(problems: Iterable[str]) -> set[str]:
+    """The shared mounts among a health check's problems."""
+    return {m.group(1) for m in map(MOUNT_PROBLEM.fullmatch, problems) if m}
+
+
+STORAGE_OUTAGE_NODES = 2
+"""Nodes whose health checks lost the same shared mount at once: the file system's outage,
+not their machines' fault (a Ceph or NAS restart, a whole cluster started again before its
+storage answered). Replacing them would fix nothing and throw their jobs away."""
+
+
 def held_by_service(node: NodeState) -> bool:
     """DOWN or DRAIN for a reason the service wrote."""
     return (node.is_down() or node.is_drain()) and node.reason.startswith(OWN_REASON)
@@ -395,6 +420,11 @@ class Context:
         self.retrying_nodes = {n for r in self.retrying for n in r.nodes}
         self.retrying_tokens = {r.token for r in self.retrying}
         self.interrupted = {r.node or self.owner.get(r.instance) for r in self.state.interruptions}
+        lost: dict[str, int] = {}
+        for slurm_node in world.nodes:
+            for path in lost_mounts(health_problems(slurm_node)):
+                lost[path] = lost.get(path, 0) + 1
+        self.storage_out = frozenset(p for p, n in lost.items() if n >= STORAGE_OUTAGE_NODES)
 
     # ------------------------------------------------------------------ lookups
 
@@ -475,6 +505,31 @@ class Context:
             return self._assess_static(node, self.machine(node.name))
         return self._assess_up(node, self.machine(node.name))
 
+    def waits_for_storage(self, node: NodeState) -> bool:
+        """Drained by its health check only for shared mounts that other nodes lost too."""
+        problems = health_problems(node)
+        lost = lost_mounts(problems)
+        return bool(problems) and len(lost) == len(problems) and lost <= self.storage_out
+
+    def stale_health_verdict(self, node: NodeState, inst: Instance) -> NodeStatus | None:
+        """A health drain older than the node's machine judged an earlier machine (one `up`
+        or a restart made again): the new one gets its own check. Resumed once its slurmd
+        registered (its health check drains it again if it is sick too); replaced when it
+        has not registered by ResumeTimeout."""
+        if not (node.reason.startswith(HEALTH_REASON) and (node.is_drain() or node.is_down())
+                and node.reason_changed_at > 0):
+            return None
+        binding = self.state.bindings.get(node.name)
+        own = [inst.launched_at or 0.0, *([binding.launched_at] if binding and binding.instance == inst.id else [])]
+        started = max(own)
+        if started <= node.reason_changed_at + CLOCK_SLACK:
+            return None
+        if node.slurmd_started_at >= started - CLOCK_SLACK:
+            return NodeStatus.REPLACEMENT_JOINED
+        if self.now - started > self.topology.resume_timeout:
+            return None
+        return NodeStatus.REPLACEMENT_BOOTING
+
     def _assess_off(self, node: NodeState, info: NodeInfo, live: bool) -> NodeStatus:
         if live:
             return NodeStatus.RELEASE
@@ -513,6 +568,8 @@ class Context:
             return NodeStatus.INSTANCE_LOST if lost else NodeStatus.MISSING
         if inst.state not in LIVE:
             return NodeStatus.INSTANCE_LOST
+        if self.waits_for_storage(node):
+            return NodeStatus.STORAGE_OUTAGE
         if sick_under_jobs(node):
             return NodeStatus.EVACUATE
         if node.is_down() or (node.is_drain() and not node.has_jobs()):
@@ -545,8 +602,13 @@ class Context:
             if node.is_cloud() and inst.address and inst.address != node.address:
                 return NodeStatus.NEEDS_ADDRESS  # a node without CLOUD keeps the address the rollout gave it
             return NodeStatus.REPLACEMENT_BOOTING
+        stale = self.stale_health_verdict(node, inst)
+        if stale is not None:
+            return stale
         if node.is_not_responding():
             return self.unresponsive(node)
+        if self.waits_for_storage(node):
+            return NodeStatus.STORAGE_OUTAGE
         if sick_under_jobs(node):
             return NodeStatus.EVACUATE
         if node.is_down() or node.is_drained():

@@ -129,3 +129,58 @@ def _restarts(live: LiveCluster, job: str) -> int:
 
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+@dataclass(frozen=True)
+class Outage:
+    nodes: tuple[str, ...]
+    drained: float | None
+    """Seconds from the break to every node drained with a `health:` reason."""
+    replaced: tuple[str, ...]
+    """The nodes whose machine changed while the storage was out (the service must keep them)."""
+    job_state: str
+    """The state of the job that ran on the first node, once the storage came back."""
+    job_restarts: int
+    back: float | None
+    """Seconds from the repair to every node in service again (its health check lifted its drain)."""
+
+
+def storage_outage(live: LiveCluster, nodes: tuple[str, ...], partition: str, held: float = 45.0,
+                   limit: float = 120.0) -> Outage:
+    """CephFS lost on several nodes at once (what a Ceph restart does to its clients), a job
+    running on the first: drained, not replaced, the job left alone; `held` s later the mount
+    is back, and each node's own health check lifts its drain."""
+    clear_leftovers(live)
+    job = live.submit(f"-J {FAULT_JOB} -p {partition} -w {nodes[0]} --requeue -o outage-%j.out "
+                      f"--wrap {_quote(TRAPPING_JOB)}")
+    ids = {n: (c.id if (c := live.podman.container(n)) else "") for n in nodes}
+    drained = back = None
+    try:
+        wait_until(lambda: live.squeue_state(job) == "RUNNING", 90, f"job {job} running")
+        for node in nodes:
+            live.on(node, BREAKS["data"])
+        broke = time.monotonic()
+
+        def all_drained() -> bool:
+            lines = [live.root(f"sinfo -h -N -n {n} -o '%E' | head -n 1").strip() for n in nodes]
+            return all(line.startswith("health:") for line in lines)
+
+        with contextlib.suppress(ProvisionError):
+            wait_until(all_drained, limit, f"{', '.join(nodes)} drained by their health checks", every=1)
+            drained = time.monotonic() - broke
+        time.sleep(max(0.0, broke + held - time.monotonic()))
+        replaced = tuple(n for n in nodes if (c := live.podman.container(n)) is None or c.id != ids[n])
+        state, restarts = live.squeue_state(job), _restarts(live, job)
+    finally:
+        for node in nodes:
+            with contextlib.suppress(ProvisionError):
+                live.on(node, REPAIRS["data"])
+    repaired = time.monotonic()
+    try:
+        with contextlib.suppress(ProvisionError):
+            wait_until(lambda: all(live.slurm_state(n) in IN_SERVICE for n in nodes), limit,
+                       f"{', '.join(nodes)} back in service", every=1)
+            back = time.monotonic() - repaired
+    finally:
+        live.root(f"scancel {job} 2>/dev/null || true")
+    return Outage(nodes, drained, replaced, state, restarts, back)

@@ -15,7 +15,7 @@ import pytest
 
 from slurmforge.contract import HEALTH_PROGRAM
 from slurmforge.render import HEALTH_CHECK_INTERVAL
-from tests.harness.sickness import broken, check, sick_node
+from tests.harness.sickness import broken, check, sick_node, storage_outage
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration
@@ -53,3 +53,14 @@ def test_a_node_that_loses_its_storage_is_drained_its_job_requeued_and_the_node_
     assert sick.reason.startswith("health: /data not mounted"), sick
     assert sick.requeued is not None, sick
     assert sick.back is not None and sick.replaced, sick
+
+
+def test_a_storage_outage_on_several_nodes_replaces_none_and_ends_by_itself(cluster: Cluster_) -> None:
+    """CephFS gone from two nodes at once is the storage's outage, not two bad machines: both
+    are drained (no new job starts there), neither is replaced, the running job is left
+    alone; once the mount answers, each node's health check lifts its own drain."""
+    outage = storage_outage(cluster.live(), (CPU, "dev-cpu-02"), partition="ml-cpu")
+    assert outage.drained is not None and outage.drained <= HEALTH_CHECK_INTERVAL + 5, outage
+    assert outage.replaced == (), outage
+    assert (outage.job_state, outage.job_restarts) == ("RUNNING", 0), outage
+    assert outage.back is not None and outage.back <= HEALTH_CHECK_INTERVAL + 10, outage

@@ -311,6 +311,43 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
         WorldBuilder([node(OD1, DRAINING, reason="health: /data not mounted")], [instance("i-1", OD1, pool="od")],
                      state(marks={OD1: {"evacuating": NOW - 31}}), jobs={OD1: (7, 8)}),
         [Requeue((7, 8), "t-od-01 failed its health check")]),
+    # a shared file system lost on more than one node at once is the storage's outage (a Ceph
+    # restart; a whole cluster started again before Ceph answered): nothing replaced, no job
+    # moved; the health checks lift their drains when the mount answers (join.sh.j2)
+    "storage-outage-on-two-nodes-replaces-neither": (
+        WorldBuilder([node(OD1, DRAINED, reason="health: /data unreadable"),
+                      node(S1, DRAINING, reason="health: /data unreadable")],
+                     [instance("i-1", OD1, pool="od"), instance("i-2", S1)], jobs={S1: (7,)}), []),
+    "storage-outage-automount-found-nothing-on-two-nodes": (
+        WorldBuilder([node(OD1, DRAINED, reason="health: /data not mounted (its automount found nothing)"),
+                      node(S1, DRAINED, reason="health: /home not answering; /data not mounted")],
+                     [instance("i-1", OD1, pool="od"), instance("i-2", S1)]),
+        [PowerDown((S1,), "slurmforge: replacing t-spot-01 (health: /home not answering; /data not mounted)"),
+         Terminate("i-2", S1, "replacing t-spot-01 (health: /home not answering; /data not mounted)")]),
+    "storage-outage-does-not-cover-another-problem": (
+        WorldBuilder([node(OD1, DRAINED, reason="health: /data unreadable"),
+                      node(S1, DRAINED, reason="health: /data unreadable; munge: no credential from munged")],
+                     [instance("i-1", OD1, pool="od"), instance("i-2", S1)]),
+        [PowerDown((S1,), "slurmforge: replacing t-spot-01 (health: /data unreadable; munge: no credential from "
+                          "munged)"),
+         Terminate("i-2", S1, "replacing t-spot-01 (health: /data unreadable; munge: no credential from munged)")]),
+    "static-one-node-lost-a-mount-is-replaced": (
+        WorldBuilder([node(OD1, DRAINED, reason="health: /data unreadable")], [instance("i-1", OD1, pool="od")]),
+        [SetMark(OD1, "replacing", NOW), Terminate("i-1", OD1, "replacing t-od-01 (health: /data unreadable)")]),
+    # a health drain older than the machine judged an earlier machine (`up` or a restart made
+    # it again): the new machine's own check decides; it is resumed once its slurmd registered
+    "static-health-drain-older-than-its-machine-waits-for-the-new-slurmd": (
+        WorldBuilder([node(OD1, DRAINED, reason="health: /data unreadable", reason_changed_at=NOW - 200)],
+                     [instance("i-2", OD1, launched=NOW - 100, pool="od")]), []),
+    "static-health-drain-older-than-its-machine-resumed-once-registered": (
+        WorldBuilder([node(OD1, DRAINED, reason="health: /data unreadable", reason_changed_at=NOW - 200,
+                           slurmd_started_at=NOW - 90)],
+                     [instance("i-2", OD1, launched=NOW - 100, pool="od")]), [Resume((OD1,))]),
+    "static-health-drain-of-this-machine-replaces-it": (
+        WorldBuilder([node(OD1, DRAINED, reason="health: /data unreadable", reason_changed_at=NOW - 50,
+                           slurmd_started_at=NOW - 90)],
+                     [instance("i-2", OD1, launched=NOW - 100, pool="od")]),
+        [SetMark(OD1, "replacing", NOW), Terminate("i-2", OD1, "replacing t-od-01 (health: /data unreadable)")]),
     "static-replacement-booting-waits": (
         WorldBuilder([node(OD1, DOWN, reason="slurmforge: x", address="10.0.16.7", reason_changed_at=NOW - 40)],
                      [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
