@@ -23,6 +23,7 @@ an existing network) instead of assuming a clean host.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import ipaddress
 import json
 import logging
@@ -77,6 +78,8 @@ targets wait for the units they want."""
 MARIADB_DATADIR = "/var/lib/mysql"
 STOP_GRACE = 3
 """Seconds a terminated pool container has to shut down before it is killed."""
+TERMINATED_LISTED = 3600.0
+"""Seconds a machine the service terminated stays listed as terminated (EC2: about an hour)."""
 
 
 STARTABLE = frozenset({"created", "configured", "initialized", "exited", "stopped"})
@@ -358,10 +361,17 @@ class PoolMachines(Machines):
     And it delivers spot interruption notices, as EC2 does two minutes ahead: a node name a
     line in `interrupt_file` is a notice for that node's machine when the machine runs on a
     link (pool) of market spot (a spot pool's node launched on its on-demand fallback has
-    nothing to lose); the service acknowledges each, which takes its line out."""
+    nothing to lose); the service acknowledges each, which takes its line out.
+
+    A machine it terminated stays listed, terminated, for TERMINATED_LISTED seconds, as EC2
+    lists a terminated instance for about an hour: the service knows at its next loop that
+    the machine is gone, instead of waiting `missing_grace` for a machine nobody lists. The
+    list lives in this process (a restarted service has only the grace, as on a cloud that
+    forgot)."""
 
     def __init__(self, spec: Cluster, api: PodmanApi, settings: LocalProviderSettings,
                  fail_pools_file: Path | None = None, interrupt_file: Path | None = None) -> None:
+        self.terminated: dict[str, tuple[float, Instance]] = {}
         self.spec, self.api, self.settings = spec, api, settings
         self.fail_pools, self.fail_pools_file = frozenset(settings.fail_pools), fail_pools_file
         self.interrupt_file = interrupt_file
@@ -385,7 +395,9 @@ class PoolMachines(Machines):
             out.append(Instance(id=c.id or c.name, node=c.name, pool=pool, state=state,
                                 address=c.labels.get(ADDRESS_LABEL), launched_at=c.started_at or None,
                                 tags=dict(c.labels)))
-        return out
+        now, listed = time.time(), {i.id for i in out}
+        self.terminated = {k: v for k, v in self.terminated.items() if now - v[0] < TERMINATED_LISTED}
+        return out + [inst for k, (_, inst) in sorted(self.terminated.items()) if k not in listed]
 
     def start(self, request: LaunchRequest) -> LaunchResult:
         if request.capacity_pool in self.failing_pools():
@@ -484,6 +496,7 @@ class PoolMachines(Machines):
             try:
                 self.api.stop(inst.id, timeout=STOP_GRACE)
                 self.api.remove(inst.id)
+                self.terminated[inst.id] = (time.time(), dataclasses.replace(inst, state=InstanceState.TERMINATED))
             except ProvisionError as exc:
                 log.warning("terminating %s (%s) failed: %s", inst.id[:12], inst.node or "-", exc)
 

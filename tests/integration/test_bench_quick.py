@@ -32,7 +32,6 @@ def quick_args(cluster: Cluster_, bench: str) -> list[str]:
         "ceph": [str(SPEC)],
         "monitoring": ["--inventory", str(cluster.report.inventory)],
         "never_down": ["--cluster", cluster.spec.name],
-        "restart": ["--cluster", cluster.spec.name],
         "plan": ["--live", "--spec", str(SPEC), "--inventory", str(cluster.report.inventory)],
         "ml": ["--cluster", cluster.spec.name],
         "rotate": ["--cluster", cluster.spec.name],
@@ -41,8 +40,9 @@ def quick_args(cluster: Cluster_, bench: str) -> list[str]:
     }[bench]
 
 
-# failover's quick mode runs as tests/integration/test_controller_failover.py's first test
-@pytest.mark.parametrize("bench", ["local", "monitoring", "coldstart", "ceph", "never_down", "restart", "plan",
+# quick modes that are an integration test themselves run there, once: failover's as
+# test_controller_failover.py's first test, restart's as test_restarts.py's first
+@pytest.mark.parametrize("bench", ["local", "monitoring", "coldstart", "ceph", "never_down", "plan",
                                    "ml", "rotate", "restd", "validate_inventory"])
 def test_live_bench_quick_mode_passes(cluster: Cluster_, bench: str) -> None:
     argv = [sys.executable, str(ROOT / "bench" / f"{bench}_bench.py"), "--quick", *quick_args(cluster, bench)]

@@ -6,14 +6,17 @@ job COMPLETED. The failover during a power-up is in test_controller_failover.py.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from slurmforge.validation import validate_inventory
-from tests.harness.restarts import RestartRun, kill_mid_power_up, under_load
-from tests.integration.conftest import SPEC, Cluster_, QuietPhases
+from tests.harness.restarts import RestartRun, under_load
+from tests.integration.conftest import ROOT, SPEC, Cluster_, QuietPhases
 
 pytestmark = pytest.mark.integration
 
@@ -35,40 +38,93 @@ def assert_nothing_stranded(run: RestartRun) -> None:
 
 
 def test_slurmctld_killed_while_nodes_power_up_strands_no_job(cluster: Cluster_) -> None:
-    """Two powered-down nodes power up for two job arrays; slurmctld hangs (SIGSTOP) the
-    moment their machines are made, while they boot and their slurmds knock, then
-    dies (kill -9) and systemd starts it again: the takeover meets both power-ups in flight,
-    recovered as powering up (the slurmds' registrations lost) or as not yet allocated
-    (powered up again after the machines booted). Before, the new slurmctld waited for such
-    nodes until ResumeTimeout (600 s), or until their slurmds' retries got through.
+    """bench/restart_bench.py's quick mode is this test (one run serves both; the bench
+    suite's list leaves it out). Two powered-down nodes power up for two job arrays;
+    slurmctld hangs (SIGSTOP) the moment their machines are made, while they boot and their
+    slurmds knock, then dies (kill -9) and systemd starts it again: the takeover meets both
+    power-ups in flight, recovered as powering up (the slurmds' registrations lost) or as not
+    yet allocated (powered up again after the machines booted). The bench exits 0 only when
+    every task ran as soon as its node's machine was up, none was refused, requeued or left
+    short of COMPLETED, and no node was called failed. Before, the new slurmctld waited for
+    such nodes until ResumeTimeout (600 s), or until their slurmds' retries got through.
     (Killed without the hang, after a node registered and a task started, slurmctld may have
     saved the registration but not the start - its state save writes jobs, then nodes, at
-    most every 5 s - and starts the task again: bench/restart_bench.py measures that.)"""
-    assert_nothing_stranded(kill_mid_power_up(cluster.live(), DYNAMIC, offset=6.0, freeze=True))
+    most every 5 s - and starts the task again: the bench's full mode measures that.)"""
+    argv = [sys.executable, str(ROOT / "bench" / "restart_bench.py"), "--quick", "--cluster", cluster.spec.name,
+            "--nodes", ",".join(DYNAMIC)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "late 0 (goal 0)" in proc.stdout and "not COMPLETED 0 (goal 0); requeued 0" in proc.stdout, proc.stdout
 
 
-def qos_on_a_partition() -> str:
+def policy_spec() -> str:
+    """The suite's spec with a policy change: QoS on two partitions, a new partition, a
+    longer preemption exempt time."""
     data = yaml.safe_load(SPEC.read_text())
-    data["scheduling"]["qos"] = [{"name": "cpu-fair", "priority": 10}]
-    data["partitions"][0]["qos"] = "cpu-fair"
+    data["scheduling"]["qos"] = [{"name": "gpu-small", "priority": 100}, {"name": "urgent", "priority": 1000}]
+    # the example preempts by partition tier already: a longer exempt time is the change
+    data["scheduling"]["preemption"] = {"type": "partition_prio", "mode": "REQUEUE", "exempt_time": "00:01:00"}
+    data["partitions"][1]["qos"] = "gpu-small"
+    data["partitions"].append({"name": "ml-urgent", "pools": ["cpu"], "priority_tier": 10, "qos": "urgent",
+                               "allow_groups": ["ml-users"]})
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def test_a_rollout_under_load_strands_no_job_and_validates(cluster: Cluster_, tmp_path: Path) -> None:
-    """`up` with a QoS on a partition while a job arrives every 2 s - most on the static
-    nodes, one for a powered-down node at the start and one ~90 s later, after Slurm powered
-    it down again (60 s idle + SuspendTimeout) - so that nodes power down and up while the
-    rollout reconfigures slurmctld and the service keeps running. `up` validates the busy
-    cluster and exits without an error."""
+def login_config(cluster: Cluster_) -> str:
+    """The slurm.conf the login node's client commands read (sackd's configless copy)."""
+    res = cluster.run(cluster.report.login, "cat /run/slurm/conf/slurm.conf")
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def login_sackd_since(cluster: Cluster_) -> str:
+    """When the login node's sackd unit last became active (a reconfigure keeps it active)."""
+    since = cluster.run(cluster.report.login, "systemctl show -p ActiveEnterTimestamp --value sackd").stdout.strip()
+    assert since and cluster.run(cluster.report.login, "systemctl is-active sackd").stdout.strip() == "active", \
+        "sackd is not running on the login node"
+    return since
+
+
+def test_a_policy_change_rolled_out_under_load_strands_no_job_and_is_in_force(cluster: Cluster_,
+                                                                               tmp_path: Path) -> None:
+    """`up` of a policy change (QoS on two partitions, a new partition, a longer preemption
+    exempt time) while a job arrives every 2 s - most on the static nodes, one for a
+    powered-down node at the start and one ~90 s later, after Slurm powered it down again
+    (60 s idle + SuspendTimeout) - so that nodes power down and up while the rollout
+    reconfigures slurmctld and the service keeps running. No submission is refused, every
+    job starts in time and is COMPLETED, `up` validates the busy cluster; slurmctld took the
+    change live (a reconfigure, never a stop of its unit), and so did the login node's
+    clients (sackd's configless copy, its unit never restarted). Back to the suite's spec
+    afterwards, the partition is gone again."""
     from slurmforge.local.up import up
 
     changed = tmp_path / SPEC.name
-    changed.write_text(qos_on_a_partition())
+    changed.write_text(policy_spec())
     dynamic = "-p ml-cpu -w dev-cpu-03 -n 1 --mem=100M --wrap 'sleep 3'"
     jobs = [dynamic, *[STATIC_JOB] * 44, dynamic]
+    live = cluster.live()
+    since = live.root("date '+%Y-%m-%d %H:%M:%S'").strip()
+    sackd = login_sackd_since(cluster)
     try:
-        run = under_load(cluster.live(), "rollout",
+        run = under_load(live, "rollout",
                          lambda: up(changed, QuietPhases(), run_sample_job=False, validate=validate_inventory), jobs)
+        assert_nothing_stranded(run)
+        # applied by reconfigure (a new slurmctld process takes over), never by stopping the unit
+        stops = live.root(f"journalctl -u slurmctld --no-pager -q --since '{since}' | grep -c Stopp || true")
+        assert stops.strip() == "0", live.root(f"journalctl -u slurmctld --no-pager --since '{since}'")
+        partition = live.root("scontrol show partition ml-urgent -o")
+        assert "QoS=urgent" in partition and "PriorityTier=10" in partition, partition
+        assert "QoS=gpu-small" in live.root("scontrol show partition ml-gpu -o")
+        assert "preempt/partition_prio" in live.root("scontrol show config | grep ^PreemptType")
+        assert "00:01:00" in live.root("scontrol show config | grep ^PreemptExemptTime")
+        # the login node's clients got the new config from slurmctld through sackd's
+        # registration (pushed on reconfigure: sackd execs a new process in the unit, as
+        # slurmctld does), not by a restart of the unit or a file of the rollout
+        assert "PartitionName=ml-urgent" in login_config(cluster)
+        assert login_sackd_since(cluster) == sackd
     finally:
         up(SPEC, QuietPhases(), run_sample_job=False)  # back to the suite's spec
-    assert_nothing_stranded(run)
+    assert "ml-urgent" not in live.root("sinfo -h -o %P")
+    assert "ml-urgent" not in login_config(cluster)

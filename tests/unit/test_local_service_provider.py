@@ -255,6 +255,28 @@ def test_terminate_stops_and_removes_and_never_reaches_the_replacement(podman: t
     assert fake.containers["dev-cpu-01"]["Id"] == new.id and fake.containers["dev-cpu-01"]["State"] == "running"
 
 
+def test_a_terminated_machine_stays_listed_terminated_for_an_hour(podman: tuple[FakePodman, str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """As EC2 lists a terminated instance: the service knows at its next loop that the machine
+    is gone (not after missing_grace), beside the node's new machine; an hour later it is gone."""
+    import slurmforge.local.provider as local_provider
+
+    _, path = podman
+    provider = machines(path)
+    old = provider.start(LaunchRequest("cpu", ("dev-cpu-01",), "t1")).launched["dev-cpu-01"]
+    provider.terminate([old])
+
+    def listed() -> set[tuple[str, InstanceState]]:
+        return {(i.id, i.state) for i in provider.list_instances() if i.node == "dev-cpu-01"}
+
+    assert listed() == {(old.id, InstanceState.TERMINATED)}
+    new = provider.start(LaunchRequest("cpu", ("dev-cpu-01",), "t2")).launched["dev-cpu-01"]
+    assert listed() == {(old.id, InstanceState.TERMINATED), (new.id, InstanceState.RUNNING)}
+    clock = local_provider.time.time() + local_provider.TERMINATED_LISTED + 1
+    monkeypatch.setattr(local_provider.time, "time", lambda: clock)
+    assert listed() == {(new.id, InstanceState.RUNNING)}
+
+
 def test_unreachable_socket_is_a_provision_error(tmp_path: Path) -> None:
     api = PodmanApi(str(tmp_path / "nothing.sock"), timeout=1)
     assert not api.ping()
