@@ -4,6 +4,7 @@ nodes included, which no rollout's Ansible reaches: a rotated munge key
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -63,6 +64,48 @@ def on_each(hosts: Sequence[Host], work: Callable[[Host], None]) -> None:
             future.result()
 
 
+GONE_WAIT = 30.0
+"""Seconds a dynamic node that failed `work` gets to leave the pool hosts (its machine
+released by the service) before its failure counts."""
+
+
+def on_each_machine(spec: Cluster, hosts: Sequence[Host], nodes: Sequence[Host],
+                    work: Callable[[Host], None]) -> list[Host]:
+    """`work` on every node at once, on a busy cluster: a dynamic node whose machine went
+    away meanwhile (Slurm powered it down; the service released it) is dropped - a machine
+    made later joins with the current kit and secrets - and the nodes left are returned. A
+    failure on a fixed host, or on a dynamic node still listed after GONE_WAIT s of tries,
+    is raised."""
+    failed: dict[str, ProvisionError] = {}
+
+    def guarded(host: Host) -> None:
+        try:
+            work(host)
+        except ProvisionError as exc:
+            failed[host.name] = exc
+
+    on_each(nodes, guarded)
+    gone: set[str] = set()
+    fixed = {h.name for h in nodes if not h.dynamic}
+    deadline = time.monotonic() + GONE_WAIT
+    while failed.keys() - fixed:
+        listed = {h.name: h for h in dynamic_nodes(spec, hosts)}
+        for name in sorted(failed.keys() - fixed):
+            if name not in listed:
+                gone.add(name)
+                del failed[name]
+        retry = [listed[n] for n in sorted(failed.keys() - fixed)]
+        if not retry or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+        for host in retry:
+            del failed[host.name]
+        on_each(retry, guarded)
+    if failed:
+        raise next(iter(failed[n] for n in sorted(failed)))
+    return [h for h in nodes if h.name not in gone]
+
+
 def push_accounts(spec: Cluster, hosts: Sequence[Host]) -> list[str]:
     """The node kit's users and groups (the rollout published them) applied now on every
     running dynamic node - the join program's kit step, as at its next boot - so a user added
@@ -79,5 +122,5 @@ def push_accounts(spec: Cluster, hosts: Sequence[Host]) -> list[str]:
         if "changed" in done.stdout:
             changed.append(host.name)
 
-    on_each(dynamic_nodes(spec, hosts), apply)
-    return sorted(changed)
+    on_each_machine(spec, hosts, dynamic_nodes(spec, hosts), apply)
+    return sorted(set(changed))

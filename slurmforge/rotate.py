@@ -42,7 +42,7 @@ from pathlib import Path
 
 from slurmforge.contract import AWS_VARS_FILE, JOIN_SECRETS_DIR, JWT_KEY_FILE, SLURMDBD_SECRET_CONF
 from slurmforge.errors import ProvisionError
-from slurmforge.fleet import on_each, running_nodes
+from slurmforge.fleet import on_each, on_each_machine, running_nodes
 from slurmforge.hosts import Host, HostRole, controller_name
 from slurmforge.remote.node import NodeExecutor, executor_for
 from slurmforge.secrets import (
@@ -138,7 +138,7 @@ def rotate_munge_key(spec: Cluster, hosts: Sequence[Host], store: SecretStore,
         done = executor_for(host).run_with_input(["sh", "-c", STAGE_SCRIPT], encoded, NODE_TIMEOUT)
         _check(done.ok, "handing over the new munge key", host.name, done.reason)
 
-    on_each(nodes, stage)
+    nodes = on_each_machine(spec, hosts, nodes, stage)
     switch_at = int((clock() + SWITCH_DELAY) * 1000)
     restarted: list[float] = []
     lock = threading.Lock()
@@ -149,7 +149,7 @@ def rotate_munge_key(spec: Cluster, hosts: Sequence[Host], store: SecretStore,
         with lock:
             restarted.append(int(done.stdout.split()[-1]) / 1e9)
 
-    on_each(nodes, switch)
+    nodes = on_each_machine(spec, hosts, nodes, switch)
     controller = executor_for(next(h for h in nodes if h.name == controller_name(spec)))
     credential = controller.run(["munge", "-n"], timeout=NODE_TIMEOUT)
     _check(credential.ok, "munge -n", controller.name, credential.reason)
@@ -158,7 +158,7 @@ def rotate_munge_key(spec: Cluster, hosts: Sequence[Host], store: SecretStore,
         done = executor_for(host).run_with_input(["sh", "-c", CHECK_SCRIPT], credential.stdout, NODE_TIMEOUT)
         _check(done.ok, "decoding the controller's credential with the new key", host.name, done.reason)
 
-    on_each(nodes, check)
+    nodes = on_each_machine(spec, hosts, nodes, check)
     return Rotation("munge key", [h.name for h in nodes], time.monotonic() - start,
                     max(restarted) - min(restarted) if restarted else 0.0)
 

@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from slurmforge.contract import SERVICE_UNIT
 from slurmforge.errors import ProvisionError, SlurmforgeError
-from slurmforge.hostlists import compress
+from slurmforge.hostlists import compress, expand
 from slurmforge.hosts import Host, HostRole
 from slurmforge.spec import Cluster
 from tests.harness.live import IN_SERVICE, LiveCluster, wait_until
@@ -54,6 +54,14 @@ def clear_leftovers(live: LiveCluster) -> None:
     live.root(f"scancel -n {FAULT_JOB} 2>/dev/null || true")
     wait_until(lambda: not live.root(f"squeue -h -n {FAULT_JOB} -o %i 2>/dev/null || true").strip(), 60,
                "no job of an earlier fault left")
+
+
+def in_service_first(live: LiveCluster, nodes: str, limit: float = 180) -> None:
+    """A fault starts from nodes in service: one an earlier fault left drained (a storage
+    outage's health drain, lifted at the node's next check) or being replaced is waited for."""
+    names = expand(nodes)
+    wait_until(lambda: all(live.slurm_state(n) in IN_SERVICE for n in names), limit, f"{nodes} in service",
+               every=2)
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,9 @@ class DeadNode:
     completed: float | None = None
     """With `finish`: from the kill to the requeued job COMPLETED in sacct (it ran again on
     the replacement); None when it did not within the limit, or not asked."""
+    joined: float | None = None
+    """From the kill to the replacement's slurmd registered (the node no longer DOWN; the
+    service holds it drained STALE_RPC_WINDOW after its DOWN before it takes jobs)."""
 
 
 def controller_outage(live: LiveCluster, seconds: float, where: JobNodes) -> Outage:
@@ -185,9 +196,11 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit
     victim the service did not bring back within `back_limit` is started, so the cluster is
     left as it was found."""
     clear_leftovers(live)
+    in_service_first(live, where.nodes)
     length = FINISH_JOB_SECONDS if finish else 600
     job = _submit(live, f"-N 2 -p {where.partition} -w {where.nodes} -o nd-%j.out --requeue --wrap 'sleep {length}'")
     back: float | None = None
+    joined: float | None = None
     completed: float | None = None
     states: set[str] = set()
     try:
@@ -203,8 +216,14 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit
         states.add(after)
 
         def in_service() -> bool:
+            nonlocal joined
             states.add(live.squeue_state(job))  # COMPLETING on the surviving node first, then PENDING
-            return where.victim in live.running_containers() and live.slurm_state(where.victim) in IN_SERVICE
+            if where.victim not in live.running_containers():
+                return False
+            state = live.slurm_state(where.victim)
+            if joined is None and (state in IN_SERVICE or state == "drained"):
+                joined = time.monotonic() - killed
+            return state in IN_SERVICE
 
         with contextlib.suppress(ProvisionError):
             wait_until(in_service, max(back_limit - (time.monotonic() - killed), 1), f"{where.victim} replaced",
@@ -225,7 +244,7 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit
         if back is None:
             live.podman.run(["start", where.victim], check=False)
     wait_until(lambda: live.slurm_state(where.victim) in IN_SERVICE, 180, f"{where.victim} back in service", every=2)
-    return DeadNode(job, seconds, after, back, requeued="PENDING" in states, completed=completed)
+    return DeadNode(job, seconds, after, back, requeued="PENDING" in states, completed=completed, joined=joined)
 
 
 @dataclass(frozen=True)
@@ -338,6 +357,7 @@ def controller_failover(live: LiveCluster, backup: str, where: JobNodes, tasks: 
     every job is awaited in sacct. The primary's container runs again, in control, afterwards,
     whatever happens."""
     clear_leftovers(live)
+    in_service_first(live, where.nodes)
     array = _submit(live, f"-p {where.partition} -w {where.nodes} --array=1-{tasks} -o fo-%A_%a.out "
                         f"--wrap 'sleep {task_seconds}'")
     jobs = [array]

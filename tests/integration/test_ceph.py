@@ -15,6 +15,7 @@ from slurmforge.hosts import HostRole
 from slurmforge.inventory import read_inventory
 from slurmforge.local.podman import Podman
 from tests.harness.ceph_probe import CephProbe
+from tests.harness.live import IN_SERVICE, wait_until
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration
@@ -137,8 +138,15 @@ def test_stopping_an_osd_while_a_job_writes_loses_nothing(ceph: tuple[Cluster_, 
 def test_ceph_comes_back_by_itself_after_its_host_restarts(ceph: tuple[Cluster_, CephProbe, list[str]]) -> None:
     """A power cycle of the Ceph host, no rollout: the daemons start at boot from their
     persisted data, a node that kept its mount reads on, and a node whose mount went
-    away mounts again at first access (the fstab automount)."""
+    away mounts again at first access (the fstab automount). The nodes whose health checks
+    drained them while CephFS was away (a storage outage, not sick machines) are all back
+    in service by themselves, on the same machines: none was replaced."""
     cluster, probe, (first, second) = ceph
+    live = cluster.live()
+    fixed = set(cluster.rolled_out_hosts())
+    compute = [h.name for h in read_inventory(cluster.report.inventory)[1]
+               if h.role is HostRole.COMPUTE and h.name in fixed]
+    machines = {n: (c.id if (c := live.podman.container(n)) else "") for n in compute}
     path = f"{data_dir(cluster)}/restart-{time.time_ns()}.bin"
     res = cluster.login(f"srun -A research -w {first} bash -c 'head -c 4M /dev/urandom > {path} && sha256sum {path}'")
     assert res.returncode == 0, res.stderr
@@ -167,3 +175,7 @@ def test_ceph_comes_back_by_itself_after_its_host_restarts(ceph: tuple[Cluster_,
     print(f"{second}: mounted again at access {tries}")
     assert got == written, res.stderr
     cluster.login(f"rm -f {path}")
+    wait_until(lambda: all(live.slurm_state(n) in IN_SERVICE for n in compute), 150,
+               f"{', '.join(compute)} back in service", every=2)
+    replaced = [n for n in compute if (c := live.podman.container(n)) is None or c.id != machines[n]]
+    assert not replaced, f"replaced during the Ceph outage: {replaced}"

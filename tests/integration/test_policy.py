@@ -8,9 +8,9 @@ really happens, with real users' jobs.
 - preemption by partition tier (the example's own: REQUEUE, exempt_time 10 s): a
   scavenger job is requeued for an ml-cpu job that needs its node, no sooner than 10 s
   after it started, and completes afterwards;
-- preemption by QoS with SUSPEND,GANG (a spec variant rolled out with `up`, then the
-  example again): a normal-QoS job is suspended for an urgent-QoS job and resumed when it
-  ends.
+- preemption by QoS (a spec variant rolled out with `up`, then the example again): a
+  normal-QoS job is requeued for an urgent-QoS job on the same partition, and completes
+  after it.
 
 Jobs are pinned to one node (-w) and take all its CPUs, so that they contend; each test
 cancels what it submitted. A requeued batch job waits out Slurm's credential lifetime
@@ -41,8 +41,6 @@ pytestmark = pytest.mark.integration
 NODE = "dev-cpu-01"
 # the first run sleeps long enough to be preempted; a requeued run ends at once
 RUNS_UNTIL_REQUEUED = 'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then exit 0; fi; sleep 300'
-# one-second steps: a suspended shell takes no step (one long sleep's clock would run on)
-STEPS = "for i in 1 2 3 4 5 6 7 8 9 10; do sleep 1; done"
 
 
 def login(cluster: Cluster_, command: str, user: str = "alice", timeout: int = 120) -> str:
@@ -163,33 +161,37 @@ def test_a_scavenger_job_is_requeued_after_its_exempt_time_and_completes(cluster
         cancel(cluster, low, high)
 
 
-def qos_suspend_spec() -> str:
-    """The example with QoS preemption that suspends: urgent preempts normal (every job's
-    default QoS), SUSPEND,GANG, 256 MB per CPU by default (so a suspended job leaves room)."""
+def qos_preempt_spec() -> str:
+    """The example with QoS preemption: urgent preempts normal (every job's default QoS),
+    which is requeued. (Not SUSPEND: a suspended job keeps its GPUs, and the spec refuses
+    SUSPEND by QoS on a cluster with a GPU pool.)"""
     data = yaml.safe_load(SPEC.read_text())
-    data["scheduling"]["preemption"] = {"type": "qos", "mode": "SUSPEND,GANG"}
+    data["scheduling"]["preemption"] = {"type": "qos", "mode": "REQUEUE"}
     data["scheduling"]["qos"] = [{"name": "urgent", "priority": 100, "preempt": ["normal"]}]
-    data["scheduling"]["default_mem_per_cpu_mb"] = 256
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def test_an_urgent_qos_job_suspends_a_normal_one_which_resumes_after(cluster: Cluster_, tmp_path: Path) -> None:
+def test_an_urgent_qos_job_preempts_a_normal_one_which_is_requeued_and_completes(cluster: Cluster_,
+                                                                                 tmp_path: Path) -> None:
     """bob's job is made urgent by an admin (`scontrol update QOS=urgent` while held): the
     spec cannot yet say which users may use a QoS, and Slurm lets a user submit only with
-    the QoS of their association."""
+    the QoS of their association. The QoS decides, not the partitions: both jobs' partitions
+    have the same tier here."""
     low = high = ""
-    up_with(cluster, qos_suspend_spec(), tmp_path)
+    up_with(cluster, qos_preempt_spec(), tmp_path)
     try:
         assert "preempt/qos" in root(cluster, "scontrol show config | grep ^PreemptType")
-        low = sbatch(cluster, f"-p scavenger -w {NODE} -c 2 -o /dev/null --wrap '{STEPS}'")
+        low = sbatch(cluster, f"-p ml-cpu -w {NODE} -c 2 -o /dev/null --wrap '{RUNS_UNTIL_REQUEUED}'")
         assert state(cluster, low, "RUNNING")["QOS"] == "normal"
         high = sbatch(cluster, f"--hold -p ml-cpu -w {NODE} -c 2 -o /dev/null --wrap 'sleep 4'", user="bob")
         root(cluster, f"scontrol update JobId={high} QOS=urgent && scontrol release {high}")
-        state(cluster, low, "SUSPENDED", timeout=30)
-        state(cluster, high, "RUNNING", timeout=30)
-        ended = at(state(cluster, high, "COMPLETED", timeout=60)["EndTime"])
-        done = state(cluster, low, "COMPLETED", timeout=60)
-        assert done["Restarts"] == "0" and at(done["EndTime"]) > ended, done
+        wait_job(cluster, low, "requeued", lambda r: r.get("Restarts") == "1", timeout=90)
+        ended = at(state(cluster, high, "COMPLETED", timeout=90)["EndTime"])
+        root(cluster, f"scontrol update JobId={low} StartTime=now")
+        done = state(cluster, low, "COMPLETED", timeout=90)
+        assert at(done["EndTime"]) >= ended, done
+        runs = root(cluster, f"sacct -n -X -D -P -j {low} -o State").split()
+        assert runs[-1] == "COMPLETED" and {"PREEMPTED", "REQUEUED"} & set(runs[:-1]), runs
     finally:
         cancel(cluster, low, high)
         up_with(cluster, SPEC.read_text(), tmp_path)  # back to the suite's spec
