@@ -60,6 +60,7 @@ def test_a_storage_outage_on_several_nodes_replaces_none_and_ends_by_itself(clus
     are drained (no new job starts there), neither is replaced, the running job is left
     alone; once the mount answers, each node's health check lifts its own drain."""
     outage = storage_outage(cluster.live(), (CPU, "dev-cpu-02"), partition="ml-cpu")
+    print(f"both drained {outage.drained} s after the break; back in service {outage.back} s after the repair")
     assert outage.drained is not None and outage.drained <= HEALTH_CHECK_INTERVAL + 5, outage
     assert outage.replaced == (), outage
     assert (outage.job_state, outage.job_restarts) == ("RUNNING", 0), outage

@@ -8,9 +8,9 @@ really happens, with real users' jobs.
 - preemption by partition tier (the example's own: REQUEUE, exempt_time 10 s): a
   scavenger job is requeued for an ml-cpu job that needs its node, no sooner than 10 s
   after it started, and completes afterwards;
-- preemption by QoS (a spec variant rolled out with `up`, then the example again): a
-  normal-QoS job is requeued for an urgent-QoS job on the same partition, and completes
-  after it.
+- preemption by QoS is tests/integration/test_restarts.py's: its policy change, rolled out
+  under load, makes QoS preemption the cluster's, and a normal-QoS job is then requeued for
+  an urgent-QoS job on the same partition.
 
 Jobs are pinned to one node (-w) and take all its CPUs, so that they contend; each test
 cancels what it submitted. A requeued batch job waits out Slurm's credential lifetime
@@ -24,16 +24,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmforge.render import SLURMCTLD_LOG
 from tests.harness.live import wait_until
-from tests.integration.conftest import SPEC, Cluster_
+from tests.integration.conftest import Cluster_
 from tests.integration.test_elastic import root
-from tests.integration.test_never_down import up_with
 from tests.slurm.daemons import parse_oneliner
 
 pytestmark = pytest.mark.integration
@@ -159,40 +156,3 @@ def test_a_scavenger_job_is_requeued_after_its_exempt_time_and_completes(cluster
         assert runs[-1] == "COMPLETED" and {"PREEMPTED", "REQUEUED"} & set(runs[:-1]), runs
     finally:
         cancel(cluster, low, high)
-
-
-def qos_preempt_spec() -> str:
-    """The example with QoS preemption: urgent preempts normal (every job's default QoS),
-    which is requeued. (Not SUSPEND: a suspended job keeps its GPUs, and the spec refuses
-    SUSPEND by QoS on a cluster with a GPU pool.)"""
-    data = yaml.safe_load(SPEC.read_text())
-    data["scheduling"]["preemption"] = {"type": "qos", "mode": "REQUEUE"}
-    data["scheduling"]["qos"] = [{"name": "urgent", "priority": 100, "preempt": ["normal"]}]
-    return yaml.safe_dump(data, sort_keys=False)
-
-
-def test_an_urgent_qos_job_preempts_a_normal_one_which_is_requeued_and_completes(cluster: Cluster_,
-                                                                                 tmp_path: Path) -> None:
-    """bob's job is made urgent by an admin (`scontrol update QOS=urgent` while held): the
-    spec cannot yet say which users may use a QoS, and Slurm lets a user submit only with
-    the QoS of their association. The QoS decides, not the partitions: both jobs' partitions
-    have the same tier here."""
-    low = high = ""
-    up_with(cluster, qos_preempt_spec(), tmp_path)
-    try:
-        assert "preempt/qos" in root(cluster, "scontrol show config | grep ^PreemptType")
-        low = sbatch(cluster, f"-p ml-cpu -w {NODE} -c 2 -o /dev/null --wrap '{RUNS_UNTIL_REQUEUED}'")
-        assert state(cluster, low, "RUNNING")["QOS"] == "normal"
-        high = sbatch(cluster, f"--hold -p ml-cpu -w {NODE} -c 2 -o /dev/null --wrap 'sleep 4'", user="bob")
-        root(cluster, f"scontrol update JobId={high} QOS=urgent && scontrol release {high}")
-        wait_job(cluster, low, "requeued", lambda r: r.get("Restarts") == "1", timeout=90)
-        ended = at(state(cluster, high, "COMPLETED", timeout=90)["EndTime"])
-        root(cluster, f"scontrol update JobId={low} StartTime=now")
-        done = state(cluster, low, "COMPLETED", timeout=90)
-        assert at(done["EndTime"]) >= ended, done
-        runs = root(cluster, f"sacct -n -X -D -P -j {low} -o State").split()
-        assert runs[-1] == "COMPLETED" and {"PREEMPTED", "REQUEUED"} & set(runs[:-1]), runs
-    finally:
-        cancel(cluster, low, high)
-        up_with(cluster, SPEC.read_text(), tmp_path)  # back to the suite's spec
-    assert "preempt/partition_prio" in root(cluster, "scontrol show config | grep ^PreemptType")

@@ -17,18 +17,21 @@ import yaml
 from slurmforge.validation import validate_inventory
 from tests.harness.restarts import RestartRun, under_load
 from tests.integration.conftest import ROOT, SPEC, Cluster_, QuietPhases
+from tests.integration.test_elastic import root
+from tests.integration.test_policy import RUNS_UNTIL_REQUEUED, at, cancel, job, sbatch, state, wait_job
 
 pytestmark = pytest.mark.integration
 
 DYNAMIC = ["dev-cpu-03", "dev-cpu-04"]
+PREEMPT_NODE = "dev-cpu-01"
 STATIC_JOB = "-p ml-cpu -w dev-cpu-[01-02] -N 1 -n 1 --mem=100M --wrap 'sleep 3'"
 """Fits beside the others: 2 CPUs and 1 GiB a node, 1 CPU and 100 MB a job, one every 2 s."""
 
 
 def assert_nothing_stranded(run: RestartRun) -> None:
     print(run.row())
-    for job in run.jobs:
-        print(f"  {job.job} {job.state} on {job.nodes}: started {job.delay:.0f} s after it was ready")
+    for ran in run.jobs:
+        print(f"  {ran.job} {ran.state} on {ran.nodes}: started {ran.delay:.0f} s after it was ready")
     assert run.jobs, "no job ran"
     assert not run.refused, run.refused
     assert not run.lost, [j.job for j in run.lost]
@@ -60,12 +63,14 @@ def test_slurmctld_killed_while_nodes_power_up_strands_no_job(cluster: Cluster_)
 
 
 def policy_spec() -> str:
-    """The suite's spec with a policy change: QoS on two partitions, a new partition, a
-    longer preemption exempt time."""
+    """The suite's spec with a policy change: QoS on two partitions, a new partition,
+    preemption by QoS (urgent preempts normal, every job's default)."""
     data = yaml.safe_load(SPEC.read_text())
-    data["scheduling"]["qos"] = [{"name": "gpu-small", "priority": 100}, {"name": "urgent", "priority": 1000}]
-    # the example preempts by partition tier already: a longer exempt time is the change
-    data["scheduling"]["preemption"] = {"type": "partition_prio", "mode": "REQUEUE", "exempt_time": "00:01:00"}
+    data["scheduling"]["qos"] = [{"name": "gpu-small", "priority": 100},
+                                 {"name": "urgent", "priority": 1000, "preempt": ["normal"]}]
+    # the example preempts by partition tier: by QoS is the change (requeue: a suspended job
+    # would keep its GPUs, and the spec refuses SUSPEND by QoS beside a GPU pool)
+    data["scheduling"]["preemption"] = {"type": "qos", "mode": "REQUEUE", "exempt_time": "00:00:05"}
     data["partitions"][1]["qos"] = "gpu-small"
     data["partitions"].append({"name": "ml-urgent", "pools": ["cpu"], "priority_tier": 10, "qos": "urgent",
                                "allow_groups": ["ml-users"]})
@@ -89,15 +94,16 @@ def login_sackd_since(cluster: Cluster_) -> str:
 
 def test_a_policy_change_rolled_out_under_load_strands_no_job_and_is_in_force(cluster: Cluster_,
                                                                                tmp_path: Path) -> None:
-    """`up` of a policy change (QoS on two partitions, a new partition, a longer preemption
-    exempt time) while a job arrives every 2 s - most on the static nodes, one for a
+    """`up` of a policy change (QoS on two partitions, a new partition, preemption by QoS
+    instead of partition tier) while a job arrives every 2 s - most on the static nodes, one for a
     powered-down node at the start and one ~90 s later, after Slurm powered it down again
     (60 s idle + SuspendTimeout) - so that nodes power down and up while the rollout
     reconfigures slurmctld and the service keeps running. No submission is refused, every
     job starts in time and is COMPLETED, `up` validates the busy cluster; slurmctld took the
     change live (a reconfigure, never a stop of its unit), and so did the login node's
-    clients (sackd's configless copy, its unit never restarted). Back to the suite's spec
-    afterwards, the partition is gone again."""
+    clients (sackd's configless copy, its unit never restarted), and an urgent-QoS job
+    preempts a normal one. Back to the suite's spec afterwards, the partition is gone and
+    partition tiers preempt again."""
     from slurmforge.local.up import up
 
     changed = tmp_path / SPEC.name
@@ -117,14 +123,41 @@ def test_a_policy_change_rolled_out_under_load_strands_no_job_and_is_in_force(cl
         partition = live.root("scontrol show partition ml-urgent -o")
         assert "QoS=urgent" in partition and "PriorityTier=10" in partition, partition
         assert "QoS=gpu-small" in live.root("scontrol show partition ml-gpu -o")
-        assert "preempt/partition_prio" in live.root("scontrol show config | grep ^PreemptType")
-        assert "00:01:00" in live.root("scontrol show config | grep ^PreemptExemptTime")
+        assert "preempt/qos" in live.root("scontrol show config | grep ^PreemptType")
+        assert "00:00:05" in live.root("scontrol show config | grep ^PreemptExemptTime")
         # the login node's clients got the new config from slurmctld through sackd's
         # registration (pushed on reconfigure: sackd execs a new process in the unit, as
         # slurmctld does), not by a restart of the unit or a file of the rollout
         assert "PartitionName=ml-urgent" in login_config(cluster)
         assert login_sackd_since(cluster) == sackd
+        urgent_preempts_normal(cluster)
     finally:
         up(SPEC, QuietPhases(), run_sample_job=False)  # back to the suite's spec
     assert "ml-urgent" not in live.root("sinfo -h -o %P")
     assert "ml-urgent" not in login_config(cluster)
+    assert "preempt/partition_prio" in live.root("scontrol show config | grep ^PreemptType")
+
+
+def urgent_preempts_normal(cluster: Cluster_) -> None:
+    """QoS preemption in force: alice's normal-QoS job on a node, then bob's job made urgent
+    by an admin (`scontrol update QOS=urgent` while held: the spec cannot yet say which users
+    may use a QoS, and Slurm lets a user submit only with their association's QoS) on the
+    same node and partition - the QoS decides, not the partition. alice's job is requeued
+    (not before the exempt time), bob's runs, alice's completes after it."""
+    low = high = ""
+    try:
+        low = sbatch(cluster, f"-p ml-cpu -w {PREEMPT_NODE} -c 2 -o /dev/null --wrap '{RUNS_UNTIL_REQUEUED}'")
+        started = at(state(cluster, low, "RUNNING")["StartTime"])
+        assert job(cluster, low)["QOS"] == "normal"
+        high = sbatch(cluster, f"--hold -p ml-cpu -w {PREEMPT_NODE} -c 2 -o /dev/null --wrap 'sleep 4'", user="bob")
+        root(cluster, f"scontrol update JobId={high} QOS=urgent && scontrol release {high}")
+        wait_job(cluster, low, "requeued", lambda r: r.get("Restarts") == "1", timeout=90)
+        ran = state(cluster, high, "COMPLETED", timeout=90)
+        assert at(ran["StartTime"]) - started >= 5, (started, ran)
+        root(cluster, f"scontrol update JobId={low} StartTime=now")
+        done = state(cluster, low, "COMPLETED", timeout=90)
+        assert at(done["EndTime"]) >= at(ran["EndTime"]), done
+        runs = root(cluster, f"sacct -n -X -D -P -j {low} -o State").split()
+        assert runs[-1] == "COMPLETED" and {"PREEMPTED", "REQUEUED"} & set(runs[:-1]), runs
+    finally:
+        cancel(cluster, low, high)
