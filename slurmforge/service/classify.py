@@ -345,6 +345,11 @@ STORAGE_OUTAGE_NODES = 2
 """Nodes whose health checks lost the same shared mount at once: the file system's outage,
 not their machines' fault (a Ceph or NAS restart, a whole cluster started again before its
 storage answered). Replacing them would fix nothing and throw their jobs away."""
+MOUNT_GRACE = 60.0
+"""Seconds a node drained only for lost mounts waits before it is replaced on its own: two
+of the health check's intervals (slurmforge.render.HEALTH_CHECK_INTERVAL, 30 s), so every
+other node's check has run meanwhile - the first node to see a storage outage is not
+replaced before the others report it - and a mount back by then lifts the drain itself."""
 
 
 def held_by_service(node: NodeState) -> bool:
@@ -506,10 +511,13 @@ class Context:
         return self._assess_up(node, self.machine(node.name))
 
     def waits_for_storage(self, node: NodeState) -> bool:
-        """Drained by its health check only for shared mounts that other nodes lost too."""
+        """Drained by its health check only for shared mounts that other nodes lost too, or
+        for MOUNT_GRACE s whatever the others say."""
         problems = health_problems(node)
         lost = lost_mounts(problems)
-        return bool(problems) and len(lost) == len(problems) and lost <= self.storage_out
+        if not problems or len(lost) != len(problems):
+            return False
+        return lost <= self.storage_out or self.now - node.reason_changed_at < MOUNT_GRACE
 
     def stale_health_verdict(self, node: NodeState, inst: Instance) -> NodeStatus | None:
         """A health drain older than the node's machine judged an earlier machine (one `up`

@@ -331,6 +331,10 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
         [PowerDown((S1,), "slurmforge: replacing t-spot-01 (health: /data unreadable; munge: no credential from "
                           "munged)"),
          Terminate("i-2", S1, "replacing t-spot-01 (health: /data unreadable; munge: no credential from munged)")]),
+    # the first node to see an outage is not replaced before the others' checks report it
+    "one-node-lost-a-mount-waits-two-check-intervals": (
+        WorldBuilder([node(OD1, DRAINED, reason="health: /data unreadable", reason_changed_at=NOW - 59)],
+                     [instance("i-1", OD1, pool="od")]), []),
     "static-one-node-lost-a-mount-is-replaced": (
         WorldBuilder([node(OD1, DRAINED, reason="health: /data unreadable")], [instance("i-1", OD1, pool="od")]),
         [SetMark(OD1, "replacing", NOW), Terminate("i-1", OD1, "replacing t-od-01 (health: /data unreadable)")]),
@@ -344,7 +348,7 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
                            slurmd_started_at=NOW - 90)],
                      [instance("i-2", OD1, launched=NOW - 100, pool="od")]), [Resume((OD1,))]),
     "static-health-drain-of-this-machine-replaces-it": (
-        WorldBuilder([node(OD1, DRAINED, reason="health: /data unreadable", reason_changed_at=NOW - 50,
+        WorldBuilder([node(OD1, DRAINED, reason="health: /data unreadable", reason_changed_at=NOW - 70,
                            slurmd_started_at=NOW - 90)],
                      [instance("i-2", OD1, launched=NOW - 100, pool="od")]),
         [SetMark(OD1, "replacing", NOW), Terminate("i-2", OD1, "replacing t-od-01 (health: /data unreadable)")]),
@@ -682,3 +686,10 @@ def test_a_signalled_job_still_alive_or_requeued_by_itself_is_left(job_state: st
 def test_signalled_jobs_not_read_is_no_decision() -> None:
     world = replace(WorldBuilder([node(S1, DRAINING)], [instance("i-1", S1)], signalled(11)).build(), signalled=None)
     assert classify(world) == []
+
+
+def test_a_lost_mount_waits_for_every_other_nodes_check() -> None:
+    from slurmforge.render import HEALTH_CHECK_INTERVAL
+    from slurmforge.service.classify import MOUNT_GRACE
+
+    assert MOUNT_GRACE >= 2 * HEALTH_CHECK_INTERVAL
