@@ -102,7 +102,7 @@ def on_each_machine(spec: Cluster, hosts: Sequence[Host], nodes: Sequence[Host],
             del failed[host.name]
         on_each(retry, guarded)
     if failed:
-        raise next(iter(failed[n] for n in sorted(failed)))
+        raise failed[min(failed)]
     return [h for h in nodes if h.name not in gone]
 
 

@@ -528,8 +528,8 @@ class Context:
                 and node.reason_changed_at > 0):
             return None
         binding = self.state.bindings.get(node.name)
-        own = [inst.launched_at or 0.0, *([binding.launched_at] if binding and binding.instance == inst.id else [])]
-        started = max(own)
+        launched = binding.launched_at if binding is not None and binding.instance == inst.id else 0.0
+        started = max(inst.launched_at or 0.0, launched)
         if started <= node.reason_changed_at + CLOCK_SLACK:
             return None
         if node.slurmd_started_at >= started - CLOCK_SLACK:

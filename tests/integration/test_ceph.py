@@ -15,7 +15,7 @@ from slurmforge.hosts import HostRole
 from slurmforge.inventory import read_inventory
 from slurmforge.local.podman import Podman
 from tests.harness.ceph_probe import CephProbe
-from tests.harness.live import IN_SERVICE, wait_until
+from tests.harness.faults import in_service_first
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration
@@ -175,7 +175,6 @@ def test_ceph_comes_back_by_itself_after_its_host_restarts(ceph: tuple[Cluster_,
     print(f"{second}: mounted again at access {tries}")
     assert got == written, res.stderr
     cluster.login(f"rm -f {path}")
-    wait_until(lambda: all(live.slurm_state(n) in IN_SERVICE for n in compute), 150,
-               f"{', '.join(compute)} back in service", every=2)
+    in_service_first(live, ",".join(compute), limit=150)
     replaced = [n for n in compute if (c := live.podman.container(n)) is None or c.id != machines[n]]
     assert not replaced, f"replaced during the Ceph outage: {replaced}"
