@@ -23,7 +23,7 @@ from slurmforge.errors import ModuleError, ProvisionError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.remote.executor import Completed, Executor
 from slurmforge.remote.node import executor_for
-from slurmforge.rollout import Progress, RolloutResult, roll_out, stale_hosts
+from slurmforge.rollout import Progress, RolloutResult, roll_out, rollout_digests, stale_hosts
 from slurmforge.spec import Cluster
 from slurmforge.state_dirs import default_inventory, state_root
 
@@ -73,20 +73,23 @@ def fixed_hosts(hosts: Sequence[Host]) -> list[Host]:
     return [h for h in hosts if not h.dynamic]
 
 
-def roll_out_changed(inventory: Path, hosts: Sequence[Host], log: Path, ui: Phases, digest: str,
-                     full: bool = False, read_mark: Callable[[Host], str] = rollout_mark) -> RolloutResult:
+def roll_out_changed(inventory: Path, hosts: Sequence[Host], log: Path, ui: Phases, full: bool = False,
+                     read_mark: Callable[[Host], str] = rollout_mark) -> RolloutResult:
     """Roll out (site.yml's playbooks) on those of `hosts` whose last successful rollout differs
-    from this one (new or recreated hosts, or every one when the spec, roles or configs changed).
-    `full` runs it on all of them: the way to repair drift by hand, and what proves the roles
-    idempotent (changed=0). Hosts not in `hosts` are never touched."""
+    from this one's inputs for that host (rollout_digests: new or recreated hosts; every host
+    when the roles or what every host reads changed; the controllers alone for a change only
+    they read, such as a QoS or a partition's limits). `full` runs it on all of them: the way
+    to repair drift by hand, and what proves the roles idempotent (changed=0). Hosts not in
+    `hosts` are never touched."""
     by_name = {h.name: h for h in hosts}
-    stale = stale_hosts([h.name for h in hosts], digest, lambda name: read_mark(by_name[name]), full)
+    digests = rollout_digests(inventory, hosts)
+    stale = stale_hosts([h.name for h in hosts], digests, lambda name: read_mark(by_name[name]), full)
     if not stale:
         ui.note("every node already has this exact rollout: nothing to do (--full-rollout runs Ansible anyway)")
         return RolloutResult(ok=True, skipped_hosts=len(hosts))
     ceph = [h.name for h in hosts if h.role is HostRole.CEPH]
     # the playbooks mark each host not current first and current at their end (playbooks/rollout_mark.yml)
-    result = roll_out(inventory, ceph, log, ui.event, limit=stale, digest=digest)
+    result = roll_out(inventory, ceph, log, ui.event, limit=stale, digests={h: digests[h] for h in stale})
     result.skipped_hosts = len(hosts) - len(stale)
     return result
 

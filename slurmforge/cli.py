@@ -293,7 +293,6 @@ def rollout(
     from slurmforge.fleet import controller
     from slurmforge.inventory import read_inventory
     from slurmforge.package_data import require
-    from slurmforge.rollout import rollout_digest
     from slurmforge.ui import PhaseDisplay
 
     require_inventory(inventory_dir)
@@ -312,8 +311,7 @@ def rollout(
                 drained = drain(client, drains, policy, display.note)
         with display.phase("roll out (Ansible)"):
             inventory = inventory_dir.resolve()
-            result = roll_out_changed(inventory, fixed_hosts(hosts), log, display,
-                                      rollout_digest(inventory), full_rollout)
+            result = roll_out_changed(inventory, fixed_hosts(hosts), log, display, full_rollout)
             if result.ok and result.skipped_hosts < len(fixed_hosts(hosts)):
                 push_users(inventory, display)
         if client is not None and result.ok:

@@ -31,7 +31,7 @@ from slurmforge.hosts import Host, HostRole, controller_name, controller_names
 from slurmforge.join import kit_dir, kit_files, lmod_paths, local_settings, pool_hosts_file, render_join
 from slurmforge.monitoring import render_monitoring
 from slurmforge.nodes import pool_hardware
-from slurmforge.render import SLURMCTLD_LOG, render_all, service_shared_dir, state_save_location
+from slurmforge.render import CONFIG_FILES, SLURMCTLD_LOG, render_all, service_shared_dir, state_save_location
 from slurmforge.spec import Cluster, load_spec
 from slurmforge.state_dirs import secrets_dir
 from slurmforge.upgrade import BEFORE_MARKER, STATE_FILES, STATE_MARKER
@@ -48,6 +48,22 @@ JOIN = "join.sh"
 SPEC_COPY = "cluster.yaml"
 ACCOUNTING_JSON = "accounting.json"
 """rendered/accounting.json: QoS, accounts and users as slurmdbd must have them (slurmforge.accounting)"""
+CONTROLLER_INPUTS = (*(f"{RENDERED}/{name}" for name in CONFIG_FILES), f"{RENDERED}/{ACCOUNTING_JSON}",
+                     f"{RENDERED}/{MONITORING}/", f"{RENDERED}/{KIT}/", SPEC_COPY)
+"""The inventory's files (a name, or a folder ending in /) that only the controllers' rollout
+reads: Slurm's configs (every other Slurm host is configless - slurmd and sackd take them
+from slurmctld, which pushes each new one at its reconfigure), accounting (slurmdbd runs on
+the primary), Prometheus's files, the node kit the controller publishes on the NAS (its
+sources, the users and the hosts, are in files every host reads), and the spec the scheduler
+service reads. A change to these alone rolls out only the controllers
+(slurmforge.rollout.rollout_digests); tests/unit/test_rollout_scope.py holds the roles to it."""
+
+
+def is_controller_input(name: str) -> bool:
+    """Whether the inventory file `name` (relative to the inventory) is read by the
+    controllers' rollout only (CONTROLLER_INPUTS)."""
+    return any(name == scoped or (scoped.endswith("/") and name.startswith(scoped)) for scoped in CONTROLLER_INPUTS)
+
 
 def group_name(pool: str) -> str:
     """Ansible group names may not contain '-'."""

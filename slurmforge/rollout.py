@@ -10,14 +10,16 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slurmforge import wheel
+from slurmforge import package_data, wheel
 from slurmforge.errors import RolloutError
+from slurmforge.hosts import Host, HostRole
+from slurmforge.inventory import is_controller_input
 from slurmforge.package_data import playbooks, require, roles
 
 CEPH_PLAYBOOK, CLUSTER_PLAYBOOK = "ceph.yml", "cluster.yml"
@@ -81,20 +83,33 @@ def files_digest(files: Iterable[tuple[str, Path]]) -> str:
     return digest.hexdigest()
 
 
-def rollout_digest(inventory: Path) -> str:
-    """What a rollout is made of: the generated inventory (hosts, spec-derived vars,
-    rendered configs, the spec) and slurmforge's own files - the roles, the playbooks, and
-    the package and templates the scheduler service's wheel is made of (slurmforge.wheel;
-    the same names wherever slurmforge is installed)."""
-    files = [p for p in sorted(inventory.rglob("*"))
+def rollout_digests(inventory: Path, hosts: Iterable[Host]) -> dict[str, str]:
+    """What each host's rollout is made of, by host name: the mark its last complete rollout
+    left (playbooks/rollout_mark.yml), so `up` rolls out exactly the hosts whose inputs changed.
+
+    A controller's digest covers everything: the generated inventory (hosts, spec-derived
+    vars, rendered configs, the spec) and slurmforge's own files - the roles, the playbooks,
+    and the package and templates the scheduler service's wheel is made of (slurmforge.wheel;
+    the same names wherever slurmforge is installed). Every other host's leaves out what only
+    the controllers read (inventory.CONTROLLER_INPUTS) and the package, keeping the roles and
+    playbooks: a QoS or a partition limit changes the controllers' digest alone, and a
+    rollout of it spends no task on a compute node (configless: slurmctld's reconfigure
+    gives them the new config)."""
+    files = [(str(p.relative_to(inventory)), p) for p in sorted(inventory.rglob("*"))
              if p.is_file() and "wheel" not in p.relative_to(inventory).parts and p.suffix != ".pyc"]
-    return files_digest([*((str(p.relative_to(inventory)), p) for p in files), *wheel.wheel_files()])
+    shipped = wheel.wheel_files()
+    everything = files_digest([*files, *shipped])
+    host_side = tuple(f"{package_data.PACKAGE}/{name}/" for name in ("playbooks", "roles"))
+    node = files_digest([*((name, p) for name, p in files if not is_controller_input(name)),
+                         *((name, p) for name, p in shipped if name.startswith(host_side))])
+    return {h.name: everything if h.role is HostRole.CONTROLLER else node for h in hosts}
 
 
-def stale_hosts(hosts: Iterable[str], digest: str, read_mark: Callable[[str], str], full: bool = False) -> list[str]:
-    """The hosts a rollout of `digest` must run on: those whose mark is another digest or
-    none (new, changed, or left half-way by a rollout that failed); every host if `full`."""
-    return [h for h in hosts if full or read_mark(h) != digest]
+def stale_hosts(hosts: Iterable[str], digests: Mapping[str, str], read_mark: Callable[[str], str],
+                full: bool = False) -> list[str]:
+    """The hosts a rollout must run on: those whose mark is not their digest in `digests`
+    (new, changed, or left half-way by a rollout that failed); every host if `full`."""
+    return [h for h in hosts if full or read_mark(h) != digests[h]]
 
 
 def service_wheel_dir(cache: Path | None = None) -> Path:
@@ -107,7 +122,7 @@ def service_wheel_dir(cache: Path | None = None) -> Path:
 
 def roll_out(inventory: Path, ceph_hosts: Collection[str], log_path: Path, on_event: EventSink | None = None,
              extravars: dict[str, Any] | None = None, limit: Collection[str] | None = None,
-             digest: str | None = None) -> RolloutResult:
+             digests: Mapping[str, str] | None = None) -> RolloutResult:
     """The whole rollout (what site.yml does), with the Ceph hosts (ceph.yml) coming up at
     the same time as the Slurm nodes (cluster.yml): Ceph's bring-up is mostly waiting for
     its daemons. cluster.yml mounts CephFS in its last play, once a file says the Ceph run
@@ -116,10 +131,10 @@ def roll_out(inventory: Path, ceph_hosts: Collection[str], log_path: Path, on_ev
     will not come.
 
     `ceph_hosts`: the inventory's Ceph hosts; `limit`: the hosts to roll out (all when None);
-    `digest`: the rollout_digest() each host that comes through every play is marked with
-    (None: each host's mark is only removed)."""
+    `digests`: by host, the rollout_digests() each host that comes through every play is
+    marked with (None: each host's mark is only removed)."""
     extravars = {"scheduler_service_wheel_dir": str(service_wheel_dir()), "scheduler_service_wheel_cached": True,
-                 **({"slurmforge_rollout_digest": digest} if digest else {}), **(extravars or {})}
+                 **({"slurmforge_rollout_digests": dict(digests)} if digests else {}), **(extravars or {})}
     ceph = sorted(h for h in ceph_hosts if limit is None or h in limit)
     limit_text = ",".join(sorted(limit)) if limit is not None else None
     if not ceph:

@@ -41,7 +41,7 @@ from slurmforge.local.image_cache import NAMESPACE, ensure_images, slurm_version
 from slurmforge.local.podman import Podman
 from slurmforge.local.provider import LABEL, LocalProvider
 from slurmforge.render import state_save_location
-from slurmforge.rollout import RolloutResult, rollout_digest
+from slurmforge.rollout import RolloutResult
 from slurmforge.secrets import ensure_secrets
 from slurmforge.spec import Cluster, load_spec
 from slurmforge.upgrade import BEFORE_MARKER, check_takeover, state_release
@@ -86,7 +86,6 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
     with ui.phase("inventory"):
         settings = provider.service_settings()
         write_inventory(spec, spec_path, provider.hosts(), report.inventory, provider_settings=settings_json(settings))
-        digest = rollout_digest(report.inventory)
     drains = with_stale(drains or [], provider.stale_nodes())
     client = controller_client(controller_host(spec, provider.hosts())) if drains else None
     since = 0.0
@@ -100,7 +99,7 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
         hosts = provider.provision()
     with ui.phase("roll out (Ansible)"):
         # a dynamic node joins by itself when the service makes its machine
-        report.rollout = roll_out_changed(report.inventory, fixed_hosts(hosts), log, ui, digest, full_rollout)
+        report.rollout = roll_out_changed(report.inventory, fixed_hosts(hosts), log, ui, full_rollout)
         ceph_play = next((sec for play, sec in report.rollout.plays.items() if play.startswith(CEPH_PLAY)), None)
         if ceph_play is not None:
             ui.note(f"Ceph play of the rollout: {ceph_play:.1f} s")

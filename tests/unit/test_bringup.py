@@ -30,7 +30,7 @@ from slurmforge.plan import deployed
 from slurmforge.plan.deployed import Deployed
 from slurmforge.remote.executor import Completed
 from slurmforge.render import render_all
-from slurmforge.rollout import Progress, RolloutResult, rollout_digest
+from slurmforge.rollout import Progress, RolloutResult, rollout_digests
 from slurmforge.spec import load_spec, parse_spec
 
 pytestmark = pytest.mark.unit
@@ -69,9 +69,9 @@ class RollOut:
 
     def __call__(self, inventory: Path, ceph_hosts: Sequence[str], log_path: Path, on_event: Any = None,
                  extravars: dict[str, Any] | None = None, limit: Sequence[str] | None = None,
-                 digest: str | None = None) -> RolloutResult:
+                 digests: dict[str, str] | None = None) -> RolloutResult:
         self.calls.append({"inventory": inventory, "ceph": list(ceph_hosts), "log": log_path,
-                           "limit": list(limit or []), "digest": digest})
+                           "limit": list(limit or []), "digests": digests})
         return RolloutResult(ok=True, changed=dict.fromkeys(limit or [], 1), seconds=12.0)
 
 
@@ -105,36 +105,44 @@ def hosts() -> list[Host]:
 # --------------------------------------------------------------------------- the rollout's skip
 
 
-def test_rolls_out_only_the_hosts_whose_mark_is_not_this_rollout(monkeypatch: pytest.MonkeyPatch,
-                                                                 tmp_path: Path) -> None:
+def recorded(monkeypatch: pytest.MonkeyPatch) -> RollOut:
+    """roll_out recorded; every host's digest DIGEST, but the controller's "c" * 64."""
     recorder = RollOut()
     monkeypatch.setattr(bringup, "roll_out", recorder)
+    monkeypatch.setattr(bringup, "rollout_digests", lambda inventory, hosts: {
+        h.name: "c" * 64 if h.role is HostRole.CONTROLLER else DIGEST for h in hosts})
+    return recorder
+
+
+def test_rolls_out_only_the_hosts_whose_mark_is_not_their_digest(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    recorder = recorded(monkeypatch)
     marks = {"ctl": DIGEST, "login": OLD, "ceph-1": "", "node-1": DIGEST}
     ui = Notes()
-    result = bringup.roll_out_changed(tmp_path, hosts(), tmp_path / "up.log", ui, DIGEST,
+    result = bringup.roll_out_changed(tmp_path, hosts(), tmp_path / "up.log", ui,
                                       read_mark=lambda host: marks[host.name])
     assert recorder.calls == [{"inventory": tmp_path, "ceph": ["ceph-1"], "log": tmp_path / "up.log",
-                               "limit": ["login", "ceph-1"], "digest": DIGEST}]
-    assert (result.total_changed, result.skipped_hosts, ui.notes) == (2, 2, [])
+                               "limit": ["ctl", "login", "ceph-1"],
+                               "digests": {"ctl": "c" * 64, "login": DIGEST, "ceph-1": DIGEST}}]
+    assert (result.total_changed, result.skipped_hosts, ui.notes) == (3, 1, [])
 
 
 def test_nothing_to_roll_out_says_so_and_runs_no_playbook(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    recorder = RollOut()
-    monkeypatch.setattr(bringup, "roll_out", recorder)
+    recorder = recorded(monkeypatch)
     ui = Notes()
-    result = bringup.roll_out_changed(tmp_path, hosts(), tmp_path / "up.log", ui, DIGEST, read_mark=lambda _: DIGEST)
+    result = bringup.roll_out_changed(tmp_path, hosts(), tmp_path / "up.log", ui,
+                                      read_mark=lambda host: "c" * 64 if host.name == "ctl" else DIGEST)
     assert recorder.calls == [] and result.ok and result.skipped_hosts == 4
     assert ui.notes == ["every node already has this exact rollout: nothing to do (--full-rollout runs Ansible anyway)"]
 
 
 def test_full_rollout_reads_no_mark_and_takes_every_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    recorder = RollOut()
-    monkeypatch.setattr(bringup, "roll_out", recorder)
+    recorder = recorded(monkeypatch)
 
     def unread(host: Host) -> str:
         raise AssertionError(f"read the mark of {host.name}")
 
-    result = bringup.roll_out_changed(tmp_path, hosts(), tmp_path / "up.log", Notes(), DIGEST, full=True,
+    result = bringup.roll_out_changed(tmp_path, hosts(), tmp_path / "up.log", Notes(), full=True,
                                       read_mark=unread)
     assert recorder.calls[0]["limit"] == ["ctl", "login", "ceph-1", "node-1"] and result.skipped_hosts == 0
 
@@ -170,12 +178,12 @@ def rollout_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, current: set[st
     this rollout's mark: the CLI's result, the playbook calls, the hosts whose mark was read.
     `running`: what the plan printed first reads from the controller (None: it cannot)."""
     inventory, listed = local_inventory(tmp_path)
-    digest = rollout_digest(inventory.resolve())
+    digests = rollout_digests(inventory.resolve(), listed)
     recorder, read = RollOut(), []
 
     def node(host: Host) -> Node:
         read.append(host.name)
-        return Node(host.name, {"cat": done(digest if host.name in current else OLD)})
+        return Node(host.name, {"cat": done(digests[host.name] if host.name in current else OLD)})
 
     def controller(controllers: list[Host]) -> Deployed:
         assert [h.name for h in controllers] == ["dev-controller", "dev-controller-backup"]
@@ -207,7 +215,8 @@ def test_rollout_inventory_skips_current_hosts_and_gives_dynamic_ones_only_the_u
     [call] = recorder.calls
     assert call["limit"] == [n for n in static if n not in ("dev-controller", "dev-cpu-01")]
     assert call["ceph"] == ["dev-ceph-01"]
-    assert call["digest"] == rollout_digest((tmp_path / "inventory").resolve())
+    assert call["digests"] == {name: digest for name, digest in rollout_digests(
+        (tmp_path / "inventory").resolve(), listed).items() if name in call["limit"]}
     assert call["log"] == bringup.log_dir() / "inventory-rollout.log"
     assert f"rollout changed {len(call['limit'])} thing(s) in 12 s; log {call['log']}" in result.output
     # after Ansible: the kit's users and groups on the one dynamic node with a machine, no other step

@@ -62,15 +62,25 @@ def test_a_rollout_failing_half_way_leaves_the_next_one_to_converge(tmp_path: Pa
     def read(host: str) -> str:
         return marks[host].read_text() if marks[host].exists() else ""
 
-    assert stale_hosts(hosts, OLD, read) == []
+    old, new = dict.fromkeys(hosts, OLD), dict.fromkeys(hosts, NEW)
+    assert stale_hosts(hosts, old, read) == []
     with pytest.raises(RolloutError, match="slurmctld did not come back"):
         run_playbook(str(playbook(tmp_path, failing="ctl")), inventory(tmp_path, hosts), tmp_path / "run.log",
-                     extravars={"slurmforge_rollout_digest": NEW})
+                     extravars={"slurmforge_rollout_digests": new})
     assert (tmp_path / "ctl" / "slurm.conf").read_text() == "new\n"  # the failed rollout changed it ...
     assert read("ctl") == "" and read("node-1") == NEW == read("node-2")  # ... and it is not current
-    assert stale_hosts(hosts, OLD, read) == hosts  # back to the old spec: every host
-    assert stale_hosts(hosts, NEW, read) == ["ctl"]  # the same spec again: the one that failed
-    assert stale_hosts(hosts, NEW, read, full=True) == hosts
+    assert stale_hosts(hosts, old, read) == hosts  # back to the old spec: every host
+    assert stale_hosts(hosts, new, read) == ["ctl"]  # the same spec again: the one that failed
+    assert stale_hosts(hosts, new, read, full=True) == hosts
+
+
+def test_each_host_is_marked_with_its_own_digest(tmp_path: Path) -> None:
+    hosts = ["ctl", "node-1"]
+    for h in hosts:
+        (tmp_path / h).mkdir()
+    run_playbook(str(playbook(tmp_path, failing="none")), inventory(tmp_path, hosts), tmp_path / "run.log",
+                 extravars={"slurmforge_rollout_digests": {"ctl": NEW, "node-1": OLD}})
+    assert [(tmp_path / h / "etc" / "rollout.digest").read_text() for h in hosts] == [NEW, OLD]
 
 
 @pytest.mark.parametrize(("name", "hosts"), [(CLUSTER_PLAYBOOK, "slurm_cluster"), (CEPH_PLAYBOOK, "ceph")])
