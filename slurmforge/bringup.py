@@ -23,7 +23,15 @@ from slurmforge.errors import ModuleError, ProvisionError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.remote.executor import Completed, Executor
 from slurmforge.remote.node import executor_for
-from slurmforge.rollout import Progress, RolloutResult, roll_out, rollout_digests, stale_hosts
+from slurmforge.rollout import (
+    Progress,
+    RolloutResult,
+    mark_text,
+    roll_out,
+    rollout_digests,
+    skipped_parts,
+    stale_parts,
+)
 from slurmforge.spec import Cluster
 from slurmforge.state_dirs import default_inventory, state_root
 
@@ -83,13 +91,18 @@ def roll_out_changed(inventory: Path, hosts: Sequence[Host], log: Path, ui: Phas
     `hosts` are never touched."""
     by_name = {h.name: h for h in hosts}
     digests = rollout_digests(inventory, hosts)
-    stale = stale_hosts([h.name for h in hosts], digests, lambda name: read_mark(by_name[name]), full)
+    stale = stale_parts([h.name for h in hosts], digests, lambda name: read_mark(by_name[name]), full)
     if not stale:
         ui.note("every node already has this exact rollout: nothing to do (--full-rollout runs Ansible anyway)")
         return RolloutResult(ok=True, skipped_hosts=len(hosts))
+    skipped = skipped_parts(stale)
+    if skipped:
+        ui.note(f"rolling out {', '.join(sorted(set().union(*stale.values())))} on {', '.join(stale)}; "
+                f"nothing changed for {', '.join(skipped)}")
     ceph = [h.name for h in hosts if h.role is HostRole.CEPH]
     # the playbooks mark each host not current first and current at their end (playbooks/rollout_mark.yml)
-    result = roll_out(inventory, ceph, log, ui.event, limit=stale, digests={h: digests[h] for h in stale})
+    result = roll_out(inventory, ceph, log, ui.event, limit=list(stale),
+                      marks={h: mark_text(digests[h]) for h in stale}, skip_parts=skipped)
     result.skipped_hosts = len(hosts) - len(stale)
     return result
 

@@ -48,21 +48,35 @@ JOIN = "join.sh"
 SPEC_COPY = "cluster.yaml"
 ACCOUNTING_JSON = "accounting.json"
 """rendered/accounting.json: QoS, accounts and users as slurmdbd must have them (slurmforge.accounting)"""
-CONTROLLER_INPUTS = (*(f"{RENDERED}/{name}" for name in CONFIG_FILES), f"{RENDERED}/{ACCOUNTING_JSON}",
-                     f"{RENDERED}/{MONITORING}/", f"{RENDERED}/{KIT}/", SPEC_COPY)
-"""The inventory's files (a name, or a folder ending in /) that only the controllers' rollout
-reads: Slurm's configs (every other Slurm host is configless - slurmd and sackd take them
-from slurmctld, which pushes each new one at its reconfigure), accounting (slurmdbd runs on
-the primary), Prometheus's files, the node kit the controller publishes on the NAS (its
-sources, the users and the hosts, are in files every host reads), and the spec the scheduler
-service reads. A change to these alone rolls out only the controllers
-(slurmforge.rollout.rollout_digests); tests/unit/test_rollout_scope.py holds the roles to it."""
+NODE_PART = "node"
+"""The rollout's part every host runs: what playbooks/cluster.yml does on every host (the join
+program, users, mounts, Lmod, slurmd, the login node) and ceph.yml on the Ceph hosts."""
+CONTROLLER_PARTS: dict[str, tuple[str, ...]] = {
+    "kit": (f"{RENDERED}/{KIT}/",),
+    "slurmdbd": (f"{RENDERED}/slurmdbd.conf",),
+    "accounting": (f"{RENDERED}/{ACCOUNTING_JSON}", f"{RENDERED}/slurm.conf"),
+    "slurmctld": tuple(f"{RENDERED}/{name}" for name in CONFIG_FILES if name != "slurmdbd.conf"),
+    "spec": (SPEC_COPY,),
+    "service": (),
+    "monitoring": (f"{RENDERED}/{MONITORING}/",),
+}
+"""The rollout's parts that run on the controllers alone, each a tag of playbooks/cluster.yml's
+plays, with the inventory's files (a name, or a folder ending in /) only that part reads: the
+node kit the controller publishes on the NAS (its sources, users and hosts, are in files every
+host reads), slurmdbd and MariaDB, slurmdbd's accounting (sacctmgr reads slurm.conf too),
+Slurm's configs (every other Slurm host is configless: slurmd and sackd take them from
+slurmctld, which pushes each new one at its reconfigure), the spec the scheduler service
+re-reads, the service itself (slurmforge's own package: its wheel), Prometheus's files. Each
+part also reads what the node part reads. A change to one part's files rolls out that part on
+the controllers and nothing else (slurmforge.rollout); tests/unit/test_rollout_scope.py holds
+the playbooks and roles to this table."""
 
 
 def is_controller_input(name: str) -> bool:
-    """Whether the inventory file `name` (relative to the inventory) is read by the
-    controllers' rollout only (CONTROLLER_INPUTS)."""
-    return any(name == scoped or (scoped.endswith("/") and name.startswith(scoped)) for scoped in CONTROLLER_INPUTS)
+    """Whether the inventory file `name` (relative to the inventory) is read by one of the
+    controllers' own parts only (CONTROLLER_PARTS), not by every host."""
+    return any(name == scoped or (scoped.endswith("/") and name.startswith(scoped))
+               for files in CONTROLLER_PARTS.values() for scoped in files)
 
 
 def group_name(pool: str) -> str:

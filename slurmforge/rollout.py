@@ -19,7 +19,7 @@ from typing import Any
 from slurmforge import package_data, wheel
 from slurmforge.errors import RolloutError
 from slurmforge.hosts import Host, HostRole
-from slurmforge.inventory import is_controller_input
+from slurmforge.inventory import CONTROLLER_PARTS, NODE_PART, is_controller_input
 from slurmforge.package_data import playbooks, require, roles
 
 CEPH_PLAYBOOK, CLUSTER_PLAYBOOK = "ceph.yml", "cluster.yml"
@@ -83,33 +83,70 @@ def files_digest(files: Iterable[tuple[str, Path]]) -> str:
     return digest.hexdigest()
 
 
-def rollout_digests(inventory: Path, hosts: Iterable[Host]) -> dict[str, str]:
-    """What each host's rollout is made of, by host name: the mark its last complete rollout
-    left (playbooks/rollout_mark.yml), so `up` rolls out exactly the hosts whose inputs changed.
+def rollout_digests(inventory: Path, hosts: Iterable[Host]) -> dict[str, dict[str, str]]:
+    """What each part of each host's rollout is made of, by host name then part: the mark its
+    last complete rollout left (playbooks/rollout_mark.yml, mark_text), so `up` rolls out
+    exactly the hosts, and on them the parts, whose inputs changed.
 
-    A controller's digest covers everything: the generated inventory (hosts, spec-derived
-    vars, rendered configs, the spec) and slurmforge's own files - the roles, the playbooks,
-    and the package and templates the scheduler service's wheel is made of (slurmforge.wheel;
-    the same names wherever slurmforge is installed). Every other host's leaves out what only
-    the controllers read (inventory.CONTROLLER_INPUTS) and the package, keeping the roles and
-    playbooks: a QoS or a partition limit changes the controllers' digest alone, and a
-    rollout of it spends no task on a compute node (configless: slurmctld's reconfigure
-    gives them the new config)."""
+    Every host has the node part, over the generated inventory but the files only the
+    controllers' own parts read (inventory.CONTROLLER_PARTS), and slurmforge's roles and
+    playbooks. The controllers also have each of their own parts, over the node part's inputs
+    and that part's files; the service's part is over slurmforge's own package and files (what
+    its wheel is made of: slurmforge.wheel, the same names wherever slurmforge is installed).
+    So a partition's limit rolls out the controllers' slurmctld and spec parts alone, and
+    spends no task on a compute node (configless: slurmctld's reconfigure gives them the new
+    config); a user rolls out every part of every host."""
     files = [(str(p.relative_to(inventory)), p) for p in sorted(inventory.rglob("*"))
              if p.is_file() and "wheel" not in p.relative_to(inventory).parts and p.suffix != ".pyc"]
     shipped = wheel.wheel_files()
-    everything = files_digest([*files, *shipped])
     host_side = tuple(f"{package_data.PACKAGE}/{name}/" for name in ("playbooks", "roles"))
-    node = files_digest([*((name, p) for name, p in files if not is_controller_input(name)),
-                         *((name, p) for name, p in shipped if name.startswith(host_side))])
-    return {h.name: everything if h.role is HostRole.CONTROLLER else node for h in hosts}
+    node_files = [*((name, p) for name, p in files if not is_controller_input(name)),
+                  *((name, p) for name, p in shipped if name.startswith(host_side))]
+    node = {NODE_PART: files_digest(node_files)}
+    controller = node | {part: files_digest([*node_files, *_part_files(part, scoped, files, shipped)])
+                         for part, scoped in CONTROLLER_PARTS.items()}
+    return {h.name: controller if h.role is HostRole.CONTROLLER else node for h in hosts}
 
 
-def stale_hosts(hosts: Iterable[str], digests: Mapping[str, str], read_mark: Callable[[str], str],
-                full: bool = False) -> list[str]:
-    """The hosts a rollout must run on: those whose mark is not their digest in `digests`
-    (new, changed, or left half-way by a rollout that failed); every host if `full`."""
-    return [h for h in hosts if full or read_mark(h) != digests[h]]
+def _part_files(part: str, scoped: tuple[str, ...], files: list[tuple[str, Path]],
+                shipped: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
+    if part == "service":
+        return shipped
+    return [(name, p) for name, p in files
+            if any(name == s or (s.endswith("/") and name.startswith(s)) for s in scoped)]
+
+
+def mark_text(parts: Mapping[str, str]) -> str:
+    """A host's mark: one `part digest` line per part, sorted."""
+    return "".join(f"{part} {digest}\n" for part, digest in sorted(parts.items()))
+
+
+def read_mark_text(text: str) -> dict[str, str]:
+    """The parts of a mark (mark_text); a mark of another form (an older slurmforge's one
+    digest) has none, so every part of the host is rolled out."""
+    parts = dict(line.split(" ", 1) for line in text.splitlines() if line.count(" ") == 1)
+    return {part: digest.strip() for part, digest in parts.items()}
+
+
+def stale_parts(hosts: Iterable[str], digests: Mapping[str, Mapping[str, str]], read_mark: Callable[[str], str],
+                full: bool = False) -> dict[str, set[str]]:
+    """The hosts a rollout must run on, each with its parts whose mark is not their digest in
+    `digests` (new, changed, or left half-way by a rollout that failed: a host whose mark is
+    gone has every part stale); every host and part if `full`. Hosts with nothing stale are
+    left out."""
+    stale: dict[str, set[str]] = {}
+    for host in hosts:
+        marked = {} if full else read_mark_text(read_mark(host))
+        parts = {part for part, digest in digests[host].items() if marked.get(part) != digest}
+        if parts:
+            stale[host] = parts
+    return stale
+
+
+def skipped_parts(stale: Mapping[str, set[str]]) -> list[str]:
+    """The parts no host of the rollout needs: skipped (ansible's --skip-tags) on all of them."""
+    needed = set().union(*stale.values())
+    return sorted(part for part in (NODE_PART, *CONTROLLER_PARTS) if part not in needed)
 
 
 def service_wheel_dir(cache: Path | None = None) -> Path:
@@ -122,7 +159,7 @@ def service_wheel_dir(cache: Path | None = None) -> Path:
 
 def roll_out(inventory: Path, ceph_hosts: Collection[str], log_path: Path, on_event: EventSink | None = None,
              extravars: dict[str, Any] | None = None, limit: Collection[str] | None = None,
-             digests: Mapping[str, str] | None = None) -> RolloutResult:
+             marks: Mapping[str, str] | None = None, skip_parts: Collection[str] = ()) -> RolloutResult:
     """The whole rollout (what site.yml does), with the Ceph hosts (ceph.yml) coming up at
     the same time as the Slurm nodes (cluster.yml): Ceph's bring-up is mostly waiting for
     its daemons. cluster.yml mounts CephFS in its last play, once a file says the Ceph run
@@ -131,14 +168,17 @@ def roll_out(inventory: Path, ceph_hosts: Collection[str], log_path: Path, on_ev
     will not come.
 
     `ceph_hosts`: the inventory's Ceph hosts; `limit`: the hosts to roll out (all when None);
-    `digests`: by host, the rollout_digests() each host that comes through every play is
-    marked with (None: each host's mark is only removed)."""
+    `marks`: by host, the mark (mark_text of its rollout_digests()) each host that comes
+    through every play is left with (None: each host's mark is only removed); `skip_parts`:
+    the parts (inventory.CONTROLLER_PARTS, the node part) no host of this rollout needs."""
     extravars = {"scheduler_service_wheel_dir": str(service_wheel_dir()), "scheduler_service_wheel_cached": True,
-                 **({"slurmforge_rollout_digests": dict(digests)} if digests else {}), **(extravars or {})}
+                 **({"slurmforge_rollout_marks": dict(marks)} if marks else {}), **(extravars or {})}
+    skip = ",".join(skip_parts) or None
     ceph = sorted(h for h in ceph_hosts if limit is None or h in limit)
     limit_text = ",".join(sorted(limit)) if limit is not None else None
     if not ceph:
-        return run_playbook(CLUSTER_PLAYBOOK, str(inventory), log_path, on_event, extravars, limit_text)
+        return run_playbook(CLUSTER_PLAYBOOK, str(inventory), log_path, on_event, extravars, limit_text,
+                            skip_tags=skip)
     if limit is not None and set(limit) <= set(ceph):
         return run_playbook(CEPH_PLAYBOOK, str(inventory), log_path, on_event, extravars, ",".join(ceph))
     combined = _Combined(on_event)
@@ -163,7 +203,7 @@ def roll_out(inventory: Path, ceph_hosts: Collection[str], log_path: Path, on_ev
         try:
             main = run_playbook(CLUSTER_PLAYBOOK, str(inventory), log_path, combined.main,
                                 {**(extravars or {}), "slurmforge_ceph_done_file": str(done_file)}, limit_text,
-                                cancel=ceph_failed.is_set)
+                                cancel=ceph_failed.is_set, skip_tags=skip)
         except BaseException:
             if ceph_failed.is_set():  # the cause is Ceph's: say that, not "cancelled"
                 ceph_future.result()
@@ -206,9 +246,11 @@ class _Combined:
 
 def run_playbook(playbook: str, inventory: str | dict[str, Any], log_path: Path, on_event: EventSink | None = None,
                  extravars: dict[str, Any] | None = None, limit: str | None = None,
-                 phase: str = "rollout", cancel: Callable[[], bool] | None = None) -> RolloutResult:
+                 phase: str = "rollout", cancel: Callable[[], bool] | None = None,
+                 skip_tags: str | None = None) -> RolloutResult:
     """Run playbooks/<playbook> against an inventory (a directory, or a dict of hosts).
-    `cancel`: polled while the playbook runs; when it returns True the run stops."""
+    `cancel`: polled while the playbook runs; when it returns True the run stops;
+    `skip_tags`: the plays' tags to leave out (comma-separated)."""
     require("ansible_runner", "deploy", "the rollout")
     import ansible_runner  # type: ignore[import-untyped]  # deferred: slow import, rollout only
     from ansible_runner.utils import signal_handler  # type: ignore[import-untyped]
@@ -247,7 +289,7 @@ def run_playbook(playbook: str, inventory: str | dict[str, Any], log_path: Path,
         }
         run = ansible_runner.run(
             private_data_dir=private, playbook=str(playbooks() / playbook), inventory=inventory,
-            envvars=envvars, extravars=extravars or {}, limit=limit, quiet=True,
+            envvars=envvars, extravars=extravars or {}, limit=limit, skip_tags=skip_tags, quiet=True,
             event_handler=handle, settings={"suppress_ansible_output": True}, cancel_callback=cancelled,
         )
         result.seconds = time.monotonic() - started

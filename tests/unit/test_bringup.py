@@ -30,7 +30,7 @@ from slurmforge.plan import deployed
 from slurmforge.plan.deployed import Deployed
 from slurmforge.remote.executor import Completed
 from slurmforge.render import render_all
-from slurmforge.rollout import Progress, RolloutResult, rollout_digests
+from slurmforge.rollout import Progress, RolloutResult, mark_text, rollout_digests
 from slurmforge.spec import load_spec, parse_spec
 
 pytestmark = pytest.mark.unit
@@ -69,9 +69,9 @@ class RollOut:
 
     def __call__(self, inventory: Path, ceph_hosts: Sequence[str], log_path: Path, on_event: Any = None,
                  extravars: dict[str, Any] | None = None, limit: Sequence[str] | None = None,
-                 digests: dict[str, str] | None = None) -> RolloutResult:
+                 marks: dict[str, str] | None = None, skip_parts: Sequence[str] = ()) -> RolloutResult:
         self.calls.append({"inventory": inventory, "ceph": list(ceph_hosts), "log": log_path,
-                           "limit": list(limit or []), "digests": digests})
+                           "limit": list(limit or []), "marks": marks, "skip": list(skip_parts)})
         return RolloutResult(ok=True, changed=dict.fromkeys(limit or [], 1), seconds=12.0)
 
 
@@ -105,33 +105,54 @@ def hosts() -> list[Host]:
 # --------------------------------------------------------------------------- the rollout's skip
 
 
+NODE, CTL = {"node": DIGEST}, {"node": DIGEST, "slurmctld": "c" * 64}
+"""Every host's parts and their digests here, and the controller's."""
+
+
 def recorded(monkeypatch: pytest.MonkeyPatch) -> RollOut:
-    """roll_out recorded; every host's digest DIGEST, but the controller's "c" * 64."""
+    """roll_out recorded; every host has the node part (DIGEST), the controller a slurmctld part too."""
     recorder = RollOut()
     monkeypatch.setattr(bringup, "roll_out", recorder)
     monkeypatch.setattr(bringup, "rollout_digests", lambda inventory, hosts: {
-        h.name: "c" * 64 if h.role is HostRole.CONTROLLER else DIGEST for h in hosts})
+        h.name: CTL if h.role is HostRole.CONTROLLER else NODE for h in hosts})
     return recorder
 
 
 def test_rolls_out_only_the_hosts_whose_mark_is_not_their_digest(monkeypatch: pytest.MonkeyPatch,
                                                                  tmp_path: Path) -> None:
     recorder = recorded(monkeypatch)
-    marks = {"ctl": DIGEST, "login": OLD, "ceph-1": "", "node-1": DIGEST}
+    marks = {"ctl": mark_text(NODE), "login": mark_text({"node": OLD}), "ceph-1": "", "node-1": mark_text(NODE)}
     ui = Notes()
     result = bringup.roll_out_changed(tmp_path, hosts(), tmp_path / "up.log", ui,
                                       read_mark=lambda host: marks[host.name])
     assert recorder.calls == [{"inventory": tmp_path, "ceph": ["ceph-1"], "log": tmp_path / "up.log",
                                "limit": ["ctl", "login", "ceph-1"],
-                               "digests": {"ctl": "c" * 64, "login": DIGEST, "ceph-1": DIGEST}}]
-    assert (result.total_changed, result.skipped_hosts, ui.notes) == (3, 1, [])
+                               "marks": {"ctl": mark_text(CTL), "login": mark_text(NODE), "ceph-1": mark_text(NODE)},
+                               "skip": ["accounting", "kit", "monitoring", "service", "slurmdbd", "spec"]}]
+    assert (result.total_changed, result.skipped_hosts) == (3, 1)
+
+
+def test_a_part_only_the_controller_has_rolls_out_the_controller_alone_and_only_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    recorder = recorded(monkeypatch)
+    marks = {"ctl": mark_text({"node": DIGEST, "slurmctld": OLD}), "login": mark_text(NODE), "ceph-1": mark_text(NODE),
+             "node-1": mark_text(NODE)}
+    ui = Notes()
+    result = bringup.roll_out_changed(tmp_path, hosts(), tmp_path / "up.log", ui,
+                                      read_mark=lambda host: marks[host.name])
+    [call] = recorder.calls
+    assert (call["limit"], call["ceph"], call["marks"]) == (["ctl"], ["ceph-1"], {"ctl": mark_text(CTL)})
+    assert call["skip"] == ["accounting", "kit", "monitoring", "node", "service", "slurmdbd", "spec"]
+    assert result.skipped_hosts == 3
+    assert ui.notes == ["rolling out slurmctld on ctl; nothing changed for accounting, kit, monitoring, node, service, "
+                        "slurmdbd, spec"]
 
 
 def test_nothing_to_roll_out_says_so_and_runs_no_playbook(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     recorder = recorded(monkeypatch)
     ui = Notes()
     result = bringup.roll_out_changed(tmp_path, hosts(), tmp_path / "up.log", ui,
-                                      read_mark=lambda host: "c" * 64 if host.name == "ctl" else DIGEST)
+                                      read_mark=lambda host: mark_text(CTL if host.name == "ctl" else NODE))
     assert recorder.calls == [] and result.ok and result.skipped_hosts == 4
     assert ui.notes == ["every node already has this exact rollout: nothing to do (--full-rollout runs Ansible anyway)"]
 
@@ -183,7 +204,7 @@ def rollout_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, current: set[st
 
     def node(host: Host) -> Node:
         read.append(host.name)
-        return Node(host.name, {"cat": done(digests[host.name] if host.name in current else OLD)})
+        return Node(host.name, {"cat": done(mark_text(digests[host.name]) if host.name in current else OLD)})
 
     def controller(controllers: list[Host]) -> Deployed:
         assert [h.name for h in controllers] == ["dev-controller", "dev-controller-backup"]
@@ -215,7 +236,7 @@ def test_rollout_inventory_skips_current_hosts_and_gives_dynamic_ones_only_the_u
     [call] = recorder.calls
     assert call["limit"] == [n for n in static if n not in ("dev-controller", "dev-cpu-01")]
     assert call["ceph"] == ["dev-ceph-01"]
-    assert call["digests"] == {name: digest for name, digest in rollout_digests(
+    assert call["marks"] == {name: mark_text(parts) for name, parts in rollout_digests(
         (tmp_path / "inventory").resolve(), listed).items() if name in call["limit"]}
     assert call["log"] == bringup.log_dir() / "inventory-rollout.log"
     assert f"rollout changed {len(call['limit'])} thing(s) in 12 s; log {call['log']}" in result.output

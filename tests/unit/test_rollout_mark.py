@@ -17,8 +17,10 @@ from slurmforge.package_data import playbooks
 from slurmforge.rollout import (
     CEPH_PLAYBOOK,
     CLUSTER_PLAYBOOK,
+    mark_text,
+    read_mark_text,
     run_playbook,
-    stale_hosts,
+    stale_parts,
 )
 
 pytestmark = pytest.mark.unit
@@ -57,21 +59,21 @@ def test_a_rollout_failing_half_way_leaves_the_next_one_to_converge(tmp_path: Pa
     marks = {h: tmp_path / h / "etc" / "rollout.digest" for h in hosts}
     for h in hosts:  # every host has the last good rollout
         marks[h].parent.mkdir(parents=True)
-        marks[h].write_text(OLD)
+        marks[h].write_text(mark_text({"node": OLD}))
 
     def read(host: str) -> str:
         return marks[host].read_text() if marks[host].exists() else ""
 
-    old, new = dict.fromkeys(hosts, OLD), dict.fromkeys(hosts, NEW)
-    assert stale_hosts(hosts, old, read) == []
+    old, new = {h: {"node": OLD} for h in hosts}, {h: {"node": NEW} for h in hosts}
+    assert stale_parts(hosts, old, read) == {}
     with pytest.raises(RolloutError, match="slurmctld did not come back"):
         run_playbook(str(playbook(tmp_path, failing="ctl")), inventory(tmp_path, hosts), tmp_path / "run.log",
-                     extravars={"slurmforge_rollout_digests": new})
+                     extravars={"slurmforge_rollout_marks": {h: mark_text({"node": NEW}) for h in hosts}})
     assert (tmp_path / "ctl" / "slurm.conf").read_text() == "new\n"  # the failed rollout changed it ...
-    assert read("ctl") == "" and read("node-1") == NEW == read("node-2")  # ... and it is not current
-    assert stale_hosts(hosts, old, read) == hosts  # back to the old spec: every host
-    assert stale_hosts(hosts, new, read) == ["ctl"]  # the same spec again: the one that failed
-    assert stale_hosts(hosts, new, read, full=True) == hosts
+    assert read("ctl") == "" and read("node-1") == mark_text({"node": NEW}) == read("node-2")  # ... not current
+    assert stale_parts(hosts, old, read) == {h: {"node"} for h in hosts}  # back to the old spec: every host
+    assert stale_parts(hosts, new, read) == {"ctl": {"node"}}  # the same spec again: the one that failed
+    assert stale_parts(hosts, new, read, full=True) == {h: {"node"} for h in hosts}
 
 
 def test_each_host_is_marked_with_its_own_digest(tmp_path: Path) -> None:
@@ -79,8 +81,17 @@ def test_each_host_is_marked_with_its_own_digest(tmp_path: Path) -> None:
     for h in hosts:
         (tmp_path / h).mkdir()
     run_playbook(str(playbook(tmp_path, failing="none")), inventory(tmp_path, hosts), tmp_path / "run.log",
-                 extravars={"slurmforge_rollout_digests": {"ctl": NEW, "node-1": OLD}})
-    assert [(tmp_path / h / "etc" / "rollout.digest").read_text() for h in hosts] == [NEW, OLD]
+                 extravars={"slurmforge_rollout_marks": {"ctl": mark_text({"node": NEW, "slurmctld": OLD}),
+                                                         "node-1": mark_text({"node": NEW})}})
+    assert [read_mark_text((tmp_path / h / "etc" / "rollout.digest").read_text()) for h in hosts] == [
+        {"node": NEW, "slurmctld": OLD}, {"node": NEW}]
+
+
+def test_a_mark_of_another_form_leaves_every_part_stale() -> None:
+    """An older slurmforge's mark (one digest for the whole cluster)."""
+    assert read_mark_text(OLD) == {}
+    parts = {"ctl": {"node": OLD, "slurmctld": OLD}}
+    assert stale_parts(["ctl"], parts, lambda _: OLD) == {"ctl": {"node", "slurmctld"}}
 
 
 @pytest.mark.parametrize(("name", "hosts"), [(CLUSTER_PLAYBOOK, "slurm_cluster"), (CEPH_PLAYBOOK, "ceph")])
