@@ -7,6 +7,7 @@ someone is using. Everything it creates is removed at the end.
 
     .venv/bin/python bench/local_bench.py [--skip-cold]
     .venv/bin/python bench/local_bench.py --quick [--spec examples/local.yaml]
+    .venv/bin/python bench/local_bench.py --policy [--runs 3] [--spec examples/local.yaml]
 
 Goals: warm bring-up -> first job done <= 120 s on 2 cores (only head nodes, Ceph hosts and
 static nodes are made and rolled out; a dynamic node is made when a job needs it); an
@@ -19,6 +20,12 @@ and nothing changed. An `up` that converges the cluster runs first, untimed: a s
 the scheduler service made again (it replaced a sick or dead machine) has no rollout mark
 yet, and is rolled out once. It refuses a cluster whose
 controller is not running rather than bring one up.
+
+`--policy` times, on the spec's running cluster, `--runs` idempotent `up`s and as many
+policy-only ones (the preemption exempt time changed back and forth: slurm.conf alone), each
+to its end (testinfra's validation and the sample job included), and checks that each policy
+`up` rolled out the controllers alone and the new value is in force. Goals: policy-only
+`up` <= 45 s, idle `up` <= 14 s (medians). The cluster is left on the spec as given.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from slurmforge.spec import load_spec  # noqa: E402
 from slurmforge.state_dirs import SECRETS_ROOT, default_inventory  # noqa: E402
 
 WARM_GOAL_S = 120.0
+POLICY_GOAL_S, IDLE_GOAL_S = 45.0, 14.0
 
 
 class Timings:
@@ -109,10 +117,7 @@ def quick(spec_path: Path) -> int:
     """One idempotent `up` of the running cluster, after one that converges it: timed, every
     node skipped, nothing changed."""
     spec = load_spec(spec_path)
-    controller = Podman().container(controller_name(spec))
-    if controller is None or not controller.is_running or not (default_inventory(spec.name) / "cluster.yaml").exists():
-        print(f"local_bench --quick: cluster {spec.name} is not running; it re-times `up` of a running cluster "
-              "and never brings one up", file=sys.stderr)
+    if not running(spec_path, "--quick"):
         return 2
     # converged first: a node the scheduler service made again (a static node it replaced)
     # carries no rollout mark yet, and the next `up` rolls it out once - not what is timed
@@ -132,18 +137,72 @@ def quick(spec_path: Path) -> int:
     return 0 if ok else 1
 
 
+def running(spec_path: Path, mode: str) -> bool:
+    spec = load_spec(spec_path)
+    controller = Podman().container(controller_name(spec))
+    if controller is None or not controller.is_running or not (default_inventory(spec.name) / "cluster.yaml").exists():
+        print(f"local_bench {mode}: cluster {spec.name} is not running; it re-times `up` of a running cluster "
+              "and never brings one up", file=sys.stderr)
+        return False
+    return True
+
+
+def policy(spec_path: Path, runs: int) -> int:
+    """Idle and policy-only `up`s of the running cluster, alternating: medians against the goals."""
+    import statistics
+
+    from slurmforge.hosts import controller_names
+
+    spec = load_spec(spec_path)
+    text = spec_path.read_text()
+    old = 'exempt_time: "00:00:10"'
+    if old not in text:
+        print(f"local_bench --policy: {spec_path} has no {old} to change", file=sys.stderr)
+        return 2
+    controllers = set(controller_names(spec))
+    up(spec_path, Timings(), run_sample_job=True)  # converged first (see quick)
+    idle, changed, wrong = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        edited = Path(tmp) / spec_path.name  # the same name: rendered files name their source
+        for run_no in range(runs):
+            started = time.monotonic()
+            up(spec_path, Timings(), run_sample_job=True)
+            idle.append(time.monotonic() - started)
+            value = f"00:00:{11 + run_no:02d}"
+            edited.write_text(text.replace(old, f'exempt_time: "{value}"'))
+            started = time.monotonic()
+            report = up(edited, Timings(), run_sample_job=True)
+            changed.append(time.monotonic() - started)
+            hosts = len(fixed_hosts(read_inventory(report.inventory)[1]))
+            only = report.rollout is not None and report.rollout.skipped_hosts == hosts - len(controllers)
+            in_force = value in Podman().run(["exec", controller_name(spec), "scontrol", "show", "config"])
+            print(f"  run {run_no + 1}: idle up {idle[-1]:5.1f} s; policy-only up {changed[-1]:5.1f} s, "
+                  f"controllers alone: {only}, in force: {in_force}")
+            if not (only and in_force):
+                wrong.append(run_no + 1)
+            up(spec_path, Timings(), run_sample_job=False)  # back, untimed
+    idle_m, changed_m = statistics.median(idle), statistics.median(changed)
+    print(f"idle up median {idle_m:.1f} s (goal <= {IDLE_GOAL_S:.0f} s); policy-only up median {changed_m:.1f} s "
+          f"(goal <= {POLICY_GOAL_S:.0f} s) over {runs} run(s)")
+    return 0 if not wrong and idle_m <= IDLE_GOAL_S and changed_m <= POLICY_GOAL_S else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-cold", action="store_true", help="reuse the shared image cache (no image build)")
     parser.add_argument("--quick", action="store_true", help="time an idempotent `up` of the running cluster")
+    parser.add_argument("--policy", action="store_true", help="time idle and policy-only `up`s of the running cluster")
+    parser.add_argument("--runs", type=int, default=3, help="with --policy: runs of each (3)")
     parser.add_argument("--spec", type=Path, default=ROOT / "examples" / "local.yaml",
-                        help="with --quick: the running cluster's spec")
+                        help="with --quick or --policy: the running cluster's spec")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("the local cluster needs root", file=sys.stderr)
         return 2
     if args.quick:
         return quick(args.spec)
+    if args.policy:
+        return policy(args.spec, args.runs) if running(args.spec, "--policy") else 2
     namespace = "slurmforge" if args.skip_cold else f"slurmforge-bench-{uuid.uuid4().hex[:6]}"
     with tempfile.TemporaryDirectory() as tmp:
         spec = bench_spec(Path(tmp))

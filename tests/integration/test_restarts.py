@@ -104,7 +104,8 @@ def test_a_policy_change_rolled_out_under_load_strands_no_job_and_is_in_force(cl
     clients (sackd's configless copy, its unit never restarted), and an urgent-QoS job
     preempts a normal one. Back to the suite's spec afterwards, the partition is gone and
     partition tiers preempt again."""
-    from slurmforge.local.up import up
+    from slurmforge.hosts import controller_names
+    from slurmforge.local.up import UpReport, up
 
     changed = tmp_path / SPEC.name
     changed.write_text(policy_spec())
@@ -114,9 +115,14 @@ def test_a_policy_change_rolled_out_under_load_strands_no_job_and_is_in_force(cl
     since = live.root("date '+%Y-%m-%d %H:%M:%S'").strip()
     sackd = login_sackd_since(cluster)
     try:
-        run = under_load(live, "rollout",
-                         lambda: up(changed, QuietPhases(), run_sample_job=False, validate=validate_inventory), jobs)
+        reports: list[UpReport] = []
+        run = under_load(live, "rollout", lambda: reports.append(
+            up(changed, QuietPhases(), run_sample_job=False, validate=validate_inventory)), jobs)
         assert_nothing_stranded(run)
+        # a policy change costs what it changes: the controllers' rollout, no task anywhere else
+        [rollout] = [r.rollout for r in reports]
+        assert rollout is not None and set(rollout.changed) <= set(controller_names(cluster.spec)), rollout
+        assert rollout.skipped_hosts == len(cluster.rolled_out_hosts()) - len(controller_names(cluster.spec))
         # applied by reconfigure (a new slurmctld process takes over), never by stopping the unit
         stops = live.root(f"journalctl -u slurmctld --no-pager -q --since '{since}' | grep -c Stopp || true")
         assert stops.strip() == "0", live.root(f"journalctl -u slurmctld --no-pager --since '{since}'")
