@@ -382,8 +382,8 @@ def test_jobs_kept_away_survive_a_restart_and_are_let_back_once_pending(tmp_path
     refuses the change for a running job), so a job that started elsewhere keeps its record
     until it is pending again."""
     clock = Clock()
-    slurm = Slurmctld(clock, [Job(7, "PENDING", "", "alice", excluded=GPU1), Job(8, "PENDING", "", "bob", excluded=CPU1),
-                              Job(9, "RUNNING", CPU2, "carol")])
+    slurm = Slurmctld(clock, [Job(7, "PENDING", "", "alice", excluded=GPU1),
+                              Job(8, "PENDING", "", "bob", excluded=CPU1), Job(9, "RUNNING", CPU2, "carol")])
     d = daemon(tmp_path, spec_file, slurm, Containers(clock), clock)
     d.store.keep_away((7, 8, 9), CPU1, clock.now + 30)
     loops(d, clock, 1)
