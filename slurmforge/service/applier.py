@@ -182,13 +182,17 @@ class _Run:
                 if job is None or not job.is_pending() or x.node in excluded:
                     self.store.set_kept_away(job_id, x.node, KEEP_NOTHING)
                     continue
-                try:
-                    self.ex.slurm.exclude_nodes(job_id, [*excluded, x.node])
+                required = x.node in (expand(job.required) if job.required else [])
+                try:  # a job that must run on the node (-w) waits instead: nothing to undo
+                    if required:
+                        self.ex.slurm.begin_after(job_id, x.until - self.now)
+                    else:
+                        self.ex.slurm.exclude_nodes(job_id, [*excluded, x.node])
                 except SlurmCommandError as exc:
                     log.warning("%s", exc)
                     self.report.errors += 1
                     continue
-                self.store.set_kept_away(job_id, x.node, KEEP_ADDED)
+                self.store.set_kept_away(job_id, x.node, KEEP_NOTHING if required else KEEP_ADDED)
                 kept.append(job_id)
             if kept:
                 self.event("keep-away", "", "", len(kept), f"job {', '.join(map(str, kept))} kept off {x.node} until "

@@ -95,6 +95,9 @@ class Slurmctld(FakeSlurm):
             raise SlurmCommandError(["scontrol", "update", f"jobid={job}"], 1, "Job is no longer pending execution")
         self.job_list[self.job_list.index(found)] = replace(found, excluded=",".join(nodes))
 
+    def begin_after(self, job: int, seconds: float) -> None:
+        self.calls.append(("begin_after", (job, seconds)))
+
     def start(self, job_id: int, name: str) -> None:
         """The scheduler starts a pending job on a node its ExcNodeList allows."""
         job = next(j for j in self.job_list if j.id == job_id)
@@ -398,3 +401,16 @@ def test_jobs_kept_away_survive_a_restart_and_are_let_back_once_pending(tmp_path
     loops(d, clock, 1)
     assert slurm.called("exclude_nodes")[1:] == [(7, (GPU1,))] and d.store.kept_away() == []
     assert [j.excluded for j in slurm.job_list if j.id == 7] == [GPU1]
+
+
+def test_a_job_that_must_run_on_the_node_waits_out_the_window_instead(tmp_path: Path, spec_file: Path) -> None:
+    """-w dev-cpu-01: excluding the node would contradict the job's own node list, so its
+    begin time is set to the window's end (Slurm lifts that itself: nothing to undo)."""
+    clock = Clock()
+    slurm = Slurmctld(clock, [Job(7, "PENDING", "", "alice", required=f"{CPU1},{CPU2}")])
+    d = daemon(tmp_path, spec_file, slurm, Containers(clock), clock)
+    d.store.keep_away((7,), CPU1, clock.now + LOOP + 30)
+    loops(d, clock, 1)
+    assert slurm.called("begin_after") == [(7, 30.0)] and slurm.called("exclude_nodes") == []
+    loops(d, clock, 4)
+    assert slurm.called("exclude_nodes") == [] and d.store.kept_away() == []
