@@ -42,9 +42,11 @@ class MarkDown:
 
     nodes: tuple[str, ...]
     reason: str
-    hold: bool = False
-    """DRAIN too: the new machine's registration ends DOWN (ReturnToService=2) but not DRAIN,
-    so the node takes no job until the service resumes it."""
+    keep_away: tuple[int, ...] = ()
+    """The jobs on the node (one node): recorded before the DOWN and kept off the node for
+    `keep_for` s after it (KeepAway), not the node held: its new machine takes other jobs
+    as soon as its slurmd registered (ReturnToService=2 ends the DOWN)."""
+    keep_for: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,26 @@ class Drain:
 class Requeue:
     jobs: tuple[int, ...]
     reason: str
+
+
+@dataclass(frozen=True)
+class KeepAway:
+    """Keep jobs that ran on `node`'s dead machine off the node until `until` (recorded,
+    then added to each pending job's ExcNodeList): a retried RPC for them may still reach
+    the node's new machine (service.classify, STALE_RPC_WINDOW)."""
+
+    node: str
+    jobs: tuple[int, ...]
+    until: float
+
+
+@dataclass(frozen=True)
+class LetBack:
+    """The window is over: take `node` out of the ExcNodeList of the jobs the service kept
+    off it (once each job is pending; forgotten once it ended)."""
+
+    node: str
+    jobs: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -186,5 +208,5 @@ class AdvanceInterruption:
 Action = (
     Launch | Terminate | PowerDown | MarkDown | PowerUp | Resume | Drain | Requeue | Release | Signal | SetAddress
     | MarkCooldown | Bind | Unbind | SetMark | ClearMark | Replaced | Joined | AbandonLaunch | CloseRequests
-    | AdvanceInterruption | ForgetSignalled
+    | AdvanceInterruption | ForgetSignalled | KeepAway | LetBack
 )

@@ -2,7 +2,8 @@
 store. One failing command is logged and does not stop the others.
 
 Order: bookkeeping (with the events of replaced nodes), then what protects running work
-(drain, signal), then nodes marked DOWN, power-downs and requeues, terminations, addresses,
+(drain, signal), then nodes marked DOWN, power-downs and requeues, jobs kept off a replaced
+node (and let back), terminations, addresses,
 power-ups and resumes, and launches last (the slow part).
 A launch is written to the store before the provider hears of it and completed after;
 if the provider raises, the record stays pending and the next loop retries it with the
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmforge.errors import SlurmCommandError
-from slurmforge.hostlists import compress
+from slurmforge.hostlists import compress, expand
 from slurmforge.provider import (
     THROTTLED,
     Instance,
@@ -32,8 +33,17 @@ from slurmforge.provider import (
 from slurmforge.service import actions as a
 from slurmforge.service import when
 from slurmforge.service.pool_hosts import PoolHosts
-from slurmforge.service.slurm import SlurmClient
-from slurmforge.service.state import JOINING, Binding, Cooldown, Event, LaunchRecord, Store
+from slurmforge.service.slurm import Job, SlurmClient
+from slurmforge.service.state import (
+    JOINING,
+    KEEP_ADDED,
+    KEEP_NOTHING,
+    Binding,
+    Cooldown,
+    Event,
+    LaunchRecord,
+    Store,
+)
 from slurmforge.service.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -44,6 +54,7 @@ PHASES: tuple[tuple[type, ...], ...] = (
     (a.Drain, a.Signal),
     (a.MarkDown, a.PowerDown),
     (a.Requeue, a.Release),
+    (a.KeepAway, a.LetBack),
     (a.ForgetSignalled,),
     (a.Terminate,),
     (a.SetAddress, a.PowerUp, a.Resume),
@@ -96,7 +107,8 @@ class _Run:
             a.PowerDown: self.power_down, a.MarkDown: self.mark_down, a.Drain: self.drain, a.Terminate: self.terminate,
             a.Requeue: self.requeue, a.Release: self.release, a.Signal: self.signal, a.Launch: self.launch,
             a.PowerUp: lambda xs: self._slurm(self.ex.slurm.power_up, [n for x in xs for n in x.nodes]),
-            a.Resume: self.resume, a.SetAddress: self.set_addresses,
+            a.Resume: self.resume, a.SetAddress: self.set_addresses, a.KeepAway: self.keep_away,
+            a.LetBack: self.let_back,
         }
         by_type: dict[type, list[Any]] = {}
         for action in batch:
@@ -143,13 +155,81 @@ class _Run:
                 self.event("power-down", pool, "", count, reason)
 
     def mark_down(self, items: list[a.MarkDown]) -> None:
+        """The jobs to keep off a node are recorded before its DOWN (which requeues them)
+        and excluded after it: a service that dies in between excludes them on restart."""
+        away = [a.KeepAway(n, x.keep_away, self.now + x.keep_for) for x in items if x.keep_away for n in x.nodes]
+        for x in away:
+            self.store.keep_away(x.jobs, x.node, x.until)
         for reason, nodes in _by_reason(items).items():
             self._slurm(functools.partial(_mark_down, self.ex.slurm, reason=reason), nodes)
             for pool, count in self._pools(nodes).items():
                 self.event("mark-down", pool, "", count, reason)
-        held = [x for x in items if x.hold]
-        for reason, nodes in _by_reason(held).items():
-            self._slurm(functools.partial(_drain, self.ex.slurm, reason=reason), nodes)
+        if away:
+            self.keep_away(away)
+
+    def keep_away(self, items: list[a.KeepAway]) -> None:
+        """Each pending job gets the node in its ExcNodeList, unless it named it there itself;
+        one Slurm refuses stays to be tried again next loop, while the window lasts."""
+        found = self._jobs([j for x in items for j in x.jobs])
+        if found is None:
+            return
+        for x in items:
+            self.store.keep_away(x.jobs, x.node, x.until)
+            kept = []
+            for job_id in x.jobs:
+                job = found.get(job_id)
+                excluded = expand(job.excluded) if job is not None and job.excluded else []
+                if job is None or not job.is_pending() or x.node in excluded:
+                    self.store.set_kept_away(job_id, x.node, KEEP_NOTHING)
+                    continue
+                required = x.node in (expand(job.required) if job.required else [])
+                try:  # a job that must run on the node (-w) waits instead: nothing to undo
+                    if required:
+                        self.ex.slurm.begin_after(job_id, x.until - self.now)
+                    else:
+                        self.ex.slurm.exclude_nodes(job_id, [*excluded, x.node])
+                except SlurmCommandError as exc:
+                    log.warning("%s", exc)
+                    self.report.errors += 1
+                    continue
+                self.store.set_kept_away(job_id, x.node, KEEP_NOTHING if required else KEEP_ADDED)
+                kept.append(job_id)
+            if kept:
+                self.event("keep-away", "", "", len(kept), f"job {', '.join(map(str, kept))} kept off {x.node} until "
+                           f"{when.clock(x.until)}: an RPC retried for its dead machine may still reach the new one")
+
+    def let_back(self, items: list[a.LetBack]) -> None:
+        """The node leaves the ExcNodeList of each job the service added it to, once the job
+        is pending (Slurm changes it for no other); a running job keeps its record until
+        it is pending again or has ended."""
+        stages = {(r.job, r.node): r.stage for r in self.store.kept_away()}
+        found = self._jobs([j for x in items for j in x.jobs])
+        if found is None:
+            return
+        for x in items:
+            for job_id in x.jobs:
+                job = found.get(job_id)
+                if stages.get((job_id, x.node)) == KEEP_ADDED and job is not None:
+                    if job.is_running() or job.state == "SUSPENDED":
+                        continue
+                    if job.is_pending():
+                        rest = [n for n in expand(job.excluded) if n != x.node] if job.excluded else []
+                        try:
+                            self.ex.slurm.exclude_nodes(job_id, rest)
+                        except SlurmCommandError as exc:
+                            log.warning("%s", exc)
+                            self.report.errors += 1
+                            continue
+                self.store.forget_kept_away(job_id, x.node)
+
+    def _jobs(self, ids: list[int]) -> dict[int, Job] | None:
+        """The jobs as slurmctld holds them now; None when that could not be read."""
+        try:
+            return {j.id: j for j in self.ex.slurm.jobs_by_id(sorted(set(ids)))}
+        except SlurmCommandError as exc:
+            log.warning("%s", exc)
+            self.report.errors += 1
+            return None
 
     def drain(self, items: list[a.Drain]) -> None:
         for reason, nodes in _by_reason(items).items():

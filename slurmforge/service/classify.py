@@ -88,7 +88,9 @@ from slurmforge.service.actions import (
     Drain,
     ForgetSignalled,
     Joined,
+    KeepAway,
     Launch,
+    LetBack,
     MarkCooldown,
     MarkDown,
     PowerDown,
@@ -108,6 +110,7 @@ from slurmforge.service.slurm import Job, NodeState, signal_name
 from slurmforge.service.state import (
     INTERRUPTION_COOLDOWN,
     JOINING,
+    KEEP_NEW,
     InterruptionRecord,
     Request,
     ServiceState,
@@ -141,12 +144,21 @@ NEW_NODE_GRACE = 900.0
 newer spec's node, whose machine `up --local` makes before the rollout publishes that spec
 and reconfigures Slurm (a static node of a pool added or grown). Older, it is an orphan."""
 STALE_RPC_WINDOW = 65.0
-"""Seconds after a static node was set DOWN before its new machine takes jobs: slurmctld
-retries an RPC the dead machine did not answer - the kill of the jobs that ran there - every
-60 s (RPC_RETRY_INTERVAL, agent.c) until a slurmd answers, and slurmd ends every step of that
-job id (kill_job in slurmd/req.c): a requeued job that started again on the new machine
-(the requeue hold is only CRED_EXPIRE + 1 s) would be killed there by its own earlier run's
-kill."""
+"""Seconds after a static node was set DOWN during which an RPC meant for its dead machine
+may still reach the new one. Slurm 24.11: an RPC sent with retry (signals to a job or its
+steps - `_signal_job`, `_signal_batch_job` in job_mgr.c, `signal_step_tasks` in
+stepmgr.c) that the node did not answer is queued again unless the node is DOWN then
+(`_queue_agent_retry`, agent.c: "Do not re-send RPC to DOWN node") and resent when
+RPC_RETRY_INTERVAL (60 s) has passed (`_agent_retry`); one queued just before the DOWN is
+resent up to 60 s after it, and reaches the new machine if its slurmd registered by then
+(the node is no longer DOWN: ReturnToService=2). The message names only the job and step
+ids, which restart with the job's next run (`batch_requeue_fini` sets next_step_id = 0),
+and slurmd acts on any step of that id (`_rpc_terminate_job` in slurmd/req.c signals every
+step of the job id; `cred_revoke` weighs the kill's start_time against nothing but its
+own revocation). The kill slurmctld sends at the DOWN itself is not retried
+(deallocate_nodes: "retry = 0", and re_kill_job skips DOWN nodes). So the jobs that ran
+on the dead machine - not the node - are kept off it for this window: their requeue hold
+is only CRED_EXPIRE + 1 s (batch_requeue_fini)."""
 REPLACING = "replacing"
 """Mark of a static node whose machine failed, since the first sign of it, until the node
 is in service again on a new one (for the event's measured times)."""
@@ -269,6 +281,7 @@ def classify(world: World) -> list[Action]:
     actions += ctx.orphans()
     actions += ctx.interruptions()
     actions += ctx.signalled()
+    actions += ctx.kept_away()
     actions += ctx.stale_bindings()
     actions += ctx.duplicate_launches()
     actions += ctx.close_requests()
@@ -720,15 +733,16 @@ class Context:
         if status is NodeStatus.NEEDS_ADDRESS and inst is not None and inst.address:
             return [SetAddress(name, inst.address)]
         if status is NodeStatus.REPLACEMENT_JOINED:
-            # back in service once slurmctld's retries to the dead machine are over: a stale
-            # kill for a job that ran there would end that job's next run on the new one
-            settled = self.now - node.reason_changed_at >= STALE_RPC_WINDOW
-            return [Resume((name,))] if settled else []
+            # at once: the jobs a stale RPC could hit are kept off the node, not the node held
+            return [Resume((name,))]
         if status is NodeStatus.DIED_BOOTING:
             return self._died_booting(name, inst)
         if status is NodeStatus.REPLACEMENT_DUE:
             jobs = self.world.jobs.get(name, ())
             actions: list[Action] = [Requeue(jobs, f"replacing {name}")] if jobs else []
+            until = node.reason_changed_at + STALE_RPC_WINDOW
+            if jobs and until > self.now:  # they ran on the dead machine too
+                actions.append(KeepAway(name, jobs, until))
             if inst is not None and inst.state is InstanceState.STOPPED:  # runs nothing, costs its disks
                 actions.append(Terminate(inst.id, name, f"replaced: instance {inst.id} of {name} is stopped"))
             return actions
@@ -737,8 +751,9 @@ class Context:
         actions = self._mark_replacing(name)
         detail = _detail(status, node, inst)
         if status is NodeStatus.INSTANCE_LOST:
-            # held (DRAIN too): lifted once STALE_RPC_WINDOW has passed (REPLACEMENT_JOINED)
-            return [*actions, MarkDown((name,), _own(detail), hold=True)]
+            # its jobs, not the node, kept off it for STALE_RPC_WINDOW after the DOWN
+            return [*actions, MarkDown((name,), _own(detail), keep_away=self.world.jobs.get(name, ()),
+                                       keep_for=STALE_RPC_WINDOW)]
         if inst is not None and inst.state in LIVE:
             actions.append(Terminate(inst.id, name, detail))
         return actions
@@ -904,6 +919,20 @@ class Context:
                                                   f"({record.why or 'signalled'})"))
             settled.append(job_id)
         return [*actions, ForgetSignalled(tuple(settled))] if settled else actions
+
+    def kept_away(self) -> list[Action]:
+        """Jobs kept off a replaced node (STALE_RPC_WINDOW): excluded while the window lasts
+        (again after a service restart that came between the record and the exclusion),
+        let back once it is over."""
+        due: dict[tuple[str, float], list[int]] = {}
+        over: dict[str, list[int]] = {}
+        for record in self.state.kept_away:
+            if self.now >= record.until:
+                over.setdefault(record.node, []).append(record.job)
+            elif record.stage == KEEP_NEW:
+                due.setdefault((record.node, record.until), []).append(record.job)
+        return [*(KeepAway(node, tuple(jobs), until) for (node, until), jobs in sorted(due.items())),
+                *(LetBack(node, tuple(jobs)) for node, jobs in sorted(over.items()))]
 
     def stale_bindings(self) -> list[Action]:
         """Bindings of nodes that are off (or gone from Slurm) and have no live machine."""

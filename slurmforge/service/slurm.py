@@ -295,6 +295,10 @@ class Job:
     whatever its partition's MaxTime becomes (job_time_limit in 24.11's job_mgr.c)."""
     exit_signal: str = ""
     """The signal that ended the job's batch script (exit_code.signal: "USR1"), else ""."""
+    excluded: str = ""
+    """excluded_nodes: the hostlist the job may not use (ExcNodeList)."""
+    required: str = ""
+    """required_nodes: the hostlist the job must run on (-w, ReqNodeList)."""
 
     def node_names(self) -> list[str]:
         return expand(self.nodes) if self.nodes else []
@@ -325,7 +329,9 @@ def parse_jobs(text: str) -> list[Job]:
                         started_at=_number(item.get("start_time")),
                         description=str(item.get("state_description") or ""),
                         qos=str(item.get("qos") or ""), time_limit=minutes(item.get("time_limit")),
-                        exit_signal=_exit_signal(item.get("exit_code"))))
+                        exit_signal=_exit_signal(item.get("exit_code")),
+                        excluded=str(item.get("excluded_nodes") or ""),
+                        required=str(item.get("required_nodes") or "")))
     return jobs
 
 
@@ -514,6 +520,16 @@ class SlurmClient:
     def requeue(self, jobs: Sequence[int]) -> None:
         for chunk in _chunks(list(jobs), MAX_JOBS_PER_CALL):
             self.run("scontrol", "requeue", ",".join(str(j) for j in chunk))
+
+    def exclude_nodes(self, job: int, nodes: Sequence[str]) -> None:
+        """The job's ExcNodeList becomes `nodes` (none: cleared). Slurm changes it only while
+        the job is pending (ESLURM_JOB_NOT_PENDING otherwise: _update_job, job_mgr.c)."""
+        self.run("scontrol", "update", f"jobid={job}", "excnodelist=" + (compress(list(nodes)) if nodes else ""))
+
+    def begin_after(self, job: int, seconds: float) -> None:
+        """The pending job starts no sooner than `seconds` from now (StartTime=now+N: its begin
+        time, which a later requeue keeps while it lies ahead - batch_requeue_fini, job_mgr.c)."""
+        self.run("scontrol", "update", f"jobid={job}", f"starttime=now+{max(math.ceil(seconds), 1)}")
 
     def release(self, jobs: Sequence[int]) -> None:
         for chunk in _chunks(list(jobs), MAX_JOBS_PER_CALL):

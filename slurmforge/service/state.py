@@ -9,6 +9,9 @@
   whose account quota is used up: 15 min, doubling, at most an hour, with the quotas);
 - hand-off requests from the power-saving programs (the job each node is for);
 - interruption notices and their progress; per-node marks ("not responding since");
+- jobs kept off a replaced static node's new machine until the retries of RPCs sent to
+  its dead one are over (service.classify, STALE_RPC_WINDOW), and whether the service
+  added the node to each job's ExcNodeList, so that it takes it out again;
 - recent events and counters for the pool page and /metrics.
 """
 
@@ -64,6 +67,9 @@ CREATE TABLE IF NOT EXISTS events (
     link TEXT NOT NULL, count INTEGER NOT NULL, detail TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS signalled (
     job INTEGER PRIMARY KEY, signal TEXT NOT NULL, at REAL NOT NULL, why TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS kept_away (
+    job INTEGER NOT NULL, node TEXT NOT NULL, until REAL NOT NULL, stage TEXT NOT NULL,
+    PRIMARY KEY (job, node));
 CREATE TABLE IF NOT EXISTS counters (
     name TEXT NOT NULL, labels TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (name, labels));
 """
@@ -140,6 +146,22 @@ class SignalledJob:
     why: str = ""
 
 
+KEEP_NEW, KEEP_ADDED, KEEP_NOTHING = "new", "added", "nothing"
+
+
+@dataclass(frozen=True)
+class KeptAway:
+    """A job that ran on a static node's dead machine, kept off the node until `until`.
+    stage: new (not excluded yet) -> added (the service added the node to the job's
+    ExcNodeList, and takes it out at `until`) or nothing (the job excluded it itself, or
+    was not pending: nothing to undo)."""
+
+    job: int
+    node: str
+    until: float
+    stage: str = KEEP_NEW
+
+
 @dataclass(frozen=True)
 class Event:
     at: float
@@ -162,6 +184,7 @@ class ServiceState:
     interruptions: tuple[InterruptionRecord, ...] = ()
     marks: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     signalled: Mapping[int, SignalledJob] = field(default_factory=dict)
+    kept_away: tuple[KeptAway, ...] = ()
 
 
 class Store:
@@ -211,6 +234,7 @@ class Store:
             bindings=self.bindings(), pending_launches=tuple(self.pending_launches()),
             cooldowns=self.cooldowns(), node_jobs=node_jobs, requests=tuple(requests),
             interruptions=tuple(self.interruptions()), marks=self.marks(), signalled=self.signalled(),
+            kept_away=tuple(self.kept_away()),
         )
 
     # ------------------------------------------------------------------ launches
@@ -343,6 +367,25 @@ class Store:
     def signalled(self) -> dict[int, SignalledJob]:
         rows = self._db.execute("SELECT job, signal, at, why FROM signalled")
         return {int(r[0]): SignalledJob(int(r[0]), r[1], r[2], r[3]) for r in rows}
+
+    # ------------------------------------------------------------------ jobs kept away
+
+    def keep_away(self, jobs: Iterable[int], node: str, until: float) -> None:
+        """Recorded before the node goes DOWN (a service that dies next excludes them on
+        restart); a record already there keeps its stage."""
+        with self._tx() as db:
+            db.executemany("INSERT OR IGNORE INTO kept_away VALUES (?, ?, ?, ?)",
+                           [(int(j), node, until, KEEP_NEW) for j in jobs])
+
+    def set_kept_away(self, job: int, node: str, stage: str) -> None:
+        self._db.execute("UPDATE kept_away SET stage = ? WHERE job = ? AND node = ?", (stage, int(job), node))
+
+    def forget_kept_away(self, job: int, node: str) -> None:
+        self._db.execute("DELETE FROM kept_away WHERE job = ? AND node = ?", (int(job), node))
+
+    def kept_away(self) -> list[KeptAway]:
+        rows = self._db.execute("SELECT job, node, until, stage FROM kept_away ORDER BY node, job")
+        return [KeptAway(int(r[0]), r[1], r[2], r[3]) for r in rows]
 
     # ------------------------------------------------------------------ marks
 

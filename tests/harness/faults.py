@@ -128,8 +128,12 @@ class DeadNode:
     """With `finish`: from the kill to the requeued job COMPLETED in sacct (it ran again on
     the replacement); None when it did not within the limit, or not asked."""
     joined: float | None = None
-    """From the kill to the replacement's slurmd registered (the node no longer DOWN; the
-    service holds it drained STALE_RPC_WINDOW after its DOWN before it takes jobs)."""
+    """From the kill to the replacement's slurmd registered (the node no longer DOWN: it
+    takes jobs at once; only the jobs of the dead machine are kept off it for
+    STALE_RPC_WINDOW after its DOWN)."""
+    first_job: float | None = None
+    """With `probe`: from the kill to a job that fits only the victim (submitted right after
+    the kill, `-w victim`) running there; None when it did not within the limit."""
 
 
 def controller_outage(live: LiveCluster, seconds: float, where: JobNodes) -> Outage:
@@ -188,15 +192,18 @@ default) before it may run again; then the job's own length."""
 
 
 def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit: float = 180,
-              finish: bool = False) -> DeadNode:
+              finish: bool = False, probe: bool = False) -> DeadNode:
     """The victim's container killed under a running 2-node `--requeue` job: timed until the
     job leaves RUNNING (requeued), and until the node is in service again on a machine the
     scheduler service started by itself (a static node is kept alive). Then the job is
     cancelled or (`finish`) awaited COMPLETED in sacct, run again on the replacement; a
     victim the service did not bring back within `back_limit` is started, so the cluster is
-    left as it was found."""
+    left as it was found. `probe`: a 1-node job for the victim alone is submitted right after
+    the kill and timed until it runs on the replacement (`first_job`)."""
     clear_leftovers(live)
     in_service_first(live, where.nodes)
+    probe_job: str | None = None
+    first_job: float | None = None
     length = FINISH_JOB_SECONDS if finish else 600
     job = _submit(live, f"-N 2 -p {where.partition} -w {where.nodes} -o nd-%j.out --requeue --wrap 'sleep {length}'")
     back: float | None = None
@@ -207,6 +214,8 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit
         wait_until(lambda: live.squeue_state(job) == "RUNNING", 60, f"job {job} running")
         live.podman.run(["kill", where.victim])
         killed = time.monotonic()
+        if probe:
+            probe_job = _submit(live, f"-N 1 -p {where.partition} -w {where.victim} -o nd-%j.out --wrap 'sleep 20'")
         try:
             wait_until(lambda: live.squeue_state(job) != "RUNNING", limit, f"job {job} leaving RUNNING", every=1)
             seconds: float | None = time.monotonic() - killed
@@ -229,6 +238,11 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit
             wait_until(in_service, max(back_limit - (time.monotonic() - killed), 1), f"{where.victim} replaced",
                        every=1)
             back = time.monotonic() - killed
+        if probe_job is not None:
+            with contextlib.suppress(ProvisionError):
+                wait_until(lambda: live.squeue_state(probe_job) not in ("PENDING", ""), max(limit - (
+                    time.monotonic() - killed), 1), f"job {probe_job} running on {where.victim}", every=1)
+                first_job = time.monotonic() - killed
         if "PENDING" not in states:  # Slurm requeues once the job's other node finished its part
             with contextlib.suppress(ProvisionError):
                 wait_until(lambda: live.squeue_state(job) == "PENDING", max(min(60.0, limit), 1), f"job {job} requeued",
@@ -240,11 +254,12 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit
                            max(FINISH_LIMIT - (time.monotonic() - killed), 1), f"job {job} COMPLETED", every=2)
                 completed = time.monotonic() - killed
     finally:
-        live.root(f"scancel {job} 2>/dev/null || true")
+        live.root(f"scancel {' '.join(filter(None, (job, probe_job)))} 2>/dev/null || true")
         if back is None:
             live.podman.run(["start", where.victim], check=False)
     wait_until(lambda: live.slurm_state(where.victim) in IN_SERVICE, 180, f"{where.victim} back in service", every=2)
-    return DeadNode(job, seconds, after, back, requeued="PENDING" in states, completed=completed, joined=joined)
+    return DeadNode(job, seconds, after, back, requeued="PENDING" in states, completed=completed, joined=joined,
+                    first_job=first_job)
 
 
 @dataclass(frozen=True)

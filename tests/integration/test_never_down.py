@@ -8,6 +8,9 @@ local cluster, each with jobs in flight and counted in `sacct`:
 A policy change applied live under load is tests/integration/test_restarts.py's rollout
 test (one rollout serves both: the jobs in flight, and the policy in force after).
 
+A replaced static node (its machine killed under a 2-node job, a job for it alone submitted
+at once) takes that job within 60 s while the requeued job completes: the last test.
+
 The outage (slurmctld stopped 90 s under a running and a pending job: the service holds and
 says so, no machine stops, both jobs COMPLETED) and the dead static node (its machine killed
 under a running job: the job is requeued, the service replaces the machine) are
@@ -77,3 +80,23 @@ def test_a_config_slurm_refuses_keeps_the_old_one_running(cluster: Cluster_, tmp
     # the next up converges without --full-rollout: the failed rollout unmarked the controller
     up_with(cluster, SPEC.read_text(), tmp_path)
     assert root(cluster, "cat /etc/slurm/slurm.conf").strip() == good.strip()
+
+
+def test_a_replaced_static_node_takes_jobs_at_once_and_the_dead_machines_job_is_not_killed(cluster: Cluster_) -> None:
+    """Issue 36: a static node's machine killed under a 2-node `--requeue` job, and at once a
+    job that fits only that node submitted. The node takes that job as soon as its new
+    slurmd registered (within 60 s of the kill), while the requeued job - kept off the node
+    for the window in which an RPC retried for its dead machine may reach the new one
+    (classify.STALE_RPC_WINDOW) - runs again and COMPLETES: no stale RPC ended it."""
+    from slurmforge.inventory import read_inventory
+    from tests.harness.faults import JobNodes, dead_node
+
+    live = cluster.live()
+    where = JobNodes.of(cluster.spec, read_inventory(cluster.report.inventory)[1], None)
+    dead = dead_node(live, where, finish=True, probe=True)
+    print(f"[replaced] {dead}", flush=True)
+    assert dead.requeued, dead
+    assert dead.first_job is not None and dead.first_job <= 60, dead
+    assert dead.completed is not None, dead  # its next run was not ended by a stale RPC
+    runs = live.root(f"sacct -n -X -D -P -j {dead.job} -o State").split()
+    assert runs[-1] == "COMPLETED" and "CANCELLED" not in " ".join(runs) and "FAILED" not in runs, runs

@@ -38,7 +38,9 @@ from slurmforge.service.actions import (
     Drain,
     ForgetSignalled,
     Joined,
+    KeepAway,
     Launch,
+    LetBack,
     MarkCooldown,
     MarkDown,
     PowerDown,
@@ -53,13 +55,15 @@ from slurmforge.service.actions import (
     Terminate,
     Unbind,
 )
-from slurmforge.service.classify import NodeStatus, classify, launch_token
+from slurmforge.service.classify import STALE_RPC_WINDOW, NodeStatus, classify, launch_token
 from slurmforge.service.handoff import HandoffKind
 from slurmforge.service.slurm import Job
 from slurmforge.service.state import (
+    KEEP_ADDED,
     Binding,
     Cooldown,
     InterruptionRecord,
+    KeptAway,
     LaunchRecord,
     Request,
     ServiceState,
@@ -256,22 +260,23 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
     "static-machine-terminated-under-jobs-marks-down": (
         WorldBuilder([node(OD1, ALLOCATED)], [instance("i-1", OD1, TERMINATED, pool="od")], jobs={OD1: (5,)}),
         [SetMark(OD1, "replacing", NOW),
-         MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is terminated", hold=True)]),
+         MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is terminated", keep_away=(5,),
+                  keep_for=STALE_RPC_WINDOW)]),
     "static-noncloud-machine-stopped-marks-down": (
         WorldBuilder([node(OD1, ("idle",))], [instance("i-1", OD1, STOPPED, pool="od")]),
         [SetMark(OD1, "replacing", NOW),
-         MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is stopped", hold=True)]),
+         MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is stopped", keep_for=STALE_RPC_WINDOW)]),
     "static-slurm-down-machine-gone-marks-down-with-own-reason": (
         WorldBuilder([node(OD1, DOWN, reason="Not responding")], [instance("i-1", OD1, TERMINATED, pool="od")],
                      state(marks={OD1: {"unresponsive": NOW - 100}})),
         [ClearMark(OD1, "unresponsive"), SetMark(OD1, "replacing", NOW - 100),
-         MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is terminated", hold=True)]),
+         MarkDown((OD1,), "slurmforge: instance i-1 of t-od-01 is terminated", keep_for=STALE_RPC_WINDOW)]),
     "static-machine-not-listed-marks-first": (
         WorldBuilder([node(OD1, IDLE)]), [SetMark(OD1, "missing", NOW)]),
     "static-machine-not-listed-past-grace-marks-down": (
         WorldBuilder([node(OD1, IDLE)], state=state(marks={OD1: {"missing": NOW - 61}})),
         [SetMark(OD1, "replacing", NOW - 61),
-         MarkDown((OD1,), "slurmforge: no machine of t-od-01 is listed", hold=True)]),
+         MarkDown((OD1,), "slurmforge: no machine of t-od-01 is listed", keep_for=STALE_RPC_WINDOW)]),
     "static-down-by-service-machine-gone-requeues-and-launches": (
         WorldBuilder([node(OD1, DOWN, reason="slurmforge: instance i-1 of t-od-01 is terminated")],
                      [instance("i-1", OD1, TERMINATED, pool="od")], state(marks={OD1: {"replacing": NOW - 30}}),
@@ -390,13 +395,27 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
                      [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
                      state(bindings=bound(OD1, "i-2", at=NOW - 30, link="od"))),
         [Resume((OD1,))]),
-    # slurmctld may still deliver the dead machine's kill of a job that ran there (retried every
-    # 60 s): the new machine takes no job before that window has passed since the DOWN
-    "static-replacement-registered-waits-out-the-stale-kills": (
+    # the jobs that ran on the dead machine are kept off the node (STALE_RPC_WINDOW), not the
+    # node held: resumed as soon as its new slurmd registered
+    "static-replacement-registered-resumed-at-once": (
         WorldBuilder([node(OD1, ("idle", "CLOUD", "DRAIN"), reason="slurmforge: x", address="10.0.16.7",
-                           reason_changed_at=NOW - 64, slurmd_started_at=NOW - 5)],
+                           reason_changed_at=NOW - 20, slurmd_started_at=NOW - 5)],
                      [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
-                     state(bindings=bound(OD1, "i-2", at=NOW - 30, link="od"))), []),
+                     state(bindings=bound(OD1, "i-2", at=NOW - 30, link="od"))), [Resume((OD1,))]),
+    "static-down-by-service-jobs-left-requeued-and-kept-away": (
+        WorldBuilder([node(OD1, DOWN, reason="slurmforge: instance i-1 of t-od-01 is terminated",
+                           reason_changed_at=NOW - 10)],
+                     [instance("i-1", OD1, TERMINATED, pool="od")], state(marks={OD1: {"replacing": NOW - 30}}),
+                     jobs={OD1: (5,)}),
+        [Requeue((5,), "replacing t-od-01"), KeepAway(OD1, (5,), NOW - 10 + STALE_RPC_WINDOW),
+         Launch("od", "od", (OD1,), launch_token("od", [OD1], NOW))]),
+    "kept-away-not-excluded-yet-is-excluded": (
+        WorldBuilder([], state=state(kept_away=(KeptAway(5, OD1, NOW + 30), KeptAway(6, OD1, NOW + 30, KEEP_ADDED)))),
+        [KeepAway(OD1, (5,), NOW + 30)]),
+    "kept-away-window-over-is-let-back": (
+        WorldBuilder([], state=state(kept_away=(KeptAway(5, OD1, NOW, KEEP_ADDED), KeptAway(6, OD1, NOW - 1),
+                                                KeptAway(7, OD2, NOW + 1, KEEP_ADDED)))),
+        [LetBack(OD1, (5, 6))]),
     "static-back-in-service-on-the-new-machine": (
         WorldBuilder([node(OD1, IDLE, address="10.0.16.7", slurmd_started_at=NOW - 5)],
                      [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],

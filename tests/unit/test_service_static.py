@@ -87,6 +87,23 @@ class Slurmctld(FakeSlurm):
                 raise SlurmCommandError(["scontrol", "requeue", str(job_id)], 1, "Job is pending execution")
             self.job_list[self.job_list.index(job)] = replace(job, state="PENDING", nodes="")
 
+    def exclude_nodes(self, job: int, nodes: Sequence[str]) -> None:
+        """Slurm changes a job's ExcNodeList only while it is pending (_update_job, job_mgr.c)."""
+        self.calls.append(("exclude_nodes", (job, tuple(nodes))))
+        found = next(j for j in self.job_list if j.id == job)
+        if not found.is_pending():
+            raise SlurmCommandError(["scontrol", "update", f"jobid={job}"], 1, "Job is no longer pending execution")
+        self.job_list[self.job_list.index(found)] = replace(found, excluded=",".join(nodes))
+
+    def begin_after(self, job: int, seconds: float) -> None:
+        self.calls.append(("begin_after", (job, seconds)))
+
+    def start(self, job_id: int, name: str) -> None:
+        """The scheduler starts a pending job on a node its ExcNodeList allows."""
+        job = next(j for j in self.job_list if j.id == job_id)
+        assert job.is_pending() and name not in job.excluded.split(","), job
+        self.job_list[self.job_list.index(job)] = replace(job, state="RUNNING", nodes=name)
+
     def resume(self, nodes: Sequence[str]) -> None:
         self.calls.append(("resume", (tuple(nodes),)))
         for n in nodes:
@@ -190,23 +207,29 @@ def test_a_dead_machine_is_replaced_and_its_jobs_requeued(tmp_path: Path, spec_f
     loops(d, clock, 1)
     assert len(machines.requests) == 1  # booting: not launched again
     slurm.register(CPU1)
+    slurm.job_list.append(Job(10, "PENDING", "", "dave"))  # submitted as the machine died
     loops(d, clock, 1)
-    # ReturnToService=2 ended DOWN; the DRAIN the service set with it keeps the new machine out
-    # of service until slurmctld's retries of the dead machine's kills are over (STALE_RPC_WINDOW)
-    assert slurm.state[CPU1].state == "idle" and "DRAIN" in slurm.state[CPU1].flags
+    # ReturnToService=2 ended DOWN and nothing else holds the node: in service at once, for
+    # every job but those that ran on the dead machine (STALE_RPC_WINDOW)
+    assert slurm.state[CPU1].state == "idle" and "DRAIN" not in slurm.state[CPU1].flags
+    assert slurm.called("resume") == [] and slurm.called("drain") == []
+    slurm.start(10, CPU1)
     down_at = slurm.state[CPU1].reason_changed_at
-    while not slurm.called("resume"):
-        assert clock.now - down_at < STALE_RPC_WINDOW
-        loops(d, clock, 1)
-    assert slurm.called("resume") == [((CPU1,),)] and clock.now - down_at >= STALE_RPC_WINDOW
-    loops(d, clock, 1)
+    assert slurm.called("exclude_nodes") == [(7, (CPU1,)), (9, (CPU1,))]
+    assert {j.id: j.excluded for j in slurm.job_list if j.id in (7, 9)} == {7: CPU1, 9: CPU1}
     (event,) = [e for e in d.store.events() if e.kind == "replaced"]
     assert event.pool == "cpu" and event.detail.startswith(f"{CPU1} in service again on {CPU1}: trouble seen ")
-    assert "new machine launched +30.0 s, its slurmd started +40.0 s, seen in service +100.0 s" in event.detail
-    assert clock.now - killed == 110  # killed -> in service, at this loop's pace
+    assert "new machine launched +30.0 s, its slurmd started +40.0 s, seen in service +50.0 s" in event.detail
+    assert clock.now - killed == 60  # killed -> in service, at this loop's pace
+    while len(slurm.called("exclude_nodes")) < 4:  # let back once the window is over
+        assert clock.now - down_at < STALE_RPC_WINDOW + LOOP
+        loops(d, clock, 1)
+    assert clock.now - down_at >= STALE_RPC_WINDOW
+    assert slurm.called("exclude_nodes")[2:] == [(7, ()), (9, ())] and d.store.kept_away() == []
+    slurm.start(7, CPU1)
     metrics = metrics_text(d.snapshot)  # type: ignore[arg-type]
     assert 'slurmforge_replaced_nodes_total{pool="cpu"} 1' in metrics
-    assert 'slurmforge_replacement_seconds_total{pool="cpu"} 100' in metrics
+    assert 'slurmforge_replacement_seconds_total{pool="cpu"} 50' in metrics
     # the join share, as for every machine the service launches: launch -> its slurmd started
     (joined,) = [e for e in d.store.events() if e.kind == "joined"]
     assert (joined.pool, joined.detail) == ("cpu", f"{CPU1} joined: machine started -> slurmd started 10.0 s")
@@ -261,7 +284,7 @@ def test_nothing_is_replaced_while_slurms_view_is_lost(tmp_path: Path, spec_file
     loops(d, clock, 2)
     assert slurm.calls == []
     loops(d, clock, 1)
-    assert [name for name, _ in slurm.calls] == ["mark_down", "drain"]  # DOWN, held out of service
+    assert [name for name, _ in slurm.calls] == ["mark_down", "exclude_nodes"]  # DOWN, its job kept off it
 
 
 def test_a_standby_service_replaces_nothing(tmp_path: Path, spec_file: Path) -> None:
@@ -331,11 +354,7 @@ def test_a_health_drained_node_gets_a_new_machine_and_its_drain_is_lifted(tmp_pa
     assert machines.started() == [GPU1]
     slurm.register(GPU1)
     assert slurm.state[GPU1].flags == {"DRAIN"} and slurm.state[GPU1].state == "idle"
-    loops(d, clock, 1)
-    down_at = slurm.state[GPU1].reason_changed_at
-    while not slurm.called("resume"):  # not before slurmctld's retries to the dead machine are over
-        assert clock.now - down_at < STALE_RPC_WINDOW
-        loops(d, clock, 1)
+    loops(d, clock, 1)  # the health check's DRAIN outlived the DOWN: lifted at once
     assert slurm.called("resume") == [((GPU1,),)]
     loops(d, clock, 1)
     assert [e.pool for e in d.store.events() if e.kind == "replaced"] == ["gpu"]
@@ -356,3 +375,42 @@ def test_a_replacement_launch_the_service_crashed_in_is_retried_with_its_token(t
     loops(d, clock, 3)
     first, again = machines.requests
     assert again.token == first.token and d.store.pending_launches() == []
+
+
+def test_jobs_kept_away_survive_a_restart_and_are_let_back_once_pending(tmp_path: Path, spec_file: Path) -> None:
+    """A service that recorded the jobs of a dead machine and died before excluding them
+    excludes them when it runs again; a job that excluded the node itself, or is not
+    pending, is left as it is; once the window is over the node leaves the ExcNodeList the
+    service added it to - the user's own entries stay - when the job is pending (Slurm
+    refuses the change for a running job), so a job that started elsewhere keeps its record
+    until it is pending again."""
+    clock = Clock()
+    slurm = Slurmctld(clock, [Job(7, "PENDING", "", "alice", excluded=GPU1),
+                              Job(8, "PENDING", "", "bob", excluded=CPU1), Job(9, "RUNNING", CPU2, "carol")])
+    d = daemon(tmp_path, spec_file, slurm, Containers(clock), clock)
+    d.store.keep_away((7, 8, 9), CPU1, clock.now + 30)
+    loops(d, clock, 1)
+    assert slurm.called("exclude_nodes") == [(7, (GPU1, CPU1))]
+    assert {r.job: r.stage for r in d.store.kept_away()} == {7: "added", 8: "nothing", 9: "nothing"}
+    loops(d, clock, 1)
+    assert len(slurm.called("exclude_nodes")) == 1  # excluded once
+    slurm.start(7, CPU2)
+    loops(d, clock, 2)  # the window is over: 7 runs, its record stays
+    assert [r.job for r in d.store.kept_away()] == [7] and len(slurm.called("exclude_nodes")) == 1
+    slurm.requeue([7])
+    loops(d, clock, 1)
+    assert slurm.called("exclude_nodes")[1:] == [(7, (GPU1,))] and d.store.kept_away() == []
+    assert [j.excluded for j in slurm.job_list if j.id == 7] == [GPU1]
+
+
+def test_a_job_that_must_run_on_the_node_waits_out_the_window_instead(tmp_path: Path, spec_file: Path) -> None:
+    """-w dev-cpu-01: excluding the node would contradict the job's own node list, so its
+    begin time is set to the window's end (Slurm lifts that itself: nothing to undo)."""
+    clock = Clock()
+    slurm = Slurmctld(clock, [Job(7, "PENDING", "", "alice", required=f"{CPU1},{CPU2}")])
+    d = daemon(tmp_path, spec_file, slurm, Containers(clock), clock)
+    d.store.keep_away((7,), CPU1, clock.now + LOOP + 30)
+    loops(d, clock, 1)
+    assert slurm.called("begin_after") == [(7, 30.0)] and slurm.called("exclude_nodes") == []
+    loops(d, clock, 4)
+    assert slurm.called("exclude_nodes") == [] and d.store.kept_away() == []
