@@ -44,7 +44,7 @@ LONG = pytest.mark.long
 """Quick modes that repeat what a test of `./dev.sh test` proves run in `./dev.sh test-all`
 only: local's (an idle `up`: test_local_cluster's skip test), ceph's (an OSD stopped under a
 job: test_ceph's), never_down's (a 90 s outage and a dead static node replaced:
-test_training_survives' dead node). tests/unit/test_bench_quick.py starts every bench in the
+test_never_down's replaced node). tests/unit/test_bench_quick.py starts every bench in the
 fast phase so none rots unnoticed."""
 
 

@@ -58,6 +58,7 @@ def test_a_spot_notice_moves_the_training_to_the_fallback_link(cluster: Cluster_
     assert r.seconds is not None and r.seconds <= 90, r
 
 
+@pytest.mark.long
 def test_a_dead_node_under_training_is_requeued_resumed_and_replaced(cluster: Cluster_, jobs: str) -> None:
     live = cluster.live()
     killed: list[str] = []
