@@ -16,7 +16,6 @@ The live comparison of a service-made and a rollout-made node (packages, units, 
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import jinja2
 import pytest
 import yaml
+from test_join import sourced as join_sourced
 
 from slurmforge.contract import JOIN_PROGRAM, JOIN_STEPS_FILE, NVIDIA_DEVICES_UNIT, PATHS
 from slurmforge.join import STEPS, JoinSettings, local_settings, render_join
@@ -190,16 +190,10 @@ def run_main(program: str, tmp_path: Path, node: str, at_boot: bool) -> tuple[li
 
 def sourced(program: str, tmp_path: Path, script: str, stubs: dict[str, str] | None = None
             ) -> subprocess.CompletedProcess[str]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    for name, body in {"systemd-tmpfiles": "", "systemctl": "", "install": "", "flock": "", **(stubs or {})}.items():
-        tool = bin_dir / name
-        tool.write_text(f'#!/bin/bash\necho "{name} $*" >> {tmp_path}/calls.log\n{body}\n')
-        tool.chmod(0o755)
-    (tmp_path / "join.sh").write_text(program)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURMFORGE_JOIN_SOURCE_ONLY": "1"}
-    return subprocess.run(["bash", "-c", f"set -euo pipefail; . {tmp_path}/join.sh; {script}"], env=env,
-                          capture_output=True, text=True, timeout=30, check=False)
+    """test_join's: the program sourced, `script` run, with stand-ins for what the gpus step and
+    main call (and `stubs`)."""
+    return join_sourced(program, tmp_path, script,
+                        {"systemd-tmpfiles": "", "systemctl": "", "install": "", "flock": "", **(stubs or {})})
 
 
 @pytest.mark.parametrize(("node", "devices"), [("dev-cpu-01", 0), ("dev-cpu-03", 0), ("dev-gpu-01", 2)],
