@@ -117,6 +117,17 @@ KIT_POOL_HOSTS = "pool/hosts"
 for (service.pool_hosts), which the join program's hosts step adds to /etc/hosts. In a
 directory of the service's own: the service's user may replace this file, not the kit's
 accounts (slurmforge.join.pool_hosts_file)."""
+KIT_SLURMD_FAILURES = "slurmd"
+"""In the node kit: one file per node whose slurmd stopped on an error, `<epoch> <its last
+fatal or error line>`, written by the node (the join program's ExecStopPost of slurmd) and
+read by the scheduler service every loop (service.slurmd_failures): a machine that cannot
+start slurmd is reported with its reason within a loop, not at ResumeTimeout."""
+NVIDIA_DEVICES_UNIT = "slurmforge-nvidia-devices.service"
+"""The gpu image variant's unit that makes the NVIDIA device files (roles/gpu); the join
+program's gpus step starts it where it exists."""
+GPU_STAND_INS_FILE = "/etc/tmpfiles.d/slurmforge-gpus.conf"
+"""The local target's stand-in GPU devices (the join program's gpus step), made again at
+every boot by systemd-tmpfiles."""
 HOSTS_REFRESH = "slurmforge-hosts"
 """The timer (and its service) the join program installs: `slurmforge-join --only hosts`
 every 30 s, so shells outside a job (the login node's) resolve pool nodes that came since."""

@@ -28,7 +28,15 @@ from slurmforge.contract import DIGEST_FILE, JWT_KEY_FILE, SLURMRESTD_USER
 from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole, controller_name, controller_names
-from slurmforge.join import kit_dir, kit_files, lmod_paths, local_settings, pool_hosts_file, render_join
+from slurmforge.join import (
+    kit_dir,
+    kit_files,
+    lmod_paths,
+    local_settings,
+    pool_hosts_file,
+    render_join,
+    slurmd_failures_dir,
+)
 from slurmforge.monitoring import render_monitoring
 from slurmforge.nodes import pool_hardware
 from slurmforge.render import CONFIG_FILES, SLURMCTLD_LOG, render_all, service_shared_dir, state_save_location
@@ -158,6 +166,7 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host],
         "slurmforge_scratch": spec.storage.scratch.path if spec.storage.scratch else None,
         "slurmforge_kit_dir": kit_dir(spec),
         "slurmforge_pool_hosts_file": pool_hosts_file(spec),
+        "slurmforge_slurmd_failures_dir": slurmd_failures_dir(spec),
         "slurmforge_lmod": lmod_paths(spec),
         "slurmforge_modules_root": spec.modules.root,
         "slurmforge_mail": spec.mail.model_dump(),

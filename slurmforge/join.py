@@ -36,6 +36,7 @@ import jinja2
 
 from slurmforge.ceph import client_name
 from slurmforge.contract import (
+    GPU_STAND_INS_FILE,
     HEALTH_DRAINED_MARK,
     HEALTH_PROGRAM,
     HOLD_FILE,
@@ -47,12 +48,15 @@ from slurmforge.contract import (
     JOIN_UNIT,
     JOINED_MARK,
     KIT_POOL_HOSTS,
+    KIT_SLURMD_FAILURES,
     KIT_SUBDIR,
     NFS_OPTIONS,
     NODE_EXPORTER_PORT,
+    NVIDIA_DEVICES_UNIT,
 )
 from slurmforge.hosts import TAG_NODE, Host
 from slurmforge.lmod.tools import cluster_cache_dir
+from slurmforge.nodes import pool_hardware
 from slurmforge.render import HEALTH_CHECK_INTERVAL
 from slurmforge.spec import Cluster
 from slurmforge.templating import make_environment
@@ -86,6 +90,11 @@ class JoinSettings:
     the NAS itself (local bind mounts)."""
     slurmd_flags: tuple[str, ...] = field(default_factory=tuple)
     """Extra slurmd options (local: -b, see local_settings)."""
+    stand_in_gpus: tuple[tuple[str, int], ...] = ()
+    """(node name prefix, GPUs) of every pool with GPUs, local target only: no GPU there, so
+    the gpus step makes /dev/nvidia0..N-1 as character devices with NVIDIA's major (195),
+    which gres.conf names and the device cgroup allows or denies per job. Elsewhere a real
+    driver makes them (the gpu image variant's unit, which the step starts)."""
 
 
 @cache
@@ -102,6 +111,28 @@ def pool_hosts_file(spec: Cluster) -> str:
     """The kit's pool hosts: every pool node's address while the scheduler service has a
     machine for it (service.pool_hosts writes it, the join program's hosts step reads it)."""
     return f"{kit_dir(spec)}/{KIT_POOL_HOSTS}"
+
+
+def slurmd_failures_dir(spec: Cluster) -> str:
+    """The kit's slurmd failures: a node whose slurmd stopped on an error writes its reason
+    there (the join program), the scheduler service reads it (service.slurmd_failures)."""
+    return f"{kit_dir(spec)}/{KIT_SLURMD_FAILURES}"
+
+
+STEPS = ("identity", "munge", "nas", "kit", "hosts", "cephfs", "lmod", "exporter", "gpus", "slurmd")
+"""The program's steps, in its order: every one a compute node needs to serve jobs, on every
+target (a machine the service makes runs exactly these; tests/unit/test_node_program.py holds
+the rollout's plays to them)."""
+
+
+def stand_in_gpus(spec: Cluster) -> tuple[tuple[str, int], ...]:
+    """(node name prefix, GPUs) of every pool with GPUs: the local target's stand-in devices."""
+    found = []
+    for pool in spec.pools:
+        hw = pool_hardware(pool)
+        if hw is not None and hw.gpus and hw.gres_name == "gpu":
+            found.append((spec.node_prefix(pool), hw.gpus))
+    return tuple(found)
 
 
 def nas_mounts(spec: Cluster) -> list[tuple[str, str]]:
@@ -157,6 +188,10 @@ def render_join(spec: Cluster, settings: JoinSettings, source: str = "cluster.ya
         "join_lock": JOIN_LOCK,
         "join_steps_file": JOIN_STEPS_FILE,
         "hosts_refresh": HOSTS_REFRESH,
+        "steps": STEPS,
+        "slurmd_failures": slurmd_failures_dir(spec),
+        "gpu_stand_ins_file": GPU_STAND_INS_FILE,
+        "nvidia_devices_unit": NVIDIA_DEVICES_UNIT,
         "slurmd_flags": "".join(f"{flag} " for flag in settings.slurmd_flags),
         "exporter_port": NODE_EXPORTER_PORT,
         "lmod": lmod_paths(spec) | {"cached_loads": True},
@@ -184,7 +219,8 @@ def local_settings(spec: Cluster, hosts: Sequence[Host], efs_dns: str | None = N
     # second or two of it stayed POWERING_UP until ResumeTimeout. -b: boot time = slurmd start.
     target: Target = "local" if kind == "local" else "aws" if kind == "aws" else "static"
     return JoinSettings(target=target, controllers=controllers, nas_source=nas_source(spec, efs_dns),
-                        slurmd_flags=("-b",) if kind == "local" else ())
+                        slurmd_flags=("-b",) if kind == "local" else (),
+                        stand_in_gpus=stand_in_gpus(spec) if kind == "local" else ())
 
 
 def kit_files(spec: Cluster, hosts: Sequence[Host]) -> Mapping[str, str]:

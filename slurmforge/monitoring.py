@@ -123,6 +123,9 @@ def alert_rules(spec: Cluster) -> dict[str, Any]:
         _rule("SharedStorageNearlyFull", f"max by (mountpoint) ({used}) > {a.storage_full_percent}",
               a.storage_full_for, "warning",
               f"shared storage {{{{ $labels.mountpoint }}}} is over {a.storage_full_percent}% full"),
+        _rule("NodeReplacementStopped", "max by (node, pool) (slurmforge_node_replacement_stopped) > 0", "0s",
+              "critical", "{{ $labels.node }} ({{ $labels.pool }}): new machines failed the same way twice, the "
+              "service stopped replacing it (its Slurm reason says why; scontrol update state=resume once fixed)"),
         _rule("SlurmforgeServiceStalled", "time() - slurmforge_snapshot_timestamp_seconds > 120", "1m", "critical",
               "the scheduler service has not finished a loop for 2 minutes"),
     ]

@@ -107,6 +107,7 @@ from slurmforge.service.actions import (
 )
 from slurmforge.service.handoff import HandoffKind
 from slurmforge.service.slurm import Job, NodeState, signal_name
+from slurmforge.service.slurmd_failures import SlurmdFailure
 from slurmforge.service.state import (
     INTERRUPTION_COOLDOWN,
     JOINING,
@@ -159,6 +160,12 @@ own revocation). The kill slurmctld sends at the DOWN itself is not retried
 (deallocate_nodes: "retry = 0", and re_kill_job skips DOWN nodes). So the jobs that ran
 on the dead machine - not the node - are kept off it for this window: their requeue hold
 is only CRED_EXPIRE + 1 s (batch_requeue_fini)."""
+SLURMD_FAILED = "slurmd failed on "
+"""The service's reason (after OWN_REASON) for a node whose new machine's slurmd stopped on an
+error: `slurmd failed on <machine>: <slurmd's line>` (service.slurmd_failures)."""
+REPLACEMENT_STOPPED = "replacement stopped: "
+"""The service's reason (after OWN_REASON) for a static node whose replacements' slurmd failed
+the same way twice: no new machine until an admin resumes the node (docs/service.md)."""
 REPLACING = "replacing"
 """Mark of a static node whose machine failed, since the first sign of it, until the node
 is in service again on a new one (for the event's measured times)."""
@@ -210,6 +217,8 @@ class World:
     signalled: Mapping[int, Job] | None = field(default_factory=dict)
     """The jobs the service signalled (state.signalled) as slurmctld holds them now, the
     finished ones included; None when that could not be read."""
+    slurmd_failures: Mapping[str, SlurmdFailure] = field(default_factory=dict)
+    """node -> its slurmd's last failure, as the node recorded it (service.slurmd_failures)."""
 
 
 FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
@@ -259,6 +268,12 @@ class NodeStatus(Enum):
     """The new machine is up or on its way; its slurmd has not registered yet."""
     REPLACEMENT_JOINED = "replacement-joined"
     """The new machine's slurmd registered, the service's DOWN or DRAIN is still on."""
+    SLURMD_FAILED = "slurmd-failed"
+    """The new machine's slurmd stopped on an error (its line recorded in the node kit): the
+    machine is replaced now, not at ResumeTimeout."""
+    REPLACEMENT_STOPPED = "replacement-stopped"
+    """Two new machines of a static node failed the same way: no third one until an admin
+    resumes the node."""
 
 
 def classify(world: World) -> list[Action]:
@@ -363,6 +378,11 @@ MOUNT_GRACE = 60.0
 of the health check's intervals (slurmforge.render.HEALTH_CHECK_INTERVAL, 30 s), so every
 other node's check has run meanwhile - the first node to see a storage outage is not
 replaced before the others report it - and a mount back by then lifts the drain itself."""
+
+
+def replacement_stopped(node: NodeState) -> bool:
+    """A static node whose replacements failed the same way twice (the service's reason)."""
+    return node.is_down() and node.reason.startswith(_own(REPLACEMENT_STOPPED))
 
 
 def held_by_service(node: NodeState) -> bool:
@@ -575,6 +595,8 @@ class Context:
             return NodeStatus.STALE_MACHINE
         binding = self.state.bindings.get(node.name)
         started = inst.launched_at or (binding.launched_at if binding else None)
+        if started is not None and self.slurmd_failure(node.name, started) is not None:
+            return NodeStatus.SLURMD_FAILED
         if started is not None and self.now - started > self.topology.resume_timeout:
             return NodeStatus.BOOT_FAILED
         if inst.address and inst.address != node.address:
@@ -603,6 +625,8 @@ class Context:
         """A static node that is up (in_place): the module docstring's rules, in order."""
         if held_by_admin(node):
             return NodeStatus.LEFT_ALONE
+        if replacement_stopped(node):
+            return NodeStatus.REPLACEMENT_STOPPED
         binding = self.state.bindings.get(node.name)
         unlisted = binding is not None and binding.instance not in self.by_id and self.recently_launched(node.name)
         if node.name in self.retrying_nodes or unlisted:  # a launch under way: the old machine is not the node's
@@ -618,6 +642,8 @@ class Context:
             started = self.machine_started(node, inst)
             if node.slurmd_started_at >= started > 0:
                 return NodeStatus.REPLACEMENT_JOINED
+            if self.slurmd_failure(node.name, started) is not None:
+                return NodeStatus.SLURMD_FAILED
             if self.now - started > self.topology.resume_timeout:
                 return NodeStatus.BOOT_FAILED
             if node.is_cloud() and inst.address and inst.address != node.address:
@@ -646,6 +672,29 @@ class Context:
                 inst is None or binding.instance == inst.id):
             return NodeStatus.DIED_BOOTING
         return NodeStatus.REPLACEMENT_DUE
+
+    def slurmd_failure(self, name: str, started: float) -> SlurmdFailure | None:
+        """The node's recorded slurmd failure, when its current machine (started at `started`)
+        wrote it."""
+        failure = self.world.slurmd_failures.get(name)
+        return failure if failure is not None and failure.at >= started - CLOCK_SLACK else None
+
+    def _slurmd_failed(self, node: NodeState, inst: Instance | None) -> list[Action]:
+        """A static node's new machine whose slurmd failed: replaced at once, the reason on the
+        node; a second new machine failing the same way ends the replacements, in one line."""
+        if inst is None:
+            return []
+        failure = self.world.slurmd_failures[node.name]
+        before = node.reason.removeprefix(_own(SLURMD_FAILED))
+        previous, _, line = before.partition(": ")
+        if before != node.reason and line == failure.line and previous != inst.id:
+            stop = _own(f"{REPLACEMENT_STOPPED}slurmd failed the same way on 2 new machines "
+                        f"({previous}, {inst.id}): {failure.line}")
+            return [MarkDown((node.name,), stop), Terminate(inst.id, node.name, stop)]
+        detail = f"{SLURMD_FAILED}{inst.id}: {failure.line}"
+        # the reason is the memory of this failure (and, changed after the launch, makes the
+        # machine's end a replacement due rather than a death while booting)
+        return [MarkDown((node.name,), _own(detail)), Terminate(inst.id, node.name, detail)]
 
     def machine_started(self, node: NodeState, inst: Instance) -> float:
         """When the node's live machine started, as far as anyone knows: the service's
@@ -684,6 +733,9 @@ class Context:
             actions.append(Terminate(inst.id, name, f"stale: {inst.id} of {name} started before {what} "
                                                     f"({when.clock(at)}); Slurm waits for a new boot"))
             actions += self._unbind(name, inst)
+        elif status is NodeStatus.SLURMD_FAILED and inst is not None:
+            failure = self.world.slurmd_failures[name]
+            actions += self._replace(name, inst, f"{SLURMD_FAILED}{inst.id}: {failure.line}")
         elif status is NodeStatus.INSTANCE_LOST and node.has_jobs() and not node.is_down():
             actions.append(MarkDown((name,), _own(_detail(status, node, inst))))
         elif status in _REPLACING:
@@ -737,6 +789,8 @@ class Context:
             return [Resume((name,))]
         if status is NodeStatus.DIED_BOOTING:
             return self._died_booting(name, inst)
+        if status is NodeStatus.SLURMD_FAILED:
+            return self._mark_replacing(name) + self._slurmd_failed(node, inst)
         if status is NodeStatus.REPLACEMENT_DUE:
             jobs = self.world.jobs.get(name, ())
             actions: list[Action] = [Requeue(jobs, f"replacing {name}")] if jobs else []

@@ -34,6 +34,7 @@ from slurmforge.service.leader import Leadership
 from slurmforge.service.pool_hosts import PoolHosts
 from slurmforge.service.runaway import RUNAWAY_INTERVAL, RunawayCloser
 from slurmforge.service.slurm import Job, NodeState, SlurmClient, jobs_by_node
+from slurmforge.service.slurmd_failures import SlurmdFailure, read_failures
 from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot, cooling_links
 from slurmforge.service.spend import SPEND_INTERVAL, SpendTracker
 from slurmforge.service.state import Event, InterruptionRecord, Store
@@ -70,6 +71,8 @@ class DaemonConfig:
     """How often the leader closes runaway job records (service.runaway)."""
     pool_hosts_file: Path | None = None
     """The node kit's pool hosts (service.pool_hosts), written by the leader (None: off)."""
+    slurmd_failures_dir: Path | None = None
+    """The node kit's slurmd failures (service.slurmd_failures), read every loop (None: off)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,8 @@ class Daemon:
         self.spend = SpendTracker(lambda period, now: slurm.sacct(sacct_argv(period, now), SACCT_ENV).splitlines(),
                                   config.spend_interval, config.spend_in_background)
         self.runaway = RunawayCloser(slurm.run, config.runaway_interval)
+        self._failures_said: dict[str, float] = {}
+        """node -> the slurmd failure last reported (its time): each is said once."""
 
     # ------------------------------------------------------------------ the loop
 
@@ -239,12 +244,33 @@ class Daemon:
         found = _ask(lambda: self.slurm.jobs_by_id(sorted(state.signalled)), HoldReason.SLURM_VIEW,
                      doubts) if state.signalled else []
         signalled = None if found is None else {j.id: j for j in found}
+        failures = read_failures(self.config.slurmd_failures_dir)
+        now = self.clock()
+        self.report_failures(topo, failures, now)
         world = World(nodes=nodes or [], instances=instances or [], state=state, topology=topo,
-                      now=self.clock(), jobs=jobs_by_node(jobs or []), tunables=self.config.tunables,
+                      now=now, jobs=jobs_by_node(jobs or []), tunables=self.config.tunables,
                       held=tuple(j.id for j in jobs or [] if j.is_held_after_failed_launch()),
-                      signalled=signalled)
+                      signalled=signalled, slurmd_failures=failures)
         doubts += self.guard.doubts(world, nodes is not None and jobs is not None, instances is not None)
         return world, doubts
+
+    def report_failures(self, topo: Topology, failures: dict[str, SlurmdFailure], now: float) -> int:
+        """Each new slurmd failure of a node of the spec, said once in the loop that reads it:
+        the log, an event on the pool page, a counter (what the classifier does about it waits
+        for the guard's confirmation). Only failures of the last hour: not every old file at
+        each start of the service."""
+        said = 0
+        for node, failure in sorted(failures.items()):
+            info = topo.nodes.get(node)
+            if info is None or self._failures_said.get(node) == failure.at or now - failure.at > 3600:
+                continue
+            self._failures_said[node] = failure.at
+            log.warning("slurmd on %s failed at %s: %s", node, time.strftime("%H:%M:%S", time.gmtime(failure.at)),
+                        failure.line)
+            self.store.add_event(Event(failure.at, "slurmd-failed", info.pool, "", 1, f"{node}: {failure.line}"[:300]))
+            self.store.count("slurmforge_slurmd_failures_total", {"pool": info.pool})
+            said += 1
+        return said
 
     def check(self, world: World, actions: Sequence[Action], doubts: Sequence[Doubt]) -> Decision:
         """What of the classifier's actions runs now; says loudly what is held back."""

@@ -84,6 +84,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "(Prometheus file_sd), every loop")
     parser.add_argument("--pool-hosts", type=Path, help="write the pool nodes' addresses and names here (the node "
                         "kit's pool hosts, which every node adds to /etc/hosts)")
+    parser.add_argument("--slurmd-failures", type=Path, help="read the nodes' slurmd failures here every loop (the "
+                        "node kit's, written by the join program)")
     parser.add_argument("--slurm-bin", default="", help="directory of sinfo/scontrol (default: PATH)")
     parser.add_argument("--once", action="store_true", help="run one loop and exit")
     parser.add_argument("--verbose", "-v", action="store_true")
@@ -104,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return getattr(exc, "exit_code", 1)
     config = DaemonConfig(spec_path=args.spec, spool=args.spool, heartbeat=args.state_dir / "heartbeat",
                           interval=args.interval, targets_file=args.targets_file,
-                          pool_hosts_file=args.pool_hosts)
+                          pool_hosts_file=args.pool_hosts, slurmd_failures_dir=args.slurmd_failures)
     shared = args.shared_dir or args.state_dir
     slurm = SlurmClient(bin_dir=args.slurm_bin)
     controllers = controller_names(spec)

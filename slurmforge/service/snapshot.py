@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from slurmforge.provider import Quota
+from slurmforge.service.classify import replacement_stopped
 from slurmforge.service.guard import Hold, HoldReason
 from slurmforge.service.slurm import Job, NodeState, parse_tres
 from slurmforge.service.spend import Spend
@@ -104,6 +105,9 @@ class PoolSnapshot:
     jobs: tuple[JobRow, ...] = ()
     spend: float | None = None
     """Dollars this month (slurmforge.service.spend); None without prices."""
+    stopped: tuple[tuple[str, str], ...] = ()
+    """(node, Slurm's reason) of the static nodes whose replacement the service stopped: two
+    new machines failed the same way (classify.REPLACEMENT_STOPPED)."""
 
     @property
     def total(self) -> int:
@@ -142,7 +146,8 @@ class ClusterSnapshot:
                             "cooling": tuple(LinkCooldown(**{**c, "quotas": tuple(
                                 Quota(**q) for q in c.get("quotas", ()))}) for c in p["cooling"]),
                             "pending_reasons": tuple((str(r), int(n)) for r, n in p.get("pending_reasons", ())),
-                            "jobs": tuple(JobRow(**j) for j in p.get("jobs", ()))})
+                            "jobs": tuple(JobRow(**j) for j in p.get("jobs", ())),
+                            "stopped": tuple((str(n), str(r)) for n, r in p.get("stopped", ()))})
             for p in data["pools"])
         spend = data.get("spend")
         return ClusterSnapshot(
@@ -171,6 +176,11 @@ def build_snapshot(topology: Topology, nodes: Iterable[NodeState], cooldowns: Ma
         info = topology.nodes.get(node.name)
         if info is not None:
             _tally(tallies[info.pool], node, topology.pools[info.pool].gpus_per_node)
+    stopped: dict[str, list[tuple[str, str]]] = {}
+    for node in nodes:
+        info = topology.nodes.get(node.name)
+        if info is not None and replacement_stopped(node):
+            stopped.setdefault(info.pool, []).append((node.name, node.reason))
     work = _pool_jobs(topology, jobs)
     recent = [e for e in events if e.at >= now - window]
     pools = []
@@ -188,6 +198,7 @@ def build_snapshot(topology: Topology, nodes: Iterable[NodeState], cooldowns: Ma
             pending_reasons=tuple(sorted(w.reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
             gpus_wanted=w.gpus_wanted, jobs=w.rows(),
             spend=spend.pools.get(name, 0.0) if spend is not None else None,
+            stopped=tuple(sorted(stopped.get(name, []))),
         ))
     return ClusterSnapshot(topology.cluster, now, loop_seconds, window, tuple(pools), tuple(recent[:50]),
                            tuple(counters), tuple(gauges), tuple(holds), unconfirmed, spend)

@@ -73,6 +73,9 @@ def metrics_text(snap: ClusterSnapshot) -> str:
     lines += _gauge("slurmforge_pool_recent_launch_failures",
                     f"Node launches failed in the last {snap.window_seconds:.0f} s.",
                     (({"pool": p.name}, p.failures) for p in snap.pools))
+    lines += _gauge("slurmforge_node_replacement_stopped",
+                    "A static node the service stopped replacing: two new machines failed the same way.",
+                    (({"node": node, "pool": p.name}, 1) for p in snap.pools for node, _ in p.stopped))
     cooling = {c.link: c for p in snap.pools for c in p.cooling}
     lines += _gauge("slurmforge_link_cooldown_seconds", "Seconds until a failed link is tried again.",
                     (({"link": link}, max(c.until - snap.taken_at, 0.0)) for link, c in sorted(cooling.items())))
@@ -160,6 +163,7 @@ def _pool_context(p: PoolSnapshot, now: float) -> dict[str, Any]:
         "states": [(s.replace("_", " "), p.count(s)) for s in NODE_STATES if p.count(s)],
         "gpus_used": p.gpus_used, "gpus_free": p.gpus_free, "gpus_off": p.gpus_off, "gpus_wanted": p.gpus_wanted,
         "gpus_total": p.gpus_used + p.gpus_free + p.gpus_off, "launches": p.launches, "failures": p.failures,
+        "stopped": p.stopped,
         "cooling": [{"link": c.link, "left": when.duration(c.until - now), "until": when.clock(c.until),
                      "failures": c.failures, "last_error": c.last_error,
                      "quotas": [{"code": q.code, "name": q.name} for q in c.quotas]} for c in p.cooling],

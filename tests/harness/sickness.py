@@ -184,3 +184,74 @@ def storage_outage(live: LiveCluster, nodes: tuple[str, ...], partition: str, he
     finally:
         live.root(f"scancel {job} 2>/dev/null || true")
     return Outage(nodes, drained, replaced, state, restarts, back)
+
+
+GPU_JOB = ("trap 'exit 0' USR1; for i in $(seq 90); do sleep 1; done; "
+           "echo gpus=$CUDA_VISIBLE_DEVICES on $(hostname)")
+"""A GPU job that lasts ~90 s, takes the service's USR1 as a checkpoint and says where it ended."""
+
+
+@dataclass(frozen=True)
+class GpuLost:
+    """A GPU node losing a device under a GPU job, each step's seconds from the `rm`."""
+
+    node: str
+    job: str
+    drained: float | None
+    """The health check drained the node (`health: GPU device ... missing`)."""
+    new_machine: float | None
+    """A new container runs under the node's name."""
+    running_again: float | None
+    """The requeued job runs again (on the new machine)."""
+    back: float | None
+    """The node is in service again."""
+    restarts: int
+    final_state: str
+    output: str
+    gres: str
+    """`scontrol show node`'s Gres= of the node once back."""
+
+
+def gpu_lost(live: LiveCluster, node: str = "dev-gpu-01", partition: str = "ml-gpu",
+             limit: float = 420) -> GpuLost:
+    """A GPU job on `node`, then `rm /dev/nvidia1` in its machine (a GPU off the bus): the node
+    is drained, the job requeued, the machine replaced, the job runs again on the new one and
+    completes there. Times from the break (tests/integration/test_node_health.py,
+    bench/ml_bench.py --gpu)."""
+    clear_leftovers(live)
+    job = live.submit(f"-J {FAULT_JOB} -p {partition} -w {node} --gres=gpu:1 --requeue -o gpu-lost-%j.out "
+                      f"--wrap {_quote(GPU_JOB)}")
+    before = live.podman.container(node)
+    old_id = before.id if before else ""
+    drained = new_machine = running_again = back = None
+    try:
+        wait_until(lambda: live.squeue_state(job) == "RUNNING", 90, f"job {job} running")
+        live.on(node, BREAKS["gpu"])
+        broke = time.monotonic()
+
+        def step() -> bool:
+            nonlocal drained, new_machine, running_again, back
+            now = time.monotonic() - broke
+            line = live.root(f"sinfo -h -N -n {node} -o '%T|%E' | head -n 1").strip()
+            if drained is None and "|health:" in line:
+                drained = now
+            cur = live.podman.container(node)
+            if new_machine is None and cur is not None and cur.is_running and cur.id != old_id:
+                new_machine = now
+            if running_again is None and new_machine is not None and _restarts(live, job) >= 1 \
+                    and live.squeue_state(job) == "RUNNING":
+                running_again = now
+            if back is None and new_machine is not None and live.slurm_state(node) in IN_SERVICE:
+                back = now
+            return running_again is not None and back is not None
+
+        with contextlib.suppress(ProvisionError):
+            wait_until(step, limit, f"{node} replaced and job {job} running again", every=1)
+        with contextlib.suppress(ProvisionError):
+            wait_until(lambda: live.squeue_state(job) == "", 150, f"job {job} finished")
+    finally:
+        live.root(f"scancel {job} 2>/dev/null || true")
+    state = live.root(f"sacct -n -X -P -j {job} -o State | tail -n 1 || true").strip()
+    output = live.root(f"cat /home/{live.user}/gpu-lost-{job}.out 2>/dev/null || true").strip()
+    gres = live.root(f"scontrol show node {node} -o | grep -o 'Gres=[^ ]*' || true").strip()
+    return GpuLost(node, job, drained, new_machine, running_again, back, _restarts(live, job), state, output, gres)

@@ -15,7 +15,7 @@ import pytest
 
 from slurmforge.contract import HEALTH_PROGRAM
 from slurmforge.render import HEALTH_CHECK_INTERVAL
-from tests.harness.sickness import broken, check, sick_node, storage_outage
+from tests.harness.sickness import broken, check, gpu_lost, sick_node, storage_outage
 from tests.integration.conftest import Cluster_
 
 pytestmark = pytest.mark.integration
@@ -67,3 +67,44 @@ def test_a_storage_outage_on_several_nodes_replaces_none_and_ends_by_itself(clus
     assert outage.replaced == (), outage
     assert (outage.job_state, outage.job_restarts) == ("RUNNING", 0), outage
     assert outage.back is not None and outage.back <= HEALTH_CHECK_INTERVAL + 10, outage
+
+
+@pytest.mark.long
+def test_a_gpu_node_that_loses_a_device_is_replaced_and_its_gpu_job_completes_on_the_new_machine(
+        cluster: Cluster_) -> None:
+    """Issue 41: `rm /dev/nvidia1` under a GPU job on the static GPU node. The health check drains
+    it, the job is requeued once, the service replaces the machine - which joins with its GPU
+    devices, made by the join program's gpus step (before, the new machine's slurmd stopped on
+    `fatal: can't stat gres.conf file /dev/nvidia0` for ever) - and the job completes there."""
+    lost = gpu_lost(cluster.live(), GPU)
+    assert lost.drained is not None and lost.drained <= HEALTH_CHECK_INTERVAL + 10, lost
+    assert lost.new_machine is not None and lost.running_again is not None and lost.back is not None, lost
+    assert lost.restarts == 1 and lost.final_state == "COMPLETED", lost
+    assert lost.output.startswith("gpus=") and lost.output.endswith(f"on {GPU}"), lost
+    assert "gpu:fakegpu:2" in lost.gres or "gpu:2" in lost.gres, lost
+
+
+@pytest.mark.long
+def test_a_replaced_gpu_node_is_the_node_the_rollout_made(cluster: Cluster_) -> None:
+    """What a machine the service made has, against a compute node the rollout made (runs after
+    the replacement above): the same packages, enabled units, device files per GPU, slurmd's own
+    view of the hardware and Slurm's Gres, pool kind by pool kind (CPU: dev-cpu-02, replaced
+    by test_a_node_that_loses_its_storage_...; against dev-cpu-01)."""
+    live = cluster.live()
+
+    def facts(node: str) -> dict[str, str]:
+        return {
+            "packages": live.on(node, "dpkg-query -W -f '${Package} ${Version}\\n' | sort | sha256sum"),
+            "units": live.on(node, "systemctl list-unit-files --state=enabled --no-legend | awk '{print $1}' | sort"),
+            "devices": live.on(node, "ls -l /dev/nvidia* 2>/dev/null | awk '{print $1, $5, $6, $NF}' | sort || true"),
+            "slurmd -C": live.on(node, "slurmd -C | head -n 1 | sed 's/NodeName=[^ ]* //; s/ UpTime=.*//'"),
+            "gres": live.root(f"scontrol show node {node} -o | grep -o 'Gres=[^ ]*'"),
+        }
+
+    gpu = facts(GPU)
+    assert "195, 0" in gpu["devices"] and "195, 1" in gpu["devices"], gpu
+    # the GPU node is the only one of its pool: compared with what its pool's spec makes it
+    assert "Gres=gpu" in gpu["slurmd -C"] or gpu["gres"].startswith("Gres=gpu"), gpu
+    assert facts("dev-cpu-01") == facts("dev-cpu-02")
+    for key in ("packages", "units"):
+        assert gpu[key] == facts("dev-cpu-01")[key], key

@@ -73,7 +73,7 @@ def test_prometheus_config_passes_promtool(judge: Judge, tmp_path: Path, which: 
     (tmp_path / "prometheus.yml").write_text(files["prometheus.yml"].replace(ALERT_RULES_FILE, rules))
     checked = promtool(judge, "check", "config", "prometheus.yml", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 8 rules found" in checked.stdout
+    assert "SUCCESS: 9 rules found" in checked.stdout
 
 
 def scrape_jobs(spec: Cluster) -> dict[str, dict[str, object]]:

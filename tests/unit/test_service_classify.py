@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from test_service_world import (
@@ -58,6 +59,7 @@ from slurmforge.service.actions import (
 from slurmforge.service.classify import STALE_RPC_WINDOW, NodeStatus, classify, launch_token
 from slurmforge.service.handoff import HandoffKind
 from slurmforge.service.slurm import Job
+from slurmforge.service.slurmd_failures import SlurmdFailure, parse_failure, read_failures
 from slurmforge.service.state import (
     KEEP_ADDED,
     Binding,
@@ -98,6 +100,9 @@ def state(**kw: object) -> ServiceState:
 
 
 Case = Callable[[], tuple[WorldBuilder, list[Action]]]
+
+FATAL = "fatal: can't stat gres.conf file /dev/nvidia0"
+STOP_REASON = f"slurmforge: replacement stopped: slurmd failed the same way on 2 new machines (i-2, i-3): {FATAL}"
 
 CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
     # ----- powered down / powering down
@@ -384,6 +389,49 @@ CASES: dict[str, tuple[WorldBuilder, list[Action]]] = {
                      [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 601, pool="od")],
                      state(bindings=bound(OD1, "i-2", at=NOW - 601, link="od"), marks={OD1: {"replacing": NOW - 720}})),
         [Terminate("i-2", OD1, "bootstrap failure: t-od-01 not registered by resume timeout on i-2")]),
+    # the new machine's slurmd stopped on an error (its line in the node kit): replaced at once,
+    # not at ResumeTimeout, the line on the node; a failure older than the machine is not its own
+    "static-replacement-slurmd-failed-replaced-at-once": (
+        WorldBuilder([node(OD1, DOWN, reason="slurmforge: x", address="10.0.16.7", reason_changed_at=NOW - 60)],
+                     [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
+                     state(bindings=bound(OD1, "i-2", at=NOW - 30, link="od"), marks={OD1: {"replacing": NOW - 90}}),
+                     failures={OD1: SlurmdFailure(NOW - 10, FATAL)}),
+        [MarkDown((OD1,), f"slurmforge: slurmd failed on i-2: {FATAL}"),
+         Terminate("i-2", OD1, f"slurmd failed on i-2: {FATAL}")]),
+    "static-replacement-an-earlier-machines-slurmd-failure-is-not-its-own": (
+        WorldBuilder([node(OD1, DOWN, reason="slurmforge: x", address="10.0.16.7", reason_changed_at=NOW - 60)],
+                     [instance("i-2", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
+                     state(bindings=bound(OD1, "i-2", at=NOW - 30, link="od"), marks={OD1: {"replacing": NOW - 90}}),
+                     failures={OD1: SlurmdFailure(NOW - 100, FATAL)}), []),
+    # a second new machine failing the same way: no third one, the node says why in one line
+    "static-second-replacement-failing-the-same-way-stops-the-replacements": (
+        WorldBuilder([node(OD1, DOWN, reason=f"slurmforge: slurmd failed on i-2: {FATAL}", address="10.0.16.7",
+                           reason_changed_at=NOW - 50)],
+                     [instance("i-3", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
+                     state(bindings=bound(OD1, "i-3", at=NOW - 30, link="od"), marks={OD1: {"replacing": NOW - 200}}),
+                     failures={OD1: SlurmdFailure(NOW - 5, FATAL)}),
+        [MarkDown((OD1,), STOP_REASON), Terminate("i-3", OD1, STOP_REASON)]),
+    "static-second-replacement-failing-another-way-is-replaced-again": (
+        WorldBuilder([node(OD1, DOWN, reason=f"slurmforge: slurmd failed on i-2: {FATAL}", address="10.0.16.7",
+                           reason_changed_at=NOW - 50)],
+                     [instance("i-3", OD1, address="10.0.16.7", launched=NOW - 30, pool="od")],
+                     state(bindings=bound(OD1, "i-3", at=NOW - 30, link="od"), marks={OD1: {"replacing": NOW - 200}}),
+                     failures={OD1: SlurmdFailure(NOW - 5, "fatal: Unable to determine this slurmd's NodeName")}),
+        [MarkDown((OD1,), "slurmforge: slurmd failed on i-3: fatal: Unable to determine this slurmd's NodeName"),
+         Terminate("i-3", OD1, "slurmd failed on i-3: fatal: Unable to determine this slurmd's NodeName")]),
+    "static-replacement-stopped-is-left-down": (
+        WorldBuilder([node(OD1, DOWN, reason=STOP_REASON, reason_changed_at=NOW - 500)],
+                     [instance("i-3", OD1, TERMINATED, launched=NOW - 530, pool="od")],
+                     state(bindings=bound(OD1, "i-3", at=NOW - 530, link="od"), marks={OD1: {"replacing": NOW - 900}}),
+                     failures={OD1: SlurmdFailure(NOW - 505, FATAL)}), []),
+    # a powering-up pool node: the same, instead of waiting for ResumeTimeout
+    "powering-up-slurmd-failed-replaced-at-once": (
+        WorldBuilder([node(S1, POWERING_UP)],
+                     [instance("i-5", S1, launched=NOW - 40, pool="spot")],
+                     state(bindings=bound(S1, "i-5", at=NOW - 40, link="spot")),
+                     failures={S1: SlurmdFailure(NOW - 3, FATAL)}),
+        [PowerDown((S1,), f"slurmforge: slurmd failed on i-5: {FATAL}"),
+         Terminate("i-5", S1, f"slurmd failed on i-5: {FATAL}")]),
     "static-replacement-died-booting-cools-its-link": (
         WorldBuilder([node(OD1, DOWN, reason="slurmforge: x", reason_changed_at=NOW - 60)],
                      [instance("i-2", OD1, TERMINATED, launched=NOW - 30, pool="od")],
@@ -712,3 +760,14 @@ def test_a_lost_mount_waits_for_every_other_nodes_check() -> None:
     from slurmforge.service.classify import MOUNT_GRACE
 
     assert MOUNT_GRACE >= 2 * HEALTH_CHECK_INTERVAL
+
+
+def test_the_nodes_slurmd_failures_are_read_from_the_kit(tmp_path: Path) -> None:
+    """One `<epoch> <line>` file per node (the join program's ExecStopPost); a file being
+    written (a dot name) or not in that form is not a failure; no directory is none."""
+    (tmp_path / "t-od-01").write_text(f"1700000000 {FATAL}\n")
+    (tmp_path / ".t-od-02.Xy12").write_text("1700000001 fatal: half")
+    (tmp_path / "t-od-02").write_text("garbage\n")
+    assert read_failures(tmp_path) == {"t-od-01": SlurmdFailure(1700000000.0, FATAL)}
+    assert read_failures(tmp_path / "none") == {} and read_failures(None) == {}
+    assert parse_failure("1700000000 ") is None

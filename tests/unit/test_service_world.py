@@ -12,6 +12,7 @@ from slurmforge.hosts import TAG_CLUSTER, TAG_LINK, TAG_NODE, TAG_POOL
 from slurmforge.provider import Instance, InstanceState
 from slurmforge.service.classify import Tunables, World
 from slurmforge.service.slurm import NodeState
+from slurmforge.service.slurmd_failures import SlurmdFailure
 from slurmforge.service.state import ServiceState
 from slurmforge.service.topology import Topology, topology
 from slurmforge.spec import Cluster, parse_spec
@@ -104,10 +105,11 @@ class WorldBuilder:
     state: ServiceState = field(default_factory=ServiceState)
     jobs: dict[str, tuple[int, ...]] = field(default_factory=dict)
     now: float = NOW
+    failures: dict[str, SlurmdFailure] = field(default_factory=dict)
 
     def build(self) -> World:
         return World(nodes=self.nodes, instances=self.instances, state=self.state, topology=topo(), now=self.now,
-                     jobs=self.jobs, tunables=Tunables())
+                     jobs=self.jobs, tunables=Tunables(), slurmd_failures=self.failures)
 
 
 # --------------------------------------------------------------------------- topology
