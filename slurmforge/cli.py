@@ -69,12 +69,6 @@ SpecArg = Annotated[Path, typer.Argument(help="The cluster spec.", show_default=
 DEFAULT_SPEC = Path("cluster.yaml")
 
 
-def require_inventory(inventory_dir: Path) -> None:
-    """Exit 2 with one line unless inventory_dir is a slurmforge inventory."""
-    if not (inventory_dir / "hosts.yml").exists():
-        fail(f"{inventory_dir} is not a slurmforge inventory (no hosts.yml)")
-
-
 def load(spec: Path) -> Cluster:
     from slurmforge.spec import load_spec
 

@@ -81,7 +81,9 @@ class Target:
 
 
 def _current_file() -> Path:
-    return state_root() / CURRENT_FILE
+    """$SLURMFORGE_CONTEXT (as KUBECONFIG: another file for another set of habits), else
+    current-cluster.json in the state directory."""
+    return Path(os.environ.get("SLURMFORGE_CONTEXT") or state_root() / CURRENT_FILE)
 
 
 def remembered() -> Target | None:

@@ -110,8 +110,6 @@ class Where:
             if self.node is not None:
                 raise ModuleError("--node needs a cluster (--local, --inventory)")
             assert self.tree is not None
-            if not self.tree.is_dir():
-                raise ModuleError(f"--tree {self.tree}: no such directory on this machine")
             ex, root, cache, name = LocalExecutor(), str(self.tree.resolve()), self.cache, None
         tree = Tree(root)
         opened = ModuleTree(ex, tree, Actor(who()), Lmod(self.libexec, cache), pip_env=self._pip_env(ex, tree))
