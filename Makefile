@@ -44,7 +44,7 @@ up: setup
 	$(VENV)/bin/slurmforge up --local $(SPEC)
 
 down: venv
-	$(VENV)/bin/slurmforge down --local
+	$(VENV)/bin/slurmforge down --local --yes
 
 lint: venv
 	$(VENV)/bin/ruff check slurmforge tests stacks bench

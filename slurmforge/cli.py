@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from slurmforge.spec import Cluster
     from slurmforge.tables import Format
 
-EPILOG = ("\b\nThe cluster: --local [NAME] (this machine's), --inventory DIR (any), or the one\n"
-          "remembered by `slurmforge use`. Every command: -h for its options and examples.\n\b\n"
+EPILOG = ("\b\nThe cluster: --local [NAME] (this machine's), --inventory DIR (any), or\n"
+          "the one remembered by `slurmforge use`. -h after a command: its examples.\n\b\n"
           "Exit codes:\n" + exit_code_table())
 app = typer.Typer(
     name="slurmforge",
@@ -215,6 +215,7 @@ def up(
     from slurmforge.validation import validate_inventory
 
     report_errors(lambda: require("ansible_runner", "deploy", "up"))
+    report_errors(Target(True).require_access)
     chosen = spec or examples() / "local.yaml"
     policy = JobPolicy(requeue, drain_timeout)
     shown = _plan_first(load(chosen), True, None, policy)
