@@ -41,7 +41,7 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-*; touch $@
 
 up: setup
-	$(VENV)/bin/slurmforge up --local $(SPEC)
+	$(VENV)/bin/slurmforge up --local $(SPEC) --yes
 
 down: venv
 	$(VENV)/bin/slurmforge down --local --yes
