@@ -43,10 +43,10 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-*; touch $@
 
 up: setup
-	$(VENV)/bin/slurmforge up --local $(SPEC)
+	$(VENV)/bin/slurmforge up --local $(SPEC) --yes
 
 down: venv
-	$(VENV)/bin/slurmforge down --local
+	$(VENV)/bin/slurmforge down --local --yes
 
 lint: venv
 	$(VENV)/bin/ruff check slurmforge tests stacks bench

@@ -86,7 +86,8 @@ def timed(argv: list[str], runs: int) -> tuple[list[float], subprocess.Completed
     times, done = [], None
     for _ in range(runs):
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "slurmforge.cli", "plan", *argv, "--format", "json"],
+        done = subprocess.run([sys.executable, "-m", "slurmforge.cli", "plan", *argv, "--format", "json",
+                               "--detailed-exitcode"],
                               capture_output=True, text=True, cwd=ROOT, env=env, timeout=300, check=False)
         times.append(time.perf_counter() - started)
         if done.returncode not in (0, 12):
@@ -96,7 +97,7 @@ def timed(argv: list[str], runs: int) -> tuple[list[float], subprocess.Completed
 
 
 def report(label: str, times: list[float], done: subprocess.CompletedProcess[str], budget: float | None) -> bool:
-    rows = json.loads(done.stdout)
+    rows = json.loads(done.stdout)["rows"]
     kinds: dict[str, int] = {}
     for row in rows:
         kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1

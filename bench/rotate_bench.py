@@ -104,7 +104,8 @@ def one_run(cluster: str, secret: str) -> dict[str, Any]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(3)  # submissions before the rotation
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "slurmforge.cli", "rotate", secret, "--local", "--cluster", cluster],
+    proc = subprocess.run([sys.executable, "-m", "slurmforge.cli", "rotate", secret, "--yes", "--local", "--cluster",
+                           cluster],
                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                           check=False)
     wall = time.monotonic() - start

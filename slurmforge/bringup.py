@@ -11,7 +11,6 @@ and validating the live cluster (`validation.validate_inventory`) are the other 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -33,9 +32,9 @@ from slurmforge.rollout import (
     stale_parts,
 )
 from slurmforge.spec import Cluster
-from slurmforge.state_dirs import default_inventory, state_root
+from slurmforge.state_dirs import default_inventory
+from slurmforge.state_dirs import log_dir as log_dir  # where rollouts log (bringup.log_dir)
 
-LOG_DIR = Path("/var/log/slurmforge")
 """root's log directory (log_dir)."""
 SAMPLE_JOB = "#!/bin/bash\n#SBATCH -N 2\nsrun hostname | sort\n"
 
@@ -51,12 +50,6 @@ class Phases(Protocol):
 def inventory_dir(spec: Cluster) -> Path:
     """Where a cluster's generated inventory goes, whatever its target (state_dirs.default_inventory)."""
     return default_inventory(spec.name)
-
-
-def log_dir() -> Path:
-    """Where rollouts and bring-ups log: /var/log/slurmforge for root, else beside the
-    user's own state (state_dirs.state_root)."""
-    return LOG_DIR if os.geteuid() == 0 else state_root() / "log"
 
 
 def log_path(cluster: str, action: str) -> Path:

@@ -9,6 +9,7 @@ the standard library and slurmforge's light modules, so `--help` answers at once
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,9 +17,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from slurmforge.confirm import YesOpt, confirm
 from slurmforge.console import FormatOpt, fail, note, paint, report_errors, rich_console, say
 from slurmforge.contract import PROMETHEUS_PORT
+from slurmforge.errors import exit_code_table
 from slurmforge.lmod.cli import modules_app
+from slurmforge.target import Target, resolve, split_local
 
 if TYPE_CHECKING:
     from slurmforge.drain import JobPolicy
@@ -27,24 +31,42 @@ if TYPE_CHECKING:
     from slurmforge.spec import Cluster
     from slurmforge.tables import Format
 
+EPILOG = ("\b\nThe cluster: --local [NAME] (this machine's), --inventory DIR (any), or\n"
+          "the one remembered by `slurmforge use`. -h after a command: its examples.\n\b\n"
+          "Exit codes:\n" + exit_code_table())
 app = typer.Typer(
     name="slurmforge",
     help="One cluster.yaml to a working Slurm cluster: validate, render, bring up, check.",
+    epilog=EPILOG,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.add_typer(modules_app, name="modules")
+app.add_typer(modules_app, name="modules", short_help="Publish LMOD modules; move their defaults.")
+
+
+def example(*lines: str) -> str:
+    """A command's help epilog: its examples, kept as written."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        say(f"slurmforge {version('slurmforge')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_version, help="Print slurmforge's version and exit.")] = False) -> None:
+    """One cluster.yaml to a working Slurm cluster: validate, render, bring up, check."""
 
 SpecArg = Annotated[Path, typer.Argument(help="The cluster spec.", show_default=True)]
 DEFAULT_SPEC = Path("cluster.yaml")
-
-
-def require_inventory(inventory_dir: Path) -> None:
-    """Exit 2 with one line unless inventory_dir is a slurmforge inventory."""
-    if not (inventory_dir / "hosts.yml").exists():
-        fail(f"{inventory_dir} is not a slurmforge inventory (no hosts.yml)")
 
 
 def load(spec: Path) -> Cluster:
@@ -53,29 +75,41 @@ def load(spec: Path) -> Cluster:
     return report_errors(lambda: load_spec(spec))
 
 
-@app.command()
+@app.command(short_help="Check a spec, or a live cluster (--local, --inventory).", epilog=example(
+    "slurmforge validate cluster.yaml", "sudo slurmforge validate --local", "slurmforge validate --inventory DIR"))
 def validate(
     spec: SpecArg = DEFAULT_SPEC,
     inventory: Annotated[
-        Path | None, typer.Option(help="Validate a live cluster from this inventory (testinfra suite).")
+        Path | None, typer.Option(help="Validate the live cluster of this inventory (testinfra suite).")
     ] = None,
+    local: LocalFlag = False,
+    cluster: ClusterOpt = None,
 ) -> None:
-    """Check a spec (every problem at once, exit 2 when invalid), or a live cluster."""
-    if inventory is not None:
+    """Check a spec (every problem at once, exit 2 when invalid), or a live cluster (--local,
+    --inventory): its testinfra suite, with progress on a terminal."""
+    if inventory is not None or local or cluster is not None:
+        from slurmforge.progress import Progress
         from slurmforge.validation import validate_inventory
 
-        report_errors(lambda: validate_inventory(inventory))
-        say(f"{inventory}: the live cluster passed every check")
+        target = _target(local, cluster, inventory, "validate")
+        where = _inventory_of(target)
+        shown = Progress("validate")
+        try:
+            report_errors(lambda: validate_inventory(where, on_check=lambda d, t, c: shown.step(c, d, t)))
+        finally:
+            shown.done()
+        say(f"{where}: the live cluster passed every check")
         return
-    cluster = load(spec)
-    nodes = sum(p.max_nodes for p in cluster.pools)
+    parsed = load(spec)
+    nodes = sum(p.max_nodes for p in parsed.pools)
     say(
-        f"{spec}: valid - cluster '{cluster.name}' ({cluster.target.kind}), "
-        f"{len(cluster.pools)} pools, {nodes} nodes at most, {len(cluster.partitions)} partitions"
+        f"{spec}: valid - cluster '{parsed.name}' ({parsed.target.kind}), "
+        f"{len(parsed.pools)} pools, {nodes} nodes at most, {len(parsed.partitions)} partitions"
     )
 
 
-@app.command("render")
+@app.command("render", short_help="Render Slurm's config files from the spec.", epilog=example(
+    "slurmforge render cluster.yaml --show slurm.conf", "slurmforge render cluster.yaml --out rendered/"))
 def render_cmd(
     spec: SpecArg = DEFAULT_SPEC,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Write every config file here.")] = None,
@@ -103,10 +137,14 @@ def render_cmd(
         note(f"wrote {', '.join(CONFIG_FILES)} to {out_dir}")
 
 
-LocalFlag = Annotated[bool, typer.Option("--local", help="The local cluster (podman containers on this machine).")]
+LocalFlag = Annotated[bool, typer.Option(
+    "--local", help="The local cluster (podman containers on this machine): --local, or --local NAME when there "
+    "are several.")]
 FullRolloutFlag = Annotated[bool, typer.Option(
     "--full-rollout", help="Run Ansible on every node, even those whose last rollout was this one.")]
-ClusterOpt = Annotated[str | None, typer.Option("--cluster", help="Cluster name (default: the only one).")]
+ClusterOpt = Annotated[str | None, typer.Option(
+    "--cluster", metavar="NAME", help="The local cluster's name, as --local NAME (default: the only one).")]
+InventoryOpt = Annotated[Path | None, typer.Option("--inventory", help="The cluster of this inventory (any target).")]
 RequeueFlag = Annotated[bool, typer.Option(
     "--requeue", help="Requeue the jobs on nodes the rollout rebuilds or removes (drained first) instead of "
     "waiting for them to end.")]
@@ -116,9 +154,24 @@ DrainTimeoutOpt = Annotated[float | None, typer.Option(
 
 
 def _need_local(local: bool, command: str) -> None:
+    """`up` makes the local cluster only; an AWS cluster is made by `pulumi up` (docs/aws.md)."""
     if not local:
-        fail(f"{command}: only --local is handled here; for AWS run `pulumi up` (docs/aws.md), then "
-             "`slurmforge rollout --inventory ...`")
+        fail(f"{command}: `up` makes this machine's cluster: pass --local; an AWS cluster is made with "
+             "`pulumi up`, then rolled out with `slurmforge rollout --inventory DIR` (docs/aws.md)")
+
+
+def _target(local: bool, cluster: str | None, inventory_dir: Path | None, command: str) -> Target:
+    """The cluster the options name, else the remembered one (named on stderr); a local one
+    needs root, said before podman says anything."""
+    target = report_errors(lambda: resolve(local, cluster, inventory_dir, command))
+    if target.remembered:
+        note(f"{command}: {target.describe()} (remembered by `slurmforge use`; --local or --inventory for another)")
+    report_errors(target.require_access)
+    return target
+
+
+def _inventory_of(target: Target) -> Path:
+    return report_errors(target.inventory_dir)
 
 
 def _print_accounting(lines: list[str]) -> None:
@@ -127,7 +180,19 @@ def _print_accounting(lines: list[str]) -> None:
         say(f"accounting: {line}")
 
 
-@app.command()
+def _confirm_drains(shown: ClusterPlan | None, policy: JobPolicy, yes: bool) -> None:
+    """An apply that drains nodes affects jobs: say which and how, then ask."""
+    if shown is None or not shown.drains:
+        return
+    nodes = sorted({n for d in shown.drains for n in d.nodes})
+    jobs = "requeued at once (--requeue)" if policy.requeue else "left to end first"
+    confirm("apply it", [f"this apply drains {len(nodes)} node(s) ({', '.join(nodes[:8])}"
+                         f"{', ...' if len(nodes) > 8 else ''}); the jobs on them are {jobs}"], yes)
+
+
+@app.command(short_help="Bring up or converge the local cluster.", epilog=example(
+    "sudo slurmforge up --local                 # the example cluster",
+    "sudo slurmforge up --local cluster.yaml --yes"))
 def up(
     spec: Annotated[Path | None, typer.Argument(
         help="The cluster spec (default: the example local.yaml that comes with slurmforge).")] = None,
@@ -137,10 +202,11 @@ def up(
     full_rollout: FullRolloutFlag = False,
     requeue: RequeueFlag = False,
     drain_timeout: DrainTimeoutOpt = None,
+    yes: YesOpt = False,
 ) -> None:
     """Bring up (or converge) a cluster: image, nodes, rollout, validation, a sample job. Nodes
     whose machines are made again or that leave are drained first (their jobs end, or are
-    requeued with --requeue)."""
+    requeued with --requeue): the plan is shown and, when it drains nodes, asked for."""
     _need_local(local, "up")
     from slurmforge.drain import JobPolicy
     from slurmforge.local.up import up as local_up
@@ -149,9 +215,11 @@ def up(
     from slurmforge.validation import validate_inventory
 
     report_errors(lambda: require("ansible_runner", "deploy", "up"))
+    report_errors(Target(True).require_access)
     chosen = spec or examples() / "local.yaml"
     policy = JobPolicy(requeue, drain_timeout)
     shown = _plan_first(load(chosen), True, None, policy)
+    report_errors(lambda: _confirm_drains(shown, policy, yes))
     display = PhaseDisplay(rich_console())
     report = report_errors(lambda: local_up(chosen, display, run_sample_job=not no_job,
                                             validate=None if no_validate else validate_inventory,
@@ -170,7 +238,9 @@ def up(
     say(f"get in:  slurmforge ssh --local login --user <name>   (or podman exec -it {report.login} bash)")
 
 
-@app.command()
+@app.command(short_help="Remove a local cluster, or an AWS cluster's pool machines.", epilog=example(
+    "sudo slurmforge down --local dev", "sudo slurmforge down --local dev --purge --yes",
+    "slurmforge down --inventory DIR            # before `pulumi destroy`"))
 def down(
     local: LocalFlag = False,
     cluster: ClusterOpt = None,
@@ -179,61 +249,93 @@ def down(
         "--inventory", help="An AWS cluster's inventory: stop the scheduler service and terminate every pool "
         "machine it launched (before `pulumi destroy`).")] = None,
     force: Annotated[bool, typer.Option(help="With --inventory: go on when a controller cannot be reached.")] = False,
+    yes: YesOpt = False,
 ) -> None:
     """Remove the cluster's nodes and network (--local; the image cache stays unless --purge),
-    or release an AWS cluster's pool machines (--inventory)."""
-    if inventory_dir is not None and not local:
+    or release an AWS cluster's pool machines (--inventory). Says what it removes (with
+    --purge each directory and its size) and asks first."""
+    target = _target(local, cluster, inventory_dir, "down")
+    if target.inventory is not None and not target.local:
         from slurmforge.aws.teardown import release, summary
+        from slurmforge.target import is_local_inventory
 
-        require_inventory(inventory_dir)
-
-        say(summary(report_errors(lambda: release(inventory_dir, force=force))))
+        if is_local_inventory(target.inventory):
+            fail(f"down: {target.inventory} is a local cluster's inventory; remove it with "
+                 f"`sudo slurmforge down --local {target.inventory.name}`")
+        where = target.inventory
+        report_errors(lambda: confirm("release them", [
+            f"down: stop the scheduler service of {target.describe()} and terminate every pool machine it "
+            "launched (their jobs are lost)"], yes))
+        say(summary(report_errors(lambda: release(where, force=force))))
         return
-    if not local:
-        fail("down: name the cluster: --local for this machine's, or --inventory DIR to release an AWS "
-             "cluster's pool machines before `pulumi destroy` (docs/aws.md)")
     from slurmforge.local.manage import down as local_down
+    from slurmforge.local.manage import down_plan
 
-    removed = report_errors(lambda: local_down(cluster, purge))
-    say(f"removed {removed}")
+    spec, hosts, lines = report_errors(lambda: down_plan(target.name, purge))
+    report_errors(lambda: confirm("remove it" + (" and delete that data" if purge else ""), lines, yes))
+    say(f"removed {report_errors(lambda: local_down(spec, hosts, purge))}")
 
 
-@app.command()
-def status(local: LocalFlag = False, cluster: ClusterOpt = None, fmt: FormatOpt = None) -> None:
-    """Nodes, their roles and Slurm state."""
-    _need_local(local, "status")
-    from slurmforge.local.manage import status_table
+@app.command(short_help="Nodes, their roles and Slurm state.", epilog=example(
+    "sudo slurmforge status --local", "slurmforge status --inventory DIR --format json"))
+def status(local: LocalFlag = False, cluster: ClusterOpt = None, inventory_dir: InventoryOpt = None,
+           fmt: FormatOpt = None) -> None:
+    """Nodes, their roles and Slurm state, on any cluster: the local one also shows each
+    node's container."""
     from slurmforge.tables import emit
 
-    emit(report_errors(lambda: status_table(cluster)), fmt)
+    target = _target(local, cluster, inventory_dir, "status")
+    if target.local:
+        from slurmforge.local.manage import status_table
+
+        emit(report_errors(lambda: status_table(target.name)), fmt)
+        return
+    from slurmforge.remote.cluster import inventory_status
+
+    emit(report_errors(lambda: inventory_status(_inventory_of(target))), fmt)
 
 
-@app.command()
-def pools(local: LocalFlag = False, cluster: ClusterOpt = None, fmt: FormatOpt = None) -> None:
-    """Every pool as the scheduler service sees it: nodes by state, GPUs, launches, cooldowns."""
-    _need_local(local, "pools")
-    from slurmforge.local.manage import pools_snapshot
+@app.command(short_help="Every pool: nodes by state, jobs, GPUs, launches.", epilog=example(
+    "sudo slurmforge pools --local", "slurmforge pools --inventory DIR --format json"))
+def pools(local: LocalFlag = False, cluster: ClusterOpt = None, inventory_dir: InventoryOpt = None,
+          fmt: FormatOpt = None) -> None:
+    """Every pool as the scheduler service sees it: nodes by state, GPUs, launches, cooldowns,
+    spend this month."""
+    from slurmforge.service.main import DEFAULT_PORT
     from slurmforge.service.web import pools_table
     from slurmforge.tables import emit
 
-    emit(pools_table(report_errors(lambda: pools_snapshot(cluster))), fmt)
+    target = _target(local, cluster, inventory_dir, "pools")
+    if target.local:
+        from slurmforge.local.manage import pools_snapshot
+
+        emit(pools_table(report_errors(lambda: pools_snapshot(target.name))), fmt)
+        return
+    from slurmforge.remote.cluster import inventory_pools
+
+    emit(pools_table(report_errors(lambda: inventory_pools(_inventory_of(target), DEFAULT_PORT))), fmt)
 
 
-@app.command()
+@app.command(short_help="A shell on a node of the local cluster.", epilog=example(
+    "sudo slurmforge ssh --local login --user alice", "sudo slurmforge ssh --local dev dev-cpu-01"))
 def ssh(
     node: Annotated[str, typer.Argument(help="login, controller, or a node name.")] = "login",
     local: LocalFlag = False,
     cluster: ClusterOpt = None,
     user: Annotated[str | None, typer.Option(help="Log in as this cluster user.")] = None,
 ) -> None:
-    """A shell on a node of the local cluster."""
-    _need_local(local, "ssh")
+    """A shell on a node of the local cluster (a cluster of machines: ssh to its login node)."""
     from slurmforge.local.manage import shell
 
-    report_errors(lambda: shell(cluster, node, user))
+    target = _target(local, cluster, None, "ssh")
+    if not target.local:
+        fail(f"ssh: {target.describe()} is not a local cluster: ssh to its login node (the inventory's "
+             "ansible_host) yourself")
+    report_errors(lambda: shell(target.name, node, user))
 
 
-@app.command()
+@app.command(short_help="Write the inventory of an AWS stack.", epilog=example(
+    "pulumi stack output --json > outputs.json && slurmforge inventory --from-stack-outputs outputs.json"))
 def inventory(
     spec: Annotated[Path | None, typer.Argument(
         help="The cluster spec (default: the one the stack was built from, as its outputs name it).")] = None,
@@ -274,12 +376,16 @@ def inventory(
     say(f"wrote inventory {written} (spec {spec_path})")
 
 
-@app.command()
+@app.command(short_help="Roll a cluster out with Ansible (any target).", epilog=example(
+    "slurmforge rollout --inventory DIR", "sudo slurmforge rollout --local --requeue --yes"))
 def rollout(
-    inventory_dir: Annotated[Path, typer.Option("--inventory", help="A slurmforge inventory directory.")],
+    inventory_dir: InventoryOpt = None,
+    local: LocalFlag = False,
+    cluster: ClusterOpt = None,
     full_rollout: FullRolloutFlag = False,
     requeue: RequeueFlag = False,
     drain_timeout: DrainTimeoutOpt = None,
+    yes: YesOpt = False,
 ) -> None:
     """Roll the cluster out (playbooks/site.yml) on any inventory, with progress. Nodes whose
     machines must be made again or that leave are drained first (their jobs end, or are
@@ -287,18 +393,21 @@ def rollout(
     give it a new machine, and resumed once that one registered. Nodes of
     dynamic pools are left out: they have no machine until the scheduler service starts
     one, and a machine that starts gets its config from slurmctld (configless). So are the
-    nodes whose last rollout was this one (each node's mark says), unless --full-rollout."""
-    from slurmforge.bringup import fixed_hosts, log_dir, push_users, roll_out_changed
+    nodes whose last rollout was this one (each node's mark says), unless --full-rollout. A
+    plan that drains nodes is shown and asked for first."""
+    from slurmforge.bringup import fixed_hosts, push_users, roll_out_changed
     from slurmforge.drain import JobPolicy, controller_client, drain, finish, replace
     from slurmforge.fleet import controller
     from slurmforge.inventory import read_inventory
     from slurmforge.package_data import require
+    from slurmforge.state_dirs import log_dir
     from slurmforge.ui import PhaseDisplay
 
-    require_inventory(inventory_dir)
+    inventory_dir = _inventory_of(_target(local, cluster, inventory_dir, "rollout"))
     report_errors(lambda: require("ansible_runner", "deploy", "the rollout"))
     policy = JobPolicy(requeue, drain_timeout)
     shown = _plan_first(report_errors(lambda: read_inventory(inventory_dir)[0]), False, inventory_dir, policy)
+    report_errors(lambda: _confirm_drains(shown, policy, yes))
     drains = shown.drains if shown else []
     display = PhaseDisplay(rich_console())
     log = log_dir() / f"{inventory_dir.name}-rollout.log"
@@ -324,8 +433,6 @@ def rollout(
     report_errors(run)
 
 
-InventoryOpt = Annotated[Path | None, typer.Option("--inventory", help="The cluster of this inventory (any target).")]
-
 
 def _deployed(spec: Cluster, local: bool, inventory_dir: Path | None) -> Deployed:
     """What runs, read from the cluster's controller: the local one of the spec's name, or
@@ -335,17 +442,17 @@ def _deployed(spec: Cluster, local: bool, inventory_dir: Path | None) -> Deploye
 
     if inventory_dir is not None:
         return deployed.read(deployed.inventory_controllers(inventory_dir))
-    if local:
-        from slurmforge.local.host import require_root
-
-        require_root()
     return deployed.read(deployed.local_controllers(controller_names(spec)))
 
 
-@app.command()
+@app.command(short_help="What applying the spec would change, before it does.", epilog=example(
+    "sudo slurmforge plan cluster.yaml --local",
+    "slurmforge plan cluster.yaml --inventory DIR --detailed-exitcode   # 12: changes",
+    "slurmforge plan cluster.yaml --inventory DIR && slurmforge rollout --inventory DIR"))
 def plan(
     spec: SpecArg = DEFAULT_SPEC,
     local: LocalFlag = False,
+    cluster: ClusterOpt = None,
     inventory_dir: InventoryOpt = None,
     state: Annotated[Path | None, typer.Option(
         "--state", help="Plan against a state saved with --save-state (reaches no cluster).")] = None,
@@ -354,29 +461,35 @@ def plan(
     requeue: Annotated[bool, typer.Option(
         "--requeue", help="Plan an apply with --requeue (jobs on drained nodes requeued, not waited for).")] = False,
     fmt: FormatOpt = None,
+    detailed_exitcode: Annotated[bool, typer.Option(
+        "--detailed-exitcode", help="Exit 12 when the plan has changes (terraform's flag; 0: none).")] = False,
 ) -> None:
     """What applying the spec would do to the running cluster, before anything changes: nodes,
     pools, partitions, scheduling, accounts, users, storage; which daemons reconfigure or
-    restart; which jobs are affected. Read from the cluster itself. Exit 0: no changes, 12:
-    changes, 2: the spec is invalid, 11: the cluster cannot be read."""
+    restart; which jobs are affected. Read from the cluster itself. Exit 0 when it could plan
+    (with --detailed-exitcode 12 when there are changes), 2: the spec is invalid, 11: the
+    cluster cannot be read."""
     from slurmforge.drain import JobPolicy
     from slurmforge.plan import deployed as d
     from slurmforge.plan.engine import make_plan
 
-    if [local, inventory_dir is not None, state is not None].count(True) != 1:
-        fail("plan: name the cluster: --local (this machine's), --inventory DIR, or --state FILE")
-    if inventory_dir is not None:
-        require_inventory(inventory_dir)
-    cluster = load(spec)
-    deployed = report_errors(lambda: d.load(state) if state is not None else _deployed(cluster, local, inventory_dir))
+    if state is not None and (local or cluster is not None or inventory_dir is not None):
+        fail("plan: --state FILE plans against a saved state: drop --local and --inventory")
+    new = load(spec)
+    if state is not None:
+        saved = state
+        deployed = report_errors(lambda: d.load(saved))
+    else:
+        target = _target(local, cluster, inventory_dir, "plan")
+        deployed = report_errors(lambda: _deployed(new, target.local, target.inventory))
     if save_state is not None:
         try:
             d.save(deployed, save_state)
         except OSError as exc:
             fail(f"cannot write {save_state}: {exc.strerror}", 1)
-    result = report_errors(lambda: make_plan(cluster, deployed, JobPolicy(requeue=requeue)))
+    result = report_errors(lambda: make_plan(new, deployed, JobPolicy(requeue=requeue)))
     _show_plan(result, fmt)
-    raise typer.Exit(result.exit_code)
+    raise typer.Exit(result.exit_code if detailed_exitcode else 0)
 
 
 def _show_plan(result: ClusterPlan, fmt: Format | None) -> None:
@@ -411,34 +524,26 @@ def _plan_first(spec: Cluster, local: bool, inventory_dir: Path | None, policy: 
     return result
 
 
-rotate_app = typer.Typer(help="A new munge key, accounting database password or REST API key on a live cluster, "
+rotate_app = typer.Typer(short_help="Rotate a secret on a live cluster, no job lost.",
+                         help="A new munge key, accounting database password or REST API key on a live cluster, "
                               "no job lost.",
                          no_args_is_help=True)
 app.add_typer(rotate_app, name="rotate")
 
 
-def _rotate(which: str, local: bool, cluster: str | None, inventory_dir: Path | None) -> None:
-    """One secret rotated on the local cluster (--local) or an inventory's."""
+def _rotate(which: str, local: bool, cluster: str | None, inventory_dir: Path | None, yes: bool) -> None:
+    """One secret rotated on the local cluster (--local) or an inventory's, once confirmed."""
     from slurmforge import rotate as r
     from slurmforge.inventory import read_inventory
     from slurmforge.state_dirs import secrets_dir
 
-    if local == (inventory_dir is not None):
-        fail(f"rotate {which}: name the cluster: --local (this machine's) or --inventory DIR")
+    target = _target(local, cluster, inventory_dir, f"rotate {which}")
+    where = _inventory_of(target)
+    spec, hosts = report_errors(lambda: read_inventory(where))
+    report_errors(lambda: confirm(f"rotate the {which}", [
+        f"rotate {which}: {ROTATES[which]} on cluster {spec.name} ({len(hosts)} hosts)"], yes))
 
     def run() -> r.Rotation:
-        if inventory_dir is not None:
-            require_inventory(inventory_dir)
-            spec, hosts = read_inventory(inventory_dir)
-            where = inventory_dir
-        else:
-            from slurmforge.local.host import require_root
-            from slurmforge.local.manage import find_cluster
-            from slurmforge.state_dirs import default_inventory
-
-            require_root()
-            spec, hosts = find_cluster(cluster)
-            where = default_inventory(spec.name)
         store = r.store_for(spec, where, secrets_dir(spec.name))
         if which == "munge-key":
             return r.rotate_munge_key(spec, hosts, store)
@@ -449,31 +554,48 @@ def _rotate(which: str, local: bool, cluster: str | None, inventory_dir: Path | 
     say(report_errors(run).summary())
 
 
-@rotate_app.command("munge-key")
-def rotate_munge_key(local: LocalFlag = False, cluster: ClusterOpt = None, inventory_dir: InventoryOpt = None) -> None:
+ROTATES = {
+    "munge-key": "a new munge key on every running node; munged switches everywhere at one instant",
+    "db-password": "a new accounting database password; slurmdbd restarts",
+    "jwt-key": "a new REST API key; slurmdbd restarts, slurmctld reconfigures, every token signed with the old key "
+               "is refused"}
+"""What each rotation does, as the question before it says."""
+ROTATE_EXAMPLES = ("sudo slurmforge rotate {0} --local", "slurmforge rotate {0} --inventory DIR --yes")
+
+
+@rotate_app.command("munge-key", short_help="A new munge key on every node, no job lost.",
+                    epilog=example(*(e.format("munge-key") for e in ROTATE_EXAMPLES)))
+def rotate_munge_key(local: LocalFlag = False, cluster: ClusterOpt = None, inventory_dir: InventoryOpt = None,
+                     yes: YesOpt = False) -> None:
     """A new munge key in the secret store and on every running node (dynamic ones too);
     munged switches on every node at one instant, no Slurm daemon restarts (docs/day-two.md)."""
-    _rotate("munge-key", local, cluster, inventory_dir)
+    _rotate("munge-key", local, cluster, inventory_dir, yes)
 
 
-@rotate_app.command("db-password")
+@rotate_app.command("db-password", short_help="A new accounting database password.",
+                    epilog=example(*(e.format("db-password") for e in ROTATE_EXAMPLES)))
 def rotate_db_password(local: LocalFlag = False, cluster: ClusterOpt = None,
-                       inventory_dir: InventoryOpt = None) -> None:
+                       inventory_dir: InventoryOpt = None, yes: YesOpt = False) -> None:
     """A new accounting database password in the secret store, the database and slurmdbd
     (slurmdbd restarts; slurmctld keeps its records meanwhile)."""
-    _rotate("db-password", local, cluster, inventory_dir)
+    _rotate("db-password", local, cluster, inventory_dir, yes)
 
 
-@rotate_app.command("jwt-key")
-def rotate_jwt_key(local: LocalFlag = False, cluster: ClusterOpt = None, inventory_dir: InventoryOpt = None) -> None:
+@rotate_app.command("jwt-key", short_help="A new REST API (JWT) key; old tokens refused.",
+                    epilog=example(*(e.format("jwt-key") for e in ROTATE_EXAMPLES)))
+def rotate_jwt_key(local: LocalFlag = False, cluster: ClusterOpt = None, inventory_dir: InventoryOpt = None,
+                   yes: YesOpt = False) -> None:
     """A new REST API (JWT) key in the secret store and on the controllers; slurmdbd restarts,
     slurmctld reconfigures; tokens signed with the old key are refused (docs/rest-api.md)."""
-    _rotate("jwt-key", local, cluster, inventory_dir)
+    _rotate("jwt-key", local, cluster, inventory_dir, yes)
 
 
-@app.command()
+@app.command(short_help="A one-page utilization report from Prometheus.", epilog=example(
+    "sudo slurmforge report --local --since 24h", "slurmforge report --inventory DIR --since 7d --out report/"))
 def report(
-    inventory_dir: Annotated[Path, typer.Option("--inventory", help="A slurmforge inventory directory.")],
+    inventory_dir: InventoryOpt = None,
+    local: LocalFlag = False,
+    cluster: ClusterOpt = None,
     since: Annotated[str, typer.Option(help="How far back: 30m, 24h, 7d.")] = "24h",
     out_dir: Annotated[Path, typer.Option("--out", help="Where report.html and the PNGs go.")] = Path("report"),
     prometheus: Annotated[str | None, typer.Option(
@@ -485,11 +607,11 @@ def report(
     from slurmforge.monitoring import controller_address
     from slurmforge.report import Prometheus, make_report, parse_duration
 
-    require_inventory(inventory_dir)
+    where = _inventory_of(_target(local, cluster, inventory_dir, "report"))
 
     def run() -> None:
         seconds = parse_duration(since)
-        spec, hosts = read_inventory(inventory_dir)
+        spec, hosts = read_inventory(where)
         url = prometheus or f"http://{controller_address(hosts)}:{PROMETHEUS_PORT}"
         done = make_report(Prometheus(url), spec.name, seconds, out_dir)
         say(f"wrote {done.html_path} ({len(done.images)} plots, last {since}, from {url})")
@@ -497,11 +619,18 @@ def report(
     report_errors(run)
 
 
-@app.command()
+@app.command(short_help="Spend per user, account, partition or pool, from sacct.", epilog=example(
+    "sudo slurmforge cost --local --by user,pool --since 7d",
+    "slurmforge cost --inventory DIR --format csv > spend.csv",
+    "slurmforge cost cluster.yaml --sacct-file saved.txt"))
 def cost(
-    spec: SpecArg = DEFAULT_SPEC,
+    spec: Annotated[Path | None, typer.Argument(
+        help="With --sacct-file: the spec that prices the jobs (default: cluster.yaml). A cluster's jobs are "
+        "priced by its own spec.", show_default=False)] = None,
     inventory_dir: Annotated[Path | None, typer.Option(
         "--inventory", help="Run sacct on this inventory's controller (its spec prices the jobs).")] = None,
+    local: LocalFlag = False,
+    cluster: ClusterOpt = None,
     sacct_file: Annotated[Path | None, typer.Option(
         "--sacct-file", help="Read saved `sacct -a -X -P --format=...` output instead (docs/cost.md).")] = None,
     by: Annotated[str, typer.Option(help="Group by user, account, partition or pool; commas for several.")] = "account",
@@ -515,40 +644,94 @@ def cost(
                                           "row; 0: all (the other formats show all).")] = 40,
 ) -> None:
     """Spend per user, account, partition or pool over a period, from Slurm's accounting
-    (sacct) and the catalog's prices: the same money Slurm bills (TRES billing)."""
+    (sacct) on any cluster, or saved sacct output, and the catalog's prices: the same money
+    Slurm bills (TRES billing)."""
     import time
 
     from slurmforge import cost as c
     from slurmforge.tables import emit
 
     now = time.time()
-    options = report_errors(lambda: c.read_options(by, since, until, inventory_dir, sacct_file, now))
+    where: Path | None = None
+    if sacct_file is None:
+        if spec is not None:
+            fail(f"cost: {spec}: a cluster's jobs are priced by its own spec; a SPEC prices only --sacct-file "
+                 "output: drop it, or pass --sacct-file FILE")
+        where = _inventory_of(_target(local, cluster, inventory_dir, "cost"))
+    elif local or cluster is not None or inventory_dir is not None:
+        fail("cost: --sacct-file reads saved output: drop --local and --inventory")
+    options = report_errors(lambda: c.read_options(by, since, until, where, sacct_file, now))
 
-    def run() -> c.CostReport:
+    def run() -> tuple[c.CostReport, str]:
         lines: Iterable[str]
-        if inventory_dir is not None:
-            require_inventory(inventory_dir)
-            cluster, lines = c.sacct_on_controller(inventory_dir, options.period, now)
-            source = f"sacct on {cluster.name}'s controller"
+        if where is not None:
+            spec_of, lines = c.sacct_on_controller(where, options.period, now)
+            source = f"sacct on {spec_of.name}'s controller"
         else:
             assert sacct_file is not None
-            cluster, lines, source = load(spec), c.read_sacct_file(sacct_file), str(sacct_file)
-        report = c.aggregate(lines, c.Pricing(cluster), options.period, options.by, daily=plot_path is not None,
+            spec_of, lines, source = load(spec or DEFAULT_SPEC), c.read_sacct_file(sacct_file), str(sacct_file)
+        report = c.aggregate(lines, c.Pricing(spec_of), options.period, options.by, daily=plot_path is not None,
                              source=source)
-        report.notes = c.price_notes(cluster)
+        report.notes = c.price_notes(spec_of)
         if plot_path is not None:
-            c.plot(report, plot_path, f"{cluster.name}: spend per day by {', '.join(options.by)}, "
+            c.plot(report, plot_path, f"{spec_of.name}: spend per day by {', '.join(options.by)}, "
                                       f"{options.period.label()}")
-        return report
+        return report, spec_of.name
 
-    report = report_errors(run)
-    emit(c.cost_table(report, top), fmt)
+    report, name = report_errors(run)
+    emit(c.cost_table(report, top, name), fmt)
     if plot_path is not None:
         note(f"wrote {plot_path}")
 
 
+@app.command(short_help="Remember the cluster commands act on by default.", epilog=example(
+    "sudo slurmforge use --local dev", "slurmforge use --inventory ~/.local/state/slurmforge/inventories/prod",
+    "slurmforge use                             # which one", "slurmforge use --clear"))
+def use(local: LocalFlag = False, cluster: ClusterOpt = None, inventory_dir: InventoryOpt = None,
+        clear: Annotated[bool, typer.Option("--clear", help="Forget the remembered cluster.")] = False) -> None:
+    """Remember a cluster (kubectl's current context): every command given neither --local nor
+    --inventory then acts on it, and says so on stderr. Without options: which one it is."""
+    from slurmforge.target import remember, remembered
+
+    if clear:
+        say(f"forgot the remembered cluster ({report_errors(lambda: remember(None))})")
+        return
+    if not (local or cluster is not None or inventory_dir is not None):
+        current = remembered()
+        say(current.describe() if current else "no cluster remembered: `slurmforge use --local NAME` or "
+            "`slurmforge use --inventory DIR` remembers one")
+        return
+    target = report_errors(lambda: resolve(local, cluster, inventory_dir, "use"))
+    if target.local:
+        report_errors(target.require_access)
+        target = Target(True, report_errors(target.inventory_dir).name)
+    path = report_errors(lambda: remember(target))
+    say(f"commands now act on {target.describe()} unless told otherwise (remembered in {path})")
+
+
+@app.command(short_help="Print a shell completion script (bash, zsh, fish).", epilog=example(
+    "slurmforge completion bash > /etc/bash_completion.d/slurmforge",
+    "slurmforge completion zsh > \"${fpath[1]}/_slurmforge\"",
+    "slurmforge completion fish > ~/.config/fish/completions/slurmforge.fish"))
+def completion(shell: Annotated[str, typer.Argument(help="bash, zsh or fish.")]) -> None:
+    """The completion script for a shell: commands, options and their values complete on Tab."""
+    from typer._completion_shared import get_completion_script
+
+    if shell not in ("bash", "zsh", "fish"):
+        fail(f"completion {shell}: not a shell slurmforge completes; use bash, zsh or fish")
+    sys.stdout.write(get_completion_script(prog_name="slurmforge", complete_var=COMPLETE_VAR, shell=shell) + "\n")
+
+
+COMPLETE_VAR = "_SLURMFORGE_COMPLETE"
+"""The variable the completion scripts set when they ask slurmforge for completions."""
+
+
 def main() -> None:
-    app()
+    if COMPLETE_VAR in os.environ:  # a shell asking for completions: typer's classes answer
+        from typer._completion_classes import completion_init
+
+        completion_init()
+    app(args=split_local(sys.argv[1:]), prog_name="slurmforge")
 
 
 if __name__ == "__main__":

@@ -366,16 +366,16 @@ def _share(value: Value) -> str:
     return f"{value:.1f}%" if isinstance(value, float) else str(value)
 
 
-def cost_table(report: CostReport, top: int = TOP_ROWS) -> Table:
+def cost_table(report: CostReport, top: int = TOP_ROWS, cluster: str | None = None) -> Table:
     """The report as a table: a row per group by spend (the `table` format: the `top`
     groups (0: all), the rest as one row, a total row, where the prices came from)."""
     columns = [*(Column(name, name.capitalize()) for name in report.by),
                Column("jobs", "Jobs", count, numeric=True),
                Column("cpu_hours", "CPU-hours", _hours, numeric=True, drop=1),
                Column("gpu_hours", "GPU-hours", _hours, numeric=True, drop=2),
-               Column("spend", "Spend (USD)", money, numeric=True, scope="table"),
+               Column("spend_usd", "Spend (USD)", money, numeric=True, scope="table"),
                Column("share", "Share", _share, numeric=True, drop=3, scope="table"),
-               Column("dollars", "Dollars", scope="data"),
+               Column("spend_usd", "Spend (USD)", scope="data"),
                Column("unpriced_jobs", "Unpriced jobs", scope="data")]
     total = report.total()
 
@@ -387,7 +387,11 @@ def cost_table(report: CostReport, top: int = TOP_ROWS) -> Table:
 
     rows = report.rows()
     table = Table(f"Spend by {', '.join(report.by)}", columns, [row(tuple(k or "" for k in key), t) for key, t in rows],
-                  limit=max(top, 0))
+                  limit=max(top, 0), meta={
+                      "cluster": cluster,
+                      "period": {"since": _iso(report.period.since), "until": _iso(report.period.until)},
+                      "by": list(report.by), "sacct_records": report.records,
+                      "total_spend_usd": round(total.dollars, 4), "total_jobs": _round(total.jobs)})
     if 0 < top < len(rows):
         rest = Totals()
         for _, totals in rows[top:]:
@@ -403,6 +407,11 @@ def cost_table(report: CostReport, top: int = TOP_ROWS) -> Table:
     if report.unpriced_partitions:
         table.notes.append(f"not in dollars (no prices): jobs of {', '.join(sorted(report.unpriced_partitions))}")
     return table
+
+
+def _iso(seconds: float) -> str:
+    """A moment in local time with its offset (ISO 8601), as JSON shows a period."""
+    return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds")
 
 
 def _round(jobs: float) -> int | float:

@@ -92,6 +92,12 @@ class SpecError(SlurmforgeError):
         super().__init__(f"{source}: {len(problems)} problem(s)" if source else "invalid spec")
 
 
+class UsageError(SlurmforgeError):
+    """Options that do not go together, or a value no command can take."""
+
+    exit_code = 2
+
+
 class MissingExtra(SlurmforgeError):
     """A command needs an optional part of slurmforge (pyproject.toml's extras) that is not installed."""
 
@@ -162,8 +168,72 @@ class ModuleError(SlurmforgeError):
         super().__init__(message)
 
 
+class NodeUnreachable(ModuleError):
+    """podman or ssh could not reach a node at all (not the command on it failing): the
+    cluster is unreachable (exit 11), whichever command was reaching it. A ModuleError
+    still, for the callers that treat an unreachable node as "not known"."""
+
+    exit_code = 11
+
+
 class ClusterUnreachable(SlurmforgeError):
     """A running cluster cannot be reached or read (its controller does not answer through
     podman or ssh, or answers something else)."""
 
     exit_code = 11
+
+
+class NeedsRoot(HostError):
+    """The local cluster's containers belong to root's podman: a command on it run by
+    anyone else would only see an empty podman (exit 7, like every HostError)."""
+
+    def __init__(self) -> None:
+        super().__init__("the local cluster runs in root's podman: run the command with sudo")
+
+
+class NotConfirmed(SlurmforgeError):
+    """A destructive or job-affecting action was not confirmed: declined at the prompt, or
+    asked with no terminal to answer on and without --yes."""
+
+    exit_code = 13
+
+
+class NoCluster(SlurmforgeError):
+    """No cluster was named and none is remembered, or the one named does not exist."""
+
+    exit_code = 14
+
+
+PLAN_CHANGES_EXIT = 12
+"""`plan --detailed-exitcode` (and `modules plan`'s): the plan has changes."""
+
+
+@dataclass(frozen=True)
+class ExitCode:
+    code: int
+    cause: str
+
+
+EXIT_CODES = (
+    ExitCode(0, "done (plan: it could plan, whatever it found)"),
+    ExitCode(1, "unexpected failure, or a file could not be written"),
+    ExitCode(2, "bad input: invalid spec or options, a missing extra"),
+    ExitCode(3, "making or changing infrastructure failed"),
+    ExitCode(4, "the Ansible rollout failed (task, host and log named)"),
+    ExitCode(5, "the live cluster failed its validation"),
+    ExitCode(6, "a Slurm command failed or answered nonsense"),
+    ExitCode(7, "not root for the local cluster (use sudo), podman missing"),
+    ExitCode(8, "the module tree refused or failed a change"),
+    ExitCode(9, "report: Prometheus has no data, or no report written"),
+    ExitCode(10, "cost: sacct's output could not be read"),
+    ExitCode(11, "the cluster cannot be reached (podman, ssh, no answer)"),
+    ExitCode(PLAN_CHANGES_EXIT, "plan --detailed-exitcode: the plan has changes"),
+    ExitCode(13, "not confirmed: declined, or no terminal and no --yes"),
+    ExitCode(14, "no cluster: none named or remembered, or no such one"),
+    ExitCode(130, "interrupted (Ctrl-C)"),
+)
+"""Every exit code of the command line, one cause each (`slurmforge --help`, docs/cli.md)."""
+
+
+def exit_code_table() -> str:
+    return "\n".join(f"{e.code:>4}  {e.cause}" for e in EXIT_CODES)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 SECRETS_ROOT = Path("/var/lib/slurmforge")
 """root's state root (state_root)."""
+LOG_DIR = Path("/var/log/slurmforge")
+"""root's log directory (log_dir)."""
 
 
 def state_root() -> Path:
@@ -35,3 +37,9 @@ def secrets_dir(cluster: str) -> Path:
     """The cluster's secrets on the machine that runs the rollout: 0700 directory, 0600
     files. Roles read them with `lookup('file', ...)` + no_log."""
     return state_root() / cluster / "secrets"
+
+
+def log_dir() -> Path:
+    """Where rollouts, bring-ups and the raw answers of podman and ssh are logged:
+    /var/log/slurmforge for root, else beside the user's own state (state_root)."""
+    return LOG_DIR if os.geteuid() == 0 else state_root() / "log"

@@ -9,7 +9,9 @@ formats people expect of a cluster tool (sinfo, squeue, kubectl):
   one row per line, every column and every row, values in full with no spaces inside
   (only the last column may hold free text), so `grep`, `awk '{print $1}'` and `sort`
   work on it.
-- `csv` and `json` (a list of objects): the same keys and values, for programs.
+- `csv` and `json`: the same keys and values, for programs. JSON is one object: the
+  table's `meta` (the cluster, the period where there is one, counts), then `rows`, a list
+  of objects; a key carries its unit (`spend_usd`, `cpu_hours`).
 
 A table holds values, not text: a column knows how the `table` format shows its value
 ($1,234.50); the other formats print the value itself (1234.5).
@@ -85,6 +87,9 @@ class Table:
     """`table` format only, under the table."""
     limit: int = 0
     """The `table` format shows this many rows at most (0: all); the others show all."""
+    meta: dict[str, object] = field(default_factory=dict)
+    """JSON only, before the rows: the cluster, the period, counts (JSON values, units in
+    the keys)."""
 
 
 def default_format() -> Format:
@@ -118,7 +123,7 @@ def render(table: Table, fmt: Format, width: int = 80, styled: bool = False) -> 
         return out.getvalue()
     if fmt is Format.JSON:
         items = [{c.key: _json_value(v) for c, v in zip(columns, row, strict=True)} for row in rows]
-        return json.dumps(items, indent=2) + "\n"
+        return json.dumps({"cluster": None, **table.meta, "rows": items}, indent=2) + "\n"
     cells = [[c.key for c in columns]] + [[_plain_cell(v, last=i == len(row) - 1) for i, v in enumerate(row)]
                                           for row in rows]
     return "".join(_line(row, [max(len(r[i]) for r in cells) for i in range(len(columns))]) for row in cells)

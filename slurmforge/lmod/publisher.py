@@ -59,6 +59,8 @@ class ModuleTree:
                  pip_env: Mapping[str, str] | None = None) -> None:
         self.ex, self.tree, self.actor, self.lmod, self.token = ex, tree, actor, lmod, token
         self.pip_env = dict(pip_env or {})
+        self.cluster: str | None = None
+        """The cluster whose tree this is (None: a tree on this machine)."""
 
     # ------------------------------------------------------------------ reading
 

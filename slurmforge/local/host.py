@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from slurmforge.errors import HostError
+from slurmforge.errors import HostError, NeedsRoot
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ PROC_SYS = Path("/proc/sys")
 
 def require_root() -> None:
     if os.geteuid() != 0:
-        raise HostError("the local cluster needs root (rootful podman with systemd nodes): run it with sudo")
+        raise NeedsRoot()
 
 
 def missing_packages(packages: tuple[str, ...] = PACKAGES) -> list[str]:

@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -176,16 +177,23 @@ IMAGE_LOCK = Path("/run/lock/slurmforge-image.lock")
 
 
 def ensure_images(podman: Podman, log_path: Path, namespace: str = NAMESPACE,
-                  lock: Path = IMAGE_LOCK, os: Distro = DEBIAN_13) -> str:
+                  lock: Path = IMAGE_LOCK, os: Distro = DEBIAN_13,
+                  on_wait: Callable[[str], None] | None = None) -> str:
     """The node image's tag, building base and node images only when missing. One build at a
-    time on this machine: a second `up` waits for the first and then reuses its image."""
+    time on this machine: a second `up` waits for the first (saying so through on_wait) and
+    then reuses its image."""
     base = base_tag(namespace, os)
     node = node_tag(base, namespace, os=os)
     if podman.image_exists(base) and podman.image_exists(node):
         return node
     lock.parent.mkdir(parents=True, exist_ok=True)
     with lock.open("a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait(f"waiting for the node image another slurmforge is building on this machine (lock {lock})")
+            fcntl.flock(held, fcntl.LOCK_EX)
         if not podman.image_exists(base):
             log.info("building base image %s (debootstrap)", base)
             build_base(podman, base, os)

@@ -18,29 +18,14 @@ from slurmforge.local.provider import LABEL, LocalProvider
 from slurmforge.local.up import slurm_states
 from slurmforge.service.snapshot import ClusterSnapshot
 from slurmforge.spec import Cluster
-from slurmforge.state_dirs import SECRETS_ROOT, default_inventory, inventories_root
+from slurmforge.state_dirs import SECRETS_ROOT, default_inventory
 from slurmforge.tables import Column, Table
-
-
-def local_inventories() -> dict[str, Path]:
-    found = {}
-    for path in sorted(inventories_root().glob("*/cluster.yaml")):
-        if "kind: local" in path.read_text():
-            found[path.parent.name] = path.parent
-    return found
+from slurmforge.target import Target
 
 
 def find_cluster(name: str | None) -> tuple[Cluster, list[Host]]:
-    found = local_inventories()
-    if name is None:
-        if len(found) != 1:
-            known = ", ".join(found) or "none"
-            raise ProvisionError(f"{len(found)} local clusters ({known}): pass --cluster NAME"
-                                 if found else "no local cluster here: run `slurmforge up --local` first")
-        name = next(iter(found))
-    if name not in found:
-        raise ProvisionError(f"no local cluster '{name}' (known: {', '.join(found) or 'none'})")
-    return read_inventory(found[name])
+    """The local cluster of that name (None: the only one), from its inventory."""
+    return read_inventory(Target(True, name).inventory_dir())
 
 
 STATUS_COLUMNS = (Column("node", "Node"), Column("role", "Role", drop=2), Column("pool", "Pool"),
@@ -57,17 +42,23 @@ def status_table(name: str | None) -> Table:
     return node_table(spec.name, hosts, running, states)
 
 
-def node_table(cluster: str, hosts: list[Host], running: dict[str, bool], states: dict[str, str]) -> Table:
+def node_table(cluster: str, hosts: list[Host], running: dict[str, bool] | None, states: dict[str, str]) -> Table:
     """`slurmforge status`: every host with its role, pool, address, container (running,
     stopped; none for a powered-down dynamic node, missing for a fixed one) and Slurm
-    state (sinfo's: idle, idle~ when powered down, ...; '?' when slurmctld does not say)."""
-    table = Table(f"cluster {cluster} (local)", STATUS_COLUMNS)
+    state (sinfo's: idle, idle~ when powered down, ...; '?' when slurmctld does not say).
+    running None: no containers (a cluster of machines: the column stays empty)."""
+    table = Table(f"cluster {cluster} (local)", STATUS_COLUMNS, meta={"cluster": cluster})
     for host in hosts:
-        container = "running" if running.get(host.name) else ("stopped" if host.name in running else
-                                                              "none" if host.dynamic else "missing")
+        container = None if running is None else _container_state(host, running)
         slurm = states.get(host.name, None if host.role is not HostRole.COMPUTE else "?")
         table.rows.append((host.name, host.role.value, host.pool, host.address, container, slurm))
     return table
+
+
+def _container_state(host: Host, running: dict[str, bool]) -> str:
+    if running.get(host.name):
+        return "running"
+    return "stopped" if host.name in running else "none" if host.dynamic else "missing"
 
 
 def shell(name: str | None, node: str, user: str | None) -> None:
@@ -90,9 +81,30 @@ def shell(name: str | None, node: str, user: str | None) -> None:
     os.execvp("podman", argv)
 
 
-def down(name: str | None, purge: bool) -> str:
+def down_plan(name: str | None, purge: bool) -> tuple[Cluster, list[Host], list[str]]:
+    """The cluster `down` removes and what it says it will remove, each directory --purge
+    deletes with its size (the NAS holds the users' home directories)."""
     require_root()
     spec, hosts = find_cluster(name)
+    lines = [f"down: remove the {len(hosts)} nodes and the network of local cluster {spec.name} "
+             "(running jobs are lost)"]
+    if purge:
+        provider = LocalProvider(spec, image="", podman=Podman())
+        root = SECRETS_ROOT / spec.name
+        parts = [(provider.nas_dir, "the NAS: home directories, software, Slurm state"),
+                 (root / "mariadb", "the accounting database"), (root / "ceph", "Ceph's data"),
+                 (root / "secrets", "the secrets (munge key, database password, JWT key)"),
+                 (default_inventory(spec.name), "the inventory")]
+        for path, what in parts:
+            if path.exists():
+                kept = "" if path.is_relative_to(root) or path == default_inventory(spec.name) else \
+                    " - kept: target.shared_dir is outside slurmforge's state"
+                lines.append(f"  delete {what}: {path} ({human_size(tree_size(path))}){kept}")
+        lines.append("  delete the cached node images no other cluster uses")
+    return spec, hosts, lines
+
+
+def down(spec: Cluster, hosts: list[Host], purge: bool) -> str:
     provider = LocalProvider(spec, image="", podman=Podman())
     provider.delete()
     what = f"{len(hosts)} nodes and network of cluster {spec.name}"
@@ -103,6 +115,28 @@ def down(name: str | None, purge: bool) -> str:
         what += (f", its NAS data, secrets, inventory and {len(removed)} cached image(s) no other cluster uses"
                  if removed else ", its NAS data, secrets and inventory (every cached image is in use)")
     return what
+
+
+def tree_size(path: Path) -> int:
+    """Bytes under path (files as stored, symbolic links not followed)."""
+    total = 0
+    for top, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(top, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def human_size(size: int) -> str:
+    """1,536 -> '1.5 KiB' (binary units, as du -h)."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
 
 
 def pools_snapshot(name: str | None, port: int | None = None, timeout: float = 10) -> ClusterSnapshot:

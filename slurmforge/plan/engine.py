@@ -42,7 +42,7 @@ from typing import Any
 
 from slurmforge import accounting
 from slurmforge.drain import REBUILD, REMOVE, Drain, JobPolicy
-from slurmforge.errors import ProvisionError, SpecError, listing, one_line
+from slurmforge.errors import PLAN_CHANGES_EXIT, ProvisionError, SpecError, listing, one_line
 from slurmforge.hostlists import compress, expand
 from slurmforge.hosts import controller_name
 from slurmforge.nodes import node_sets, pool_hardware, pool_hostlist
@@ -55,7 +55,7 @@ from slurmforge.spec import Cluster, parse_spec
 from slurmforge.spec.models import Pool
 from slurmforge.spec.slurmtime import parse_slurm_time
 
-CHANGES_EXIT = 12
+CHANGES_EXIT = PLAN_CHANGES_EXIT
 """`slurmforge plan`'s exit code when applying the spec changes something (0: nothing;
 the spec's own code, 2, when it is invalid; ClusterUnreachable's, 11, when the cluster
 cannot be read)."""

@@ -28,7 +28,8 @@ def plan_table(plan: ClusterPlan) -> Table:
     jobs = len({j for r in plan.rows if r.kind == "jobs" for j in r.jobs})
     title = f"plan for cluster {plan.cluster}: " + (
         f"{changes} change(s)" + (f", {jobs} job(s) affected" if jobs else "") if plan.changed else "no changes")
-    table = Table(title, COLUMNS)
+    table = Table(title, COLUMNS, meta={"cluster": plan.cluster, "changed": plan.changed, "changes": changes,
+                                        "jobs_affected": jobs, "controller": plan.controller})
     for row in plan.rows:
         table.rows.append((row.kind, row.kind + MARKS.get(row.cause, ""), row.name, short_name(row.name), row.change,
                            row.cause, ",".join(map(str, row.jobs)) or None, row.detail))

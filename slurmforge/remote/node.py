@@ -16,14 +16,16 @@ CPU away from jobs. Without a login node, the first static compute node.
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from slurmforge.connection import becomes_root, container, ssh_argv
-from slurmforge.errors import ModuleError
+from slurmforge.errors import ModuleError, NeedsRoot, NodeUnreachable, one_line
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import read_inventory
 from slurmforge.remote.executor import DEFAULT_TIMEOUT, Completed
@@ -95,11 +97,36 @@ class NodeExecutor:  # not frozen: Executor.name is a plain attribute
         except OSError as exc:
             return Completed(tuple(argv), 127, "", f"{full[0]}: {exc.strerror}")
         if proc.returncode == 255 and self.remote_shell:  # ssh's own failure, not the command's
-            raise ModuleError(f"cannot reach {self.name} over ssh: {proc.stderr.strip()[-300:]}")
+            log_file = self._log(proc.stderr)
+            raise NodeUnreachable(f"cannot reach {self.name} over ssh: {_last_line(proc.stderr)}; fix: check the "
+                                  f"inventory's ansible_host/ansible_user and the key (ssh's words: {log_file})")
         if proc.returncode == PODMAN_FAILED and self.prefix[:2] == ("podman", "exec"):
-            raise ModuleError(f"cannot reach {self.name} through podman: {proc.stderr.strip()[-300:]}; "
-                              "fix: `slurmforge up --local` (is the cluster up?)")
+            if os.geteuid() != 0:  # the containers are root's: this user's podman has none
+                raise NeedsRoot()
+            log_file = self._log(proc.stderr)
+            raise NodeUnreachable(f"cannot reach {self.name} through podman: its container is not running; fix: "
+                                  f"`sudo slurmforge status --local` shows what runs, `sudo slurmforge up --local` "
+                                  f"starts it (podman's words: {log_file})")
         return Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+
+    def _log(self, stderr: str) -> Path | str:
+        """podman's or ssh's whole answer, appended to the log the error line names."""
+        from slurmforge.state_dirs import log_dir
+
+        path = log_dir() / "reach.log"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a") as out:
+                out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {self.name}: {' '.join(self.prefix)}\n"
+                          f"{stderr.rstrip()}\n")
+        except OSError:
+            return "not logged: the log directory is not writable"
+        return path
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Warning:")]
+    return one_line(lines[-1], 200) if lines else "no answer"
 
 
 def executor_for(host: Host, user: str | None = None) -> NodeExecutor:

@@ -15,6 +15,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -211,7 +212,7 @@ POOL_COLUMNS = (
     Column("off", "Off", numeric=True), Column("down", "Down/drain", numeric=True),
     Column("jobs_running", "Jobs run", numeric=True), Column("jobs_pending", "Jobs wait", numeric=True),
     Column("gpus_used", "GPUs used", numeric=True), Column("gpus_wanted", "GPUs wanted", numeric=True, drop=5),
-    Column("gpus_free", "GPUs free", numeric=True), Column("spend", "Spend", money, numeric=True, drop=3),
+    Column("gpus_free", "GPUs free", numeric=True), Column("spend_usd", "Spend (USD)", money, numeric=True, drop=3),
     Column("launched", "Launched", numeric=True, drop=9), Column("failed", "Failed", numeric=True, drop=8),
     Column("cooling", "Cooling down", wrap=True),
 )
@@ -221,7 +222,9 @@ total and spend give way (in that order) to the nodes by state, jobs, GPUs and c
 
 def pools_table(snap: ClusterSnapshot) -> Table:
     """`slurmforge pools`: one row per pool; what the service holds back in the notes."""
-    table = Table(f"{snap.cluster}: pools", POOL_COLUMNS)
+    since = None if snap.spend is None else datetime.fromtimestamp(snap.spend.since).astimezone()
+    table = Table(f"{snap.cluster}: pools", POOL_COLUMNS, meta={
+        "cluster": snap.cluster, "period": {"since": since.isoformat(timespec="seconds")} if since else None})
     for p in snap.pools:
         cooling = ", ".join(f"{c.link} ({when.duration(c.until - snap.taken_at)}"
                             f"{''.join(f', quota {q.code or q.name}' for q in c.quotas)})" for c in p.cooling)

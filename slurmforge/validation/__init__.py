@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from slurmforge.errors import ValidationFailed
@@ -24,9 +25,11 @@ MAX_LINES = 40
 """Problems named in the error, at most; the rest are counted."""
 
 
-def validate_inventory(inventory: Path, extra: list[str] | None = None) -> None:
+def validate_inventory(inventory: Path, extra: list[str] | None = None,
+                       on_check: Callable[[int, int, str], None] | None = None) -> None:
     """Run the suite; raise ValidationFailed naming every problem the failed checks found,
-    one line each (a check's assertion message holds one problem per line)."""
+    one line each (a check's assertion message holds one problem per line). on_check(done,
+    total, check) hears of each check as it ends (pytest -v's lines, read as they come)."""
     if not (inventory / "hosts.yml").exists():
         raise ValidationFailed(f"{inventory} is not a slurmforge inventory (no hosts.yml)")
     require("testinfra", "deploy", "the live-cluster validation")
@@ -38,14 +41,33 @@ def validate_inventory(inventory: Path, extra: list[str] | None = None) -> None:
         cmd = [sys.executable, "-m", "pytest", str(suite), "-q", "-p", "no:cacheprovider", "--no-header",
                "-p", "slurmforge.validation.problems", f"--problems={problems}",
                "-c", str(config), f"--rootdir={suite}", f"--inventory={inventory.resolve()}", *(extra or [])]
-        res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp,
-                             env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"})
-        if res.returncode == 0:
+        returncode, stdout = _run_suite([*cmd, "-v"], Path(tmp), on_check or (lambda done, total, check: None))
+        if returncode == 0:
             return
-        summary = (res.stdout.strip().splitlines() or ["?"])[-1].strip("= ")
+        summary = (stdout.strip().splitlines() or ["?"])[-1].strip("= ")
         lines = failure_lines(problems.read_text()) if problems.exists() else []
     shown = lines[:MAX_LINES] + ([f"... and {len(lines) - MAX_LINES} more"] if len(lines) > MAX_LINES else [])
     raise ValidationFailed("\n  ".join([f"live-cluster validation failed: {summary}", *shown]))
+
+
+COLLECTED = re.compile(r"^collected (\d+) items?")
+RESULT = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
+
+
+def _run_suite(cmd: list[str], cwd: Path, on_check: Callable[[int, int, str], None]) -> tuple[int, str]:
+    """pytest's exit code and its whole stdout, each check's result line passed on as it comes."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
+                            env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"})
+    assert proc.stdout is not None
+    lines, total, done = [], 0, 0
+    for line in proc.stdout:
+        lines.append(line)
+        if found := COLLECTED.match(line):
+            total = int(found.group(1))
+        elif result := RESULT.match(line):
+            done += 1
+            on_check(done, total, result.group(1).rsplit("/", 1)[-1])
+    return proc.wait(), "".join(lines)
 
 
 def failure_lines(records: str) -> list[str]:

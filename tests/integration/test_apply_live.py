@@ -109,7 +109,7 @@ def test_one_edit_and_back_with_jobs_in_flight(cluster: Cluster_, tmp_path: Path
         restored = True
     finally:
         if not restored:
-            cli("up", "--local", str(SPEC), "--no-job", "--no-validate", "--requeue", timeout=1200)
+            cli("up", "--local", str(SPEC), "--no-job", "--no-validate", "--requeue", "--yes", timeout=1200)
     stop(live, "gpu2")
     stop(live, "stay")
     states = wait_sacct(live, jobs, timeout=180)
@@ -122,8 +122,8 @@ def apply_edit(live: LiveCluster, tmp_path: Path, gpu: str, held: str, gpu_machi
     ends it. Its time, and the drain wait it reports."""
     begun = time.monotonic()
     edit = subprocess.Popen([sys.executable, "-m", "slurmforge.cli", "up", "--local", str(edited_spec(tmp_path)),
-                             "--no-job", "--no-validate"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                             "--no-job", "--no-validate", "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         _, reason = wait_until(lambda: next((s for s in [sinfo(live, gpu)] if s[0].startswith("drain")), None),
                                    600, f"{gpu} drained by the rollout", every=1)
@@ -174,7 +174,7 @@ def go_back(live: LiveCluster, gpu: str, jobs: list[str]) -> float:
     jobs.append(again)
     wait_state(live, again, ("RUNNING",), 120)
     begun = time.monotonic()
-    back = cli("up", "--local", str(SPEC), "--no-job", "--no-validate", "--requeue", timeout=1200)
+    back = cli("up", "--local", str(SPEC), "--no-job", "--no-validate", "--requeue", "--yes", timeout=1200)
     second = time.monotonic() - begun
     assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
     plan = plan_rows(back.stdout)

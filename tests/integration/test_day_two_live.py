@@ -68,7 +68,7 @@ def test_rotate_munge_key_loses_no_job(cluster: Cluster_) -> None:
     job = live.submit("-o /dev/null -t 5 --mem=100 --wrap 'sleep 25'")
     wait_state(live, job, ("RUNNING",), 120)
 
-    done = cli("rotate", "munge-key", "--local", "--cluster", cluster.spec.name)
+    done = cli("rotate", "munge-key", "--yes", "--local", "--cluster", cluster.spec.name)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rotated the munge key on" in done.stdout and "no Slurm daemon restarted" in done.stdout
 
@@ -98,7 +98,7 @@ def spec_with_user(cluster: Cluster_, tmp_path: Path) -> Any:
     edited = tmp_path / SPEC.name
     edited.write_text(yaml.safe_dump(data, sort_keys=False))
     yield edited
-    back = cli("up", "--local", str(SPEC), "--no-job", "--no-validate")
+    back = cli("up", "--local", str(SPEC), "--no-job", "--no-validate", "--yes")
     assert back.returncode == 0, back.stdout[-2000:] + back.stderr[-2000:]
 
 
@@ -115,7 +115,7 @@ def test_added_user_runs_on_a_dynamic_node_up_all_along(cluster: Cluster_, spec_
                              text=True, check=True).stdout
     assert subprocess.run(["podman", "exec", node, "id", NEW_USER["name"]], capture_output=True).returncode != 0
 
-    up = cli("up", "--local", str(spec_with_user), "--no-job", "--no-validate")
+    up = cli("up", "--local", str(spec_with_user), "--no-job", "--no-validate", "--yes")
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
     plan_part, _, _ = up.stdout.partition("roll out")
     assert NEW_USER["name"] in plan_part, f"the plan printed first does not name the new user:\n{plan_part}"

@@ -64,7 +64,7 @@ def test_a_config_slurm_refuses_keeps_the_old_one_running(cluster: Cluster_, tmp
     # a partition over nodes no NodeName line defines: slurmctld refuses to load it
     rendered.write_text(good + "PartitionName=broken Nodes=dev-nosuch-[1-2] State=UP\n")
     try:
-        res = subprocess.run([str(Path(sys.executable).parent / "slurmforge"), "rollout", "--inventory",
+        res = subprocess.run([str(Path(sys.executable).parent / "slurmforge"), "rollout", "--yes", "--inventory",
                               str(cluster.report.inventory)], capture_output=True, text=True, timeout=900)
     finally:
         rendered.write_text(good)

@@ -111,7 +111,7 @@ def test_a_rotated_key_refuses_the_old_tokens_and_loses_no_job(cluster: Cluster_
     jobs = f"http://localhost:{port}/slurm/v0.0.42/jobs"
     ask = 'curl -s -o /dev/null -w "%{http_code}" -H "X-SLURM-USER-NAME: alice" -H "X-SLURM-USER-TOKEN: $SLURM_JWT" '
     old = cluster.login("scontrol token lifespan=300").stdout.strip().removeprefix("SLURM_JWT=")
-    done = subprocess.run([sys.executable, "-m", "slurmforge.cli", "rotate", "jwt-key", "--local", "--cluster",
+    done = subprocess.run([sys.executable, "-m", "slurmforge.cli", "rotate", "jwt-key", "--yes", "--local", "--cluster",
                            cluster.spec.name], capture_output=True, text=True, cwd=ROOT, timeout=300, check=False,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stdout + done.stderr

@@ -16,3 +16,14 @@ def env(tmp_path: Path) -> dict[str, Path]:
     spool = tmp_path / "spool"
     spool.mkdir()
     return {"spec": spec, "spool": spool, "db": tmp_path / "state.db", "beat": tmp_path / "heartbeat"}
+
+
+@pytest.fixture(autouse=True)
+def no_remembered_cluster(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The cluster `slurmforge use` remembers, in a scratch file: a default the machine's
+    operator set must not change what a test's command acts on."""
+    import slurmforge.target
+
+    path = tmp_path_factory.mktemp("state") / slurmforge.target.CURRENT_FILE
+    monkeypatch.setattr(slurmforge.target, "_current_file", lambda: path)
+    return path

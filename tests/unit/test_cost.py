@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import time
 from pathlib import Path
 
@@ -162,7 +163,7 @@ def test_sacct_argv_is_relative_to_the_controllers_clock() -> None:
 
 def test_csv() -> None:
     rows = list(csv.reader(io.StringIO(render(cost_table(report(("account", "pool"))), Format.CSV))))
-    assert rows[0] == ["account", "pool", "jobs", "cpu_hours", "gpu_hours", "dollars", "unpriced_jobs"]
+    assert rows[0] == ["account", "pool", "jobs", "cpu_hours", "gpu_hours", "spend_usd", "unpriced_jobs"]
     research_gpu = next(r for r in rows if r[:2] == ["research", "gpu"])
     assert float(research_gpu[5]) == pytest.approx(2.5)
 
@@ -198,7 +199,13 @@ def test_cli_table_csv_plot_and_errors(tmp_path: Path) -> None:
     res = runner.invoke(app, ["cost", str(LOCAL), "--sacct-file", str(tmp_path / "missing.txt")])
     assert res.exit_code == 10 and "cannot read" in res.output
     res = runner.invoke(app, ["cost", "--inventory", str(tmp_path)])
-    assert res.exit_code == 2 and "not a slurmforge inventory" in res.output
+    assert res.exit_code == 14 and "not a slurmforge inventory" in res.output
+    res = runner.invoke(app, ["cost", str(LOCAL), "--inventory", str(tmp_path)])  # SPEC prices saved output only
+    assert res.exit_code == 2 and "a cluster's jobs are priced by its own spec" in res.output
+    res = runner.invoke(app, ["cost", "--format", "json", "--sacct-file", str(sacct), str(LOCAL)])
+    shown = json.loads(res.stdout)
+    assert shown["cluster"] == "dev" and set(shown["period"]) == {"since", "until"}
+    assert shown["total_spend_usd"] == pytest.approx(sum(r["spend_usd"] for r in shown["rows"]))
 
 
 def test_real_sacct_output_of_slurm_24_11() -> None:

@@ -34,7 +34,7 @@ PACKAGE = "slurmforge"
 
 LAYERS: list[tuple[str, list[str]]] = [
     ("face", ["slurmforge.cli", "slurmforge.__main__"]),
-    ("targets", ["slurmforge.local", "slurmforge.aws"]),
+    ("targets", ["slurmforge.local", "slurmforge.aws", "slurmforge.remote.cluster"]),
     ("operations", ["slurmforge.service", "slurmforge.plan", "slurmforge.validation", "slurmforge.bringup",
                     "slurmforge.rollout", "slurmforge.ui", "slurmforge.cost", "slurmforge.report",
                     "slurmforge.lmod.cli", "slurmforge.remote.node", "slurmforge.fleet", "slurmforge.rotate",
@@ -47,6 +47,7 @@ LAYERS: list[tuple[str, list[str]]] = [
               "slurmforge.distro", "slurmforge.instance_types", "slurmforge.provider", "slurmforge.package_data",
               "slurmforge.templating", "slurmforge.tables", "slurmforge.console", "slurmforge.connection",
               "slurmforge.hostlists", "slurmforge.state_dirs", "slurmforge.wheel", "slurmforge.remote",
+              "slurmforge.target", "slurmforge.confirm", "slurmforge.progress",
               "slurmforge"]),
 ]
 UPWARD = {("slurmforge.service.main", "slurmforge.aws.provider"), ("slurmforge.spec", "slurmforge.spec.loader")}

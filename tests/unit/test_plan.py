@@ -536,7 +536,10 @@ def test_the_table_fits_80_columns_and_json_has_every_row() -> None:
     assert max(len(line) for line in text.splitlines()) <= 80, text
     assert text.splitlines()[0] == "plan for cluster dev: 5 change(s), 2 job(s) affected"
     assert "Nodes -dev-cpu-[03-04]; MaxTime\n" in text  # a name is not cut at its hyphens
-    items = json.loads(render(plan_table(result), Format.JSON))
+    shown = json.loads(render(plan_table(result), Format.JSON))
+    assert {k: shown[k] for k in ("cluster", "changed", "changes", "jobs_affected")} == {
+        "cluster": "dev", "changed": True, "changes": 5, "jobs_affected": 2}
+    items = shown["rows"]
     assert len(items) == len(result.rows)
     assert {"kind": "jobs", "name": "dev-cpu-04", "change": "drain", "cause": "spec", "jobs": "41"}.items() \
         <= items[[i["kind"] for i in items].index("jobs")].items()
@@ -548,9 +551,10 @@ def test_the_table_fits_80_columns_and_json_has_every_row() -> None:
 # --------------------------------------------------------------------------- the command
 
 
-def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+def cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "slurmforge.cli", "plan", *argv], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120, check=False, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                          cwd=ROOT, timeout=120, check=False,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **(env or {})})
 
 
 def test_the_command_exits_0_12_or_the_specs_code(tmp_path: Path) -> None:
@@ -566,8 +570,12 @@ def test_the_command_exits_0_12_or_the_specs_code(tmp_path: Path) -> None:
     done = cli(str(same), "--state", str(state), "--format", "table")
     assert (done.returncode, done.stdout.splitlines()[0]) == (0, "plan for cluster dev: no changes"), done.stderr
     done = cli(str(edited), "--state", str(state), "--format", "json")
+    assert done.returncode == 0, done.stderr  # it could plan: `plan && up` applies
+    done = cli(str(edited), "--state", str(state), "--format", "json", "--detailed-exitcode")
     assert done.returncode == CHANGES_EXIT, done.stderr
-    assert [(r["kind"], r["name"], r["change"], r["jobs"]) for r in json.loads(done.stdout)] == [
+    same_detailed = cli(str(same), "--state", str(state), "--detailed-exitcode")
+    assert same_detailed.returncode == 0
+    assert [(r["kind"], r["name"], r["change"], r["jobs"]) for r in json.loads(done.stdout)["rows"]] == [
         ("partition", "ml-cpu", "change", None), ("daemon", "slurmctld", "reconfigure", None),
         ("daemon", "slurmctld", "restart", None), ("daemon", "slurmd", "reconfigure", None),
         ("jobs", "partition ml-cpu", "run-past", "41")]
@@ -595,5 +603,6 @@ def test_an_unreachable_cluster_is_one_line_and_exit_11(tmp_path: Path) -> None:
 
 
 def test_the_command_wants_one_cluster(tmp_path: Path) -> None:
-    done = cli(str(ROOT / "examples" / "local.yaml"))
-    assert done.returncode == 2 and "--local (this machine's), --inventory DIR, or --state FILE" in done.stderr
+    done = cli(str(ROOT / "examples" / "local.yaml"), env={"SLURMFORGE_CONTEXT": str(tmp_path / "none.json")})
+    assert done.returncode == 14 and "no cluster named; fix: --local [NAME] (this machine's)" in done.stderr
+    assert done.stderr.count("\n") == 1 and "pulumi" not in done.stderr

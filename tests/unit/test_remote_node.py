@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from slurmforge.errors import ModuleError
+from slurmforge.errors import ModuleError, NeedsRoot, NoCluster, NodeUnreachable
 from slurmforge.hosts import Host, HostRole
 from slurmforge.lmod.cli import modules_app
 from slurmforge.remote.node import NodeExecutor, build_host, executor_for
@@ -98,8 +98,8 @@ def test_unreachable_ssh_node_is_one_error() -> None:
 def test_cli_inventory_errors_are_one_line(tmp_path: Path) -> None:
     runner = CliRunner()
     missing = runner.invoke(modules_app, ["list", "--inventory", str(tmp_path)])
-    assert missing.exit_code == ModuleError.exit_code
-    assert missing.output.count("\n") == 1 and "not an inventory (no hosts.yml)" in missing.output
+    assert missing.exit_code == NoCluster.exit_code
+    assert missing.output.count("\n") == 1 and "not a slurmforge inventory (no hosts.yml)" in missing.output
     both = runner.invoke(modules_app, ["list", "--inventory", str(tmp_path), "--tree", str(tmp_path)])
     assert both.exit_code == ModuleError.exit_code and "not both" in both.output
     bad = runner.invoke(modules_app, ["default", "apps", "--tree", str(tmp_path)])
@@ -113,8 +113,27 @@ def test_a_missing_container_is_one_error(tmp_path: Path, monkeypatch: pytest.Mo
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     ex = executor_for(host("gone", HostRole.LOGIN, slurmforge_container="gone"))
-    with pytest.raises(ModuleError, match=r'cannot reach gone through podman: Error: no container .*is the cluster up'):
+    monkeypatch.setattr("slurmforge.state_dirs.log_dir", lambda: tmp_path / "log")
+    with pytest.raises(NodeUnreachable) as failed:
         ex.read_file("/etc/hostname")
+    line = str(failed.value)
+    assert line.startswith("cannot reach gone through podman: its container is not running; fix: ") and "\n" not in line
+    assert "no such container" not in line and failed.value.exit_code == 11  # podman's own words go to the log
+    log = tmp_path / "log" / "reach.log"
+    assert str(log) in line and "no such container" in log.read_text()
+
+
+def test_podman_as_a_user_is_told_to_use_sudo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's podman has none of root's containers: one line, sudo, exit 7 - whichever
+    command reached for the node."""
+    fake = tmp_path / "podman"
+    fake.write_text("#!/bin/sh\necho 'Error: no container with name or ID \"gone\" found' >&2\nexit 125\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr("slurmforge.remote.node.os.geteuid", lambda: 1000)
+    with pytest.raises(NeedsRoot) as failed:
+        executor_for(host("gone", HostRole.LOGIN, slurmforge_container="gone")).run(["true"])
+    assert failed.value.exit_code == 7 and "sudo" in str(failed.value)
 
 
 def test_the_lmod_role_and_the_cli_name_the_same_cache_and_libexec() -> None:

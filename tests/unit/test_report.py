@@ -121,7 +121,7 @@ def test_cli_report_errors_are_one_line(tmp_path: Path, recorded: FakePrometheus
     res = runner.invoke(app, ["report", "--inventory", str(inventory), "--since", "soon", "--out", str(tmp_path)])
     assert res.exit_code == 2 and "not a duration" in res.output and "Traceback" not in res.output
     res = runner.invoke(app, ["report", "--inventory", str(tmp_path), "--out", str(tmp_path)])
-    assert res.exit_code == 2 and "not a slurmforge inventory" in res.output
+    assert res.exit_code == 14 and "not a slurmforge inventory" in res.output
     res = runner.invoke(app, ["report", "--inventory", str(inventory), "--prometheus", "http://127.0.0.1:1",
                               "--out", str(tmp_path)])
     assert res.exit_code == 9 and "unreachable" in res.output and len(res.output.strip().splitlines()) == 1

@@ -74,16 +74,19 @@ def test_aws_rotation_leaves_only_the_new_secret(secretsmanager: Any, tmp_path: 
     assert (again / MUNGE_KEY).read_bytes() == new_key
 
 
-@pytest.mark.parametrize("args", [["rotate", "munge-key"], ["rotate", "db-password"], ["rotate", "jwt-key"],
-                                  ["rotate", "munge-key", "--local", "--inventory", "x"]])
-def test_rotate_names_its_cluster(args: list[str]) -> None:
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["rotate", "munge-key"], 14, "no cluster named; fix: --local [NAME] (this machine's), --inventory DIR"),
+    (["rotate", "db-password"], 14, "no cluster named"),
+    (["rotate", "jwt-key"], 14, "no cluster named"),
+    (["rotate", "munge-key", "--local", "--inventory", "x"], 2, "pass --local [NAME] or --inventory DIR, not both")])
+def test_rotate_names_its_cluster(args: list[str], code: int, message: str) -> None:
     result = CliRunner().invoke(app, args)
-    assert result.exit_code == 2
-    assert "name the cluster: --local (this machine's) or --inventory DIR" in result.output
-    assert "Traceback" not in result.output
+    assert result.exit_code == code
+    assert message in result.output and result.output.count("\n") == 1
+    assert "Traceback" not in result.output and "pulumi" not in result.output
 
 
 def test_rotate_refuses_a_directory_that_is_no_inventory(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["rotate", "db-password", "--inventory", str(tmp_path)])
-    assert result.exit_code == 2
+    assert result.exit_code == 14
     assert f"{tmp_path} is not a slurmforge inventory" in result.output

@@ -54,7 +54,7 @@ def test_help_imports_nothing_heavy(tmp_path: Path, argv: list[str]) -> None:
     # the help is typer's own; no slurmforge module beyond the command line's
     assert {n for n in found if n.startswith("slurmforge.")} <= {
         "slurmforge.cli", "slurmforge.console", "slurmforge.contract", "slurmforge.errors", "slurmforge.lmod",
-        "slurmforge.lmod.cli", "slurmforge.tables"}
+        "slurmforge.lmod.cli", "slurmforge.tables", "slurmforge.confirm", "slurmforge.target", "slurmforge.state_dirs"}
 
 
 def test_validate_imports_the_spec_and_nothing_else_heavy(tmp_path: Path) -> None:

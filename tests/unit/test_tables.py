@@ -92,8 +92,9 @@ def test_status_piped_is_one_parseable_row_per_node(tmp_path: Path) -> None:
                                               "idle~"]
     assert by_name["dev-controller-backup"][1:3] == ["controller", "-"]
     assert [r["node"] for r in csv.DictReader(io.StringIO(render(table, Format.CSV)))] == [r[0] for r in rows]
-    items = json.loads(render(table, Format.JSON))
-    assert items[0].keys() == {"node", "role", "pool", "address", "container", "slurm"}
+    shown = json.loads(render(table, Format.JSON))
+    items = shown["rows"]
+    assert shown["cluster"] == "dev" and items[0].keys() == {"node", "role", "pool", "address", "container", "slurm"}
     assert next(i for i in items if i["node"] == "dev-login")["pool"] is None
     assert {i["role"] for i in items} == {r.value for r in HostRole}
 
@@ -112,7 +113,7 @@ def test_pools_of_the_dev_cluster_at_80_columns() -> None:
     for word in ("Idle", "Busy", "Starting", "Off", "drain", "run", "wait", "used", "free", "Cooling"):
         assert word in heads, heads
     assert rows["cpu"][1:5] == ["2", "0", "0", "2"] and rows["gpu"][-2] == "2"  # idle, busy, starting, off; GPUs free
-    assert "not shown at 80 columns: Kind, Market, Nodes, GPUs wanted, Spend, Launched, Failed" in words(lines)
+    assert "not shown at 80 columns: Kind, Market, Nodes, GPUs wanted, Spend (USD), Launched, Failed" in words(lines)
     wide = fits(render(dev_pools(), Format.TABLE, 200), 200)
     assert wide[1].split()[:4] == ["Pool", "Kind", "Market", "Nodes"] and "$0.20" in wide[3]
 
@@ -120,13 +121,15 @@ def test_pools_of_the_dev_cluster_at_80_columns() -> None:
 def test_pools_piped_every_column_one_row_per_pool() -> None:
     header, rows = plain_rows(render(dev_pools(), Format.PLAIN))
     assert header == ["pool", "kind", "market", "nodes", "idle", "busy", "starting", "off", "down", "jobs_running",
-                      "jobs_pending", "gpus_used", "gpus_wanted", "gpus_free", "spend", "launched", "failed",
+                      "jobs_pending", "gpus_used", "gpus_wanted", "gpus_free", "spend_usd", "launched", "failed",
                       "cooling"]
     assert [r[0] for r in rows] == ["cpu", "gpu", "cpu-fallback"] and all(len(r) == len(header) for r in rows)
     gpu = dict(zip(header, rows[1], strict=True))
-    assert gpu["gpus_free"] == "2" and float(gpu["spend"]) == pytest.approx(0.1972) and gpu["cooling"] == "-"
-    items = json.loads(render(dev_pools(), Format.JSON))
-    assert [i["nodes"] for i in items] == [4, 1, 1] and items[1]["spend"] == pytest.approx(0.1972)
+    assert gpu["gpus_free"] == "2" and float(gpu["spend_usd"]) == pytest.approx(0.1972) and gpu["cooling"] == "-"
+    shown = json.loads(render(dev_pools(), Format.JSON))
+    items = shown["rows"]
+    assert shown["cluster"] == "dev" and [i["nodes"] for i in items] == [4, 1, 1]
+    assert items[1]["spend_usd"] == pytest.approx(0.1972)
 
 
 def test_pools_cooling_links_and_holds_wrap_not_cut() -> None:
@@ -200,11 +203,11 @@ def test_cost_by_account_and_pool_in_a_terminal_and_piped(sacct: Path) -> None:
     piped = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=60, check=True,
                            env={k: v for k, v in os.environ.items() if k != "COLUMNS"})
     header, table = plain_rows(piped.stdout)
-    assert header == ["user", "account", "pool", "jobs", "cpu_hours", "gpu_hours", "dollars", "unpriced_jobs"]
+    assert header == ["user", "account", "pool", "jobs", "cpu_hours", "gpu_hours", "spend_usd", "unpriced_jobs"]
     by_key = {tuple(r[:3]): dict(zip(header, r, strict=True)) for r in table}
     assert by_key[("eve", "vision", "cpu-fallback")]["jobs"] == "0.5"
-    assert float(by_key[("bob", "research", "gpu")]["dollars"]) == pytest.approx(0.5)
+    assert float(by_key[("bob", "research", "gpu")]["spend_usd"]) == pytest.approx(0.5)
     assert len(table) == 4  # no total row, no notes: data only
     as_json = subprocess.run([*argv, "--format", "json"], capture_output=True, text=True, cwd=ROOT, timeout=60,
                              check=True)
-    assert {(i["user"], i["pool"]): i["jobs"] for i in json.loads(as_json.stdout)}[("eve", "cpu")] == 0.5
+    assert {(i["user"], i["pool"]): i["jobs"] for i in json.loads(as_json.stdout)["rows"]}[("eve", "cpu")] == 0.5

@@ -240,7 +240,7 @@ def run(aws: StandIn, workdir: Path, reuse: bool, podman: Podman | None = None) 
 def roll_out(phase: StackPhase) -> str:
     """`slurmforge rollout --inventory` as the admin runs it (docs/aws.md); its output."""
     started = time.monotonic()
-    printed = _admin(["slurmforge", "rollout", "--inventory", str(phase.inventory)], phase.env, phase.workdir,
+    printed = _admin(["slurmforge", "rollout", "--yes", "--inventory", str(phase.inventory)], phase.env, phase.workdir,
                      timeout=ROLLOUT_TIMEOUT)
     phase.seconds["rollout"] = time.monotonic() - started
     return printed
@@ -347,7 +347,7 @@ def down(phase: StackPhase) -> str:
     """`slurmforge down --inventory` as docs/aws.md has the admin run it before `pulumi
     destroy`: the scheduler service stopped, every pool machine it launched terminated."""
     started = time.monotonic()
-    printed = _admin(["slurmforge", "down", "--inventory", str(phase.inventory)], phase.env, phase.workdir,
+    printed = _admin(["slurmforge", "down", "--yes", "--inventory", str(phase.inventory)], phase.env, phase.workdir,
                      timeout=JOB_TIMEOUT)
     phase.seconds["down"] = time.monotonic() - started
     return printed

@@ -1,0 +1,198 @@
+"""The command line as an operator meets it (issue 37), driven through `python -m
+slurmforge.cli` as a user would: a terminal through a pty where the answer depends on it,
+a pipe elsewhere, a user who is not root, a machine with no cluster."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from slurmforge import target as t
+from slurmforge.cli import app
+from slurmforge.confirm import confirm
+from slurmforge.errors import EXIT_CODES, NotConfirmed
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {"PYTHONPATH": str(ROOT), "PATH": os.environ["PATH"], "HOME": str(tmp_path),
+            "SLURMFORGE_CONTEXT": str(tmp_path / "current.json"), **extra}
+
+
+def cli(tmp_path: Path, *argv: str, not_root: bool = False) -> subprocess.CompletedProcess[str]:
+    """argv as a user would run it; not_root: as someone else than root (a user namespace
+    of its own, as tests/package does)."""
+    return subprocess.run([*(["unshare", "--user"] if not_root else []), sys.executable, "-m", "slurmforge.cli",
+                           *argv], capture_output=True, text=True, cwd=tmp_path, env=env(tmp_path), timeout=60,
+                          check=False, stdin=subprocess.DEVNULL)
+
+
+def lab_inventory(tmp_path: Path) -> Path:
+    """An inventory of the lab example (machines you own) whose controller does not answer."""
+    inventory = tmp_path / "inv"
+    inventory.mkdir()
+    (inventory / "cluster.yaml").write_text((ROOT / "examples" / "lab.yaml").read_text())
+    unreachable = {"slurmforge_address": "127.0.0.1", "ansible_host": "127.0.0.1", "ansible_port": 1,
+                   "ansible_user": "root", "ansible_ssh_common_args": "-o ConnectTimeout=3 -o BatchMode=yes"}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"slurm_cluster": {"children": {
+        "slurm_controller": {"hosts": {"lab-ctl": unreachable}}, "slurm_login": {}, "slurm_compute": {}}}}}}))
+    return inventory
+
+
+def on_a_terminal(tmp_path: Path, argv: list[str], answer: str) -> tuple[int, str]:
+    """argv run on a pty (stdin, stdout and stderr a terminal), `answer` typed at its question."""
+    main, child = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "slurmforge.cli", *argv], stdin=child, stdout=child,
+                            stderr=child, cwd=tmp_path, env=env(tmp_path), close_fds=True)
+    os.close(child)
+    seen, answered, deadline = b"", False, time.monotonic() + 30
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([main], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        if not answered and b"Type yes to" in seen:
+            os.write(main, answer.encode() + b"\n")
+            answered = True
+        if proc.poll() is not None and not ready:
+            break
+    os.close(main)
+    return proc.wait(timeout=10), seen.decode(errors="replace")
+
+
+def test_a_rotation_asks_on_a_terminal_and_a_no_changes_nothing(tmp_path: Path) -> None:
+    inventory = lab_inventory(tmp_path)
+    code, seen = on_a_terminal(tmp_path, ["rotate", "munge-key", "--inventory", str(inventory)], "no")
+    assert "rotate munge-key: a new munge key on every running node" in seen and "cluster lab" in seen
+    assert code == NotConfirmed.exit_code and "not confirmed (answered 'no', not 'yes'); nothing was changed" in seen
+
+
+def test_without_a_terminal_it_refuses_in_one_line(tmp_path: Path) -> None:
+    inventory = lab_inventory(tmp_path)
+    for argv in (["rotate", "db-password", "--inventory", str(inventory)], ["down", "--inventory", str(inventory)]):
+        done = cli(tmp_path, *argv)
+        refusal = [ln for ln in done.stderr.splitlines() if ln.startswith("error")]
+        assert done.returncode == 13 and len(refusal) == 1, done.stderr
+        assert "no terminal to ask on, so pass --yes" in refusal[0] and "nothing was changed" in refusal[0]
+
+
+def test_yes_answers_for_the_operator_and_the_plan_is_still_shown() -> None:
+    shown = io.StringIO()
+    confirm("remove it", ["down: remove the 9 nodes"], yes=True, stdin=io.StringIO(""), stderr=shown)
+    assert shown.getvalue() == "down: remove the 9 nodes\n"
+    with pytest.raises(NotConfirmed, match="pass --yes"):
+        confirm("remove it", ["down: remove the 9 nodes"], yes=False, stdin=io.StringIO("yes\n"), stderr=shown)
+
+
+def test_yes_and_auto_approve_are_one_option() -> None:
+    for flag in ("--yes", "--auto-approve", "-y"):
+        res = CliRunner().invoke(app, ["down", flag, "--inventory", "/nonexistent"])
+        assert res.exit_code == 14 and "No such option" not in res.output
+
+
+def test_no_cluster_anywhere_is_one_line_that_never_advises_creating_one(tmp_path: Path) -> None:
+    for argv in (["status"], ["pools"], ["report"], ["cost"], ["modules", "list"], ["rotate", "jwt-key"],
+                 ["plan", str(ROOT / "examples" / "local.yaml")], ["validate", "--local", "--inventory", "x"]):
+        done = CliRunner().invoke(app, argv)
+        code = 2 if "validate" in argv else 14
+        assert done.exit_code == code, (argv, done.output)
+        assert done.output.count("\n") == 1 and "--local [NAME]" in done.output, done.output
+        assert "pulumi" not in done.output and "up --local" not in done.output
+    once = cli(tmp_path, "status")  # the same through the installed entry point
+    assert (once.returncode, once.stderr.count("\n")) == (14, 1) and "no cluster named" in once.stderr
+
+
+def test_a_remembered_cluster_is_used_and_named(tmp_path: Path) -> None:
+    inventory = lab_inventory(tmp_path)
+    done = cli(tmp_path, "use", "--inventory", str(inventory))
+    assert done.returncode == 0 and json.loads((tmp_path / "current.json").read_text()) == {
+        "inventory": str(inventory.resolve())}
+    assert cli(tmp_path, "use").stdout.strip() == f"the cluster of inventory {inventory.resolve()}"
+    status = cli(tmp_path, "status")  # its controller does not answer: one line, exit 11
+    assert status.stderr.splitlines()[0] == (f"status: the cluster of inventory {inventory.resolve()} (remembered by "
+                                             "`slurmforge use`; --local or --inventory for another)")
+    assert status.returncode == 11 and status.stderr.count("\n") == 2, status.stderr
+    assert "cannot reach lab-ctl over ssh" in status.stderr and "fix:" in status.stderr
+    assert cli(tmp_path, "use", "--clear").returncode == 0 and not (tmp_path / "current.json").exists()
+
+
+def test_local_name_is_an_optional_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(t, "inventories_root", lambda: tmp_path)
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "cluster.yaml").write_text("target:\n  kind: local\n")
+    assert t.split_local(["status", "--local", "dev"]) == ["status", "--local", "--cluster", "dev"]
+    assert t.split_local(["status", "--local=lab"]) == ["status", "--local", "--cluster", "lab"]
+    assert t.split_local(["status", "--local", "--format", "json"]) == ["status", "--local", "--format", "json"]
+    # after a command with a positional argument, only a cluster of this machine is a name
+    assert t.split_local(["ssh", "--local", "login"]) == ["ssh", "--local", "login"]
+    assert t.split_local(["ssh", "--local", "dev", "login"]) == ["ssh", "--local", "--cluster", "dev", "login"]
+    assert t.split_local(["up", "--local", "examples/local.yaml"]) == ["up", "--local", "examples/local.yaml"]
+
+
+def test_the_positional_commands_are_the_ones_click_knows() -> None:
+    import typer.main
+
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    with_positional = {name for name, command in group.commands.items()
+                       if any(p.param_type_name == "argument" for p in command.params)
+                       or hasattr(command, "commands")}
+    assert with_positional - {"rotate"} == set(t.POSITIONAL_COMMANDS)
+
+
+def test_a_user_on_a_local_inventory_is_told_sudo_in_one_line(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    inventory = tmp_path / "inv"
+    inventory.mkdir()
+    (inventory / "cluster.yaml").write_text((ROOT / "examples" / "local.yaml").read_text())
+    (inventory / "hosts.yml").write_text("all: {}\n")
+    line = "error the local cluster runs in root's podman: run the command with sudo\n"
+    done = cli(tmp_path, "status", "--inventory", str(inventory), not_root=os.geteuid() == 0)
+    assert (done.returncode, done.stderr) == (7, line)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    for argv in (["pools"], ["cost"], ["modules", "list"], ["rollout"], ["report"], ["plan", str(ROOT / "examples" /
+                 "local.yaml")], ["validate"], ["down"], ["rotate", "munge-key"]):
+        res = CliRunner().invoke(app, [*argv, "--inventory", str(inventory)])
+        assert (res.exit_code, res.output) == (7, line), argv
+    for argv in (["status", "--local"], ["down", "--local"], ["ssh", "--local"]):
+        res = CliRunner().invoke(app, argv)
+        assert (res.exit_code, res.output) == (7, line), argv
+
+
+def test_help_version_completion(tmp_path: Path) -> None:
+    short = cli(tmp_path, "-h")
+    assert short.returncode == 0 and "Exit codes:" in short.stdout and max(map(len, short.stdout.splitlines())) <= 80
+    for code in EXIT_CODES:
+        assert f"{code.code:>4}  {code.cause}" in short.stdout
+    assert "..." not in short.stdout.split("Commands:")[1].split("The cluster:")[0]  # no summary cut
+    assert cli(tmp_path, "--version").stdout.startswith("slurmforge ")
+    for command in (["validate"], ["render"], ["up"], ["status"], ["pools"], ["ssh"], ["inventory"], ["rollout"],
+                    ["down"], ["plan"], ["report"], ["cost"], ["use"], ["completion"], ["rotate", "munge-key"],
+                    ["rotate", "jwt-key"], ["rotate", "db-password"], ["modules", "list"], ["modules", "plan"],
+                    ["modules", "publish"], ["modules", "default"], ["modules", "rollback"], ["modules", "deprecate"]):
+        assert "Examples:\n  " in CliRunner().invoke(app, [*command, "-h"]).output, command
+    for shell, marker in (("bash", "complete -o default -F"), ("zsh", "compdef"), ("fish", "complete --command")):
+        script = cli(tmp_path, "completion", shell)
+        assert script.returncode == 0 and marker in script.stdout and "_SLURMFORGE_COMPLETE" in script.stdout
+    asked = subprocess.run([sys.executable, "-m", "slurmforge.cli"], capture_output=True, text=True, timeout=60,
+                           env={**env(tmp_path), "_SLURMFORGE_COMPLETE": "complete_bash",
+                                "COMP_WORDS": "slurmforge rot", "COMP_CWORD": "1"})
+    assert asked.stdout.split() == ["rotate"], asked.stderr
