@@ -28,9 +28,10 @@ class FakeRuns:
 
     def __call__(self, playbook: str, inventory: str, log_path: Path, on_event: Any = None,
                  extravars: Any = None, limit: str | None = None, phase: str = "rollout",
-                 cancel: Any = None) -> RolloutResult:
+                 cancel: Any = None, skip_tags: str | None = None) -> RolloutResult:
         with self.lock:
-            self.calls.append({"playbook": playbook, "limit": limit, "log": log_path, "extravars": extravars})
+            self.calls.append({"playbook": playbook, "limit": limit, "log": log_path, "extravars": extravars,
+                               "skip_tags": skip_tags})
         start = time.monotonic()
         if on_event is not None:
             on_event(Progress(play=playbook, task=f"task of {playbook}"))
