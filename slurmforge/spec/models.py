@@ -11,7 +11,7 @@ import ipaddress
 import math
 import re
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -81,7 +81,18 @@ def _node_count(value: int) -> int:
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # defer_build: a model's validator is built when first used, not at import (building
+    # the 35 models' validators was most of `slurmforge validate`'s start-up); a nested
+    # model's default is a mapping its parent validates (nested_default), so that
+    # validating a spec builds one validator, the Cluster's, with every model inline.
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, defer_build=True)
+
+
+def nested_default(**values: object) -> Any:
+    """A nested model's default: these values (else its own defaults), validated by the
+    parent like any mapping. An instance as the default would build the nested model's own
+    validator when this module is imported."""
+    return Field(default_factory=lambda: dict(values))
 
 
 def field_error(kind: str, message: str, fix: str) -> PydanticCustomError:
@@ -399,8 +410,8 @@ class Scheduling(Model):
     select_parameters: Literal[
         "CR_CPU_Memory", "CR_Core_Memory", "CR_Socket_Memory", "CR_CPU", "CR_Core"
     ] = "CR_CPU_Memory"
-    priority: Priority = Priority()
-    preemption: Preemption = Preemption()
+    priority: Priority = nested_default()
+    preemption: Preemption = nested_default()
     qos: list[Qos] = Field(default_factory=list)
     default_cpu_pool: PoolName | None = None
     """Jobs that name no partition and ask for no GPUs go to this pool's partition."""
@@ -429,7 +440,7 @@ class Nas(Model):
     """NFS server name or address (kind nfs)."""
     export: AbsPath | None = None
     """Exported path on the server (kind nfs)."""
-    mounts: NasMounts = NasMounts()
+    mounts: NasMounts = nested_default()
     throughput_mode: Literal["bursting", "elastic", "provisioned"] = "elastic"
 
 
@@ -455,7 +466,7 @@ class Scratch(Model):
 class Storage(Model):
     nas: Nas
     ceph: Ceph | None = None
-    scratch: Scratch | None = Scratch()
+    scratch: Scratch | None = nested_default()
 
 
 # --------------------------------------------------------------------------- accounting
@@ -516,7 +527,7 @@ class Account(Model):
 
 class Accounting(Model):
     enabled: bool = True
-    database: Database = Database()
+    database: Database = nested_default()
     accounts: list[Account] = Field(default_factory=list)
     enforce: list[Literal["associations", "limits", "qos", "safe"]] = ["associations", "limits", "qos"]
     budget_period: Literal["day", "week", "month", "quarter", "year"] = "month"
@@ -596,8 +607,8 @@ class HeadNode(Model):
 
 
 class Head(Model):
-    controller: HeadNode = HeadNode()
-    login: HeadNode = HeadNode(instance_type="t3.large")
+    controller: HeadNode = nested_default()
+    login: HeadNode = nested_default(instance_type="t3.large")
     login_count: Annotated[Count, Field(ge=0, le=16)] = 1
     backup_controller: bool = False
 
@@ -646,7 +657,7 @@ class Monitoring(Model):
     retention_gb: Annotated[Count, Field(ge=1, le=10_000)] = 4
     """Prometheus deletes the oldest blocks beyond this size (a small controller's disk)."""
     scrape_interval: PromDuration = "15s"
-    alerts: Alerts = Alerts()
+    alerts: Alerts = nested_default()
 
 
 # --------------------------------------------------------------------------- the cluster
@@ -657,20 +668,20 @@ class Cluster(Model):
     name: Annotated[str, Field(pattern=CLUSTER_NAME_RE)]
     """Cluster name (Slurm ClusterName, resource names, tags): lowercase, <= 20 chars."""
     target: Target
-    network: Network = Network()
-    images: Images = Images()
-    head: Head = Head()
+    network: Network = nested_default()
+    images: Images = nested_default()
+    head: Head = nested_default()
     pools: Annotated[list[Pool], Field(min_length=1)]
     partitions: Annotated[list[Partition], Field(min_length=1)]
-    scheduling: Scheduling = Scheduling()
+    scheduling: Scheduling = nested_default()
     storage: Storage
-    accounting: Accounting = Accounting()
+    accounting: Accounting = nested_default()
     groups: list[Group] = Field(default_factory=list)
     users: list[User] = Field(default_factory=list)
-    mail: Mail = Mail()
-    modules: Modules = Modules()
-    monitoring: Monitoring = Monitoring()
-    rest_api: RestApi = RestApi()
+    mail: Mail = nested_default()
+    modules: Modules = nested_default()
+    monitoring: Monitoring = nested_default()
+    rest_api: RestApi = nested_default()
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:
