@@ -5,8 +5,10 @@ Every model forbids unknown keys and is frozen: a spec is read once and then onl
 passed along.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: pydantic would then evaluate each of the
+# ~180 field annotations from its string (compile and eval: a fifth of `slurmforge
+# validate`'s start-up); written as objects, they cost nothing more. A method returning
+# its own class names it in quotes (the class does not exist yet when the method is made).
 import ipaddress
 import math
 import re
@@ -302,7 +304,7 @@ class Hardware(Model):
     gpus: Gpus | None = None
 
     @model_validator(mode="after")
-    def _cpus_fit_slurm(self) -> Hardware:
+    def _cpus_fit_slurm(self) -> "Hardware":
         cpus = self.sockets * self.cores_per_socket * self.threads_per_core
         if cpus > SLURM_U16_MAX:
             raise field_error("cpus_range", f"{cpus:,} CPUs per node; Slurm counts a node's CPUs in 16 bits",
@@ -498,7 +500,7 @@ class Budget(Model):
     """Billing units x hours: a job's billing TRES (TRESBillingWeights of its partition) per hour."""
 
     @model_validator(mode="after")
-    def _something(self) -> Budget:
+    def _something(self) -> "Budget":
         if self.gpu_hours is None and self.cpu_hours is None and self.billing_hours is None:
             raise field_error("budget_empty", "a budget without a limit",
                               "set gpu_hours, cpu_hours or billing_hours (or remove budget)")
