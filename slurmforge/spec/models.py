@@ -86,7 +86,10 @@ class Model(BaseModel):
     # defer_build: a model's validator is built when first used, not at import (building
     # the 35 models' validators was most of `slurmforge validate`'s start-up); a nested
     # model's default is a mapping its parent validates (nested_default), so that
-    # validating a spec builds one validator, the Cluster's, with every model inline.
+    # validating a spec builds one validator, the Cluster's, with every model inline. A
+    # list or mapping default is written as a literal: pydantic copies it for each model,
+    # and would inspect the signature of a default_factory (a builtin's costs a tokenizer
+    # run) for each field.
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, defer_build=True)
 
 
@@ -245,7 +248,7 @@ class AwsTarget(Model):
     key_name: Annotated[str, Field(pattern=KEY_NAME_RE)]
     """The EC2 key pair every head and Ceph host accepts for SSH: the rollout's way in
     (Ansible reaches the login node on its public address and every other host through it)."""
-    tags: dict[str, str] = Field(default_factory=dict)
+    tags: dict[str, str] = {}
 
 
 class LocalTarget(Model):
@@ -267,8 +270,8 @@ class StaticTarget(Model):
     controller: StaticHost
     backup_controller: StaticHost | None = None
     """The second controller's machine (with head.backup_controller: true)."""
-    login: list[StaticHost] = Field(default_factory=list)
-    nodes: dict[str, list[StaticHost]] = Field(default_factory=dict)
+    login: list[StaticHost] = []
+    nodes: dict[str, list[StaticHost]] = {}
     """Per pool, the machines that are its nodes (names as Slurm will call them)."""
     ssh_user: PosixName = "root"
 
@@ -315,20 +318,20 @@ class Hardware(Model):
 class Pool(Model):
     name: PoolName
     kind: PoolKind
-    instance_types: list[str] = Field(default_factory=list)
+    instance_types: list[str] = []
     """AWS instance types, in order of preference (a flexible pool when several)."""
     hardware: Hardware | None = None
     gpus: Annotated[Count | None, Field(ge=0, le=64)] = None
     """GPUs per node to give Slurm; default: all the instance type has."""
     memory_mb: Annotated[Count | None, Field(ge=64, le=SLURM_U32_MAX)] = None
     """RealMemory override; default: 95% of the instance type's memory."""
-    features: list[Feature] = Field(default_factory=list)
+    features: list[Feature] = []
     min_nodes: Annotated[Count, Field(ge=0), AfterValidator(_node_count)] = 0
     max_nodes: Annotated[Count, Field(ge=1), AfterValidator(_node_count)]
     market: Market = Market.ON_DEMAND
-    fallback: list[PoolName] = Field(default_factory=list)
+    fallback: list[PoolName] = []
     """Pools to try, in order, when this pool cannot get capacity."""
-    zones: list[str] = Field(default_factory=list)
+    zones: list[str] = []
     idle_seconds: Annotated[Count, Field(ge=60, le=7 * 24 * 3600)] = 600
     """How long a dynamic node stays idle before it is powered down."""
     node_prefix: str | None = None
@@ -366,8 +369,8 @@ class Partition(Model):
     max_time: JobTime | None = None
     default_time: JobTime | None = None
     state: PartitionState = PartitionState.UP
-    allow_groups: list[PosixName] = Field(default_factory=list)
-    allow_accounts: list[SlurmName] = Field(default_factory=list)
+    allow_groups: list[PosixName] = []
+    allow_accounts: list[SlurmName] = []
     priority_tier: Annotated[Count | None, Field(ge=0, le=65533)] = None
     preempt_mode: Annotated[Literal["OFF", "CANCEL", "REQUEUE", "SUSPEND"] | None, BeforeValidator(_off)] = None
     oversubscribe: Annotated[Literal["NO", "YES", "FORCE", "EXCLUSIVE"] | None, BeforeValidator(_yes_no)] = None
@@ -401,7 +404,7 @@ class Preemption(Model):
 class Qos(Model):
     name: SlurmName
     priority: Annotated[Count, Field(ge=0, le=SLURM_U32_MAX)] = 0
-    preempt: list[SlurmName] = Field(default_factory=list)
+    preempt: list[SlurmName] = []
     max_wall: JobTime | None = None
     max_gpus_per_user: Annotated[Count | None, Field(ge=0, le=SLURM_U32_MAX)] = None
     description: Text = ""
@@ -414,7 +417,7 @@ class Scheduling(Model):
     ] = "CR_CPU_Memory"
     priority: Priority = nested_default()
     preemption: Preemption = nested_default()
-    qos: list[Qos] = Field(default_factory=list)
+    qos: list[Qos] = []
     default_cpu_pool: PoolName | None = None
     """Jobs that name no partition and ask for no GPUs go to this pool's partition."""
     default_gpu_pool: PoolName | None = None
@@ -530,7 +533,7 @@ class Account(Model):
 class Accounting(Model):
     enabled: bool = True
     database: Database = nested_default()
-    accounts: list[Account] = Field(default_factory=list)
+    accounts: list[Account] = []
     enforce: list[Literal["associations", "limits", "qos", "safe"]] = ["associations", "limits", "qos"]
     budget_period: Literal["day", "week", "month", "quarter", "year"] = "month"
     """When Slurm sets every association's usage back to 0 (PriorityUsageResetPeriod), so
@@ -545,10 +548,10 @@ class Group(Model):
 class User(Model):
     name: PosixName
     uid: Annotated[Count, Field(ge=1000, le=2**31 - 1)]
-    groups: list[PosixName] = Field(default_factory=list)
-    accounts: list[SlurmName] = Field(default_factory=list)
+    groups: list[PosixName] = []
+    accounts: list[SlurmName] = []
     default_account: SlurmName | None = None
-    ssh_keys: list[str] = Field(default_factory=list)
+    ssh_keys: list[str] = []
     admin: bool = False
 
 
@@ -579,9 +582,9 @@ class Subnet(Model):
 
 class Network(Model):
     vpc_cidr: Cidr = "10.0.0.0/16"
-    public_subnets: list[Subnet] = Field(default_factory=list)
-    private_subnets: list[Subnet] = Field(default_factory=list)
-    admin_cidrs: list[Cidr] = Field(default_factory=list)
+    public_subnets: list[Subnet] = []
+    private_subnets: list[Subnet] = []
+    admin_cidrs: list[Cidr] = []
     """Who may reach the login node over SSH."""
     allow_ssh_from_anywhere: bool = False
     """Must be set to accept 0.0.0.0/0 in admin_cidrs."""
@@ -645,7 +648,7 @@ class Alerts(Model):
     links_cooling_for: PromDuration = "2m"
     storage_full_percent: Annotated[Count, Field(ge=50, le=99)] = 90
     storage_full_for: PromDuration = "5m"
-    email: list[Annotated[str, Field(pattern=EMAIL_RE)]] = Field(default_factory=list)
+    email: list[Annotated[str, Field(pattern=EMAIL_RE)]] = []
     """Who Alertmanager mails firing and resolved alerts to (through mail.relay)."""
     webhook: Annotated[str, Field(pattern=HTTP_URL_RE)] | None = None
     """Where Alertmanager POSTs alert groups as JSON (its webhook format): a chat bridge, an
@@ -678,8 +681,8 @@ class Cluster(Model):
     scheduling: Scheduling = nested_default()
     storage: Storage
     accounting: Accounting = nested_default()
-    groups: list[Group] = Field(default_factory=list)
-    users: list[User] = Field(default_factory=list)
+    groups: list[Group] = []
+    users: list[User] = []
     mail: Mail = nested_default()
     modules: Modules = nested_default()
     monitoring: Monitoring = nested_default()
