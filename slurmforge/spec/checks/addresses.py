@@ -132,10 +132,10 @@ def mail_relay_listens(spec: Cluster) -> Iterator[Problem]:
                       "job mail on the controller (/var/mail/<user>)", relay)
 
 
-def _daemon_ports(spec: Cluster) -> dict[int, str]:
-    """The ports the cluster's own daemons listen on (contract.py), slurmrestd's too."""
-    return {**SLURM_PORTS, **{port: name.replace("_", " ") for name, port in PORTS.items()},
-            spec.rest_api.port: "slurmrestd"}
+def daemon_ports() -> dict[int, str]:
+    """The ports the cluster's own daemons listen on (contract.py): Slurm's, Prometheus',
+    Alertmanager's, the node exporter's, the scheduler service's."""
+    return {**SLURM_PORTS, **{port: name.replace("_", " ") for name, port in PORTS.items()}}
 
 
 @check
@@ -151,7 +151,7 @@ def database_port_free(spec: Cluster) -> Iterator[Problem]:
     if isinstance(spec.target, StaticTarget):
         for _, _, _, host in static_hosts(spec.target):
             machines |= {host.name.lower(), host.address}
-    taken = _daemon_ports(spec)
+    taken = {**daemon_ports(), spec.rest_api.port: "slurmrestd"}
     if db.host.lower().rstrip(".") in machines and db.port in taken:
         yield Problem("accounting.database.port", f"{taken[db.port]}'s port, and the database is on the cluster's "
                       f"machine {db.host}: MariaDB and {taken[db.port]} cannot both listen on it",

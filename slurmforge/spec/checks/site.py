@@ -9,7 +9,6 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from slurmforge.contract import PORTS, SLURM_PORTS
 from slurmforge.errors import Problem, SortedListing, listing
 from slurmforge.hosts import (
     LOCAL_FIRST_HOST_OFFSET,
@@ -22,7 +21,7 @@ from slurmforge.hosts import (
 )
 from slurmforge.instance_types import lookup
 from slurmforge.nodes import node_names, pool_hostlist
-from slurmforge.spec.checks.addresses import reached_hosts
+from slurmforge.spec.checks.addresses import daemon_ports, reached_hosts
 from slurmforge.spec.checks.people import mariadb_reserved_words
 from slurmforge.spec.checks.registry import check, dupes, is_aws, per_run, static_hosts
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, RestApi, StaticTarget, is_domain
@@ -569,7 +568,7 @@ def images_ami_only_on_aws(spec: Cluster) -> Iterator[Problem]:
 def rest_api_port_free(spec: Cluster) -> Iterator[Problem]:
     """rest_api.port is none of the ports the cluster's own daemons listen on (Slurm's,
     Prometheus', the exporters', the scheduler service's)."""
-    taken = {**SLURM_PORTS, **{port: name.replace("_", " ") for name, port in PORTS.items()}}
+    taken = daemon_ports()
     port = spec.rest_api.port
     if port in taken:
         yield Problem("rest_api.port", f"is {taken[port]}'s port",
