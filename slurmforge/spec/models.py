@@ -86,11 +86,20 @@ class Model(BaseModel):
     # defer_build: a model's validator is built when first used, not at import (building
     # the 35 models' validators was most of `slurmforge validate`'s start-up); a nested
     # model's default is a mapping its parent validates (nested_default), so that
-    # validating a spec builds one validator, the Cluster's, with every model inline. A
-    # list or mapping default is written as a literal: pydantic copies it for each model,
-    # and would inspect the signature of a default_factory (a builtin's costs a tokenizer
-    # run) for each field.
+    # validating a spec builds one validator, the Cluster's, with every model inline.
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, defer_build=True)
+
+
+def new_list() -> list[Any]:
+    """An empty list, a field's default. A literal [] would be deep-copied for every model
+    (100,000 users: a third of a second); the builtin `list` as the factory would have
+    pydantic read its signature from text (a tokenizer run per field, at start-up)."""
+    return []
+
+
+def new_dict() -> dict[Any, Any]:
+    """An empty mapping, a field's default (see new_list)."""
+    return {}
 
 
 def nested_default(**values: object) -> Any:
@@ -248,7 +257,7 @@ class AwsTarget(Model):
     key_name: Annotated[str, Field(pattern=KEY_NAME_RE)]
     """The EC2 key pair every head and Ceph host accepts for SSH: the rollout's way in
     (Ansible reaches the login node on its public address and every other host through it)."""
-    tags: dict[str, str] = {}
+    tags: dict[str, str] = Field(default_factory=new_dict)
 
 
 class LocalTarget(Model):
@@ -270,8 +279,8 @@ class StaticTarget(Model):
     controller: StaticHost
     backup_controller: StaticHost | None = None
     """The second controller's machine (with head.backup_controller: true)."""
-    login: list[StaticHost] = []
-    nodes: dict[str, list[StaticHost]] = {}
+    login: list[StaticHost] = Field(default_factory=new_list)
+    nodes: dict[str, list[StaticHost]] = Field(default_factory=new_dict)
     """Per pool, the machines that are its nodes (names as Slurm will call them)."""
     ssh_user: PosixName = "root"
 
@@ -318,20 +327,20 @@ class Hardware(Model):
 class Pool(Model):
     name: PoolName
     kind: PoolKind
-    instance_types: list[str] = []
+    instance_types: list[str] = Field(default_factory=new_list)
     """AWS instance types, in order of preference (a flexible pool when several)."""
     hardware: Hardware | None = None
     gpus: Annotated[Count | None, Field(ge=0, le=64)] = None
     """GPUs per node to give Slurm; default: all the instance type has."""
     memory_mb: Annotated[Count | None, Field(ge=64, le=SLURM_U32_MAX)] = None
     """RealMemory override; default: 95% of the instance type's memory."""
-    features: list[Feature] = []
+    features: list[Feature] = Field(default_factory=new_list)
     min_nodes: Annotated[Count, Field(ge=0), AfterValidator(_node_count)] = 0
     max_nodes: Annotated[Count, Field(ge=1), AfterValidator(_node_count)]
     market: Market = Market.ON_DEMAND
-    fallback: list[PoolName] = []
+    fallback: list[PoolName] = Field(default_factory=new_list)
     """Pools to try, in order, when this pool cannot get capacity."""
-    zones: list[str] = []
+    zones: list[str] = Field(default_factory=new_list)
     idle_seconds: Annotated[Count, Field(ge=60, le=7 * 24 * 3600)] = 600
     """How long a dynamic node stays idle before it is powered down."""
     node_prefix: str | None = None
@@ -369,8 +378,8 @@ class Partition(Model):
     max_time: JobTime | None = None
     default_time: JobTime | None = None
     state: PartitionState = PartitionState.UP
-    allow_groups: list[PosixName] = []
-    allow_accounts: list[SlurmName] = []
+    allow_groups: list[PosixName] = Field(default_factory=new_list)
+    allow_accounts: list[SlurmName] = Field(default_factory=new_list)
     priority_tier: Annotated[Count | None, Field(ge=0, le=65533)] = None
     preempt_mode: Annotated[Literal["OFF", "CANCEL", "REQUEUE", "SUSPEND"] | None, BeforeValidator(_off)] = None
     oversubscribe: Annotated[Literal["NO", "YES", "FORCE", "EXCLUSIVE"] | None, BeforeValidator(_yes_no)] = None
@@ -404,7 +413,7 @@ class Preemption(Model):
 class Qos(Model):
     name: SlurmName
     priority: Annotated[Count, Field(ge=0, le=SLURM_U32_MAX)] = 0
-    preempt: list[SlurmName] = []
+    preempt: list[SlurmName] = Field(default_factory=new_list)
     max_wall: JobTime | None = None
     max_gpus_per_user: Annotated[Count | None, Field(ge=0, le=SLURM_U32_MAX)] = None
     description: Text = ""
@@ -417,7 +426,7 @@ class Scheduling(Model):
     ] = "CR_CPU_Memory"
     priority: Priority = nested_default()
     preemption: Preemption = nested_default()
-    qos: list[Qos] = []
+    qos: list[Qos] = Field(default_factory=new_list)
     default_cpu_pool: PoolName | None = None
     """Jobs that name no partition and ask for no GPUs go to this pool's partition."""
     default_gpu_pool: PoolName | None = None
@@ -533,7 +542,7 @@ class Account(Model):
 class Accounting(Model):
     enabled: bool = True
     database: Database = nested_default()
-    accounts: list[Account] = []
+    accounts: list[Account] = Field(default_factory=new_list)
     enforce: list[Literal["associations", "limits", "qos", "safe"]] = ["associations", "limits", "qos"]
     budget_period: Literal["day", "week", "month", "quarter", "year"] = "month"
     """When Slurm sets every association's usage back to 0 (PriorityUsageResetPeriod), so
@@ -548,10 +557,10 @@ class Group(Model):
 class User(Model):
     name: PosixName
     uid: Annotated[Count, Field(ge=1000, le=2**31 - 1)]
-    groups: list[PosixName] = []
-    accounts: list[SlurmName] = []
+    groups: list[PosixName] = Field(default_factory=new_list)
+    accounts: list[SlurmName] = Field(default_factory=new_list)
     default_account: SlurmName | None = None
-    ssh_keys: list[str] = []
+    ssh_keys: list[str] = Field(default_factory=new_list)
     admin: bool = False
 
 
@@ -582,9 +591,9 @@ class Subnet(Model):
 
 class Network(Model):
     vpc_cidr: Cidr = "10.0.0.0/16"
-    public_subnets: list[Subnet] = []
-    private_subnets: list[Subnet] = []
-    admin_cidrs: list[Cidr] = []
+    public_subnets: list[Subnet] = Field(default_factory=new_list)
+    private_subnets: list[Subnet] = Field(default_factory=new_list)
+    admin_cidrs: list[Cidr] = Field(default_factory=new_list)
     """Who may reach the login node over SSH."""
     allow_ssh_from_anywhere: bool = False
     """Must be set to accept 0.0.0.0/0 in admin_cidrs."""
@@ -648,7 +657,7 @@ class Alerts(Model):
     links_cooling_for: PromDuration = "2m"
     storage_full_percent: Annotated[Count, Field(ge=50, le=99)] = 90
     storage_full_for: PromDuration = "5m"
-    email: list[Annotated[str, Field(pattern=EMAIL_RE)]] = []
+    email: list[Annotated[str, Field(pattern=EMAIL_RE)]] = Field(default_factory=new_list)
     """Who Alertmanager mails firing and resolved alerts to (through mail.relay)."""
     webhook: Annotated[str, Field(pattern=HTTP_URL_RE)] | None = None
     """Where Alertmanager POSTs alert groups as JSON (its webhook format): a chat bridge, an
@@ -681,8 +690,8 @@ class Cluster(Model):
     scheduling: Scheduling = nested_default()
     storage: Storage
     accounting: Accounting = nested_default()
-    groups: list[Group] = []
-    users: list[User] = []
+    groups: list[Group] = Field(default_factory=new_list)
+    users: list[User] = Field(default_factory=new_list)
     mail: Mail = nested_default()
     modules: Modules = nested_default()
     monitoring: Monitoring = nested_default()
