@@ -118,16 +118,17 @@ def desired_state(spec: Cluster) -> dict[str, Any]:
 
 
 def _parents_first(accounts: Sequence[Any]) -> list[Any]:
-    """Accounts with every parent before its children (the spec's order otherwise)."""
-    by_name = {a.name: a for a in accounts}
+    """Accounts with every parent before its children (the spec's order otherwise); a
+    parent named in another case is the same account (Slurm keeps names in lowercase)."""
+    by_name = {a.name.lower(): a for a in accounts}
     done: set[str] = set()
     ordered: list[Any] = []
     for account in accounts:
         chain = []
-        while account is not None and account.name not in done:
+        while account is not None and account.name.lower() not in done:
             chain.append(account)
-            done.add(account.name)
-            account = by_name.get(account.parent) if account.parent else None
+            done.add(account.name.lower())
+            account = by_name.get(account.parent.lower()) if account.parent else None
         ordered.extend(reversed(chain))
     return ordered
 

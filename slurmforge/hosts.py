@@ -57,6 +57,11 @@ class Host:
     """Ansible connection variables (ansible_connection, ansible_user, ...)."""
 
 
+# The local target's podman network: its first host addresses are left to podman (the
+# gateway, x.x.x.1) and spare; the local provider gives the containers the ones after.
+LOCAL_FIRST_HOST_OFFSET = 10
+
+
 # ----------------------------------------------------------------- names of the fixed hosts
 
 def controller_name(spec: Cluster) -> str:

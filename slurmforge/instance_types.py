@@ -14,12 +14,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from slurmforge.package_data import data
-from slurmforge.provider import Quota
+
+if TYPE_CHECKING:
+    from slurmforge.provider import Quota
 
 # libyaml's safe loader when PyYAML has it: the catalog is read at every validation, and the
 # pure-Python loader takes ~10x as long (the same data either way).
@@ -160,6 +162,8 @@ def ec2_quota(instance_type: str, market: str) -> Quota:
     """The Service Quota that launches of `instance_type` in `market` (on-demand, spot)
     draw on. A family the table does not know gets a quota without a code, named by its
     family and market, so that a person still knows what to raise."""
+    from slurmforge.provider import Quota  # the service's vocabulary: `validate` never needs it
+
     prefix = re.match(r"[a-z]+", instance_type)
     group = _GROUPS.get(prefix[0] if prefix else "")
     spot = market == "spot"

@@ -35,7 +35,16 @@ from typing import Any
 
 from slurmforge.contract import JOIN_UNIT, PODMAN_API_DIR, LocalProviderSettings, read_settings
 from slurmforge.errors import ProvisionError
-from slurmforge.hosts import TAG_LINK, TAG_TOKEN, Host, HostRole, controller_name, controller_names, login_names
+from slurmforge.hosts import (
+    LOCAL_FIRST_HOST_OFFSET,
+    TAG_LINK,
+    TAG_TOKEN,
+    Host,
+    HostRole,
+    controller_name,
+    controller_names,
+    login_names,
+)
 from slurmforge.local.api import PodmanApi
 from slurmforge.local.container import (
     ADDRESS_LABEL,
@@ -70,7 +79,6 @@ __all__ = ["LABEL", "MARIADB_DATADIR", "LocalProvider", "PoolMachines",
 
 log = logging.getLogger(__name__)
 
-FIRST_HOST_OFFSET = 10
 CLUSTER_WAIT_BOOT_JOBS = frozenset({"slurmd.service", JOIN_UNIT, "multi-user.target", "graphical.target"})
 """A compute node's boot jobs while it waits for its cluster: slurmd for a controller to serve
 it the config, the join program retrying until the rollout published the node kit; the
@@ -159,7 +167,7 @@ class LocalProvider(Provisioner):
         new = [name for name in names if name not in known]
         if new:  # hosts() is asked for often (every compute node's description): write only news
             used = set(known.values())
-            free = (str(ip) for ip in list(net.hosts())[FIRST_HOST_OFFSET:] if str(ip) not in used)
+            free = (str(ip) for ip in list(net.hosts())[LOCAL_FIRST_HOST_OFFSET:] if str(ip) not in used)
             for name in new:
                 try:
                     known[name] = next(free)

@@ -260,7 +260,7 @@ CHUNK = 1024
 
 @cache
 def _model_lists(model: type[BaseModel] = Cluster, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
-    """(path, list validator) of every list of models in the spec that nested models
+    """(path, item model) of every list of models in the spec that nested models
     reach (users, accounting.accounts, pools, ...)."""
     found = []
     for name, info in model.model_fields.items():
@@ -268,12 +268,19 @@ def _model_lists(model: type[BaseModel] = Cluster, path: tuple[str, ...] = ()) -
         if get_origin(annotation) is list:
             item = _inner_model(get_args(annotation)[0])
             if item is not None:
-                found.append(((*path, name), TypeAdapter(list[item])))  # type: ignore[valid-type]
+                found.append(((*path, name), item))
         else:
             inner = _inner_model(annotation)
             if inner is not None and inner is not model:
                 found += _model_lists(inner, (*path, name))
     return found
+
+
+@cache
+def _list_adapter(item: type[BaseModel]) -> TypeAdapter[list[BaseModel]]:
+    """The validator of a list of `item`, built when a spec first has such a long list
+    (building one costs milliseconds of a small spec's start-up)."""
+    return TypeAdapter(list[item])  # type: ignore[valid-type]
 
 
 def _validate_lists(data: dict[str, Any]) -> None:
@@ -282,12 +289,13 @@ def _validate_lists(data: dict[str, Any]) -> None:
     they are): a large spec then never holds all its mappings and all its models at once
     (a 10 MB spec's peak memory). At the first chunk that fails the rest of that list is
     left as it is: validating the whole reports every problem with its path."""
-    for path, adapter in _model_lists():
+    for path, item in _model_lists():
         items: Any = data
         for key in path:
             items = items.get(key) if isinstance(items, dict) else None
         if not isinstance(items, list) or len(items) <= CHUNK:
             continue
+        adapter = _list_adapter(item)
         for start in range(0, len(items), CHUNK):
             try:
                 items[start:start + CHUNK] = adapter.validate_python(items[start:start + CHUNK])

@@ -5,13 +5,15 @@ Every model forbids unknown keys and is frozen: a spec is read once and then onl
 passed along.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: pydantic would then evaluate each of the
+# ~180 field annotations from its string (compile and eval: a fifth of `slurmforge
+# validate`'s start-up); written as objects, they cost nothing more. A method returning
+# its own class names it in quotes (the class does not exist yet when the method is made).
 import ipaddress
 import math
 import re
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -81,7 +83,30 @@ def _node_count(value: int) -> int:
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # defer_build: a model's validator is built when first used, not at import (building
+    # the 35 models' validators was most of `slurmforge validate`'s start-up); a nested
+    # model's default is a mapping its parent validates (nested_default), so that
+    # validating a spec builds one validator, the Cluster's, with every model inline.
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, defer_build=True)
+
+
+def new_list() -> list[Any]:
+    """An empty list, a field's default. A literal [] would be deep-copied for every model
+    (100,000 users: a third of a second); the builtin `list` as the factory would have
+    pydantic read its signature from text (a tokenizer run per field, at start-up)."""
+    return []
+
+
+def new_dict() -> dict[Any, Any]:
+    """An empty mapping, a field's default (see new_list)."""
+    return {}
+
+
+def nested_default(**values: object) -> Any:
+    """A nested model's default: these values (else its own defaults), validated by the
+    parent like any mapping. An instance as the default would build the nested model's own
+    validator when this module is imported."""
+    return Field(default_factory=lambda: dict(values))
 
 
 def field_error(kind: str, message: str, fix: str) -> PydanticCustomError:
@@ -232,7 +257,7 @@ class AwsTarget(Model):
     key_name: Annotated[str, Field(pattern=KEY_NAME_RE)]
     """The EC2 key pair every head and Ceph host accepts for SSH: the rollout's way in
     (Ansible reaches the login node on its public address and every other host through it)."""
-    tags: dict[str, str] = Field(default_factory=dict)
+    tags: dict[str, str] = Field(default_factory=new_dict)
 
 
 class LocalTarget(Model):
@@ -254,8 +279,8 @@ class StaticTarget(Model):
     controller: StaticHost
     backup_controller: StaticHost | None = None
     """The second controller's machine (with head.backup_controller: true)."""
-    login: list[StaticHost] = Field(default_factory=list)
-    nodes: dict[str, list[StaticHost]] = Field(default_factory=dict)
+    login: list[StaticHost] = Field(default_factory=new_list)
+    nodes: dict[str, list[StaticHost]] = Field(default_factory=new_dict)
     """Per pool, the machines that are its nodes (names as Slurm will call them)."""
     ssh_user: PosixName = "root"
 
@@ -291,7 +316,7 @@ class Hardware(Model):
     gpus: Gpus | None = None
 
     @model_validator(mode="after")
-    def _cpus_fit_slurm(self) -> Hardware:
+    def _cpus_fit_slurm(self) -> "Hardware":
         cpus = self.sockets * self.cores_per_socket * self.threads_per_core
         if cpus > SLURM_U16_MAX:
             raise field_error("cpus_range", f"{cpus:,} CPUs per node; Slurm counts a node's CPUs in 16 bits",
@@ -302,20 +327,20 @@ class Hardware(Model):
 class Pool(Model):
     name: PoolName
     kind: PoolKind
-    instance_types: list[str] = Field(default_factory=list)
+    instance_types: list[str] = Field(default_factory=new_list)
     """AWS instance types, in order of preference (a flexible pool when several)."""
     hardware: Hardware | None = None
     gpus: Annotated[Count | None, Field(ge=0, le=64)] = None
     """GPUs per node to give Slurm; default: all the instance type has."""
     memory_mb: Annotated[Count | None, Field(ge=64, le=SLURM_U32_MAX)] = None
     """RealMemory override; default: 95% of the instance type's memory."""
-    features: list[Feature] = Field(default_factory=list)
+    features: list[Feature] = Field(default_factory=new_list)
     min_nodes: Annotated[Count, Field(ge=0), AfterValidator(_node_count)] = 0
     max_nodes: Annotated[Count, Field(ge=1), AfterValidator(_node_count)]
     market: Market = Market.ON_DEMAND
-    fallback: list[PoolName] = Field(default_factory=list)
+    fallback: list[PoolName] = Field(default_factory=new_list)
     """Pools to try, in order, when this pool cannot get capacity."""
-    zones: list[str] = Field(default_factory=list)
+    zones: list[str] = Field(default_factory=new_list)
     idle_seconds: Annotated[Count, Field(ge=60, le=7 * 24 * 3600)] = 600
     """How long a dynamic node stays idle before it is powered down."""
     node_prefix: str | None = None
@@ -353,8 +378,8 @@ class Partition(Model):
     max_time: JobTime | None = None
     default_time: JobTime | None = None
     state: PartitionState = PartitionState.UP
-    allow_groups: list[PosixName] = Field(default_factory=list)
-    allow_accounts: list[SlurmName] = Field(default_factory=list)
+    allow_groups: list[PosixName] = Field(default_factory=new_list)
+    allow_accounts: list[SlurmName] = Field(default_factory=new_list)
     priority_tier: Annotated[Count | None, Field(ge=0, le=65533)] = None
     preempt_mode: Annotated[Literal["OFF", "CANCEL", "REQUEUE", "SUSPEND"] | None, BeforeValidator(_off)] = None
     oversubscribe: Annotated[Literal["NO", "YES", "FORCE", "EXCLUSIVE"] | None, BeforeValidator(_yes_no)] = None
@@ -388,7 +413,7 @@ class Preemption(Model):
 class Qos(Model):
     name: SlurmName
     priority: Annotated[Count, Field(ge=0, le=SLURM_U32_MAX)] = 0
-    preempt: list[SlurmName] = Field(default_factory=list)
+    preempt: list[SlurmName] = Field(default_factory=new_list)
     max_wall: JobTime | None = None
     max_gpus_per_user: Annotated[Count | None, Field(ge=0, le=SLURM_U32_MAX)] = None
     description: Text = ""
@@ -399,9 +424,9 @@ class Scheduling(Model):
     select_parameters: Literal[
         "CR_CPU_Memory", "CR_Core_Memory", "CR_Socket_Memory", "CR_CPU", "CR_Core"
     ] = "CR_CPU_Memory"
-    priority: Priority = Priority()
-    preemption: Preemption = Preemption()
-    qos: list[Qos] = Field(default_factory=list)
+    priority: Priority = nested_default()
+    preemption: Preemption = nested_default()
+    qos: list[Qos] = Field(default_factory=new_list)
     default_cpu_pool: PoolName | None = None
     """Jobs that name no partition and ask for no GPUs go to this pool's partition."""
     default_gpu_pool: PoolName | None = None
@@ -429,7 +454,7 @@ class Nas(Model):
     """NFS server name or address (kind nfs)."""
     export: AbsPath | None = None
     """Exported path on the server (kind nfs)."""
-    mounts: NasMounts = NasMounts()
+    mounts: NasMounts = nested_default()
     throughput_mode: Literal["bursting", "elastic", "provisioned"] = "elastic"
 
 
@@ -455,7 +480,7 @@ class Scratch(Model):
 class Storage(Model):
     nas: Nas
     ceph: Ceph | None = None
-    scratch: Scratch | None = Scratch()
+    scratch: Scratch | None = nested_default()
 
 
 # --------------------------------------------------------------------------- accounting
@@ -487,7 +512,7 @@ class Budget(Model):
     """Billing units x hours: a job's billing TRES (TRESBillingWeights of its partition) per hour."""
 
     @model_validator(mode="after")
-    def _something(self) -> Budget:
+    def _something(self) -> "Budget":
         if self.gpu_hours is None and self.cpu_hours is None and self.billing_hours is None:
             raise field_error("budget_empty", "a budget without a limit",
                               "set gpu_hours, cpu_hours or billing_hours (or remove budget)")
@@ -516,8 +541,8 @@ class Account(Model):
 
 class Accounting(Model):
     enabled: bool = True
-    database: Database = Database()
-    accounts: list[Account] = Field(default_factory=list)
+    database: Database = nested_default()
+    accounts: list[Account] = Field(default_factory=new_list)
     enforce: list[Literal["associations", "limits", "qos", "safe"]] = ["associations", "limits", "qos"]
     budget_period: Literal["day", "week", "month", "quarter", "year"] = "month"
     """When Slurm sets every association's usage back to 0 (PriorityUsageResetPeriod), so
@@ -532,10 +557,10 @@ class Group(Model):
 class User(Model):
     name: PosixName
     uid: Annotated[Count, Field(ge=1000, le=2**31 - 1)]
-    groups: list[PosixName] = Field(default_factory=list)
-    accounts: list[SlurmName] = Field(default_factory=list)
+    groups: list[PosixName] = Field(default_factory=new_list)
+    accounts: list[SlurmName] = Field(default_factory=new_list)
     default_account: SlurmName | None = None
-    ssh_keys: list[str] = Field(default_factory=list)
+    ssh_keys: list[str] = Field(default_factory=new_list)
     admin: bool = False
 
 
@@ -566,9 +591,9 @@ class Subnet(Model):
 
 class Network(Model):
     vpc_cidr: Cidr = "10.0.0.0/16"
-    public_subnets: list[Subnet] = Field(default_factory=list)
-    private_subnets: list[Subnet] = Field(default_factory=list)
-    admin_cidrs: list[Cidr] = Field(default_factory=list)
+    public_subnets: list[Subnet] = Field(default_factory=new_list)
+    private_subnets: list[Subnet] = Field(default_factory=new_list)
+    admin_cidrs: list[Cidr] = Field(default_factory=new_list)
     """Who may reach the login node over SSH."""
     allow_ssh_from_anywhere: bool = False
     """Must be set to accept 0.0.0.0/0 in admin_cidrs."""
@@ -596,8 +621,8 @@ class HeadNode(Model):
 
 
 class Head(Model):
-    controller: HeadNode = HeadNode()
-    login: HeadNode = HeadNode(instance_type="t3.large")
+    controller: HeadNode = nested_default()
+    login: HeadNode = nested_default(instance_type="t3.large")
     login_count: Annotated[Count, Field(ge=0, le=16)] = 1
     backup_controller: bool = False
 
@@ -632,7 +657,7 @@ class Alerts(Model):
     links_cooling_for: PromDuration = "2m"
     storage_full_percent: Annotated[Count, Field(ge=50, le=99)] = 90
     storage_full_for: PromDuration = "5m"
-    email: list[Annotated[str, Field(pattern=EMAIL_RE)]] = Field(default_factory=list)
+    email: list[Annotated[str, Field(pattern=EMAIL_RE)]] = Field(default_factory=new_list)
     """Who Alertmanager mails firing and resolved alerts to (through mail.relay)."""
     webhook: Annotated[str, Field(pattern=HTTP_URL_RE)] | None = None
     """Where Alertmanager POSTs alert groups as JSON (its webhook format): a chat bridge, an
@@ -646,7 +671,7 @@ class Monitoring(Model):
     retention_gb: Annotated[Count, Field(ge=1, le=10_000)] = 4
     """Prometheus deletes the oldest blocks beyond this size (a small controller's disk)."""
     scrape_interval: PromDuration = "15s"
-    alerts: Alerts = Alerts()
+    alerts: Alerts = nested_default()
 
 
 # --------------------------------------------------------------------------- the cluster
@@ -657,20 +682,20 @@ class Cluster(Model):
     name: Annotated[str, Field(pattern=CLUSTER_NAME_RE)]
     """Cluster name (Slurm ClusterName, resource names, tags): lowercase, <= 20 chars."""
     target: Target
-    network: Network = Network()
-    images: Images = Images()
-    head: Head = Head()
+    network: Network = nested_default()
+    images: Images = nested_default()
+    head: Head = nested_default()
     pools: Annotated[list[Pool], Field(min_length=1)]
     partitions: Annotated[list[Partition], Field(min_length=1)]
-    scheduling: Scheduling = Scheduling()
+    scheduling: Scheduling = nested_default()
     storage: Storage
-    accounting: Accounting = Accounting()
-    groups: list[Group] = Field(default_factory=list)
-    users: list[User] = Field(default_factory=list)
-    mail: Mail = Mail()
-    modules: Modules = Modules()
-    monitoring: Monitoring = Monitoring()
-    rest_api: RestApi = RestApi()
+    accounting: Accounting = nested_default()
+    groups: list[Group] = Field(default_factory=new_list)
+    users: list[User] = Field(default_factory=new_list)
+    mail: Mail = nested_default()
+    modules: Modules = nested_default()
+    monitoring: Monitoring = nested_default()
+    rest_api: RestApi = nested_default()
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:

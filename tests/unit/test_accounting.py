@@ -29,7 +29,7 @@ from slurmforge.accounting import (
     read_state,
 )
 from slurmforge.render import render_all
-from slurmforge.spec import validate_data
+from slurmforge.spec import load_spec, validate_data
 from tests.accounting_specs import B_FROM_A, ROOT, base, data_a, spec_a, spec_b
 
 pytestmark = pytest.mark.unit
@@ -333,3 +333,14 @@ def test_a_qos_jobs_use_stays_usable_and_is_kept() -> None:
     # slurmctld does not answer: nobody can tell, the list stays as it is
     assert not any("QOS=" in line for line in make_plan(desired_state(spec_b()), sample_state(), None,
                                                           phase="before").report()["changes"])
+
+
+def test_names_in_any_case_are_slurms_lowercase_accounts_parents_first() -> None:
+    """The spec names accounts and QoS in any case, as Slurm does (it keeps them lowercase):
+    the child named before its parent, and the parent named in another case, still gives
+    the parent first, so sacctmgr never adds an account under one it has not made yet."""
+    spec = load_spec(Path(__file__).parent / "specs" / "valid-names-any-case.yaml")
+    state = desired_state(spec)
+    assert [(a["name"], a["parent"]) for a in state["accounts"]] == [("research", "root"), ("ml", "research")]
+    assert state["users"] == [{"name": "alice", "accounts": ["ml", "research"], "default_account": "ml"}]
+    assert [(q["name"], q["preempt"]) for q in state["qos"]] == [("high", ["low"]), ("low", [])]

@@ -12,8 +12,8 @@ from slurmforge.spec.checks.registry import CHECKS, Check, check, run_checks
 
 # importing a module registers its checks, in this order (the order problems are reported)
 # isort: off
-from slurmforge.spec.checks import names, pools, capacity, partitions, scheduling, people, storage, site
+from slurmforge.spec.checks import names, pools, capacity, partitions, scheduling, people, storage, addresses, site
 # isort: on
 
-__all__ = ["CHECKS", "Check", "capacity", "check", "names", "partitions", "people", "pools", "run_checks",
+__all__ = ["CHECKS", "Check", "addresses", "capacity", "check", "names", "partitions", "people", "pools", "run_checks",
            "scheduling", "site", "storage"]

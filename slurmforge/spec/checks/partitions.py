@@ -121,11 +121,13 @@ def allow_groups_defined(spec: Cluster) -> Iterator[Problem]:
 
 @check
 def allow_accounts_defined(spec: Cluster) -> Iterator[Problem]:
-    """AllowAccounts names accounts the spec defines, and needs accounting."""
-    accounts = {a.name for a in spec.accounting.accounts}
+    """AllowAccounts names accounts the spec defines (ignoring case: slurmctld finds each in
+    the associations, which match account names so: accounts_list_build, assoc_mgr.c), and
+    needs accounting."""
+    accounts = {a.name.lower() for a in spec.accounting.accounts}
     for i, part in enumerate(spec.partitions):
         for j, a in enumerate(part.allow_accounts):
-            if a not in accounts:
+            if a.lower() not in accounts:
                 yield Problem(f"partitions[{i}].allow_accounts[{j}]", "undefined account",
                               "add it under accounting.accounts", a)
         if part.allow_accounts and not spec.accounting.enabled:
@@ -135,10 +137,11 @@ def allow_accounts_defined(spec: Cluster) -> Iterator[Problem]:
 
 @check
 def partition_qos_defined(spec: Cluster) -> Iterator[Problem]:
-    """A partition QoS is one the spec defines (or Slurm's own 'normal'), and needs accounting."""
-    qos = {q.name for q in spec.scheduling.qos} | {"normal"}
+    """A partition QoS is one the spec defines (or Slurm's own 'normal'; ignoring case, as
+    slurmctld finds it: assoc_mgr_fill_in_qos compares QoS names so), and needs accounting."""
+    qos = {q.name.lower() for q in spec.scheduling.qos} | {"normal"}
     for i, part in enumerate(spec.partitions):
-        if part.qos and part.qos not in qos:
+        if part.qos and part.qos.lower() not in qos:
             yield Problem(f"partitions[{i}].qos", "undefined QoS", "add it under scheduling.qos", part.qos)
         if part.qos and not spec.accounting.enabled:
             yield Problem(f"partitions[{i}].qos", "a partition QoS needs accounting", "enable accounting", part.qos)

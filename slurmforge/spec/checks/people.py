@@ -11,6 +11,7 @@ from slurmforge.package_data import data
 from slurmforge.spec.checks.registry import check, hardware, is_aws, parent_cycles
 from slurmforge.spec.models import Cluster
 from slurmforge.spec.slurmtime import parse_slurm_time
+from slurmforge.spec.sshkeys import key_problem
 
 # Ids of 1000 and up the node image and the rollout already give (tests/slurm/
 # test_reserved_names.py reads the image's /etc/passwd and /etc/group): a spec user's uid
@@ -64,20 +65,23 @@ def database_name_not_reserved(spec: Cluster) -> Iterator[Problem]:
 @check
 def account_parents(spec: Cluster) -> Iterator[Problem]:
     """An account's parent exists and is not itself (root, Slurm's top account, is where an
-    account without a parent sits: the models read `parent: root` as no parent)."""
-    names = {a.name for a in spec.accounting.accounts}
+    account without a parent sits: the models read `parent: root` as no parent); names
+    compare as Slurm compares them, ignoring case (sacctmgr stores account names in
+    lowercase: slurm_addto_char_list, slurm_protocol_defs.c)."""
+    names = {a.name.lower() for a in spec.accounting.accounts}
     for i, a in enumerate(spec.accounting.accounts):
-        if a.parent and (a.parent not in names or a.parent == a.name):
+        if a.parent and (a.parent.lower() not in names or a.parent.lower() == a.name.lower()):
             yield Problem(f"accounting.accounts[{i}].parent", "parent is not another defined account",
                           "name an account defined above, or drop parent", a.parent)
 
 
 @check
 def account_parents_acyclic(spec: Cluster) -> Iterator[Problem]:
-    """Account parents form a tree: no account is its own ancestor."""
+    """Account parents form a tree: no account is its own ancestor (names ignoring case, as
+    Slurm keeps them)."""
     accounts = spec.accounting.accounts
-    index = {a.name: i for i, a in enumerate(accounts)}
-    for cycle in parent_cycles({a.name: a.parent for a in accounts}):
+    index = {a.name.lower(): i for i, a in enumerate(accounts)}
+    for cycle in parent_cycles({a.name.lower(): a.parent.lower() if a.parent else None for a in accounts}):
         yield Problem(f"accounting.accounts[{index[cycle[0]]}].parent", f"parent cycle {' -> '.join(cycle)}",
                       "let one of them have no parent (it then sits under root)", show_value=False)
 
@@ -94,14 +98,16 @@ def user_groups_defined(spec: Cluster) -> Iterator[Problem]:
 
 @check
 def user_accounts_defined(spec: Cluster) -> Iterator[Problem]:
-    """Users' accounts exist; default_account is one of them; accounts need accounting."""
-    names = {a.name for a in spec.accounting.accounts}
+    """Users' accounts exist; default_account is one of them; accounts need accounting.
+    Account names compare ignoring case: Slurm stores them in lowercase and matches a user's
+    association to its account so (assoc_mgr.c)."""
+    names = {a.name.lower() for a in spec.accounting.accounts}
     for i, u in enumerate(spec.users):
         for j, a in enumerate(u.accounts):
-            if a not in names:
+            if a.lower() not in names:
                 yield Problem(f"users[{i}].accounts[{j}]", "undefined account",
                               "add it under accounting.accounts", a)
-        if u.default_account and u.default_account not in u.accounts:
+        if u.default_account and u.default_account.lower() not in {a.lower() for a in u.accounts}:
             yield Problem(f"users[{i}].default_account", "not one of the user's accounts",
                           "add it to accounts, or pick one of them", u.default_account)
         if u.accounts and not spec.accounting.enabled:
@@ -130,20 +136,33 @@ def uid_gid_ranges(spec: Cluster) -> Iterator[Problem]:
 @check
 def ssh_keys_look_like_keys(spec: Cluster) -> Iterator[Problem]:
     """SSH keys are public keys in OpenSSH format (never a private key), one per line of
-    authorized_keys (a line break would add a second key)."""
+    authorized_keys (a line break would add a second key), each one sshd would take: its
+    base64 whole, the type inside it the one on the line, RSA of 1024 to 16384 bits,
+    Ed25519 of 32 bytes, ECDSA on the curve it names (OpenSSH's sshkey.c; slurmforge/spec/
+    sshkeys.py cites each rule)."""
     prefixes = ("ssh-ed25519 ", "ssh-rsa ", "ecdsa-sha2-", "sk-ssh-ed25519@", "sk-ecdsa-")
     for i, u in enumerate(spec.users):
         for j, k in enumerate(u.ssh_keys):
+            path = f"users[{i}].ssh_keys[{j}]"
             if "PRIVATE KEY" in k:
-                yield Problem(f"users[{i}].ssh_keys[{j}]", "this is a private key: remove it from the spec now",
+                yield Problem(path, "this is a private key: remove it from the spec now",
                               "paste the .pub file's line instead (and replace the key if this file was shared)",
                               show_value=False)
             elif not k.startswith(prefixes):
-                yield Problem(f"users[{i}].ssh_keys[{j}]", "not an OpenSSH public key",
-                              "paste the .pub file's line (ssh-ed25519 AAAA...)", show_value=False)
+                yield Problem(path, "not an OpenSSH public key", "paste the .pub file's line (ssh-ed25519 AAAA...)",
+                              show_value=False)
             elif not k.strip().isprintable():
-                yield Problem(f"users[{i}].ssh_keys[{j}]", "more than one line (or control characters)",
+                yield Problem(path, "more than one line (or control characters)",
                               "one key per list item, each the .pub file's one line", show_value=False)
+            elif (why := key_problem(k)) is not None:
+                yield Problem(path, f"sshd would refuse this key: {why}", "paste the whole line of the .pub file "
+                              "(ssh-keygen -t ed25519 makes a new one)", _key_start(k))
+
+
+def _key_start(key: str) -> str:
+    """What a key problem shows of the key: its type and the blob's start (enough to find it)."""
+    label, _, rest = key.partition(" ")
+    return f"{label} {rest[:16]}..." if len(rest) > 16 else key
 
 
 @check

@@ -54,8 +54,9 @@ def _type_fix(name: str, catalog: dict[str, InstanceType]) -> str:
 @check
 def known_instance_types(spec: Cluster) -> Iterator[Problem]:
     """Every instance type is in the catalog."""
-    catalog = load_instance_types()
-    for i, p in enumerate(spec.pools):
+    typed = [(i, p) for i, p in enumerate(spec.pools) if p.instance_types]
+    catalog = load_instance_types() if typed else {}  # read only when asked (a tenth of a local spec's checks)
+    for i, p in typed:
         for j, t in enumerate(p.instance_types):
             if t not in catalog:
                 yield Problem(f"pools[{i}].instance_types[{j}]", "unknown instance type", _type_fix(t, catalog), t)

@@ -9,7 +9,7 @@ from typing import TypeVar
 from slurmforge.errors import Problem
 from slurmforge.hosts import login_names
 from slurmforge.nodes import NodeHardware, ceph_host_name, pool_hardware
-from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market, Pool, StaticTarget
+from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market, Pool, StaticHost, StaticTarget
 
 Check = Callable[[Cluster], Iterator[Problem]]
 T = TypeVar("T", bound=Hashable)
@@ -94,6 +94,19 @@ def head_names(spec: Cluster) -> dict[str, str]:
         local = isinstance(spec.target, LocalTarget)
         names.update({ceph_host_name(spec.name, i, local): "Ceph host" for i in range(1, spec.storage.ceph.hosts + 1)})
     return names
+
+
+def static_hosts(target: StaticTarget) -> list[tuple[str, str, str, StaticHost]]:
+    """(path, role, which one, host) of every machine of a static target: the pools' nodes
+    first, then the head machines (a machine named twice is reported where it is a head)."""
+    hosts = [(f"target.nodes.{pool}[{j}]", "node", f"node {h.name} of pool {pool}", h)
+             for pool, members in target.nodes.items() for j, h in enumerate(members)]
+    hosts.append(("target.controller", "controller", "the controller", target.controller))
+    if target.backup_controller is not None:
+        hosts.append(("target.backup_controller", "backup controller", "the backup controller",
+                      target.backup_controller))
+    hosts += [(f"target.login[{j}]", "login host", f"login host {h.name}", h) for j, h in enumerate(target.login)]
+    return hosts
 
 
 def cycles(graph: dict[str, list[str]]) -> list[list[str]]:

@@ -220,13 +220,14 @@ def qos_preemption_needs_accounting(spec: Cluster) -> Iterator[Problem]:
 
 @check
 def qos_preempt_targets(spec: Cluster) -> Iterator[Problem]:
-    """A QoS preempts only QoS that exist, never itself."""
-    names = {q.name for q in spec.scheduling.qos} | {"normal"}
+    """A QoS preempts only QoS that exist, never itself; names compare ignoring case (sacctmgr
+    stores QoS names in lowercase, and slurmdbd matches them so: assoc_mgr_fill_in_qos)."""
+    names = {q.name.lower() for q in spec.scheduling.qos} | {"normal"}
     for i, q in enumerate(spec.scheduling.qos):
         for j, target in enumerate(q.preempt):
-            if target == q.name:
+            if target.lower() == q.name.lower():
                 yield Problem(f"scheduling.qos[{i}].preempt[{j}]", "a QoS cannot preempt itself", "remove it", target)
-            elif target not in names:
+            elif target.lower() not in names:
                 yield Problem(f"scheduling.qos[{i}].preempt[{j}]", "unknown QoS", "define it under scheduling.qos",
                               target)
 

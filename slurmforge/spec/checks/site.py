@@ -8,16 +8,23 @@ import socket
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
-from slurmforge.contract import PORTS, SLURM_PORTS
 from slurmforge.errors import Problem, SortedListing, listing
-from slurmforge.hosts import OWN_TAG_KEYS, OWN_TAG_PREFIX, TAG_NAME, login_subnets
+from slurmforge.hosts import (
+    LOCAL_FIRST_HOST_OFFSET,
+    OWN_TAG_KEYS,
+    OWN_TAG_PREFIX,
+    TAG_NAME,
+    controller_names,
+    login_names,
+    login_subnets,
+)
 from slurmforge.instance_types import lookup
 from slurmforge.nodes import node_names, pool_hostlist
+from slurmforge.spec.checks.addresses import daemon_ports, reached_hosts
 from slurmforge.spec.checks.people import mariadb_reserved_words
-from slurmforge.spec.checks.registry import check, dupes, is_aws, per_run
-from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, RestApi, StaticHost, StaticTarget, is_domain
+from slurmforge.spec.checks.registry import check, dupes, is_aws, per_run, static_hosts
+from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, RestApi, StaticTarget, is_domain
 
 # AWS accepts VPC and subnet netmasks from /16 to /28, and keeps 5 addresses of every subnet.
 AWS_PREFIXES = range(16, 29)
@@ -25,9 +32,6 @@ AWS_RESERVED_PER_SUBNET = 5
 # podman's own default network; a local cluster network must not overlap it.
 PODMAN_DEFAULT = ipaddress.ip_network("10.88.0.0/16")
 LOCAL_MAX_NODES = 32
-# Addresses of a local network besides the nodes: network, gateway, broadcast, the head
-# containers and room for Ceph's.
-LOCAL_OTHER_ADDRESSES = 8
 # target.tags go on every resource the stack makes (the provider's default tags): instances
 # whose tags are in instance metadata (a node reads its name there), IAM roles, EFS, ...; a
 # tag must suit them all. EC2: keys of 1-127 characters (its API reference; IAM takes 128),
@@ -211,10 +215,33 @@ def aws_tags(spec: Cluster) -> Iterator[Problem]:
                       f"own keys are {len(OWN_TAG_KEYS)}", f"keep at most {MAX_USER_TAGS}", show_value=False)
 
 
+@check
+def aws_names_as_written(spec: Cluster) -> Iterator[Problem]:
+    """Names AWS matches exactly carry no leading or trailing spaces: the EC2 key pair
+    (EC2 finds key pairs by their exact name, and ' ops' is not the key pair ops) and tag
+    values (EC2 keeps them as written: filters, IAM conditions and cost reports would see
+    'ml ' and 'ml' as two values)."""
+    if not isinstance(spec.target, AwsTarget):
+        return
+    key = spec.target.key_name
+    if key != key.strip():
+        yield Problem("target.key_name", "spaces around the name: EC2 matches key pair names exactly, so no key "
+                      "pair would be found", f"write the key pair's name as EC2 lists it: {key.strip()!r}", key)
+    for tag, value in spec.target.tags.items():
+        if value != value.strip():
+            yield Problem(_tag_path(tag), "spaces around the value: EC2 keeps them, and filters, IAM conditions and "
+                          "cost reports match values exactly", f"write {value.strip()!r}", value)
+
+
 # RDS's master user name for MariaDB (Amazon RDS API Reference, CreateDBInstance,
 # MasterUsername: "1 to 16 letters, numbers, or underscores; first character must be a
 # letter; can't be a reserved word for the chosen database engine"). moto does not check it.
 RDS_USER = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,15}")
+# The account RDS makes on every MariaDB instance to manage it (Amazon RDS User Guide,
+# MariaDB security on Amazon RDS): CreateDBInstance refuses it as MasterUsername.
+RDS_OWN_USERS = frozenset({"rdsadmin"})
+# CreateDBInstance, Port: "Valid Values: 1150-65535" (Amazon RDS API Reference).
+RDS_PORTS = range(1150, 65536)
 # Domains the cluster's own machines resolve in the VPC: AWS's service endpoints (EFS, SSM,
 # Secrets Manager, RDS's own address) and EC2's private host names.
 AWS_DOMAINS = ("amazonaws.com", "compute.internal", "ec2.internal")
@@ -230,7 +257,8 @@ def _stack_makes_rds(spec: Cluster) -> bool:
 def rds_database(spec: Cluster) -> Iterator[Problem]:
     """Where the stack makes the accounting database (target aws, database kind external),
     RDS takes its user as the master user (1-16 letters, digits and '_', a letter first:
-    Amazon RDS API Reference, CreateDBInstance, MasterUsername; not a reserved word), and
+    Amazon RDS API Reference, CreateDBInstance, MasterUsername; not a reserved word, not
+    RDS's own rdsadmin) and its port (1150-65535: CreateDBInstance, Port), and
     the host is the DNS name the stack publishes RDS's address under in a private zone (the
     host minus its first label): not an IP address (RDS picks its own), not a bare name (no
     zone can hold it)."""
@@ -243,6 +271,12 @@ def rds_database(spec: Cluster) -> Iterator[Problem]:
     elif db.user.lower() in mariadb_reserved_words():
         yield Problem("accounting.database.user", "a word MariaDB reserves: RDS refuses it as the master user",
                       "use e.g. slurm", db.user)
+    elif db.user.lower() in RDS_OWN_USERS:
+        yield Problem("accounting.database.user", "RDS's own account on every MariaDB instance: RDS refuses it as "
+                      "the master user", "use e.g. slurm", db.user)
+    if db.port not in RDS_PORTS:
+        yield Problem("accounting.database.port", f"RDS takes ports {RDS_PORTS.start}-{RDS_PORTS.stop - 1} only "
+                      "(CreateDBInstance)", "use MariaDB's 3306, or another port from 1150 up", db.port)
     host = db.host or ""
     try:
         ipaddress.ip_address(host)
@@ -268,15 +302,14 @@ def database_zone_shadows_nothing(spec: Cluster) -> Iterator[Problem]:
     answers for every name in it, and a name it lacks does not exist ("Resolver doesn't
     forward the request to a public DNS resolver. Instead, it returns NXDOMAIN": Amazon
     Route 53 Developer Guide, Considerations when working with a private hosted zone). So
-    not the mail relay, not the alert webhook's host, not AWS's own domains (amazonaws.com:
+    no host the spec names (the NFS server, the mail relay, the alert webhook's host), not
+    AWS's own domains (amazonaws.com:
     EFS, SSM, RDS's address itself; compute.internal, ec2.internal: EC2's host names)."""
     host = spec.accounting.database.host or ""
     if not _stack_makes_rds(spec) or "." not in host or _is_ip(host):
         return
     zone = host.split(".", 1)[1]
-    webhook = spec.monitoring.alerts.webhook
-    outside = [("mail.relay", spec.mail.relay), ("monitoring.alerts.webhook", urlsplit(webhook).hostname
-                                                    if webhook else None)]
+    outside = [(reached.path, reached.host) for reached in reached_hosts(spec) if reached.host != host]
     for path, name in outside:
         if name and not _is_ip(name) and _within(name, zone):
             yield Problem("accounting.database.host", f"the stack would make a private DNS zone {zone}, and {path} "
@@ -377,19 +410,6 @@ def login_node_exists(spec: Cluster) -> Iterator[Problem]:
                       "use login_count: 1 or more", 0)
 
 
-def _static_hosts(target: StaticTarget) -> list[tuple[str, str, str, StaticHost]]:
-    """(path, role, which one, host) of every machine of a static target: the pools' nodes
-    first, then the head machines (a machine named twice is reported where it is a head)."""
-    hosts = [(f"target.nodes.{pool}[{j}]", "node", f"node {h.name} of pool {pool}", h)
-             for pool, members in target.nodes.items() for j, h in enumerate(members)]
-    hosts.append(("target.controller", "controller", "the controller", target.controller))
-    if target.backup_controller is not None:
-        hosts.append(("target.backup_controller", "backup controller", "the backup controller",
-                      target.backup_controller))
-    hosts += [(f"target.login[{j}]", "login host", f"login host {h.name}", h) for j, h in enumerate(target.login)]
-    return hosts
-
-
 @check
 def static_target_hosts(spec: Cluster) -> Iterator[Problem]:
     """A static target lists, for every pool, exactly max_nodes machines; hosts only for
@@ -413,7 +433,7 @@ def static_target_hosts(spec: Cluster) -> Iterator[Problem]:
                           f"add target.nodes.{p.name} with its {p.max_nodes} machine(s)", p.name)
     names: dict[str, str] = {}
     addresses: dict[str, str] = {}
-    for path, what, role, host in _static_hosts(target):
+    for path, what, role, host in static_hosts(target):
         if host.name.lower() == "localhost":
             yield Problem(f"{path}.name", "localhost is every machine's name for itself",
                           "use the machine's own host name", host.name)
@@ -469,20 +489,28 @@ def static_host_names_match_nodes(spec: Cluster) -> Iterator[Problem]:
 
 @check
 def local_target_size(spec: Cluster) -> Iterator[Problem]:
-    """The local target runs every node as a container on this machine: keep it small."""
+    """The local target runs every node as a container on this machine: keep it small; and
+    its network holds an address for every container the spec implies (each pool's
+    max_nodes, the controllers, the login nodes, the Ceph hosts), counting what is not the
+    containers': the network and broadcast addresses and the first host addresses, which
+    the local provider leaves to podman (its gateway) and spare."""
     if not isinstance(spec.target, LocalTarget):
         return
     total = sum(p.max_nodes for p in spec.pools)
     if total > LOCAL_MAX_NODES:
         yield Problem("pools", f"{total} nodes on one machine", f"keep local clusters at {LOCAL_MAX_NODES} nodes "
                       "or fewer", show_value=False)
-    net = ipaddress.ip_network(spec.target.subnet)
-    needed = min(total, LOCAL_MAX_NODES) + LOCAL_OTHER_ADDRESSES
-    if net.num_addresses < needed:
-        prefix = 32 - (needed - 1).bit_length()
-        yield Problem("target.subnet", f"{net.num_addresses} addresses for {min(total, LOCAL_MAX_NODES)} nodes and "
-                      f"the cluster's own {LOCAL_OTHER_ADDRESSES}", f"use a /{prefix} or larger (e.g. a /24)",
-                      spec.target.subnet)
+    nodes = min(total, LOCAL_MAX_NODES)
+    heads = len(controller_names(spec)) + len(login_names(spec)) + (spec.storage.ceph.hosts if spec.storage.ceph
+                                                                     else 0)
+    size = ipaddress.ip_network(spec.target.subnet).num_addresses
+    usable = max(0, size - 2 - LOCAL_FIRST_HOST_OFFSET)
+    if usable < nodes + heads:
+        prefix = 32 - (nodes + heads + 2 + LOCAL_FIRST_HOST_OFFSET - 1).bit_length()
+        yield Problem("target.subnet", f"{usable} addresses for containers ({size}, less the network, broadcast "
+                      f"and the first {LOCAL_FIRST_HOST_OFFSET} the local provider leaves to podman) for "
+                      f"{nodes + heads}: {nodes} nodes and {heads} controller, login and Ceph containers",
+                      f"use a /{prefix} or larger (e.g. a /24)", spec.target.subnet)
 
 
 @check
@@ -540,7 +568,7 @@ def images_ami_only_on_aws(spec: Cluster) -> Iterator[Problem]:
 def rest_api_port_free(spec: Cluster) -> Iterator[Problem]:
     """rest_api.port is none of the ports the cluster's own daemons listen on (Slurm's,
     Prometheus', the exporters', the scheduler service's)."""
-    taken = {**SLURM_PORTS, **{port: name.replace("_", " ") for name, port in PORTS.items()}}
+    taken = daemon_ports()
     port = spec.rest_api.port
     if port in taken:
         yield Problem("rest_api.port", f"is {taken[port]}'s port",

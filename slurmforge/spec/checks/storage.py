@@ -108,7 +108,7 @@ def ceph_replication(spec: Cluster) -> Iterator[Problem]:
     if ceph.replication == 1:
         yield Problem("storage.ceph.replication", "1 replica loses data when a node fails",
                       "use replication: 2 or 3", 1)
-    if lookup(ceph.instance_type) is None and is_aws(spec):
+    if is_aws(spec) and lookup(ceph.instance_type) is None:
         yield Problem("storage.ceph.instance_type", "unknown instance type", "use e.g. m6i.xlarge",
                       ceph.instance_type)
 
