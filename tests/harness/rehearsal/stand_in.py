@@ -23,6 +23,7 @@ from typing import Any
 from slurmforge.errors import ProvisionError
 from tests.harness.rehearsal.imds import Imds, service_session
 from tests.harness.rehearsal.machines import Machines
+from tests.harness.rehearsal.strict_s3 import strict_s3
 
 REGION = "us-east-1"
 
@@ -151,9 +152,10 @@ def stand_in(region: str = REGION) -> Iterator[StandIn]:
     host, port = server.get_host_and_port()
     url = f"http://{host}:{port}"
     imds = machines = None
-    addresses, enforced = public_addresses(), instance_roles_enforced()
+    addresses, enforced, s3 = public_addresses(), instance_roles_enforced(), strict_s3()
     addresses.__enter__()
     enforced.__enter__()
+    s3.__enter__()
     try:
         os.environ["AWS_ENDPOINT_URL"] = url
         reset(url)  # moto's backends are this process's: nothing from an earlier stand-in
@@ -169,6 +171,7 @@ def stand_in(region: str = REGION) -> Iterator[StandIn]:
             imds.close()
         reset(url)
         server.stop()
+        s3.__exit__(None, None, None)
         enforced.__exit__(None, None, None)
         addresses.__exit__(None, None, None)
         for key, value in saved.items():
