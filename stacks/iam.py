@@ -9,8 +9,9 @@ it against moto enforcing the role's policies); its name comes from IMDS and the
 from the NAS, neither an API call.
 
 The scheduler service (SchedulerAccess, on the controller's role) may:
-  - launch instances only from this cluster's launch templates (ec2:LaunchTemplate;
-    CreateFleet names the templates as resources too),
+  - launch instances only from this cluster's launch templates (RunInstances under
+    ec2:LaunchTemplate; CreateFleet on the templates as resources: its request context
+    has no ec2:LaunchTemplate key, per AWS's Service Authorization Reference),
     and only tagged with this cluster's name and a pool (aws:RequestTag; Denies enforce it),
   - terminate and retag only its pool machines: instances that carry this cluster's tag
     and a pool tag (ec2:ResourceTag), which no head node or Ceph host of the stack has;
@@ -85,14 +86,22 @@ def scheduler_policy(s: SchedulerScope) -> dict[str, Any]:
     pool_machine = {"StringEquals": {f"ec2:ResourceTag/{CLUSTER_TAG}": s.cluster},
                     "Null": {f"ec2:ResourceTag/{POOL_TAG}": "false"}}
     return _doc([
-        {"Sid": "LaunchFromClusterTemplates", "Effect": "Allow", "Action": LAUNCH_ACTIONS,
-         # every resource RunInstances touches (instance, volume, ENI, subnet, SG, image, ...)
+        # RunInstances - the calls an instant fleet makes with the service's permissions -
+        # carries ec2:LaunchTemplate on every resource it authorizes (instance, volume, ENI,
+        # subnet, SG, image, ...: AWS's Service Authorization Reference, RunInstances).
+        {"Sid": "LaunchFromClusterTemplates", "Effect": "Allow", "Action": "ec2:RunInstances",
          "Resource": [f"{ec2}:*", f"arn:{p}:ec2:{s.region}::image/*"],
          "Condition": {"ArnLike": {"ec2:LaunchTemplate": s.launch_template_arns}}},
-        # CreateFleet also authorizes its own fleet and launch-template resources: name
-        # the templates themselves, whichever way EC2 evaluates the condition above
+        # CreateFleet's own authorization has no ec2:LaunchTemplate key on any resource type
+        # (the reference's CreateFleet rows: fleet, instance, image, launch-template,
+        # placement-group, subnet, volume): a condition on it would refuse every fleet. The
+        # fleet is scoped by the one resource it cannot do without, the launch template -
+        # this cluster's only - and its instances by RunInstances above and the Denies below.
         {"Sid": "FleetFromClusterTemplates", "Effect": "Allow", "Action": "ec2:CreateFleet",
          "Resource": [f"{ec2}:fleet/*", *s.launch_template_arns]},
+        {"Sid": "FleetResources", "Effect": "Allow", "Action": "ec2:CreateFleet",
+         "Resource": [f"{ec2}:{kind}/*" for kind in ("instance", "volume", "subnet", "placement-group")]
+         + [f"arn:{p}:ec2:{s.region}::image/*"]},
         {"Sid": "LaunchOnlyTaggedForThisCluster", "Effect": "Deny", "Action": LAUNCH_ACTIONS,
          "Resource": f"{ec2}:instance/*",
          "Condition": {"StringNotEquals": {f"aws:RequestTag/{CLUSTER_TAG}": s.cluster}}},
