@@ -275,6 +275,20 @@ def inventory(
 
 
 @app.command()
+def preflight(
+    spec: SpecArg = DEFAULT_SPEC,
+    stack_outputs: Annotated[Path | None, typer.Option(
+        "--stack-outputs", help="`pulumi stack output --json` saved here: also DryRun the service's calls.")] = None,
+    role_arn: Annotated[str | None, typer.Option(
+        "--role-arn", help="A role you may assume; the DryRuns run as it, narrowed to the service's policy.")] = None,
+) -> None:
+    """Ask the AWS account what only it knows, before `pulumi up` (docs/aws.md, "Preflight")."""
+    from slurmforge.aws.preflight import run
+
+    raise typer.Exit(report_errors(lambda: run(load(spec), stack_outputs, role_arn)))
+
+
+@app.command()
 def rollout(
     inventory_dir: Annotated[Path, typer.Option("--inventory", help="A slurmforge inventory directory.")],
     full_rollout: FullRolloutFlag = False,

@@ -34,15 +34,6 @@ VOLUME_TYPE = "gp3"
 WORLD = "0.0.0.0/0"
 
 
-def partition(region: str) -> str:
-    """The ARN partition of a region (aws, aws-cn, aws-us-gov)."""
-    if region.startswith("cn-"):
-        return "aws-cn"
-    if region.startswith("us-gov-"):
-        return "aws-us-gov"
-    return "aws"
-
-
 def s3_client(session: Any, region: str) -> Any:
     """An S3 client that signs with Signature Version 4 on the region's own endpoint.
 

@@ -15,7 +15,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from stacks.iam import SchedulerScope, scheduler_policy
+from slurmforge.aws.policy import SchedulerScope, scheduler_policy
 from tests.harness.rehearsal.authorization import Target, decide
 from tests.harness.rehearsal.stand_in import instance_roles_enforced
 from tests.pulumi.conftest import moto_server
