@@ -27,6 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from slurmforge.aws.inventory import OUT_LAUNCH_TEMPLATES, OUT_REGION, OUT_SPOT_QUEUE_URL, OUT_SUBNETS
 from slurmforge.aws.policy import SchedulerScope, partition, scheduler_policy
 from slurmforge.distro import distro
 from slurmforge.instance_types import ec2_quota, lookup
@@ -211,14 +212,14 @@ def _queue_arn(url: str | None, region: str, account: str) -> str:
 
 def service_policy(spec: Cluster, outputs: dict[str, Any], account: str) -> dict[str, Any]:
     """The policy the stack attached to the controller's role, for this stack's outputs."""
-    region = str(outputs["region"])
+    region = str(outputs[OUT_REGION])
     base = f"arn:{partition(region)}:ec2:{region}:{account}:launch-template"
     return scheduler_policy(SchedulerScope(
         cluster=spec.name, region=region, account=account,
-        launch_template_arns=[f"{base}/{t}" for t in outputs["launch_templates"].values()],
+        launch_template_arns=[f"{base}/{t}" for t in outputs[OUT_LAUNCH_TEMPLATES].values()],
         # Pulumi names the role <cluster>-compute-<suffix> (stacks/iam.py)
         compute_role_arn=f"arn:{partition(region)}:iam::{account}:role/{spec.name}-compute*",
-        queue_arn=_queue_arn(outputs.get("spot_queue_url"), region, account)))
+        queue_arn=_queue_arn(outputs.get(OUT_SPOT_QUEUE_URL), region, account)))
 
 
 def _answer(call: Callable[[], Any]) -> tuple[str, str]:
@@ -233,7 +234,7 @@ def _answer(call: Callable[[], Any]) -> tuple[str, str]:
 def _fleet_calls(spec: Cluster, ec2: Any, outputs: dict[str, Any]) -> list[Finding]:
     from slurmforge.aws.provider import AwsProvider
 
-    provider = AwsProvider(spec, ec2, outputs["launch_templates"], outputs["subnets"])
+    provider = AwsProvider(spec, ec2, outputs[OUT_LAUNCH_TEMPLATES], outputs[OUT_SUBNETS])
     findings = []
     for pool in spec.pools:
         node = f"{spec.name}-{pool.name}-preflight"
@@ -291,7 +292,7 @@ def service_calls(spec: Cluster, session: Any, outputs: dict[str, Any], role_arn
     import boto3  # type: ignore[import-untyped]
 
     as_service = boto3.session.Session(
-        region_name=str(outputs["region"]), aws_access_key_id=creds["AccessKeyId"],
+        region_name=str(outputs[OUT_REGION]), aws_access_key_id=creds["AccessKeyId"],
         aws_secret_access_key=creds["SecretAccessKey"], aws_session_token=creds["SessionToken"]).client("ec2")
     return [*_fleet_calls(spec, as_service, outputs), *_terminations(spec, session.client("ec2"), as_service)]
 

@@ -65,7 +65,7 @@ def _stack(session: Any) -> dict[str, Any]:
         for p in OFFERED.pools}
     ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SubnetId=subnets["us-east-1c"], TagSpecifications=[
         {"ResourceType": "instance", "Tags": [*tags, {"Key": "slurmforge:role", "Value": "controller"}]}])
-    return {"region": REGION, "launch_templates": templates, "subnets": subnets,
+    return {"region": REGION, "launch_templates": templates, "private_subnets": subnets,
             "spot_queue_url": f"https://sqs.{REGION}.amazonaws.com/123456789012/{SPEC.name}-spot"}
 
 
