@@ -30,6 +30,7 @@ from typing import Any
 from slurmforge.aws.inventory import OUT_LAUNCH_TEMPLATES, OUT_REGION, OUT_SPOT_QUEUE_URL, OUT_SUBNETS
 from slurmforge.aws.policy import SchedulerScope, partition, scheduler_policy
 from slurmforge.distro import distro
+from slurmforge.errors import ProvisionError
 from slurmforge.instance_types import ec2_quota, lookup
 from slurmforge.provider import LaunchRequest, Quota
 from slurmforge.spec.models import AwsTarget, Cluster, Market
@@ -336,7 +337,12 @@ def run(spec: Cluster, stack_outputs: Path | None, role_arn: str | None) -> int:
         from slurmforge.aws.inventory import read_stack_outputs
 
         outputs = read_stack_outputs(stack_outputs)
-    report = preflight(spec, boto3.session.Session(region_name=spec.target.region), outputs, role_arn)
+    from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+
+    try:
+        report = preflight(spec, boto3.session.Session(region_name=spec.target.region), outputs, role_arn)
+    except (BotoCoreError, ClientError) as exc:  # no credentials, no network, a call refused outright
+        raise ProvisionError(f"preflight: the AWS account did not answer: {exc}") from None
     for line in lines(report):
         say(line)
     for text in report.notes:
