@@ -94,7 +94,9 @@ def nas_kind_fields(spec: Cluster) -> Iterator[Problem]:
 
 @check
 def ceph_replication(spec: Cluster) -> Iterator[Problem]:
-    """Ceph has at least as many OSDs, on as many hosts, as its replication."""
+    """Ceph has at least as many OSDs, on as many hosts, as its replication; on AWS its hosts
+    are a known type built on Nitro (a Xen type's EBS volumes have no NVMe link to find the
+    OSDs by)."""
     ceph = spec.storage.ceph
     if ceph is None:
         return
