@@ -72,19 +72,26 @@ def _stack(session: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def account() -> Iterator[Account]:
     with moto_server(REGION), instance_roles_enforced():
-        session = boto3.Session(region_name=REGION)
-        ec2 = session.client("ec2")
-        ec2.create_key_pair(KeyName="mlpools-admin")
-        ami = ec2.register_image(Name=distro(SPEC.images.base).parent_ami, Architecture="x86_64")["ImageId"]
-        from moto.ec2.models import ec2_backends
+        yield make_account()
 
-        image = ec2_backends["123456789012"][REGION].amis[ami]
-        image.owner_id, image.architecture = DEBIAN_OWNER, "x86_64"  # Debian publishes it (moto drops both)
-        iam = session.client("iam")
-        without_fleet = {"Version": "2012-10-17", "Statement": [
-            {"Effect": "Allow", "NotAction": "ec2:CreateFleet", "Resource": "*"}]}
-        roles = {"deployer": _role(iam, "deployer", EVERYTHING), "no-fleet": _role(iam, "no-fleet", without_fleet)}
-        yield Account(session, _stack(session), roles)
+
+def make_account() -> Account:
+    """The account of the stand-in (moto, this process's clients pointed at it): the key
+    pair, Debian's AMI, the stack's templates and controller, a deployer role with every EC2
+    permission and one without ec2:CreateFleet."""
+    session = boto3.Session(region_name=REGION)
+    ec2 = session.client("ec2")
+    ec2.create_key_pair(KeyName="mlpools-admin")
+    ami = ec2.register_image(Name=distro(SPEC.images.base).parent_ami, Architecture="x86_64")["ImageId"]
+    from moto.ec2.models import ec2_backends
+
+    image = ec2_backends["123456789012"][REGION].amis[ami]
+    image.owner_id, image.architecture = DEBIAN_OWNER, "x86_64"  # Debian publishes it (moto drops both)
+    iam = session.client("iam")
+    without_fleet = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "NotAction": "ec2:CreateFleet", "Resource": "*"}]}
+    roles = {"deployer": _role(iam, "deployer", EVERYTHING), "no-fleet": _role(iam, "no-fleet", without_fleet)}
+    return Account(session, _stack(session), roles)
 
 
 def run(account: Account, quotas: dict[str, float] = ENOUGH, role: str = "deployer") -> list[str]:
