@@ -376,6 +376,24 @@ def inventory(
     say(f"wrote inventory {written} (spec {spec_path})")
 
 
+@app.command(short_help="Ask the AWS account what only it knows, before pulumi up.", epilog=example(
+    "slurmforge preflight cluster.yaml",
+    "slurmforge preflight cluster.yaml --stack-outputs outputs.json --role-arn arn:aws:iam::123456789012:role/check"))
+def preflight(
+    spec: SpecArg = DEFAULT_SPEC,
+    stack_outputs: Annotated[Path | None, typer.Option(
+        "--stack-outputs", help="`pulumi stack output --json` saved here: also DryRun the service's calls.")] = None,
+    role_arn: Annotated[str | None, typer.Option(
+        "--role-arn", help="A role you may assume; the DryRuns run as it, narrowed to the service's policy.")] = None,
+) -> None:
+    """Ask the AWS account what only it knows, before `pulumi up` (docs/aws.md, "Preflight"): the key
+    pair, Debian's parent AMI and its deprecation, the vCPU quotas the pools need, the types offered
+    in their zones; with --stack-outputs, the scheduler service's calls as DryRuns."""
+    from slurmforge.aws.preflight import run
+
+    raise typer.Exit(report_errors(lambda: run(load(spec), stack_outputs, role_arn)))
+
+
 @app.command(short_help="Roll a cluster out with Ansible (any target).", epilog=example(
     "slurmforge rollout --inventory DIR", "sudo slurmforge rollout --local --requeue --yes"))
 def rollout(

@@ -25,6 +25,7 @@ import hashlib
 import io
 import json
 import os as os_
+import re
 import shlex
 import shutil
 import subprocess
@@ -38,6 +39,7 @@ import jinja2
 from slurmforge.distro import Distro
 from slurmforge.errors import ProvisionError
 from slurmforge.image_variant import ImageVariant, variant_vars
+from slurmforge.package_data import data
 from slurmforge.package_data import root as package_root
 from slurmforge.templating import make_environment
 
@@ -74,23 +76,81 @@ def wheel_cache() -> Path:
     return Path(os_.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "slurmforge" / "wheels"
 
 
-def service_wheels(os: Distro) -> Path:
-    """The scheduler service's dependency wheels for the nodes' Python, downloaded once per
-    set of requirements into this machine's cache (pip, from the index this machine uses)."""
-    requirements = [str(r) for r in os.image_vars()["slurmforge_service_requirements"]]
-    key = hashlib.sha256(json.dumps([os.python, requirements]).encode()).hexdigest()[:12]
-    target = wheel_cache() / key
-    if (target / ".complete").exists():
-        return target
-    target.mkdir(parents=True, exist_ok=True)
+SERVICE_LOCK = "service-wheels.lock"
+"""slurmforge/data/service-wheels.lock: the scheduler service's dependency wheels, exact
+versions and sha256 (pip's hash-checking mode), for the nodes' Python."""
+_WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)-")
+
+
+def service_lock() -> Path:
+    return data(SERVICE_LOCK)
+
+
+def locked_wheels(text: str) -> dict[str, str]:
+    """{normalized name: version} of a lock's `name==version --hash=sha256:...` lines."""
+    found = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, rest = line.partition("==")
+            found[name.strip().lower().replace("_", "-")] = rest.split()[0]
+    return found
+
+
+def lock_lines(wheels: Path) -> list[str]:
+    """The lock of a directory of wheels: one `name==version --hash=sha256:<digest>` each."""
+    out = []
+    for wheel in sorted(wheels.glob("*.whl")):
+        m = _WHEEL.match(wheel.name)
+        if m is None:
+            raise ProvisionError(f"{wheel.name}: not a wheel's file name")
+        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        out.append(f"{m['name'].lower().replace('_', '-')}=={m['version']} --hash=sha256:{digest}")
+    return out
+
+
+def _pip_download(os: Distro, target: Path, args: list[str]) -> None:
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--only-binary=:all:",
-           "--python-version", os.python, "--platform", "manylinux2014_x86_64", "-d", str(target), *requirements]
+           "--python-version", os.python, "--platform", "manylinux2014_x86_64", "-d", str(target), *args]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         tail = (res.stdout + res.stderr).strip().splitlines()[-1:] or ["?"]
         raise ProvisionError(f"downloading the scheduler service's wheels failed: {tail[0]}")
+
+
+def service_wheels(os: Distro) -> Path:
+    """The scheduler service's dependency wheels for the nodes' Python: exactly the files the
+    lock names (versions and sha256), downloaded once into this machine's cache. The lock,
+    not a resolution of the version ranges, decides them, so every machine - another
+    admin's, a CI runner - puts the same bytes in the image's inputs and the same digest
+    rebakes nothing."""
+    lock = service_lock()
+    key = hashlib.sha256(json.dumps([os.python, lock.read_text()]).encode()).hexdigest()[:12]
+    target = wheel_cache() / f"locked-{key}"
+    if (target / ".complete").exists():
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    _pip_download(os, target, ["--no-deps", "--require-hashes", "-r", str(lock)])
     (target / ".complete").touch()
     return target
+
+
+def write_service_lock(os: Distro, dest: Path | None = None) -> Path:
+    """Resolve the service's requirements (pyproject.toml's ranges) for the nodes' Python
+    and write the lock: `python -m slurmforge.image --lock` after a dependency change."""
+    import tempfile
+
+    requirements = [str(r) for r in os.image_vars()["slurmforge_service_requirements"]]
+    dest = dest or package_root() / "slurmforge" / "data" / SERVICE_LOCK
+    with tempfile.TemporaryDirectory(prefix="slurmforge-lock-") as tmp:
+        _pip_download(os, Path(tmp), requirements)
+        header = [f"# The scheduler service's dependency wheels for the nodes' Python {os.python} "
+                  "(manylinux2014_x86_64), resolved", f"# from {', '.join(requirements)}.",
+                  "# Every image build downloads exactly these (slurmforge.image.service_wheels); regenerate",
+                  "# after a change of pyproject.toml's dependencies or `service` extra: "
+                  "python -m slurmforge.image --lock"]
+        dest.write_text("\n".join([*header, *lock_lines(Path(tmp))]) + "\n")
+    return dest
 
 
 def _files(root: Path) -> list[Path]:
@@ -201,3 +261,11 @@ def package_differences(a: list[str], b: list[str]) -> list[str]:
     """`-pkg ver` / `+pkg ver` lines between two images' package lists."""
     left, right = set(a), set(b)
     return [f"-{line}" for line in sorted(left - right)] + [f"+{line}" for line in sorted(right - left)]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--lock"]:
+        sys.exit("usage: python -m slurmforge.image --lock")
+    from slurmforge.distro import DEBIAN_13
+
+    print(write_service_lock(DEBIAN_13))

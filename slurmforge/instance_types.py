@@ -42,6 +42,10 @@ class InstanceType:
     efa: bool = False
     nvswitch: bool = False
     """Its GPUs share NVSwitches: CUDA runs there only with NVIDIA's fabric manager."""
+    nitro: bool = True
+    """Built on the Nitro System: EBS volumes appear as NVMe devices, linked by their volume id
+    (/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol...: docs.aws.amazon.com/ebs/latest/
+    userguide/nvme-ebs-volumes.html). False for Xen types (t2, p3 but p3dn)."""
 
     @property
     def family(self) -> str:

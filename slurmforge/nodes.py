@@ -9,9 +9,16 @@ from dataclasses import dataclass
 from slurmforge.instance_types import lookup
 from slurmforge.spec.models import Cluster, Pool
 
-# EC2 reports the instance's memory; the OS and daemons need some of it
-# (ParallelCluster schedules 95% by default).
-SCHEDULABLE_MEMORY = 0.95
+# EC2's catalog memory is not what the instance's kernel reports: the kernel keeps its own
+# image, page tables and reserved ranges out of MemTotal, and slurmd registers MemTotal.
+# Slurm drains a node whose RealMemory is above what slurmd finds ("Low RealMemory",
+# slurm.conf(5) RealMemory), so a pool node must be promised less than its smallest type's
+# MemTotal. No measured MemTotal per type is kept here; the reserve is Karpenter's, which
+# AWS's own node provisioner applies to every EC2 type (settings VM_MEMORY_OVERHEAD_PERCENT,
+# default 0.075: karpenter.sh/docs/reference/settings/; its issue #5161 on discovering it
+# per type instead): a 4 GiB t3.medium schedules 3,788 MiB, not the 3,891 of a 5 % reserve
+# that its kernel does not leave. A pool's memory_mb overrides it.
+SCHEDULABLE_MEMORY = 0.925
 
 
 @dataclass(frozen=True)

@@ -34,13 +34,25 @@ VOLUME_TYPE = "gp3"
 WORLD = "0.0.0.0/0"
 
 
-def partition(region: str) -> str:
-    """The ARN partition of a region (aws, aws-cn, aws-us-gov)."""
-    if region.startswith("cn-"):
-        return "aws-cn"
-    if region.startswith("us-gov-"):
-        return "aws-us-gov"
-    return "aws"
+def s3_client(session: Any, region: str) -> Any:
+    """An S3 client that signs with Signature Version 4 on the region's own endpoint.
+
+    botocore's default signs presigned URLs with SigV2 on the global endpoint
+    (s3.amazonaws.com), in every region: S3 refuses SigV2 for buckets created after
+    2020-06-24 ("AWS Signature Version 2 turned off", docs.aws.amazon.com/AmazonS3/latest/
+    userguide/UsingAWSSDK.html#UsingAWSSDK-sig2-deprecation), and for a bucket outside
+    us-east-1 the global host answers a 307 Temporary Redirect until DNS has caught up
+    (docs.aws.amazon.com/AmazonS3/latest/userguide/Redirects.html), which `curl -f` does not
+    follow. Every S3 client and presigned URL of slurmforge comes from here. An endpoint set
+    in the environment (AWS_ENDPOINT_URL: the rehearsal's stand-in) still wins.
+
+    The endpoint is named explicitly: with virtual-host addressing botocore still puts a
+    bucket outside us-east-1 on `<bucket>.s3.amazonaws.com`, the global host."""
+    from botocore.config import Config  # type: ignore[import-untyped]
+
+    config = Config(signature_version="s3v4", s3={"us_east_1_regional_endpoint": "regional"})
+    regional = session.client("s3", region_name=region, config=config).meta.endpoint_url
+    return session.client("s3", region_name=region, config=config, endpoint_url=regional)
 
 
 def instance_metadata() -> aws.ec2.InstanceMetadataOptionsArgs:

@@ -8,15 +8,8 @@ makes one AWS call, GetSecretValue on the munge key (tests/pulumi/test_join_aws.
 it against moto enforcing the role's policies); its name comes from IMDS and the node kit
 from the NAS, neither an API call.
 
-The scheduler service (SchedulerAccess, on the controller's role) may:
-  - launch instances only from this cluster's launch templates (ec2:LaunchTemplate;
-    CreateFleet names the templates as resources too),
-    and only tagged with this cluster's name and a pool (aws:RequestTag; Denies enforce it),
-  - terminate and retag only its pool machines: instances that carry this cluster's tag
-    and a pool tag (ec2:ResourceTag), which no head node or Ceph host of the stack has;
-    never change either tag afterwards,
-  - pass the pool nodes' role to EC2, read its pools' policies and the spot queue,
-  - describe (EC2's Describe* calls have no resource-level permissions).
+The scheduler service's policy (SchedulerAccess, on the controller's role) is
+slurmforge.aws.policy's: `slurmforge preflight` DryRuns the service's calls with the same one.
 """
 
 from __future__ import annotations
@@ -29,13 +22,9 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from .common import CLUSTER_TAG, POOL_TAG, assume_role_policy, child, partition, policy_json, tags
+from slurmforge.aws.policy import SchedulerScope, scheduler_policy
 
-LAUNCH_ACTIONS = ["ec2:RunInstances", "ec2:CreateFleet"]
-# Exactly what slurmforge/aws/provider.py calls (tests/pulumi/test_service_settings_round_trip.py
-# records every call of a whole cycle against moto and compares it with this policy).
-INSTANCE_ACTIONS = ["ec2:TerminateInstances", "ec2:CreateTags"]
-DESCRIBE_ACTIONS = ["ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions"]
+from .common import assume_role_policy, child, policy_json, tags
 
 
 class NodeKind(StrEnum):
@@ -62,62 +51,6 @@ def node_policy(kind: NodeKind, secret_arns: dict[str, str]) -> dict[str, Any]:
     """What a node of this kind may do: read its secrets."""
     return _doc([{"Sid": "ReadClusterSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
                   "Resource": [secret_arns[s] for s in READS_SECRETS[kind]]}])
-
-
-@dataclass(frozen=True)
-class SchedulerScope:
-    """Everything the scheduler service's policy is scoped to."""
-
-    cluster: str
-    region: str
-    account: str
-    launch_template_arns: list[str]
-    compute_role_arn: str
-    queue_arn: str
-
-
-def scheduler_policy(s: SchedulerScope) -> dict[str, Any]:
-    """The scheduler service's permissions, nothing broader."""
-    p = partition(s.region)
-    ec2 = f"arn:{p}:ec2:{s.region}:{s.account}"
-    # a pool machine of this cluster: the service launched it (stacks.common.tags never
-    # puts a pool tag on an instance)
-    pool_machine = {"StringEquals": {f"ec2:ResourceTag/{CLUSTER_TAG}": s.cluster},
-                    "Null": {f"ec2:ResourceTag/{POOL_TAG}": "false"}}
-    return _doc([
-        {"Sid": "LaunchFromClusterTemplates", "Effect": "Allow", "Action": LAUNCH_ACTIONS,
-         # every resource RunInstances touches (instance, volume, ENI, subnet, SG, image, ...)
-         "Resource": [f"{ec2}:*", f"arn:{p}:ec2:{s.region}::image/*"],
-         "Condition": {"ArnLike": {"ec2:LaunchTemplate": s.launch_template_arns}}},
-        # CreateFleet also authorizes its own fleet and launch-template resources: name
-        # the templates themselves, whichever way EC2 evaluates the condition above
-        {"Sid": "FleetFromClusterTemplates", "Effect": "Allow", "Action": "ec2:CreateFleet",
-         "Resource": [f"{ec2}:fleet/*", *s.launch_template_arns]},
-        {"Sid": "LaunchOnlyTaggedForThisCluster", "Effect": "Deny", "Action": LAUNCH_ACTIONS,
-         "Resource": f"{ec2}:instance/*",
-         "Condition": {"StringNotEquals": {f"aws:RequestTag/{CLUSTER_TAG}": s.cluster}}},
-        {"Sid": "LaunchOnlyPoolMachines", "Effect": "Deny", "Action": LAUNCH_ACTIONS,
-         "Resource": f"{ec2}:instance/*", "Condition": {"Null": {f"aws:RequestTag/{POOL_TAG}": "true"}}},
-        {"Sid": "TagOnLaunch", "Effect": "Allow", "Action": "ec2:CreateTags",
-         "Resource": [f"{ec2}:{kind}/*" for kind in
-                      ("instance", "volume", "network-interface", "spot-instances-request", "fleet")],
-         "Condition": {"StringEquals": {"ec2:CreateAction": ["RunInstances", "CreateFleet"]}}},
-        {"Sid": "ManageClusterInstances", "Effect": "Allow", "Action": INSTANCE_ACTIONS,
-         "Resource": f"{ec2}:instance/*", "Condition": pool_machine},
-        {"Sid": "KeepTheClusterTag", "Effect": "Deny", "Action": ["ec2:CreateTags", "ec2:DeleteTags"],
-         "Resource": f"{ec2}:instance/*",
-         "Condition": {"ForAnyValue:StringEquals": {"aws:TagKeys": [CLUSTER_TAG, POOL_TAG]},
-                       "Null": {"ec2:CreateAction": "true"}}},
-        {"Sid": "PassPoolNodeRole", "Effect": "Allow", "Action": "iam:PassRole", "Resource": s.compute_role_arn,
-         "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}},
-        {"Sid": "SpotServiceLinkedRole", "Effect": "Allow", "Action": "iam:CreateServiceLinkedRole",
-         "Resource": f"arn:{p}:iam::{s.account}:role/aws-service-role/spot.amazonaws.com/*",
-         "Condition": {"StringLike": {"iam:AWSServiceName": "spot.amazonaws.com"}}},
-        {"Sid": "ReadSpotNotices", "Effect": "Allow",
-         "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage"],
-         "Resource": s.queue_arn},
-        {"Sid": "DescribeIsReadOnly", "Effect": "Allow", "Action": DESCRIBE_ACTIONS, "Resource": "*"},
-    ])
 
 
 @dataclass(frozen=True)

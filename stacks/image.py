@@ -41,7 +41,7 @@ from slurmforge.errors import ProvisionError
 from slurmforge.image import aws_user_data, prepare_inputs, read_record, tarball
 from slurmforge.image_variant import ImageVariant
 
-from .common import ROOT_DEVICE, VOLUME_TYPE, all_egress_rules, child, tags
+from .common import ROOT_DEVICE, VOLUME_TYPE, all_egress_rules, child, s3_client, tags
 
 # Debian's official AMIs are published by this account (https://wiki.debian.org/Cloud/AmazonEC2Image).
 DEBIAN_OWNER = "136693071363"
@@ -91,7 +91,7 @@ def _instance_state(ec2: Any, instance_id: str) -> str:
 def bake(session: Any, props: dict[str, Any], poll: float = POLL_SECONDS) -> dict[str, Any]:
     """Build the node image on an instance and make it an AMI; returns the AMI id and the
     build's record. The instance is terminated whatever happens."""
-    ec2, s3 = session.client("ec2"), session.client("s3")
+    ec2, s3 = session.client("ec2"), s3_client(session, props["region"])
     bucket = props["bucket"]
     result_key = f"{RESULTS_PREFIX}{uuid.uuid4().hex}.json"
     inputs_url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": props["inputs_key"]},
@@ -200,9 +200,15 @@ class GoldenImage(Resource):
 
 
 def parent_ami(os: Distro, parent: pulumi.Resource) -> pulumi.Output[str]:
-    """The pinned Debian AMI the build starts from (by name: the same image in every region)."""
+    """The pinned Debian AMI the build starts from (by name: the same image in every region).
+
+    Deprecated images too: EC2 deprecates public AMIs two years after their creation at the
+    latest, and DescribeImages then leaves them out unless asked (docs.aws.amazon.com/AWSEC2/
+    latest/UserGuide/ami-deprecate.html) - every `pulumi preview` of a running stack would
+    fail. A deprecated AMI still launches; `slurmforge preflight` says when the pin's
+    deprecation comes (or came) so it is moved on purpose."""
     found = aws.ec2.get_ami_output(
-        owners=[DEBIAN_OWNER],
+        owners=[DEBIAN_OWNER], include_deprecated=True,
         filters=[aws.ec2.GetAmiFilterArgs(name="name", values=[os.parent_ami]),
                  aws.ec2.GetAmiFilterArgs(name="architecture", values=["x86_64"])],
         opts=pulumi.InvokeOutputOptions(parent=parent))

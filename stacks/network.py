@@ -87,16 +87,16 @@ class Network(pulumi.ComponentResource):
         aws.ec2.DefaultSecurityGroup(f"{name}-default-sg", vpc_id=vpc.id, ingress=[], egress=[], opts=child(self))
         igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, opts=child(self))
         public = [self._subnet(name, "public", i, s, vpc, args.cluster) for i, s in enumerate(net.public_subnets)]
-        self.public_subnet_ids = [s.id for s in public]
-        self._route_table(name, "public", vpc, public, aws.ec2.RouteTableRouteArgs(cidr_block=WORLD, gateway_id=igw.id))
+        self.public_subnet_ids = self._route_table(name, "public", vpc, public,
+                                                   aws.ec2.RouteTableRouteArgs(cidr_block=WORLD, gateway_id=igw.id))
         # One NAT gateway for the cluster: a second one per zone doubles its fixed cost
         # (see docs/aws.md); pool nodes in other zones reach it across zones.
         eip = aws.ec2.Eip(f"{name}-nat-ip", domain="vpc", opts=child(self, depends_on=[igw]))
         nat = aws.ec2.NatGateway(f"{name}-nat", allocation_id=eip.id, subnet_id=public[0].id, opts=child(self))
         private = [self._subnet(name, "private", i, s, vpc, args.cluster) for i, s in enumerate(net.private_subnets)]
-        self.private_subnet_ids = {s.zone: sub.id for s, sub in zip(net.private_subnets, private, strict=True)}
-        self._route_table(name, "private", vpc, private,
-                          aws.ec2.RouteTableRouteArgs(cidr_block=WORLD, nat_gateway_id=nat.id))
+        routed = self._route_table(name, "private", vpc, private,
+                                   aws.ec2.RouteTableRouteArgs(cidr_block=WORLD, nat_gateway_id=nat.id))
+        self.private_subnet_ids = {s.zone: sub for s, sub in zip(net.private_subnets, routed, strict=True)}
         self.cluster_sg_id = self._group(name, "cluster", vpc, cluster_ingress(), args.cluster)
         login = login_ingress(net.admin_cidrs, net.allow_ssh_from_anywhere, net.vpc_cidr, args.rest_api_port)
         self.login_sg_id = self._group(name, "login", vpc, login, args.cluster)
@@ -111,11 +111,20 @@ class Network(pulumi.ComponentResource):
                               tags=tags(cluster, "network", f"{name}-{kind}-{spec.zone}"), opts=child(self))
 
     def _route_table(self, name: str, kind: str, vpc: aws.ec2.Vpc, subnets: list[aws.ec2.Subnet],
-                     route: aws.ec2.RouteTableRouteArgs) -> None:
+                     route: aws.ec2.RouteTableRouteArgs) -> list[pulumi.Output[str]]:
+        """The subnets' route out, and each subnet's id as the rest of the stack gets it:
+        an Output that depends on the subnet's route table association (and so on its
+        NAT gateway or internet gateway), so whatever is placed in a subnet - the image's
+        build instance, a head node, a mount target - waits until the subnet has a way
+        out. A subnet's bare id would let `pulumi up` boot an instance whose apt-get and
+        curl fail because its route did not exist yet."""
         table = aws.ec2.RouteTable(f"{name}-{kind}-rt", vpc_id=vpc.id, routes=[route], opts=child(self))
+        out = []
         for i, subnet in enumerate(subnets):
-            aws.ec2.RouteTableAssociation(f"{name}-{kind}-rt-{i + 1}", route_table_id=table.id,
-                                          subnet_id=subnet.id, opts=child(self))
+            association = aws.ec2.RouteTableAssociation(f"{name}-{kind}-rt-{i + 1}", route_table_id=table.id,
+                                                        subnet_id=subnet.id, opts=child(self))
+            out.append(pulumi.Output.all(subnet.id, association.id).apply(lambda ids: str(ids[0])))
+        return out
 
     def _group(self, name: str, role: str, vpc: aws.ec2.Vpc, ingress: list[aws.ec2.SecurityGroupIngressArgs],
                cluster: str) -> pulumi.Output[str]:

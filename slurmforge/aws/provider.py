@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 
@@ -158,6 +158,11 @@ class AwsProvider(Machines):
         """(when, operation, nodes) of every launch call issued, for the benchmarks."""
         self._tags: queue.Queue[tuple[str, list[dict[str, str]]]] = queue.Queue()
         self._tagger: threading.Thread | None = None
+        self._unwritten: dict[str, dict[str, str]] = {}
+        """Node tags queued for instances this provider launched, until EC2 has them: a
+        listing in between still names each machine's node (an untagged pool machine
+        would look like an orphan, `instance_from_ec2`)."""
+        self._unwritten_lock = threading.Lock()
         self._checked: set[str] = set()
 
     @classmethod
@@ -194,7 +199,9 @@ class AwsProvider(Machines):
                     found += [instance_from_ec2(item) for item in reservation["Instances"]]
         except self._aws_errors() as exc:
             raise ProvisionError(f"DescribeInstances failed after {pages} page(s); the list is unknown: {exc}") from exc
-        return found
+        with self._unwritten_lock:
+            unwritten = dict(self._unwritten)
+        return [with_tags(i, unwritten[i.id]) if i.id in unwritten else i for i in found]
 
     def terminate(self, instances: Sequence[Instance]) -> None:
         ids = sorted({i.id for i in instances})
@@ -352,7 +359,10 @@ class AwsProvider(Machines):
 
     def _queue_node_tags(self, request: LaunchRequest, launched: Mapping[str, Instance]) -> None:
         for node, inst in launched.items():
-            self._tags.put((inst.id, _tags(self.node_tags(request, node))))
+            tags = self.node_tags(request, node)
+            with self._unwritten_lock:
+                self._unwritten[inst.id] = tags
+            self._tags.put((inst.id, _tags(tags)))
         if launched and (self._tagger is None or not self._tagger.is_alive()):
             self._tagger = threading.Thread(target=self._tag_worker, name="slurmforge-ec2-tags", daemon=True)
             self._tagger.start()
@@ -367,6 +377,8 @@ class AwsProvider(Machines):
                 while not self.tag_bucket.take(1):
                     self.sleep(self.tag_bucket.wait_for(1))
                 self._call("create_tags", bucket=self.tag_bucket, Resources=[iid], Tags=tags)
+                with self._unwritten_lock:
+                    self._unwritten.pop(iid, None)
             except Exception:
                 log.exception("tagging %s failed", iid)
             finally:
@@ -518,6 +530,12 @@ def check_options(spec: Cluster, templates: Mapping[str, str], subnets: Mapping[
         problems.append(Problem("subnets", "no subnets",
                                 "write the inventory from the stack outputs (`slurmforge inventory`)"))
     return problems
+
+
+def with_tags(instance: Instance, tags: Mapping[str, str]) -> Instance:
+    """A listed instance with the node tags its launch queued and EC2 has not written yet."""
+    merged = {**instance.tags, **tags}
+    return replace(instance, node=merged.get(TAG_NODE), tags=merged)
 
 
 def _tags(tags: Mapping[str, str]) -> list[dict[str, str]]:

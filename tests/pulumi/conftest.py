@@ -25,6 +25,7 @@ import pulumi
 import pytest
 import yaml
 from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks
+from pulumi.runtime.mocks import MockMonitor
 
 from slurmforge.distro import DEBIAN_13
 from slurmforge.join import JoinSettings
@@ -56,6 +57,9 @@ class RecordingMocks(Mocks):
     def __init__(self) -> None:
         self.resources: list[Registered] = []
         self.calls: list[MockCallArgs] = []
+        self.dependencies: dict[str, set[str]] = {}
+        """Resource name -> the names of the resources it waits for (its inputs' and its
+        depends_on), as the engine is told them."""
         self._ips = 10
 
     def new_resource(self, args: MockResourceArgs) -> tuple[str, dict[str, Any]]:
@@ -173,6 +177,22 @@ class MotoMocks(RecordingMocks):
         return None
 
 
+class RecordingMonitor(MockMonitor):
+    """The mocks' monitor, also recording what each registration depends on (the
+    dependencies the engine orders creation by; MockResourceArgs does not carry them)."""
+
+    def __init__(self, mocks: RecordingMocks) -> None:
+        super().__init__(mocks)
+        self.recording = mocks
+
+    def RegisterResource(self, request: Any) -> Any:
+        names = {urn.rsplit("::", 1)[-1] for urn in request.dependencies}
+        for deps in request.propertyDependencies.values():
+            names |= {urn.rsplit("::", 1)[-1] for urn in deps.urns}
+        self.recording.dependencies[request.name] = names
+        return super().RegisterResource(request)
+
+
 @dataclass
 class StackRun:
     """One program run: the spec, what was registered, the resolved stack outputs."""
@@ -182,6 +202,17 @@ class StackRun:
     calls: list[MockCallArgs]
     outputs: dict[str, Any] = field(default_factory=dict)
     secret: dict[str, bool] = field(default_factory=dict)
+    dependencies: dict[str, set[str]] = field(default_factory=dict)
+
+    def waits_for(self, name: str) -> set[str]:
+        """Every resource `name` waits for, directly or through others."""
+        seen: set[str] = set()
+        todo = [name]
+        while todo:
+            for dep in self.dependencies.get(todo.pop(), set()) - seen:
+                seen.add(dep)
+                todo.append(dep)
+        return seen
 
     def of_type(self, token: str) -> list[Registered]:
         return [r for r in self.resources if r.typ == token]
@@ -242,8 +273,9 @@ def run_program(spec: Cluster, mocks: RecordingMocks, source: str) -> StackRun:
     """Build the cluster of `spec` (read from the file named `source`) under `mocks` (a
     RecordingMocks or one that answers more)."""
     pulumi.runtime.settings.reset_options()
-    pulumi.runtime.set_mocks(mocks, project="slurmforge", stack="test", preview=False)
-    run = StackRun(spec, mocks.resources, mocks.calls)
+    pulumi.runtime.set_mocks(mocks, project="slurmforge", stack="test", preview=False,
+                             monitor=RecordingMonitor(mocks))
+    run = StackRun(spec, mocks.resources, mocks.calls, dependencies=mocks.dependencies)
 
     @pulumi.runtime.test
     def program() -> Any:
@@ -267,10 +299,13 @@ def run_main(config: dict[str, str], mocks: RecordingMocks) -> StackRun:
 @contextmanager
 def moto_server(region: str) -> Iterator[str]:
     """A moto server on this machine, fresh, AWS's managed policies loaded (the stack's
-    roles attach some), with every boto3 client of this process pointed at it; its URL."""
+    roles attach some), its S3 as strict as AWS's (strict_s3), with every boto3 client of
+    this process pointed at it; its URL."""
     from moto.server import ThreadedMotoServer
 
-    with pytest.MonkeyPatch.context() as mp:
+    from tests.harness.rehearsal.strict_s3 import strict_s3
+
+    with pytest.MonkeyPatch.context() as mp, strict_s3():
         for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                            "AWS_DEFAULT_REGION": region, "MOTO_IAM_LOAD_MANAGED_POLICIES": "true"}.items():
             mp.setenv(key, value)

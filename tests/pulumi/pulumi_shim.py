@@ -8,7 +8,11 @@ The stack lives in the directory $SLURMFORGE_PULUMI_SHIM_STATE (state.json):
   stack init NAME                              the stack (one)
   config set KEY VALUE                         the stack's config
   preview                                      the program runs under recording mocks
-  up [--yes]                                   the program makes its resources in moto; the outputs are kept
+  up [--yes] [--replace=URN ...]               the program makes its resources in moto; the outputs are kept
+                                               (each --replace names one URN of the stack, as pulumi's must;
+                                               on a stack already up the program runs again under the
+                                               recording mocks and moto keeps what the first made)
+  stack --show-urns                            the stack's resources, each with its URN line
   stack output [NAME] [--json] [--show-secrets]    the outputs, as pulumi prints them
   destroy [--yes]                              the outputs are forgotten
 
@@ -60,7 +64,28 @@ def _run(config: dict[str, str], in_moto: bool) -> dict[str, Any]:
         run = run_main(config, mocks)
     except pulumi.RunError as exc:
         raise Refused(f"error: {exc}") from None
-    return {"outputs": run.outputs, "secret": run.secret, "resources": len(run.resources)}
+    monitor: Any = pulumi.runtime.settings.get_monitor()
+    return {"outputs": run.outputs, "secret": run.secret, "resources": len(run.resources),
+            "urns": sorted(monitor.resources)}
+
+
+def _replace(data: dict[str, Any], flags: list[str]) -> list[str]:
+    """The URNs of `--replace=URN` flags: each one URN the stack has (pulumi refuses others)."""
+    urns = []
+    args = iter(flags)
+    for flag in args:
+        if flag in ("--yes", "-y"):
+            continue
+        if flag == "--replace":
+            urn = next(args, "")
+        elif flag.startswith("--replace="):
+            urn = flag.removeprefix("--replace=")
+        else:
+            raise Refused(f"the test's pulumi does not serve `pulumi up {flag}`")
+        if urn not in data.get("up", {}).get("urns", []):
+            raise Refused(f"--replace {urn!r}: no such resource in the stack")
+        urns.append(urn)
+    return urns
 
 
 def _output(data: dict[str, Any], args: list[str]) -> str:
@@ -95,9 +120,18 @@ def main(argv: list[str]) -> int:
                 _stack(data)["config"][key] = value
             case ["preview"]:
                 print(f"Previewing: {_run(_stack(data)['config'], in_moto=False)['resources']} resources")
-            case ["up", *flags] if set(flags) <= {"--yes", "-y"}:
-                data["up"] = _run(_stack(data)["config"], in_moto=True)
-                print(f"Resources: {data['up']['resources']} created")
+            case ["up", *flags]:
+                replaced = _replace(_stack(data), flags)
+                if "up" in data:  # an update: the program runs again (under the recording mocks), moto keeps
+                    ran = _run(data["config"], in_moto=False)  # what the first `up` made
+                    print(f"Resources: {ran['resources']} unchanged, {len(replaced)} replaced")
+                else:
+                    data["up"] = _run(data["config"], in_moto=True)
+                    print(f"Resources: {data['up']['resources']} created")
+            case ["stack", "--show-urns"]:
+                if "up" not in _stack(data):
+                    raise Refused("the stack has no resources: run `pulumi up` first")
+                print("\n".join(f"    URN: {urn}" for urn in data["up"]["urns"]))
             case ["stack", "output", *args]:
                 print(_output(_stack(data), args))
             case ["destroy", *flags] if set(flags) <= {"--yes", "-y"}:

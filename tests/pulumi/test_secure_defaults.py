@@ -224,7 +224,9 @@ def test_scheduler_launches_only_from_this_clusters_templates(any_stack: StackRu
     arns = launch["Condition"]["ArnLike"]["ec2:LaunchTemplate"]
     assert sorted(arns) == sorted(f"arn:aws:ec2:mock:123456789012:launch-template/{t.name}-id"
                                   for t in any_stack.of_type(LAUNCH_TEMPLATE))
-    assert sorted(launch["Action"]) == ["ec2:CreateFleet", "ec2:RunInstances"]
+    # CreateFleet's request context has no ec2:LaunchTemplate key (AWS's Service Authorization
+    # Reference): the condition is RunInstances' alone, CreateFleet is scoped by the template resources
+    assert launch["Action"] == "ec2:RunInstances"
 
 
 def test_scheduler_must_tag_what_it_launches_with_the_cluster_and_a_pool(any_stack: StackRun) -> None:
@@ -258,8 +260,10 @@ def test_scheduler_policy_has_nothing_broader(any_stack: StackRun) -> None:
         assert not any(a == "*" or a.endswith(":*") for a in actions), s["Sid"]
         if s["Resource"] == "*":  # only EC2's Describe calls, which have no resource-level permissions
             assert all(a.startswith("ec2:Describe") for a in actions), s["Sid"]
+        # a fleet's other resources are unconditioned: CreateFleet needs the cluster's templates
+        # (FleetFromClusterTemplates) and runs its instances through RunInstances' condition
         if s["Effect"] == "Allow" and s["Sid"] not in ("DescribeIsReadOnly", "ReadSpotNotices",
-                                                       "FleetFromClusterTemplates"):
+                                                       "FleetFromClusterTemplates", "FleetResources"):
             assert "Condition" in s, s["Sid"]
 
 

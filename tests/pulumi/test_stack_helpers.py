@@ -9,14 +9,13 @@ import random
 import pytest
 import yaml
 
+from slurmforge.aws.policy import SchedulerScope, partition, scheduler_policy
 from slurmforge.errors import ProvisionError
 from slurmforge.spec import validate_data
 from slurmforge.spec.models import Ceph
 from stacks.ceph import ceph_placements, osd_device
 from stacks.cluster import aws_target, join_settings
-from stacks.common import partition
 from stacks.database import dns_name
-from stacks.iam import SchedulerScope, scheduler_policy
 from stacks.network import ssh_cidrs
 from stacks.pool import USER_DATA_LIMIT, user_data
 from tests.pulumi.conftest import POOLS_AWS

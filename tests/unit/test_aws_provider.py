@@ -23,7 +23,7 @@ from moto.core.botocore_stubber import BotocoreStubber
 from test_service_daemon import FakeSlurm
 from test_service_world import POWERED_DOWN, POWERING_UP, SPEC, Clock, node, spec
 
-from slurmforge.aws.provider import AwsProvider, TokenBucket, fleet_error, parse_interruption
+from slurmforge.aws.provider import AwsProvider, TokenBucket, fleet_error, parse_interruption, pool_machine_filters
 from slurmforge.contract import AwsProviderSettings
 from slurmforge.errors import ProvisionError, SpecError
 from slurmforge.hosts import TAG_ACCOUNT, TAG_CLUSTER, TAG_JOB, TAG_LINK, TAG_NODE, TAG_POOL, TAG_TOKEN, TAG_USER
@@ -214,6 +214,32 @@ def test_fleet_request_is_what_ec2_should_get(ec2: Ec2) -> None:
     listed = {i.node: i for i in aws.list_instances()}
     assert set(listed) == {"t-spot-01", "t-spot-02", "t-spot-03"}
     assert all(i.pool == "spot" and i.address and i.state is InstanceState.RUNNING for i in listed.values())
+
+
+def test_a_machine_listed_before_its_node_tag_is_written_names_its_node(ec2: Ec2) -> None:
+    """The node tag is written after CreateFleet, by a thread (one fleet's tags are the same
+    for all its machines): a listing in between must still name each machine's node, or the
+    service would take a machine it just launched for an orphan."""
+    import threading
+
+    release = threading.Event()
+
+    def held(model: Any, **_: Any) -> None:
+        if model.name == "CreateTags":
+            release.wait(10)
+
+    ec2.client.meta.events.register_first("before-call.ec2.CreateTags", held, unique_id="held")
+    aws = provider(ec2)
+    try:
+        aws.start(request(["t-spot-01", "t-spot-02"]))
+        raw = ec2.client.describe_instances(Filters=pool_machine_filters("t"))["Reservations"]
+        assert all("slurmforge:node" not in {t["Key"] for t in i.get("Tags", [])} for r in raw for i in r["Instances"])
+        assert sorted(i.node or "" for i in aws.list_instances()) == ["t-spot-01", "t-spot-02"]
+    finally:
+        release.set()
+        aws.flush_tags()
+        ec2.client.meta.events.unregister("before-call.ec2.CreateTags", unique_id="held")
+    assert sorted(i.node or "" for i in aws.list_instances()) == ["t-spot-01", "t-spot-02"]
 
 
 def test_a_launch_returns_the_new_instances_addresses(ec2: Ec2) -> None:

@@ -94,9 +94,12 @@ def test_a_batch_call_needs_the_single_calls_permission_as_on_aws(world: World, 
     denied(lambda: sqs.send_message_batch(QueueUrl=world.queue, Entries=[{"Id": "0", "MessageBody": "x"}]))
 
 
-def test_the_admin_and_the_roles_ec2_calls_pass(world: World, enforced: None) -> None:
+def test_the_admins_calls_pass_and_a_roles_ec2_calls_are_judged(world: World, enforced: None) -> None:
     assert world.admin.client("secretsmanager").get_secret_value(SecretId=world.other)["SecretString"] == "p1"
-    world.role.client("ec2").describe_instances()  # EC2's conditions: checked by the policy round trip
+    world.admin.client("ec2").describe_instances()
+    # the role has no EC2 statement: EC2 refuses it (tests/unit/test_rehearsal_ec2_iam.py: the conditions)
+    with pytest.raises(Exception, match="UnauthorizedOperation"):
+        world.role.client("ec2").describe_instances()
 
 
 def test_outside_the_check_roles_are_not_judged(world: World) -> None:

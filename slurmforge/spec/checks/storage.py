@@ -94,7 +94,9 @@ def nas_kind_fields(spec: Cluster) -> Iterator[Problem]:
 
 @check
 def ceph_replication(spec: Cluster) -> Iterator[Problem]:
-    """Ceph has at least as many OSDs, on as many hosts, as its replication."""
+    """Ceph has at least as many OSDs, on as many hosts, as its replication; on AWS its hosts
+    are a known type built on Nitro (a Xen type's EBS volumes have no NVMe link to find the
+    OSDs by)."""
     ceph = spec.storage.ceph
     if ceph is None:
         return
@@ -108,9 +110,15 @@ def ceph_replication(spec: Cluster) -> Iterator[Problem]:
     if ceph.replication == 1:
         yield Problem("storage.ceph.replication", "1 replica loses data when a node fails",
                       "use replication: 2 or 3", 1)
-    if is_aws(spec) and lookup(ceph.instance_type) is None:
+    known = lookup(ceph.instance_type) if is_aws(spec) else None  # the catalog, only where it is read
+    if known is None and is_aws(spec):
         yield Problem("storage.ceph.instance_type", "unknown instance type", "use e.g. m6i.xlarge",
                       ceph.instance_type)
+    elif known is not None and not known.nitro and is_aws(spec):
+        # the ceph role finds each OSD volume by its NVMe link (roles/ceph/defaults/main.yml)
+        yield Problem("storage.ceph.instance_type", "a Xen instance type: its EBS volumes are not NVMe devices, so "
+                      "the OSD volumes have no nvme-Amazon_Elastic_Block_Store_<volume> link to be found by",
+                      "use a Nitro type, e.g. m6i.xlarge", ceph.instance_type)
 
 
 # The local target's Ceph: every host a container, every OSD a BlueStore file on this

@@ -100,6 +100,13 @@ def run(aws: StandIn, reuse: bool, podman: Podman | None = None) -> ImagePhase:
     vpc = ec2.create_vpc(CidrBlock=VPC_CIDR)["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock=SUBNET_CIDR)["Subnet"]["SubnetId"]
     group = ec2.create_security_group(VpcId=vpc, GroupName="image-build", Description="image build")["GroupId"]
+    # the build reaches Debian's mirror and S3: its subnet needs a route out (routes.py), here
+    # straight to an internet gateway (the stack's private subnets go through its NAT gateway)
+    gateway = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
+    ec2.attach_internet_gateway(InternetGatewayId=gateway, VpcId=vpc)
+    table = ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]
+    ec2.create_route(RouteTableId=table, DestinationCidrBlock="0.0.0.0/0", GatewayId=gateway)
+    ec2.associate_route_table(RouteTableId=table, SubnetId=subnet)
 
     started = time.monotonic()
     s3.create_bucket(Bucket=BUCKET)

@@ -59,6 +59,7 @@ from slurmforge.errors import ProvisionError
 from slurmforge.local.container import INIT
 from slurmforge.local.podman import ContainerInfo, Podman
 from tests.harness.rehearsal.imds import ADDRESS as IMDS_ADDRESS
+from tests.harness.rehearsal.routes import cut_off_rules, lift_rules, no_way_out
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,8 @@ class Machines:
         """AMIs made from no machine of ours (registered ones: `images` maps them or not)."""
         self.imageless: set[str] = set()
         """Instances whose AMI maps to no image (logged once)."""
+        self.cut_off: dict[str, str] = {}
+        """instance id -> its container, while its subnet has no way out (routes.py)"""
         self.events: list[tuple[float, str, str]] = []
         """(time.monotonic(), instance id, what happened)"""
         self.errors: list[str] = []
@@ -206,6 +209,7 @@ class Machines:
         self._file_systems()
         for instance in instances:
             self._sync(instance, containers)
+        self._routes_out()
 
     def _sync(self, instance: dict[str, Any], containers: dict[str, ContainerInfo]) -> None:
         instance_id, state = str(instance["InstanceId"]), str(instance["State"]["Name"])
@@ -275,8 +279,42 @@ class Machines:
                               capture_output=True, text=True)
         if rule.returncode != 0:
             raise ProvisionError(f"{instance_id}: the IMDS rule: {rule.stderr.strip()}")
+        self._cut_off_unless_routed(instance_id, container, pid)
         self.podman.run(["start", container])
         self.event(instance_id, "machine booting")
+
+    def _netns_iptables(self, pid: str, rules: list[list[str]]) -> None:
+        for argv in rules:
+            done = subprocess.run(["nsenter", "-t", pid, "-n", "iptables", "-w", *argv], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise ProvisionError(f"iptables {' '.join(argv)} in a machine: {done.stderr.strip()}")
+
+    def _cut_off_unless_routed(self, instance_id: str, container: str, pid: str) -> None:
+        """A machine whose subnet has no way out yet reaches only its VPC and IMDS (routes.py)."""
+        (reservation,) = self.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+        subnet = str(reservation["Instances"][0]["SubnetId"])
+        why = no_way_out(self.ec2, subnet)
+        if why is None:
+            return
+        vpc = self.ec2.describe_subnets(SubnetIds=[subnet])["Subnets"][0]["VpcId"]
+        cidr = str(self.ec2.describe_vpcs(VpcIds=[vpc])["Vpcs"][0]["CidrBlock"])
+        self._netns_iptables(pid, cut_off_rules(cidr))
+        self.cut_off[instance_id] = container
+        self.event(instance_id, f"no way out: {why}")
+
+    def _routes_out(self) -> None:
+        """Lift the cut-off of every machine whose subnet got its route out."""
+        for instance_id, container in list(self.cut_off.items()):
+            found = self.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+            instance = found[0]["Instances"][0] if found else None
+            if instance is None or instance["State"]["Name"] not in ("pending", "running"):
+                del self.cut_off[instance_id]  # a new power-on judges again
+                continue
+            if no_way_out(self.ec2, str(instance["SubnetId"])) is None:
+                pid = self.podman.run(["inspect", "--format", "{{.State.Pid}}", container]).strip()
+                self._netns_iptables(pid, lift_rules())
+                del self.cut_off[instance_id]
+                self.event(instance_id, "route out: the subnet's route exists now")
 
     def _file_systems(self) -> None:
         """A directory for each EFS file system moto has; none for one it no longer has."""

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmforge.errors import ProvisionError
+from tests.harness.rehearsal.ec2_iam import authorize
 from tests.harness.rehearsal.imds import Imds, service_session
 from tests.harness.rehearsal.machines import Machines
+from tests.harness.rehearsal.strict_s3 import strict_s3
 
 REGION = "us-east-1"
 
@@ -63,11 +65,10 @@ def public_addresses() -> Iterator[None]:
 
 
 ENFORCED_SERVICES = ("secretsmanager", "sqs")
-"""The services whose calls by an instance role the stand-in checks against the role's
-policies. moto evaluates Action and Resource but not the Condition of an Allow or Deny
-(it denies any statement whose condition it cannot see): the scheduler service's EC2
-statements are conditioned, so its EC2 calls pass here and are checked against the policy
-by tests/pulumi/test_service_settings_round_trip.py instead (docs/twin.md)."""
+"""The services whose calls by an instance role moto's own IAM checks against the role's
+policies (Action and Resource; their statements have no conditions). EC2's calls, whose
+statements have conditions moto does not evaluate, are authorized by ec2_iam.py with AWS's
+resource types and condition keys per action."""
 
 
 IAM_ACTIONS = {"sqs": {"DeleteMessageBatch": "DeleteMessage", "SendMessageBatch": "SendMessage",
@@ -100,6 +101,10 @@ def instance_roles_enforced() -> Iterator[None]:
 
     def checked(self: Any, iam_request_cls: type, resource: str = "*") -> None:
         scope = self.headers.get("Authorization", "").partition("Credential=")[2].split("/")
+        if len(scope) >= 4 and scope[0].startswith("ASIA") and scope[3] == "ec2":
+            authorize(self, scope[0])  # with conditions, from AWS's reference (ec2_iam.py)
+            original(self, iam_request_cls, resource)
+            return
         if len(scope) < 4 or not scope[0].startswith("ASIA") or scope[3] not in ENFORCED_SERVICES:
             original(self, iam_request_cls, resource)
             return
@@ -151,9 +156,10 @@ def stand_in(region: str = REGION) -> Iterator[StandIn]:
     host, port = server.get_host_and_port()
     url = f"http://{host}:{port}"
     imds = machines = None
-    addresses, enforced = public_addresses(), instance_roles_enforced()
+    addresses, enforced, s3 = public_addresses(), instance_roles_enforced(), strict_s3()
     addresses.__enter__()
     enforced.__enter__()
+    s3.__enter__()
     try:
         os.environ["AWS_ENDPOINT_URL"] = url
         reset(url)  # moto's backends are this process's: nothing from an earlier stand-in
@@ -169,6 +175,7 @@ def stand_in(region: str = REGION) -> Iterator[StandIn]:
             imds.close()
         reset(url)
         server.stop()
+        s3.__exit__(None, None, None)
         enforced.__exit__(None, None, None)
         addresses.__exit__(None, None, None)
         for key, value in saved.items():
