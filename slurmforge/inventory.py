@@ -87,6 +87,10 @@ def is_controller_input(name: str) -> bool:
                for files in CONTROLLER_PARTS.values() for scoped in files)
 
 
+HOST_USER_FIELDS = {"name", "uid", "groups", "ssh_keys", "admin"}
+"""A spec user's fields the roles read on a host (roles/common, the CephFS directories)."""
+
+
 def group_name(pool: str) -> str:
     """Ansible group names may not contain '-'."""
     return "pool_" + pool.replace("-", "_")
@@ -157,7 +161,9 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host],
         "slurmforge_rendered_dir": str((inventory_dir / RENDERED).resolve()),
         "slurmforge_secrets_dir": str(secrets_dir(spec.name)),
         "slurmforge_groups": [g.model_dump() for g in spec.groups],
-        "slurmforge_users": [u.model_dump() for u in spec.users],
+        # what a host does with a user (the account, its homes and keys); their Slurm accounts are
+        # accounting's (rendered/accounting.json), a change the controllers alone roll out
+        "slurmforge_users": [u.model_dump(include=HOST_USER_FIELDS) for u in spec.users],
         "slurmforge_accounting": spec.accounting.enabled,
         "slurmforge_db": spec.accounting.database.model_dump(),
         "slurmforge_nas": {"kind": nas.kind, "server": nas.server, "export": nas.export,

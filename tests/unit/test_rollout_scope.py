@@ -82,6 +82,16 @@ def test_a_change_only_controllers_read_rolls_out_only_their_parts_that_read_it(
     assert changed(tmp_path, edit, new) == {"controller": parts}
 
 
+def test_a_users_slurm_accounts_roll_out_only_the_controllers_accounting(tmp_path: Path) -> None:
+    """Which accounts a user may charge is slurmdbd's (accounting.json): no host reads it."""
+    data = yaml.safe_load(LOCAL.read_text())
+    data["accounting"]["accounts"].append({"name": "vision", "description": "another"})
+    alice = next(u for u in data["users"] if u["name"] == "alice")
+    alice["accounts"], alice["default_account"] = ["research", "vision"], "vision"
+    text = LOCAL.read_text()
+    assert changed(tmp_path, text, yaml.safe_dump(data, sort_keys=False)) == {"controller": {"accounting", "spec"}}
+
+
 @pytest.mark.parametrize(("edit", "new"), [
     ("  - {name: eve, uid: 3003,", "  - {name: carol, uid: 3004, groups: [ml-users]}\n  - {name: eve, uid: 3003,"),
     ("  - {name: guests, gid: 2100}", "  - {name: guests, gid: 2101}"),
