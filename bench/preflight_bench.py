@@ -41,4 +41,10 @@ def main(runs: int = 5) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    parser = argparse.ArgumentParser(description="slurmforge preflight against the rehearsal's strict stand-in")
+    parser.add_argument("--runs", type=int, default=5, help="runs of each account (5)")
+    parser.add_argument("--quick", action="store_true", help="one run of each account (CI)")
+    args = parser.parse_args()
+    main(1 if args.quick else args.runs)

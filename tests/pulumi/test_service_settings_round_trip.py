@@ -183,7 +183,7 @@ def test_down_terminates_the_pool_machines_and_nothing_else(ec2: Any, tmp_path: 
 
     # a controller that cannot be reached: nothing is terminated, one line says why
     monkeypatch.setattr(teardown, "stop_service_over_connection", lambda host: "cannot reach it over ssh")
-    res = CliRunner().invoke(app, ["down", "--inventory", str(inventory_dir)])
+    res = CliRunner().invoke(app, ["down", "--inventory", str(inventory_dir), "--yes"])
     assert res.exit_code != 0 and "could not stop the scheduler service" in res.output, res.output
     assert "Traceback" not in res.output
     assert all(ec2_states(ec2)[i.id] in ("running", "stopped") for i in launched.values())
@@ -195,7 +195,7 @@ def test_down_terminates_the_pool_machines_and_nothing_else(ec2: Any, tmp_path: 
         return None
 
     monkeypatch.setattr(teardown, "stop_service_over_connection", stop)
-    res = CliRunner().invoke(app, ["down", "--inventory", str(inventory_dir)])
+    res = CliRunner().invoke(app, ["down", "--inventory", str(inventory_dir), "--yes"])
     assert res.exit_code == 0, res.output
     assert asked == controller_names(spec)
     assert "terminated 2 pool machine(s) (cpu: 2)" in res.output, res.output

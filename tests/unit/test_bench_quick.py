@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 SELF_CONTAINED = ["render_bench.py", "validate_bench.py", "reconcile_bench.py", "fanout_bench.py",
                   "resume_handoff_bench.py", "monitoring_bench.py", "cost_bench.py", "image_bench.py",
-                  "startup_bench.py", "plan_bench.py"]
+                  "startup_bench.py", "plan_bench.py", "preflight_bench.py"]
 
 
 @pytest.mark.parametrize("bench", SELF_CONTAINED)

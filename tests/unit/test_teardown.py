@@ -107,13 +107,13 @@ def test_targets_without_launched_machines_say_so(tmp_path: Path, example: str, 
 
 @pytest.mark.parametrize(("argv", "says"), [
     (["down", "--inventory", "/nonexistent"], "/nonexistent is not a slurmforge inventory (no hosts.yml)"),
-    (["down"], "down: name the cluster: --local for this machine's, or --inventory DIR"),
+    (["down"], "down: no cluster named; fix: --local [NAME] (this machine's), --inventory DIR (any other)"),
 ])
 def test_down_without_a_usable_target_says_so_in_one_line(argv: list[str], says: str) -> None:
     from typer.testing import CliRunner
 
     from slurmforge.cli import app
 
-    res = CliRunner().invoke(app, argv)
-    assert res.exit_code == 2 and says in " ".join(res.output.split()), res.output
+    res = CliRunner().invoke(app, argv, env={"SLURMFORGE_CONTEXT": "/nonexistent/current-cluster.json"})
+    assert res.exit_code == 14 and says in " ".join(res.output.split()), res.output  # no such cluster
     assert "Traceback" not in res.output
