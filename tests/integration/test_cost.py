@@ -39,7 +39,7 @@ def test_a_gpu_jobs_billing_and_spend(cluster: Cluster_) -> None:
                          timeout=120)
     assert out.returncode == 0, out.stderr
     rows = {(r["user"], r["pool"]): r for r in csv.DictReader(io.StringIO(out.stdout))}
-    assert float(rows[("alice", "gpu")]["dollars"]) >= 10_000 * int(elapsed) / 36_000_000 > 0
+    assert float(rows[("alice", "gpu")]["spend_usd"]) >= 10_000 * int(elapsed) / 36_000_000 > 0
     # the pool page's figures come from the same sacct (refreshed every 5 minutes): priced
     address = controller_address(read_inventory(cluster.report.inventory)[1])
     with urllib.request.urlopen(f"http://{address}:{SERVICE_PORT}/pools.json", timeout=10) as answer:
