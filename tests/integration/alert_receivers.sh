@@ -1,6 +1,7 @@
 #!/bin/sh
 # Inside a throwaway node-image container: the image's Alertmanager with a rendered config
-# whose relay is 127.0.0.1:2525 and whose webhook is http://127.0.0.1:8099/hook; an SMTP
+# whose relay is relay.example.org:2525 and whose webhook is http://hooks.example.org:8099/hook
+# (both names the container resolves to its loopback); an SMTP
 # sink and an HTTP sink stand in for them. One alert goes in; both sinks must get it.
 set -u
 python3 -u /smtp_sink.py 2525 > /tmp/mail 2>&1 &

@@ -159,14 +159,15 @@ def test_job_mail_reaches_the_user(cluster: Cluster_) -> None:
 
 def test_job_mail_leaves_through_the_relay(cluster: Cluster_, tmp_path: Path) -> None:
     """With mail.relay, the controller's mailer hands job mail for <user>@<domain> to the
-    relay: the rendered dma.conf, in a node-image container, with an SMTP sink as relay."""
+    relay: the rendered dma.conf, in a node-image container, with an SMTP sink as relay (the
+    relay's name resolved to the container's own loopback by --add-host)."""
     import subprocess
 
     from slurmforge.render import MAIL_PROGRAM, render
     from slurmforge.spec import parse_spec
     from tests.integration.conftest import SPEC
 
-    text = SPEC.read_text() + "\nmail: {domain: example.org, relay: 127.0.0.1, port: 2525}\n"
+    text = SPEC.read_text() + "\nmail: {domain: example.org, relay: relay.example.org, port: 2525}\n"
     conf = render(parse_spec(text), "dma.conf")
     (tmp_path / "dma.conf").write_text(conf)
     image = cluster.image()
@@ -176,7 +177,8 @@ def test_job_mail_leaves_through_the_relay(cluster: Cluster_, tmp_path: Path) ->
         "-s 'Slurm Job_id=7 Name=x Ended' alice@example.org; "
         "for i in $(seq 100); do grep -q 'the job ended' /tmp/sink && break; sleep 0.2; done; cat /tmp/sink")
     sink = Path(__file__).parent / "smtp_sink.py"
-    res = subprocess.run(["podman", "run", "--rm", "-v", f"{tmp_path / 'dma.conf'}:/etc/dma/dma.conf:ro",
+    res = subprocess.run(["podman", "run", "--rm", "--add-host", "relay.example.org:127.0.0.1",
+                          "-v", f"{tmp_path / 'dma.conf'}:/etc/dma/dma.conf:ro",
                           "-v", f"{sink}:/smtp_sink.py:ro", image, "sh", "-c", script],
                          capture_output=True, text=True, timeout=120)
     got = res.stdout  # the sink prints each header line as a bytes literal

@@ -207,17 +207,19 @@ def test_job_waiting_on_a_full_pool_fires(cluster: Cluster_) -> None:
 def test_alertmanager_mails_and_posts_an_alert(cluster: Cluster_, tmp_path: Path) -> None:
     """The node image's Alertmanager with a config rendered from a spec naming a relay, mail
     addresses and a webhook delivers an alert to both: an SMTP sink and an HTTP sink stand
-    in for them (tests/integration/alert_receivers.sh). The one change to the rendered
-    config: group_wait 1s instead of 30s."""
+    in for them (tests/integration/alert_receivers.sh), reached by name (a spec may not name
+    a loopback address: each machine would read it as itself), the names resolved to the
+    container's own loopback by --add-host. The one change to the rendered config:
+    group_wait 1s instead of 30s."""
     import yaml
 
     from slurmforge.spec import parse_spec
     from tests.integration.conftest import SPEC
 
     data = yaml.safe_load(SPEC.read_text())
-    data["mail"] = {"domain": "example.org", "relay": "127.0.0.1", "port": 2525}
+    data["mail"] = {"domain": "example.org", "relay": "relay.example.org", "port": 2525}
     data.setdefault("monitoring", {}).setdefault("alerts", {}).update(
-        email=["ml-oncall@example.org"], webhook="http://127.0.0.1:8099/hook")
+        email=["ml-oncall@example.org"], webhook="http://hooks.example.org:8099/hook")
     spec = parse_spec(yaml.safe_dump(data), "receivers.yaml")
     config = render_monitoring(spec, read_inventory(cluster.report.inventory)[1])["alertmanager.yml"]
     assert "group_wait: 30s" in config
@@ -226,7 +228,8 @@ def test_alertmanager_mails_and_posts_an_alert(cluster: Cluster_, tmp_path: Path
     script = Path(__file__).parent / "alert_receivers.sh"
     mounts = ["-v", f"{tmp_path / 'alertmanager.yml'}:/etc/prometheus/alertmanager.yml:ro",
               "-v", f"{script}:/alert_receivers.sh:ro", "-v", f"{script.parent / 'smtp_sink.py'}:/smtp_sink.py:ro"]
-    res = subprocess.run(["podman", "run", "--rm", *mounts, image, "sh", "/alert_receivers.sh"],
+    names = ["--add-host", "relay.example.org:127.0.0.1", "--add-host", "hooks.example.org:127.0.0.1"]
+    res = subprocess.run(["podman", "run", "--rm", *names, *mounts, image, "sh", "/alert_receivers.sh"],
                          capture_output=True, text=True, timeout=120)
     out = res.stdout
     hook, mail = out.split("== webhook", 1)[1].split("== mail", 1)
