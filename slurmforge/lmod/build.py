@@ -10,6 +10,7 @@ venv names its own location.
 from __future__ import annotations
 
 import logging
+import posixpath
 from collections.abc import Mapping, Sequence
 
 from slurmforge.errors import ModuleError
@@ -164,6 +165,9 @@ def build_debian(ex: Executor, mn: ModuleName, d: DebianModule, install: str, py
         check(ex, ["sh", "-c", 'for f in "$0"/"$1"/*.so*; do [ -e "$f" ] || continue; '
                                'n=${f##*/}; [ -e "$0/$n" ] || ln -s "$1/$n" "$0/$n"; done', libdir, sub],
               f"{mn}: linking {sub} as update-alternatives would")
+    for rel, text in sorted(d.write_files.items()):  # what the module adds, checked with the rest below
+        make_dirs(ex, posixpath.dirname(f"{install}/{rel}"))
+        ex.write_file(f"{install}/{rel}", text)
     missing = [f for f in d.files if not exists(ex, f"{install}/{f}")]
     if missing:
         raise ModuleError(f"{mn}: missing after the unpacking: {', '.join(missing)}; fix: check packages or files")

@@ -26,6 +26,9 @@ SCHEME_FIX = "name it apps/<name>/<version> or libs/python/<package>/<version>-p
 
 # What the checksum leaves out: tree state that `default`/`deprecate` change later.
 MUTABLE_FIELDS = frozenset({"default", "deprecated"})
+# Fields added after versions were published: left out of the checksum while empty, so that a
+# version published before keeps its checksum (and is not refused as changed).
+LATER_FIELDS = frozenset({"write_files"})
 
 ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 ABS_PATH_RE = r"^/[^\s]*$"
@@ -160,6 +163,9 @@ class TreeModule(Common):
     """Paths that must exist after the install (the build's check)."""
 
 
+WRITE_FILE_LIMIT = 16384
+"""Bytes of one `write_files` entry: a shim or a config file, not a program."""
+
 DebPackage = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9+.-]+$")]
 
 
@@ -176,6 +182,10 @@ class DebianModule(Common):
     """Imported after the unpacking to verify it (with the module's own paths)."""
     files: list[RelPath] = []
     """Paths that must exist after the unpacking (the build's check)."""
+    write_files: dict[RelPath, Annotated[str, Field(max_length=WRITE_FILE_LIMIT)]] = {}
+    """Small files the module adds to what the packages hold (`relative path: text`), written
+    after the unpacking and before the checks: what the packaged software needs to run here
+    that the distribution does not configure (a shim, a config file). Part of the checksum."""
 
 
 class MetaModule(Common):
@@ -205,7 +215,8 @@ def canonical(definition: AnyDefinition) -> dict[str, Any]:
 
 def checksum(full: str, definition: AnyDefinition) -> str:
     """sha256 over canonical JSON of the content (not the default/deprecated flags)."""
-    data = {k: v for k, v in canonical(definition).items() if k not in MUTABLE_FIELDS}
+    data = {k: v for k, v in canonical(definition).items()
+            if k not in MUTABLE_FIELDS and (v or k not in LATER_FIELDS)}
     text = json.dumps({"name": full, "definition": data}, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 

@@ -4,6 +4,7 @@ of one reported line). Files in modules_specs/ map module names to definitions."
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,16 @@ def test_venv_checks_import_the_named_package_unless_told() -> None:
     d = venv.get(full)
     assert d.kind == "venv"
     assert verify_imports(full, d) == ["typing_extensions"]  # type: ignore[arg-type]
+
+
+def test_an_empty_write_files_leaves_the_checksum_of_versions_published_before() -> None:
+    """write_files came after versions were published: while empty it is not in the checksum."""
+    d = parse_definition({"kind": "debian", "packages": ["openmpi-bin"]})
+    assert checksum("apps/openmpi/5.0", d) == (
+        "sha256:" + hashlib.sha256(
+            b'{"definition":{"append_path":{},"category":"","depends_on":[],"files":[],"help":"","imports":[],'
+            b'"kind":"debian","packages":["openmpi-bin"],"prepend_path":{},"setenv":{},"whatis":""},'
+            b'"name":"apps/openmpi/5.0"}').hexdigest())
+    shimmed = parse_definition({"kind": "debian", "packages": ["openmpi-bin"], "write_files": {"a.txt": "x"}})
+    changed = parse_definition({"kind": "debian", "packages": ["openmpi-bin"], "write_files": {"a.txt": "y"}})
+    assert len({checksum("apps/openmpi/5.0", x) for x in (d, shimmed, changed)}) == 3
