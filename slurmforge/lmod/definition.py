@@ -23,12 +23,16 @@ LIB_RE = re.compile(rf"^libs/python/(?P<pkg>{PART})/(?P<version>(?P<pkgver>[0-9]
                     rf"(?:-[A-Za-z0-9._+-]+)?-python-(?P<py>[0-9]+\.[0-9]+))$")
 PYTHON_RE = re.compile(r"^apps/python/(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)$")
 SCHEME_FIX = "name it apps/<name>/<version> or libs/python/<package>/<version>-python-<X.Y>"
+# A published version is immutable (lmod/plan.py refuses a changed definition under it), so a
+# changed definition of the same software is a new version: its revision, `-r<N>` after the
+# software's version (apps/openmpi/5.0-r2, libs/python/torch/2.6.0-r2-python-3.13).
+REVISION_RE = re.compile(r"-r[0-9]+$")
 
 # What the checksum leaves out: tree state that `default`/`deprecate` change later.
 MUTABLE_FIELDS = frozenset({"default", "deprecated"})
 # Fields added after versions were published: left out of the checksum while empty, so that a
 # version published before keeps its checksum (and is not refused as changed).
-LATER_FIELDS = frozenset({"write_files"})
+LATER_FIELDS = frozenset({"write_files", "links"})
 
 ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 ABS_PATH_RE = r"^/[^\s]*$"
@@ -89,6 +93,13 @@ def python_version(full: str) -> str | None:
     """`3.13` for apps/python/3.13 (or 3.13.5): the interpreter's own version."""
     match = PYTHON_RE.match(full)
     return match["version"] if match else None
+
+
+def software_version(full: str) -> str:
+    """The version of the software a module is named after: `5.0` for apps/openmpi/5.0-r2,
+    `2.6.0` for libs/python/torch/2.6.0-r2-python-3.13 (a revision is the definition's own)."""
+    named = lib_package(full)
+    return named[1] if named else REVISION_RE.sub("", full.rpartition("/")[2])
 
 
 def lib_package(full: str) -> tuple[str, str] | None:
@@ -186,6 +197,11 @@ class DebianModule(Common):
     """Small files the module adds to what the packages hold (`relative path: text`), written
     after the unpacking and before the checks: what the packaged software needs to run here
     that the distribution does not configure (a shim, a config file). Part of the checksum."""
+    links: dict[RelPath, RelPath] = {}
+    """Symbolic links the module adds (`relative path: target`, the target relative to the
+    link's directory): what Debian's update-alternatives would link when the packages are
+    installed (usr/bin/mpicc: mpicc.openmpi), which unpacking does not run. Each must lead to
+    a file of the prefix. Part of the checksum."""
 
 
 class MetaModule(Common):

@@ -23,9 +23,9 @@ from tests.integration.conftest import ROOT, Cluster_
 
 pytestmark = pytest.mark.integration
 
-OPENMPI = "apps/openmpi/5.0"
-MPI4PY = "libs/python/mpi4py/4.0.3-python-3.13"
-TORCH = "libs/python/torch/2.6.0-python-3.13"
+OPENMPI = "apps/openmpi/5.0-r2"
+MPI4PY = "libs/python/mpi4py/4.0.3-r2-python-3.13"
+TORCH = "libs/python/torch/2.6.0-r2-python-3.13"
 TORCH_CUDA = "libs/python/torch/2.6.0-cuda-12.4-python-3.13"
 GPU_NODE = "dev-gpu-01"
 BORN_LATER = "dev-cpu-03"
@@ -125,8 +125,6 @@ def test_pytorchs_documented_launch_paths_run_the_upstream_script_unmodified(
     assert launch.hosts == (1 if name.startswith("sbatch") else 2), launch.output
 
 
-@pytest.mark.xfail(strict=True, reason="apps/openmpi/5.0 carries no mpicc wrapper link nor a C compiler yet "
-                                       "(docs/modules.md): passes, and so fails as XPASS, once it does")
 @pytest.mark.parametrize("name", list(launches.MPI))
 def test_a_users_mpi_program_compiled_with_mpicc_runs(cluster: Cluster_, upstream: str, name: str) -> None:
     """A C allreduce compiled with the module's mpicc, started by srun --mpi=pmix across 2 nodes and

@@ -1,4 +1,4 @@
--- libs/python/torch/2.6.0-cuda-12.4-python-3.13: written by slurmforge from modules/libs/python/torch/2.6.0-cuda-12.4-python-3.13.yaml (sha256:400db0fd7f59cd5fb76c803ca071004f7fefd8d6d4a34d7abfe36df49a769db7).
+-- libs/python/torch/2.6.0-cuda-12.4-python-3.13: written by slurmforge from modules/libs/python/torch/2.6.0-cuda-12.4-python-3.13.yaml (sha256:4127537263933bbdfd7675ca4de08c198c9bca645e1000432cf1080f1b8f70d6).
 -- Do not edit: a published version never changes; publish a new version instead.
 
 help([[
@@ -8,7 +8,7 @@ For GPU jobs (--gres=gpu:N): init_process_group("nccl"); on a node without a GPU
 torch.cuda.is_available() is False and gloo works as on the CPU build.
 Launch as PyTorch documents it: srun with env://, srun torchrun --rdzv-backend=c10d,
 or python -m torch.distributed.run from a batch script.
-CPU-only jobs load the smaller Debian build, libs/python/torch/2.6.0-python-3.13.
+CPU-only jobs load the smaller Debian build, libs/python/torch/2.6.0-r2-python-3.13.
 ]])
 
 whatis("Name: torch")

@@ -1,4 +1,4 @@
--- libs/python/torch/2.6.0-python-3.13: written by slurmforge from modules/libs/python/torch/2.6.0-python-3.13.yaml (sha256:56bb9e5803dd0a2b37550f2255a4360007fb7ebbb5ed64a51dcd808d3a629b49).
+-- libs/python/torch/2.6.0-r2-python-3.13: written by slurmforge from modules/libs/python/torch/2.6.0-r2-python-3.13.yaml (sha256:e2a1072d133d353433e41a0126adefa85260607d5c4bdea31c729f9882b4662a).
 -- Do not edit: a published version never changes; publish a new version instead.
 
 help([[
@@ -16,14 +16,14 @@ torchrun creates use the classic TCPStore; nothing in a script needs to change.
 ]])
 
 whatis("Name: torch")
-whatis("Version: 2.6.0-python-3.13")
+whatis("Version: 2.6.0-r2-python-3.13")
 whatis("Category: Python libraries")
 whatis("Description: PyTorch 2.6.0 (Debian 13, CPU), torch.distributed with gloo and MPI; env://, torchrun and torch.distributed.run work as documented")
 
 depends_on("apps/python/3.13")
-depends_on("apps/openmpi/5.0")
+depends_on("apps/openmpi/5.0-r2")
 
-local root = "/opt/software/modules/install/libs/python/torch/2.6.0-python-3.13"
+local root = "/opt/software/modules/install/libs/python/torch/2.6.0-r2-python-3.13"
 
 prepend_path("PATH", pathJoin(root, "usr/bin"))
 prepend_path("LD_LIBRARY_PATH", pathJoin(root, "usr/lib/x86_64-linux-gnu"))
