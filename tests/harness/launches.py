@@ -7,6 +7,7 @@ tests/integration/test_ml_jobs.py and bench/ml_bench.py (its launch part).
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,15 +75,26 @@ def submit(live: LiveCluster, options: str, body: str, modules: str = TORCH,
     return job, began, out if done.returncode == 0 else f"sbatch exit {done.returncode}: {done.stderr}\n{out}"
 
 
+# train.py's lines; found anywhere in the output, not line by line: the processes torchrun
+# starts share one stdout and unbuffered writes of two ranks can land on one line
+INITIALISED = re.compile(r"initialised (\d+) (\d+) (\S+) (\w+) (\d+\.\d{3})")
+ALLREDUCED = re.compile(r"allreduce (\d+) (\d+)")
+
+
+def initialised(out: str, world: int) -> dict[int, tuple[str, float]]:
+    """Ranks that initialised gloo in a world of `world` and got the allreduce's sum: (host, when)."""
+    up = {int(rank): (host, float(at)) for rank, size, host, backend, at in INITIALISED.findall(out)
+          if size == str(world) and backend == "gloo"}
+    total = str(world * (world + 1) // 2)
+    summed = {int(rank) for rank, value in ALLREDUCED.findall(out) if value == total}
+    return {rank: where for rank, where in up.items() if rank in summed}
+
+
 def pytorch(live: LiveCluster, name: str) -> Launch:
     options, body, world = PYTORCH[name]
     job, began, out = submit(live, options, body)
-    fields = [line.split() for line in out.splitlines()]
-    up = {int(f[1]): (f[3], float(f[5])) for f in fields
-          if len(f) == 6 and f[0] == "initialised" and f[2] == str(world) and f[4] == "gloo"}
-    total = str(world * (world + 1) // 2)
-    summed = {int(f[1]) for f in fields if len(f) == 3 and f[0] == "allreduce" and f[2] == total}
-    ok = set(up) == summed == set(range(world)) and "sbatch exit" not in out
+    up = initialised(out, world)
+    ok = set(up) == set(range(world)) and "sbatch exit" not in out
     seconds = max(t for _, t in up.values()) - began if ok else None
     return Launch(job, ok, seconds, len({h for h, _ in up.values()}), out)
 

@@ -37,6 +37,7 @@ from slurmforge.lmod.catalog import load_catalog
 from slurmforge.lmod.publisher import Actor, ModuleTree
 from slurmforge.lmod.tools import DEBIAN_LIBEXEC, Lmod
 from slurmforge.lmod.tree import Tree
+from tests.harness.launches import initialised
 from tests.judge import Judge
 
 pytestmark = pytest.mark.unit
@@ -82,11 +83,7 @@ RUN_PATH = ("timeout 120 python -m torch.distributed.run --nnodes=1 --nproc-per-
 
 def ranks(out: str, world: int) -> set[int]:
     """Ranks that initialised gloo in a world of `world` and got the allreduce's sum."""
-    up = {int(f[1]) for f in (line.split() for line in out.splitlines())
-          if len(f) == 6 and f[0] == "initialised" and f[2] == str(world) and f[4] == "gloo"}
-    summed = {int(f[1]) for f in (line.split() for line in out.splitlines())
-              if len(f) == 3 and f[0] == "allreduce" and f[2] == str(world * (world + 1) // 2)}
-    return up & summed
+    return set(initialised(out, world))
 
 
 def test_the_ddp_tutorials_env_init_runs_two_ranks(judge: Judge, torch_tree: Path) -> None:
@@ -108,11 +105,16 @@ def test_without_the_modules_fix_both_paths_fail_on_libuv(judge: Judge, torch_tr
         assert done.returncode != 0 and NO_LIBUV in done.stdout, done.stdout + done.stderr
 
 
-# the judge runs as root, which mpirun refuses unless told (mpirun(1)); a user's job never is root
+# The judge runs as root, which mpirun refuses unless told (mpirun(1)); a user's job never is root.
 MPICC = """TIMEFORMAT='compiled in %R s'
 time mpicc -O2 -o allreduce allreduce.c 2>&1 || exit 3
 timeout 60 mpirun --allow-run-as-root -n 2 --map-by :OVERSUBSCRIBE ./allreduce 2>&1
 """
+# What the module's environment repairs, each alone: gcc finds no C headers (the node image has
+# none in /usr/include), and mpirun starts ranks whose LD_LIBRARY_PATH is only its prefix's lib.
+NO_HEADERS = "(unset C_INCLUDE_PATH LIBRARY_PATH; mpicc -o nothing allreduce.c 2>&1) && exit 3\n"
+NO_FORWARD = ("mpicc -o alone allreduce.c || exit 4\n(unset OMPI_MCA_mca_base_env_list; timeout 60 mpirun "
+              "--allow-run-as-root -n 2 --map-by :OVERSUBSCRIBE ./alone 2>&1) && exit 5\nexit 0\n")
 
 
 def test_a_users_c_allreduce_compiles_with_the_modules_mpicc_and_runs_two_ranks(
@@ -124,8 +126,9 @@ def test_a_users_c_allreduce_compiles_with_the_modules_mpicc_and_runs_two_ranks(
     print(re.findall(r"compiled in [0-9.]+ s", out)[0])  # the figure docs/modules.md gives
 
 
-def test_without_the_modules_include_and_library_paths_mpicc_fails(judge: Judge, torch_tree: Path) -> None:
-    """gcc looks for C's headers in /usr/include, where the node image has none of them: the
-    module's C_INCLUDE_PATH is what makes the compile above work."""
-    done = launch(judge, torch_tree, "unset C_INCLUDE_PATH LIBRARY_PATH\nmpicc -o allreduce allreduce.c 2>&1", OPENMPI)
-    assert done.returncode != 0 and "stdio.h: No such file or directory" in done.stdout, done.stdout + done.stderr
+def test_without_the_modules_compile_and_launch_environment_mpicc_and_mpirun_fail(
+        judge: Judge, torch_tree: Path) -> None:
+    done = launch(judge, torch_tree, NO_HEADERS + NO_FORWARD, OPENMPI)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "stdio.h: No such file or directory" in out and "libmpi.so.40: cannot open shared object file" in out, out
