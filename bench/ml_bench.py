@@ -13,7 +13,7 @@
    machine's 2 cores: more nodes add no compute, so the efficiency falls as 1/N at best;
    what it shows is that the job spans the nodes (world size N, one rank a node) and that
    the allreduce between containers costs what it costs. Needs the ML modules published
-   (`slurmforge modules publish libs/python/torch/2.6.0-python-3.13 ...`).
+   (`slurmforge modules publish libs/python/torch/2.6.0-r2-python-3.13 ...`).
 
 3. spot interruption, --runs times: a 1-node ddp_train.sbatch on the spot-like pool
    (partition ml-spot) past step 20, then a notice for its machine (the local provider's
@@ -24,14 +24,21 @@
    past step 20; seconds from the kill to the resumed run, goal <= 90 s (median); the same
    proof.
 
+5. launch paths, --runs times each: tests/integration/upstream_jobs/train.py (written as
+   PyTorch's docs write it) started the documented ways after `module load
+   libs/python/torch/2.6.0-r2-python-3.13` - srun with env:// on 2 nodes, srun torchrun with the
+   c10d rendezvous (1 and 2 processes a node), torch.distributed.run in the batch script;
+   seconds from `sbatch` to the last rank's process group initialised (median, min, max). Needs
+   the ML modules published, as the DDP part does.
+
     .venv/bin/python bench/ml_bench.py [--cluster dev] [--runs 3] [--partition ml-cpu] [--steps 60]
-        [--only health,ddp,spot,kill] [--quick]
+        [--only health,ddp,spot,kill,launch] [--quick]
 
 Each run restores what it changed (the sick node is replaced by the service; its job is
 cancelled). Exits 1 when a goal is missed, 2 when the cluster cannot be used. `--quick`
 (tests/integration/test_bench_quick.py): the check times only; the sick node is
 tests/integration/test_node_health.py's and the DDP jobs tests/integration/test_ml_jobs.py's
-(not run twice in the suite).
+(not run twice in the suite); `--only launch --quick` runs each launch path once.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ from slurmforge.contract import INTERRUPT_FILE  # noqa: E402
 from slurmforge.errors import SlurmforgeError  # noqa: E402
 from slurmforge.nodes import node_names  # noqa: E402
 from slurmforge.render import HEALTH_CHECK_INTERVAL  # noqa: E402
-from tests.harness import mljobs  # noqa: E402
+from tests.harness import launches, mljobs  # noqa: E402
 from tests.harness.faults import repeat, target  # noqa: E402
 from tests.harness.live import IN_SERVICE, LiveCluster, wait_until  # noqa: E402
 from tests.harness.sickness import Sickness, check, sick_node  # noqa: E402
@@ -161,14 +168,35 @@ def resumed(live: LiveCluster, fault: str, runs: int, partition: str) -> bool:
     return ok
 
 
+def launch_paths(live: LiveCluster, runs: int) -> bool:
+    print(f"\n{'launch path':>28} {'submit -> all ranks initialised':>32}  runs", flush=True)
+    launches.copy(live)
+    ok = True
+    for name in launches.PYTORCH:
+        done = [launches.pytorch(live, name) for _ in range(runs)]
+        times = [d.seconds for d in done if d.ok and d.seconds is not None]
+        ok &= len(times) == runs
+        spread = (f"median {statistics.median(times):.1f} s ({min(times):.1f}-{max(times):.1f})" if times else "-")
+        print(f"{name:>28} {spread:>32}  {len(times)}/{runs} ok, jobs {' '.join(d.job for d in done)}", flush=True)
+        for d in done:
+            if not d.ok:
+                print(d.output[-2000:], flush=True)
+    print(f"launch paths: {'ok' if ok else 'MISSED'} (every rank of every run initialised and allreduced)")
+    return ok
+
+
+ALL_PARTS = "health,ddp,spot,kill,launch"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cluster", help="the local cluster (default: the only one)")
     parser.add_argument("--runs", type=int, default=3, help="sick nodes")
     parser.add_argument("--partition", help="where the jobs run (default: the spec's default partition)")
     parser.add_argument("--steps", type=int, default=60, help="DDP steps per run")
-    parser.add_argument("--only", default="health,ddp,spot,kill", help="which parts: health, ddp, spot, kill")
-    parser.add_argument("--quick", action="store_true", help="the health check times only")
+    parser.add_argument("--only", default=ALL_PARTS, help="which parts: health, ddp, spot, kill, launch")
+    parser.add_argument("--quick", action="store_true",
+                        help="the health check times only (with --only launch: each launch path once)")
     args = parser.parse_args(argv)
     parts = set(args.only.split(","))
     try:
@@ -188,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         ok &= resumed(live, "notice", args.runs, where.partition)
     if not args.quick and "kill" in parts:
         ok &= resumed(live, "kill", args.runs, where.partition)
+    if "launch" in parts and not (args.quick and args.only == ALL_PARTS):
+        ok &= launch_paths(live, 1 if args.quick else args.runs)
     return 0 if ok else 1
 
 

@@ -54,8 +54,6 @@ def rendezvous() -> tuple[int, int, int]:
                                capture_output=True, text=True, check=True).stdout.split()
         os.environ["MASTER_ADDR"] = hosts[0]
     os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ["SLURM_JOB_ID"]) % 10000))
-    # Debian's PyTorch is built without libuv: its TCPStore serves the rendezvous the older way
-    os.environ.setdefault("USE_LIBUV", "0")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(local)

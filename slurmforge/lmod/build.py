@@ -10,6 +10,7 @@ venv names its own location.
 from __future__ import annotations
 
 import logging
+import posixpath
 from collections.abc import Mapping, Sequence
 
 from slurmforge.errors import ModuleError
@@ -21,8 +22,8 @@ from slurmforge.lmod.definition import (
     PythonModule,
     TreeModule,
     VenvModule,
-    lib_package,
     python_version,
+    software_version,
     verify_imports,
 )
 from slurmforge.lmod.modulefile import DEB_MULTIARCH
@@ -153,8 +154,7 @@ def build_debian(ex: Executor, mn: ModuleName, d: DebianModule, install: str, py
     if main not in lock:
         raise ModuleError(f"{mn}: {main} is in the node image already (or a dependency carries it): nothing "
                           "to publish; fix: use it without a module, or name another package first")
-    named = lib_package(mn.full)
-    want = named[1] if named else mn.version
+    want = software_version(mn.full)
     have = lock[main].split(":", 1)[-1]
     if not (have == want or have.startswith((f"{want}.", f"{want}+", f"{want}-", f"{want}~"))):
         raise ModuleError(f"{mn}: the release's {main} is {lock[main]}, not {want}; "
@@ -164,6 +164,15 @@ def build_debian(ex: Executor, mn: ModuleName, d: DebianModule, install: str, py
         check(ex, ["sh", "-c", 'for f in "$0"/"$1"/*.so*; do [ -e "$f" ] || continue; '
                                'n=${f##*/}; [ -e "$0/$n" ] || ln -s "$1/$n" "$0/$n"; done', libdir, sub],
               f"{mn}: linking {sub} as update-alternatives would")
+    for rel, target in sorted(d.links.items()):  # what update-alternatives would link
+        make_dirs(ex, posixpath.dirname(f"{install}/{rel}"))
+        check(ex, ["ln", "-s", "--", target, f"{install}/{rel}"], f"{mn}: linking {rel} (it must not exist yet)")
+        if not ex.run(["test", "-e", f"{install}/{rel}"]).ok:  # -e follows the link
+            raise ModuleError(f"{mn}: links: {rel} -> {target} leads to nothing in the prefix; "
+                              "fix: name a file the packages hold, relative to the link's directory")
+    for rel, text in sorted(d.write_files.items()):  # what the module adds, checked with the rest below
+        make_dirs(ex, posixpath.dirname(f"{install}/{rel}"))
+        ex.write_file(f"{install}/{rel}", text)
     missing = [f for f in d.files if not exists(ex, f"{install}/{f}")]
     if missing:
         raise ModuleError(f"{mn}: missing after the unpacking: {', '.join(missing)}; fix: check packages or files")

@@ -23,9 +23,16 @@ LIB_RE = re.compile(rf"^libs/python/(?P<pkg>{PART})/(?P<version>(?P<pkgver>[0-9]
                     rf"(?:-[A-Za-z0-9._+-]+)?-python-(?P<py>[0-9]+\.[0-9]+))$")
 PYTHON_RE = re.compile(r"^apps/python/(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)$")
 SCHEME_FIX = "name it apps/<name>/<version> or libs/python/<package>/<version>-python-<X.Y>"
+# A published version is immutable (lmod/plan.py refuses a changed definition under it), so a
+# changed definition of the same software is a new version: its revision, `-r<N>` after the
+# software's version (apps/openmpi/5.0-r2, libs/python/torch/2.6.0-r2-python-3.13).
+REVISION_RE = re.compile(r"-r[0-9]+$")
 
 # What the checksum leaves out: tree state that `default`/`deprecate` change later.
 MUTABLE_FIELDS = frozenset({"default", "deprecated"})
+# Fields added after versions were published: left out of the checksum while empty, so that a
+# version published before keeps its checksum (and is not refused as changed).
+LATER_FIELDS = frozenset({"write_files", "links"})
 
 ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 ABS_PATH_RE = r"^/[^\s]*$"
@@ -86,6 +93,13 @@ def python_version(full: str) -> str | None:
     """`3.13` for apps/python/3.13 (or 3.13.5): the interpreter's own version."""
     match = PYTHON_RE.match(full)
     return match["version"] if match else None
+
+
+def software_version(full: str) -> str:
+    """The version of the software a module is named after: `5.0` for apps/openmpi/5.0-r2,
+    `2.6.0` for libs/python/torch/2.6.0-r2-python-3.13 (a revision is the definition's own)."""
+    named = lib_package(full)
+    return named[1] if named else REVISION_RE.sub("", full.rpartition("/")[2])
 
 
 def lib_package(full: str) -> tuple[str, str] | None:
@@ -160,6 +174,9 @@ class TreeModule(Common):
     """Paths that must exist after the install (the build's check)."""
 
 
+WRITE_FILE_LIMIT = 16384
+"""Bytes of one `write_files` entry: a shim or a config file, not a program."""
+
 DebPackage = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9+.-]+$")]
 
 
@@ -176,6 +193,15 @@ class DebianModule(Common):
     """Imported after the unpacking to verify it (with the module's own paths)."""
     files: list[RelPath] = []
     """Paths that must exist after the unpacking (the build's check)."""
+    write_files: dict[RelPath, Annotated[str, Field(max_length=WRITE_FILE_LIMIT)]] = {}
+    """Small files the module adds to what the packages hold (`relative path: text`), written
+    after the unpacking and before the checks: what the packaged software needs to run here
+    that the distribution does not configure (a shim, a config file). Part of the checksum."""
+    links: dict[RelPath, RelPath] = {}
+    """Symbolic links the module adds (`relative path: target`, the target relative to the
+    link's directory): what Debian's update-alternatives would link when the packages are
+    installed (usr/bin/mpicc: mpicc.openmpi), which unpacking does not run. Each must lead to
+    a file of the prefix. Part of the checksum."""
 
 
 class MetaModule(Common):
@@ -205,7 +231,8 @@ def canonical(definition: AnyDefinition) -> dict[str, Any]:
 
 def checksum(full: str, definition: AnyDefinition) -> str:
     """sha256 over canonical JSON of the content (not the default/deprecated flags)."""
-    data = {k: v for k, v in canonical(definition).items() if k not in MUTABLE_FIELDS}
+    data = {k: v for k, v in canonical(definition).items()
+            if k not in MUTABLE_FIELDS and (v or k not in LATER_FIELDS)}
     text = json.dumps({"name": full, "definition": data}, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 

@@ -19,13 +19,13 @@ JOBS = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 STEP_LOG = "/data/{user}/runs/{job}/steps.log"
 
 
-def copy_jobs(live: LiveCluster) -> str:
-    """examples/jobs/ into the user's ~/jobs; that directory."""
-    for path in sorted(JOBS.iterdir()):
+def copy_jobs(live: LiveCluster, source: Path = JOBS, into: str = "jobs") -> str:
+    """examples/jobs/ (or `source`'s files) into the user's ~/jobs (~/`into`); that directory."""
+    for path in sorted(p for p in source.iterdir() if p.is_file()):
         text = base64.b64encode(path.read_bytes()).decode()
-        live.podman.exec(live.login, ["bash", "-c", f"mkdir -p ~/jobs && echo {text} | base64 -d > ~/jobs/{path.name}"],
-                         user=live.user, timeout=60)
-    return f"/home/{live.user}/jobs"
+        write = f"mkdir -p ~/{into} && echo {text} | base64 -d > ~/{into}/{path.name}"
+        live.podman.exec(live.login, ["bash", "-c", write], user=live.user, timeout=60)
+    return f"/home/{live.user}/{into}"
 
 
 def submit(live: LiveCluster, args: str, env: str = "") -> str:

@@ -9,6 +9,7 @@ mirror, unpacks ~900 MB into the tree), ~3 s when published already; a cold dyna
 
 from __future__ import annotations
 
+import posixpath
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -17,23 +18,25 @@ from pathlib import Path
 import pytest
 
 from slurmforge.service.slurm import SlurmClient
-from tests.harness import mljobs
+from tests.harness import launches, mljobs
 from tests.integration.conftest import ROOT, Cluster_
 
 pytestmark = pytest.mark.integration
 
-OPENMPI = "apps/openmpi/5.0"
-MPI4PY = "libs/python/mpi4py/4.0.3-python-3.13"
-TORCH = "libs/python/torch/2.6.0-python-3.13"
+OPENMPI = "apps/openmpi/5.0-r2"
+MPI4PY = "libs/python/mpi4py/4.0.3-r2-python-3.13"
+TORCH = "libs/python/torch/2.6.0-r2-python-3.13"
+TORCH_CUDA = "libs/python/torch/2.6.0-cuda-12.4-python-3.13"
+GPU_NODE = "dev-gpu-01"
 BORN_LATER = "dev-cpu-03"
 """A node of the cpu pool beyond min_nodes: no machine until a job wants it."""
 
 
-def publish_ml_modules(cluster: Cluster_) -> None:
+def publish_ml_modules(cluster: Cluster_, names: Sequence[str] = (OPENMPI, MPI4PY, TORCH), timeout: int = 900) -> None:
     """The ML modules published into the cluster's tree (a no-op when they are)."""
-    argv = [sys.executable, "-m", "slurmforge.cli", "modules", "publish", OPENMPI, MPI4PY, TORCH,
+    argv = [sys.executable, "-m", "slurmforge.cli", "modules", "publish", *names,
             "--inventory", str(cluster.report.inventory)]
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -100,3 +103,64 @@ def test_ddp_checkpoints_on_the_services_signal_requeues_itself_and_resumes(clus
     assert mljobs.ran_twice(log) == [], log  # resumed where it stopped
     assert sorted({line.step for line in log if line.kind == "step"}) == list(range(1, 101)), log
     assert (log[-1].kind, log[-1].step) == ("done", 100), log
+
+
+# --------------------------------------------------------------------------- upstream's own scripts
+
+
+@pytest.fixture(scope="module")
+def upstream(cluster: Cluster_, modules: Path) -> str:
+    """tests/integration/upstream_jobs/ in alice's home: scripts written from PyTorch's and Open
+    MPI's documentation, which know nothing of the cluster."""
+    return launches.copy(cluster.live())
+
+
+@pytest.mark.parametrize("name", list(launches.PYTORCH))
+def test_pytorchs_documented_launch_paths_run_the_upstream_script_unmodified(
+        cluster: Cluster_, upstream: str, name: str) -> None:
+    """srun with env:// on 2 nodes, srun torchrun with the c10d rendezvous (1 and 2 processes a
+    node), torch.distributed.run in the batch script: every rank initialises gloo and allreduces."""
+    launch = launches.pytorch(cluster.live(), name)
+    assert launch.ok, launch.output
+    assert launch.hosts == (1 if name.startswith("sbatch") else 2), launch.output
+
+
+@pytest.mark.parametrize("name", list(launches.MPI))
+def test_a_users_mpi_program_compiled_with_mpicc_runs(cluster: Cluster_, upstream: str, name: str) -> None:
+    """A C allreduce compiled with the module's mpicc, started by srun --mpi=pmix across 2 nodes and
+    by mpirun inside the allocation (Open MPI's PRRTE starts its daemons through Slurm)."""
+    live = cluster.live()
+    built = launches.compile_mpi(live)
+    assert "compiled" in built, built
+    launch = launches.mpi(live, name)
+    assert launch.ok, launch.output
+
+
+GPU_CHECK = """import warnings, torch
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    available = torch.cuda.is_available()
+print("available", available, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())))
+print("reason", " ".join(str(w.message) for w in caught).replace(chr(10), " "))
+print("lib", torch.__path__[0] + "/lib/libtorch_cuda.so")
+"""
+
+
+@pytest.mark.long
+def test_the_gpu_pools_cuda_build_resolves_its_libraries_and_nccl_and_says_why_no_gpu(cluster: Cluster_) -> None:
+    """The CUDA build (PyPI's wheels, ~2.6 GB to download the first time) on the GPU node, which
+    has device files but no NVIDIA driver here: every library of libtorch_cuda.so resolves, NCCL
+    is the module's own nvidia-nccl-cu12, and is_available() is False with torch's reason. What
+    needs a real GPU: docs/twin.md."""
+    publish_ml_modules(cluster, [TORCH_CUDA], timeout=2400)
+    done = cluster.run(GPU_NODE, f"module load {TORCH_CUDA} && python - <<'EOF'\n{GPU_CHECK}EOF", user="alice",
+                       timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    assert out["available"].split()[:5] == ["False", "cuda", "12.4", "nccl", "2.21.5"], done.stdout
+    assert "NVIDIA driver" in out["reason"], done.stdout
+    ldd = cluster.run(GPU_NODE, f"module load {TORCH_CUDA} && ldd {out['lib']}", user="alice").stdout
+    assert "not found" not in ldd, ldd
+    nccl = [posixpath.normpath(line.split("=>")[1].split()[0]) for line in ldd.splitlines() if "libnccl.so.2" in line]
+    named = f"/install/{TORCH_CUDA}/lib/python3.13/site-packages/nvidia/nccl/lib/libnccl.so.2"  # the module's help
+    assert nccl and nccl[0].endswith(named), ldd

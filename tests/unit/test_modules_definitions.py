@@ -4,12 +4,13 @@ of one reported line). Files in modules_specs/ map module names to definitions."
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
 
 from slurmforge.errors import SpecError
-from slurmforge.lmod.catalog import load_bundle, load_catalog, validate_catalog
+from slurmforge.lmod.catalog import Catalog, load_bundle, load_catalog, validate_catalog
 from slurmforge.lmod.definition import (
     ModuleName,
     checksum,
@@ -17,8 +18,11 @@ from slurmforge.lmod.definition import (
     lib_package,
     parse_definition,
     python_suffix,
+    software_version,
     verify_imports,
 )
+from slurmforge.lmod.plan import StepKind, plan_steps
+from slurmforge.lmod.tree import Entry, Manifest, Tree
 
 pytestmark = pytest.mark.unit
 
@@ -128,3 +132,69 @@ def test_venv_checks_import_the_named_package_unless_told() -> None:
     d = venv.get(full)
     assert d.kind == "venv"
     assert verify_imports(full, d) == ["typing_extensions"]  # type: ignore[arg-type]
+
+
+def test_an_empty_write_files_leaves_the_checksum_of_versions_published_before() -> None:
+    """write_files came after versions were published: while empty it is not in the checksum."""
+    d = parse_definition({"kind": "debian", "packages": ["openmpi-bin"]})
+    assert checksum("apps/openmpi/5.0", d) == (
+        "sha256:" + hashlib.sha256(
+            b'{"definition":{"append_path":{},"category":"","depends_on":[],"files":[],"help":"","imports":[],'
+            b'"kind":"debian","packages":["openmpi-bin"],"prepend_path":{},"setenv":{},"whatis":""},'
+            b'"name":"apps/openmpi/5.0"}').hexdigest())
+    shimmed = parse_definition({"kind": "debian", "packages": ["openmpi-bin"], "write_files": {"a.txt": "x"}})
+    changed = parse_definition({"kind": "debian", "packages": ["openmpi-bin"], "write_files": {"a.txt": "y"}})
+    assert len({checksum("apps/openmpi/5.0", x) for x in (d, shimmed, changed)}) == 3
+
+
+def versions_lock() -> dict[str, str]:
+    """modules/versions.lock: every version the repository has defined -> its checksum."""
+    text = (ROOT / "modules" / "versions.lock").read_text()
+    return dict(line.split() for line in text.splitlines() if line.strip() and not line.startswith("#"))
+
+
+def published(lock: dict[str, str]) -> Manifest:
+    """A tree that holds every version of the lock, as `modules publish` recorded them."""
+    entries = {}
+    for full, sha in lock.items():
+        mn = ModuleName.parse(full)
+        entries[full] = Entry(name=mn.name, version=mn.version, kind="debian", checksum=sha, published_by="admin",
+                              published_at="2026-01-01T00:00:00Z", definition={})
+    return Manifest(modules=entries)
+
+
+def test_a_cluster_that_published_every_version_takes_modules_as_they_are_now() -> None:
+    """`modules publish --all` on a tree holding every version the repository ever defined:
+    nothing refused (a changed definition under a published name is refused there, and a
+    cluster would never get the change), nothing new that the lock does not name."""
+    lock = versions_lock()
+    catalog = load_catalog(ROOT / "modules")
+    steps = plan_steps(catalog, catalog.names(), published(lock), set(), Tree("/opt/software/modules"))
+    refused = [f"{s.module}: {s.detail}" for s in steps if s.action is StepKind.REFUSED]
+    assert refused == [], "publish the change as a new version (a revision: -r<N>):\n" + "\n".join(refused)
+    unlisted = [f"{full} {checksum(full, catalog.get(full))}" for full in catalog.names() if full not in lock]
+    assert unlisted == [], "add to modules/versions.lock:\n" + "\n".join(unlisted)
+    assert {s.action for s in steps} == {StepKind.UNCHANGED}
+
+
+@pytest.mark.parametrize(("first", "now"), [
+    ("libs/python/torch/2.6.0-python-3.13", "libs/python/torch/2.6.0-r2-python-3.13"),
+    ("apps/openmpi/5.0", "apps/openmpi/5.0-r2"),
+    ("libs/python/mpi4py/4.0.3-python-3.13", "libs/python/mpi4py/4.0.3-r2-python-3.13"),
+])
+def test_a_revision_under_its_first_versions_name_would_be_refused(first: str, now: str) -> None:
+    """What the lock guards against: the revised definition published under the name clusters
+    already hold would be refused there, so the revision carries a name of its own."""
+    catalog = load_catalog(ROOT / "modules")
+    renamed = Catalog({**catalog.modules, first: catalog.get(now)})
+    [step] = [s for s in plan_steps(renamed, [first], published(versions_lock()), set(), Tree("/opt/software/modules"))
+              if s.module == first]
+    assert step.action is StepKind.REFUSED and "already published with different content" in step.detail
+    assert software_version(first) == software_version(now)
+
+
+def test_a_revision_names_the_same_software() -> None:
+    """The build checks the first package's version against this: 5.0-r2 is Open MPI 5.0."""
+    assert [software_version(full) for full in ("apps/openmpi/5.0-r2", "apps/openmpi/5.0", "apps/x/1.0-rc1",
+                                                "libs/python/torch/2.6.0-r2-python-3.13")] == [
+        "5.0", "5.0", "1.0-rc1", "2.6.0"]
