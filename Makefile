@@ -1,6 +1,7 @@
 # Everything a fresh Debian 12 or 13 machine (root) needs, installed idempotently.
 #   make up    - set up, bring up the local cluster and run a sample job
-#   make test  - set up, then lint, type-check and run the whole test suite
+#   make test  - set up, then lint, type-check and run the test suite CI runs (<= 40 min)
+#   make test-all - the same and the long live sequences (README, "The tests")
 #   make aws-rehearsal - the AWS path on this machine, without an AWS account (docs/rehearsal.md)
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -13,12 +14,13 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 APT_PACKAGES := python3 python3-venv git openssh-client podman runc debootstrap uidmap iptables chromium shellcheck
 SPEC ?= examples/local.yaml
 
-.PHONY: help setup apt venv up down test unit lint typecheck bench aws-rehearsal
+.PHONY: help setup apt venv up down test test-all unit lint typecheck bench aws-rehearsal
 
 help:
 	@echo "make up    - bring up the local cluster ($(SPEC)) and run a sample job"
 	@echo "make down  - remove the local cluster (the image cache stays)"
-	@echo "make test  - lint, type-check and run every test (unit, slurm, pulumi, integration)"
+	@echo "make test  - lint, type-check and the tests CI runs: unit, Pulumi, Slurm, package, the live cluster's core, the AWS rehearsal's quick mode"
+	@echo "make test-all - the same and the long live sequences (repeated faults, long benches' quick modes)"
 	@echo "make unit  - the fast tests only"
 	@echo "make bench - the benchmarks in bench/"
 	@echo "make aws-rehearsal - the AWS path on this machine: moto, IMDS and podman machines (docs/rehearsal.md)"
@@ -55,12 +57,14 @@ typecheck: venv
 unit: venv
 	$(VENV)/bin/pytest -m "unit or pulumi" -q
 
-# fast tests first, then the real local cluster (it builds or reuses the node image), then the
-# AWS rehearsal's quick mode (it reuses the image it baked when the build's inputs are unchanged)
-test: setup lint typecheck
-	$(VENV)/bin/pytest -q -m "not integration and not rehearsal"
-	$(VENV)/bin/pytest -q -m integration --durations=25 tests/integration
-	$(VENV)/bin/pytest -q -m rehearsal --durations=10 tests/rehearsal
+# lint and types, the fast tests, then the real local cluster (it builds or reuses the node
+# image), then the AWS rehearsal's quick mode (it reuses the image it baked when the build's
+# inputs are unchanged); each phase timed, a table of the times at the end (tests/phases.sh)
+test: setup
+	VENV=$(VENV) tests/phases.sh core
+
+test-all: setup
+	VENV=$(VENV) tests/phases.sh all
 
 # the whole rehearsal, the golden image baked again (docs/rehearsal.md)
 aws-rehearsal: setup

@@ -40,10 +40,19 @@ def quick_args(cluster: Cluster_, bench: str) -> list[str]:
     }[bench]
 
 
+LONG = pytest.mark.long
+"""Quick modes that repeat what a test of `./dev.sh test` proves run in `./dev.sh test-all`
+only: local's (an idle `up`: test_local_cluster's skip test), ceph's (an OSD stopped under a
+job: test_ceph's), never_down's (a 90 s outage and a dead static node replaced:
+test_training_survives' dead node). tests/unit/test_bench_quick.py starts every bench in the
+fast phase so none rots unnoticed."""
+
+
 # quick modes that are an integration test themselves run there, once: failover's as
 # test_controller_failover.py's first test, restart's as test_restarts.py's first
-@pytest.mark.parametrize("bench", ["local", "monitoring", "coldstart", "ceph", "never_down", "plan",
-                                   "ml", "rotate", "restd", "validate_inventory"])
+@pytest.mark.parametrize("bench", [pytest.param("local", marks=LONG), "monitoring", "coldstart",
+                                   pytest.param("ceph", marks=LONG), pytest.param("never_down", marks=LONG),
+                                   "plan", "ml", "rotate", "restd", "validate_inventory"])
 def test_live_bench_quick_mode_passes(cluster: Cluster_, bench: str) -> None:
     argv = [sys.executable, str(ROOT / "bench" / f"{bench}_bench.py"), "--quick", *quick_args(cluster, bench)]
     timeout = 2 * QUICK_TIMEOUT if bench == "never_down" else QUICK_TIMEOUT

@@ -135,6 +135,7 @@ def test_stopping_an_osd_while_a_job_writes_loses_nothing(ceph: tuple[Cluster_, 
     cluster.login(f"rm -f {path}")
 
 
+@pytest.mark.long
 def test_ceph_comes_back_by_itself_after_its_host_restarts(ceph: tuple[Cluster_, CephProbe, list[str]]) -> None:
     """A power cycle of the Ceph host, no rollout: the daemons start at boot from their
     persisted data, a node that kept its mount reads on, and a node whose mount went

@@ -57,6 +57,7 @@ def test_primary_dies_under_a_job_array_and_nothing_is_lost(cluster: Cluster_) -
     assert "lost: 0 of 10 (goal 0): ok" in proc.stdout, proc.stdout
 
 
+@pytest.mark.long
 def test_records_made_while_slurmdbd_is_down_reach_sacct(cluster: Cluster_) -> None:
     primary = controller_names(cluster.spec)[0]
     cluster.run(primary, "systemctl stop slurmdbd")
@@ -70,6 +71,7 @@ def test_records_made_while_slurmdbd_is_down_reach_sacct(cluster: Cluster_) -> N
                len(sacct_states(cluster, *jobs)) == len(jobs), 120, "every record in sacct", every=2)
 
 
+@pytest.mark.long
 def test_a_node_powering_up_when_the_primary_dies_comes_up_under_the_backup(cluster: Cluster_) -> None:
     """The launch was in flight on the primary (its hand-off spool and its service died with
     it): the backup's slurmctld has the node powering up or powers it up again, and the

@@ -105,6 +105,7 @@ def spec_with_user(cluster: Cluster_, tmp_path: Path) -> Any:
 # Its first run found slurmctld refusing dana ("User's group not permitted to use this
 # partition") for up to GroupUpdateTime: the rollout now reconfigures when users or groups
 # changed (roles/slurm_controller/tasks/service.yml), so the job below is accepted at once.
+@pytest.mark.long
 def test_added_user_runs_on_a_dynamic_node_up_all_along(cluster: Cluster_, spec_with_user: Path) -> None:
     live = cluster.live()
     node = spot_node(cluster)

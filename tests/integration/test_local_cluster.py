@@ -186,6 +186,7 @@ def test_job_mail_leaves_through_the_relay(cluster: Cluster_, tmp_path: Path) ->
         assert f"{line}'" in got, f"{line!r} not in what the relay got:\n{got}"
 
 
+@pytest.mark.long
 def test_second_up_changes_nothing(cluster: Cluster_) -> None:
     """A full Ansible run over the converged cluster: the roles are idempotent."""
     from slurmforge.local.up import up

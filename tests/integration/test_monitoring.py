@@ -148,6 +148,7 @@ def alert_states(cluster: Cluster_, node: str) -> set[str]:
             if a["labels"].get("alertname") == "SlurmNodeDrained" and a["labels"].get("node") == node}
 
 
+@pytest.mark.long
 def test_drained_node_alert_fires_then_clears(cluster: Cluster_) -> None:
     node = static_cpu_node(cluster)
     root(cluster, f"scontrol update nodename={node} state=drain reason=monitoring-test")
@@ -173,6 +174,7 @@ def alertmanager_pools(cluster: Cluster_, name: str) -> set[str]:
     return {a["labels"].get("pool", "") for a in alerts}
 
 
+@pytest.mark.long
 def test_job_waiting_on_a_full_pool_fires(cluster: Cluster_) -> None:
     """A GPU job waits behind another on the GPU pool, which is at max_nodes: once it has
     waited `pending_minutes`, SlurmJobsWaitingAtMaxSize fires for that pool."""

@@ -53,6 +53,7 @@ def up_with(cluster: Cluster_, spec_text: str, tmp_path: Path) -> None:
     up(changed, QuietPhases(), run_sample_job=False)
 
 
+@pytest.mark.long
 def test_a_config_slurm_refuses_keeps_the_old_one_running(cluster: Cluster_, tmp_path: Path) -> None:
     rendered = cluster.report.inventory / "rendered" / "slurm.conf"
     good = rendered.read_text()

@@ -47,6 +47,7 @@ def test_the_check_sees_each_sickness(cluster: Cluster_, node: str, how: str, sa
     assert check(live, node).healthy
 
 
+@pytest.mark.long
 def test_a_node_that_loses_its_storage_is_drained_its_job_requeued_and_the_node_replaced(cluster: Cluster_) -> None:
     sick = sick_node(cluster.live(), "dev-cpu-02", "data", partition="ml-cpu")
     assert sick.drained is not None and sick.drained <= HEALTH_CHECK_INTERVAL + 5, sick
@@ -55,6 +56,7 @@ def test_a_node_that_loses_its_storage_is_drained_its_job_requeued_and_the_node_
     assert sick.back is not None and sick.replaced, sick
 
 
+@pytest.mark.long
 def test_a_storage_outage_on_several_nodes_replaces_none_and_ends_by_itself(cluster: Cluster_) -> None:
     """CephFS gone from two nodes at once is the storage's outage, not two bad machines: both
     are drained (no new job starts there), neither is replaced, the running job is left

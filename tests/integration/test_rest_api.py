@@ -127,6 +127,7 @@ def test_a_rotated_key_refuses_the_old_tokens_and_loses_no_job(cluster: Cluster_
                every=2)
 
 
+@pytest.mark.long
 def test_the_api_answers_with_the_backup_in_control(cluster: Cluster_) -> None:
     primary, backup = controller_names(cluster.spec)[:2]
     live = cluster.live()

@@ -31,6 +31,7 @@ def sql(cluster: Cluster_, query: str) -> str:
     return root(cluster, f"mysql -N -B {db} -e {shlex.quote(query)}")
 
 
+@pytest.mark.long
 def test_a_runaway_record_is_closed_by_the_service(cluster: Cluster_) -> None:
     live = cluster.live()
     done = live.submit("-p ml-cpu --wrap true")

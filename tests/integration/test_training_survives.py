@@ -39,6 +39,7 @@ def jobs(cluster: Cluster_) -> str:
     return mljobs.copy_jobs(cluster.live())
 
 
+@pytest.mark.long
 def test_a_spot_notice_moves_the_training_to_the_fallback_link(cluster: Cluster_, jobs: str) -> None:
     live = cluster.live()
 

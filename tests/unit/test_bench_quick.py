@@ -27,3 +27,13 @@ def test_bench_quick_mode_passes(bench: str) -> None:
     proc = subprocess.run([sys.executable, str(BENCH / bench), "--quick"], capture_output=True, text=True,
                           timeout=300, env=env, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("bench", sorted(p.name for p in BENCH.glob("*_bench.py")))
+def test_every_bench_starts_and_has_a_quick_mode(bench: str) -> None:
+    """Every bench imports what it uses and offers --quick (the live ones' quick modes run in
+    the integration suite, some only in `./dev.sh test-all`)."""
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}
+    proc = subprocess.run([sys.executable, str(BENCH / bench), "--help"], capture_output=True, text=True,
+                          timeout=60, env=env, check=False)
+    assert proc.returncode == 0 and "--quick" in proc.stdout, proc.stdout + proc.stderr
