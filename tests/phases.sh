@@ -15,15 +15,16 @@ esac
 names=() times=() codes=()
 status=0
 phase() {  # phase NAME COMMAND...
-  local name=$1 start rc; shift
+  local name=$1 start rc seconds; shift
   echo "=== phase: $name"
   start=$(date +%s)
   "$@"; rc=$?
-  names+=("$name") times+=($(( $(date +%s) - start ))) codes+=("$rc")
-  echo "=== phase: $name: $(( $(date +%s) - start )) s, exit $rc"
+  seconds=$(( $(date +%s) - start ))
+  names+=("$name") times+=("$seconds") codes+=("$rc")
+  echo "=== phase: $name: $seconds s, exit $rc"
   if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=$rc; fi
 }
-# shellcheck disable=SC2317  # called by the EXIT trap and by phase
+# shellcheck disable=SC2317  # called by the EXIT trap
 summary() {
   local total=0 i
   echo
@@ -35,9 +36,7 @@ summary() {
   printf '%-30s %8d  (%d min %d s)\n' "total ($scope)" "$total" $(( total / 60 )) $(( total % 60 ))
 }
 trap summary EXIT
-# shellcheck disable=SC2317
-lint() { "$VENV/bin/ruff" check slurmforge tests stacks bench && "$VENV/bin/mypy"; }
-phase "lint, types" lint
+phase "lint, types" make -s lint typecheck VENV="$VENV"
 phase "unit, pulumi, slurm, package" "$VENV/bin/pytest" -q -m "not integration and not rehearsal" --durations=10
 phase "live cluster" "$VENV/bin/pytest" -q -m "$live" --durations=25 tests/integration
 phase "AWS rehearsal" "$VENV/bin/pytest" -q -m "$rehearsal" --durations=10 tests/rehearsal

@@ -21,11 +21,15 @@ SELF_CONTAINED = ["render_bench.py", "validate_bench.py", "reconcile_bench.py", 
                   "startup_bench.py", "plan_bench.py", "preflight_bench.py"]
 
 
+def run_bench(bench: str, flag: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}  # this tree's package, whatever the venv installed
+    return subprocess.run([sys.executable, str(BENCH / bench), flag], capture_output=True, text=True,
+                          timeout=timeout, env=env, check=False)
+
+
 @pytest.mark.parametrize("bench", SELF_CONTAINED)
 def test_bench_quick_mode_passes(bench: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}  # this tree's package, whatever the venv installed
-    proc = subprocess.run([sys.executable, str(BENCH / bench), "--quick"], capture_output=True, text=True,
-                          timeout=300, env=env, check=False)
+    proc = run_bench(bench, "--quick", 300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -33,7 +37,5 @@ def test_bench_quick_mode_passes(bench: str) -> None:
 def test_every_bench_starts_and_has_a_quick_mode(bench: str) -> None:
     """Every bench imports what it uses and offers --quick (the live ones' quick modes run in
     the integration suite, some only in `./dev.sh test-all`)."""
-    env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}
-    proc = subprocess.run([sys.executable, str(BENCH / bench), "--help"], capture_output=True, text=True,
-                          timeout=60, env=env, check=False)
+    proc = run_bench(bench, "--help", 60)
     assert proc.returncode == 0 and "--quick" in proc.stdout, proc.stdout + proc.stderr
