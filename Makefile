@@ -57,9 +57,10 @@ typecheck: venv
 unit: venv
 	$(VENV)/bin/pytest -m "unit or pulumi" -q
 
-# lint and types, the fast tests, then the real local cluster (it builds or reuses the node
-# image), then the AWS rehearsal's quick mode (it reuses the image it baked when the build's
-# inputs are unchanged); each phase timed, a table of the times at the end (tests/phases.sh)
+# lint and types; the fast tests with the AWS rehearsal's quick mode side by side (it reuses
+# the image it baked when the build's inputs are unchanged); then the real local cluster (it
+# builds or reuses the node image); each phase timed, a table of the times at the end
+# (tests/phases.sh)
 test: setup
 	VENV=$(VENV) tests/phases.sh core
 

@@ -14,30 +14,48 @@ case "$scope" in
 esac
 names=() times=() codes=()
 status=0
+started=$(date +%s)
+record() {  # record NAME SECONDS EXIT
+  names+=("$1") times+=("$2") codes+=("$3")
+  echo "=== phase: $1: $2 s, exit $3"
+  if [ "$3" -ne 0 ] && [ "$status" -eq 0 ]; then status=$3; fi
+}
 phase() {  # phase NAME COMMAND...
-  local name=$1 start rc seconds; shift
+  local name=$1 start rc; shift
   echo "=== phase: $name"
   start=$(date +%s)
   "$@"; rc=$?
-  seconds=$(( $(date +%s) - start ))
-  names+=("$name") times+=("$seconds") codes+=("$rc")
-  echo "=== phase: $name: $seconds s, exit $rc"
-  if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=$rc; fi
+  record "$name" $(( $(date +%s) - start )) "$rc"
 }
 # shellcheck disable=SC2317  # called by the EXIT trap
 summary() {
-  local total=0 i
+  local total i
   echo
-  echo "phase                           seconds  exit"
+  echo "phase                             seconds  exit"
   for i in "${!names[@]}"; do
-    printf '%-30s %8d  %4d\n' "${names[$i]}" "${times[$i]}" "${codes[$i]}"
-    total=$(( total + times[i] ))
+    printf '%-32s %8d  %4d\n' "${names[$i]}" "${times[$i]}" "${codes[$i]}"
   done
-  printf '%-30s %8d  (%d min %d s)\n' "total ($scope)" "$total" $(( total / 60 )) $(( total % 60 ))
+  total=$(( $(date +%s) - started ))
+  printf '%-32s %8d  (%d min %d s)\n' "wall ($scope)" "$total" $(( total / 60 )) $(( total % 60 ))
 }
 trap summary EXIT
 phase "lint, types" make -s lint typecheck VENV="$VENV"
-phase "unit, pulumi, slurm, package" "$VENV/bin/pytest" -q -m "not integration and not rehearsal" --durations=10
+# The AWS rehearsal and the fast tests need neither the live cluster nor each other (their
+# own containers and networks; an image build waits for another's: image_cache.ensure_images)
+# and both mostly wait on subprocesses, so the rehearsal runs in the background meanwhile, its
+# output printed once it is done. The fast tests run 3 at a time, a module's tests in one
+# worker (its fixtures made once). The live cluster runs alone: its tests time Slurm.
+rehearsal_log=$(mktemp)
+rehearsal_start=$(date +%s)
+echo "=== phase: AWS rehearsal (side by side with the next phase; its output once it ends)"
+"$VENV/bin/pytest" -q -p no:cacheprovider -m "$rehearsal" --durations=10 tests/rehearsal > "$rehearsal_log" 2>&1 &
+rehearsal_pid=$!
+phase "unit, pulumi, slurm, package" "$VENV/bin/pytest" -q -n 3 --dist loadscope \
+  -m "not integration and not rehearsal" --durations=10
+rc=0
+wait "$rehearsal_pid" || rc=$?
+cat "$rehearsal_log"
+rm -f "$rehearsal_log"
+record "AWS rehearsal (side by side)" $(( $(date +%s) - rehearsal_start )) "$rc"
 phase "live cluster" "$VENV/bin/pytest" -q -m "$live" --durations=25 tests/integration
-phase "AWS rehearsal" "$VENV/bin/pytest" -q -m "$rehearsal" --durations=10 tests/rehearsal
 exit "$status"

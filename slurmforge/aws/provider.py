@@ -159,9 +159,11 @@ class AwsProvider(Machines):
         self._tags: queue.Queue[tuple[str, list[dict[str, str]]]] = queue.Queue()
         self._tagger: threading.Thread | None = None
         self._unwritten: dict[str, dict[str, str]] = {}
-        """Node tags queued for instances this provider launched, until EC2 has them: a
-        listing in between still names each machine's node (an untagged pool machine
-        would look like an orphan, `instance_from_ec2`)."""
+        """Node tags of instances this provider launched, until a listing shows them: one in
+        between still names each machine's node (an untagged pool machine would look like an
+        orphan, `instance_from_ec2`). Kept after CreateTags succeeded, not dropped then: a
+        listing read before the write (or answered by an EC2 replica that has not seen it:
+        tags are eventually consistent) would otherwise find neither."""
         self._unwritten_lock = threading.Lock()
         self._checked: set[str] = set()
 
@@ -200,6 +202,9 @@ class AwsProvider(Machines):
         except self._aws_errors() as exc:
             raise ProvisionError(f"DescribeInstances failed after {pages} page(s); the list is unknown: {exc}") from exc
         with self._unwritten_lock:
+            for i in found:  # EC2 shows the tags (or the machine is gone): the listing needs them no more
+                if i.id in self._unwritten and (i.node is not None or i.state is InstanceState.TERMINATED):
+                    del self._unwritten[i.id]
             unwritten = dict(self._unwritten)
         return [with_tags(i, unwritten[i.id]) if i.id in unwritten else i for i in found]
 
@@ -377,8 +382,6 @@ class AwsProvider(Machines):
                 while not self.tag_bucket.take(1):
                     self.sleep(self.tag_bucket.wait_for(1))
                 self._call("create_tags", bucket=self.tag_bucket, Resources=[iid], Tags=tags)
-                with self._unwritten_lock:
-                    self._unwritten.pop(iid, None)
             except Exception:
                 log.exception("tagging %s failed", iid)
             finally:

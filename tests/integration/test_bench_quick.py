@@ -21,8 +21,8 @@ pytestmark = pytest.mark.integration
 
 QUICK_TIMEOUT = 300
 """Each quick mode takes under a minute on an idle machine (never_down: a 90 s outage and a
-dead static node replaced, about 3-4 minutes, the integration suite's test of both); the rest
-is room for a loaded one."""
+dead static node replaced, about 3-4 minutes; failover: two failovers, about 5); the rest is
+room for a loaded one."""
 
 
 def quick_args(cluster: Cluster_, bench: str) -> list[str]:
@@ -37,6 +37,7 @@ def quick_args(cluster: Cluster_, bench: str) -> list[str]:
         "rotate": ["--cluster", cluster.spec.name],
         "restd": ["--cluster", cluster.spec.name],
         "validate_inventory": ["--inventory", str(cluster.report.inventory)],
+        "failover": ["--cluster", cluster.spec.name, "--partition", "ml-cpu"],
     }[bench]
 
 
@@ -44,18 +45,20 @@ LONG = pytest.mark.long
 """Quick modes that repeat what a test of `./dev.sh test` proves run in `./dev.sh test-all`
 only: local's (an idle `up`: test_local_cluster's skip test), ceph's (an OSD stopped under a
 job: test_ceph's), never_down's (a 90 s outage and a dead static node replaced:
-test_never_down's replaced node). tests/unit/test_bench_quick.py starts every bench in the
-fast phase so none rots unnoticed."""
+test_never_down's replaced node), failover's (two failovers in a row: test_controller_failover
+runs one). tests/unit/test_bench_quick.py starts every bench in the fast phase so none rots
+unnoticed."""
 
 
-# quick modes that are an integration test themselves run there, once: failover's as
-# test_controller_failover.py's first test, restart's as test_restarts.py's first
+# a quick mode that is an integration test itself runs there, once: restart's as
+# test_restarts.py's first
 @pytest.mark.parametrize("bench", [pytest.param("local", marks=LONG), "monitoring", "coldstart",
                                    pytest.param("ceph", marks=LONG), pytest.param("never_down", marks=LONG),
-                                   "plan", "ml", "rotate", "restd", "validate_inventory"])
+                                   "plan", "ml", "rotate", "restd", "validate_inventory",
+                                   pytest.param("failover", marks=LONG)])
 def test_live_bench_quick_mode_passes(cluster: Cluster_, bench: str) -> None:
     argv = [sys.executable, str(ROOT / "bench" / f"{bench}_bench.py"), "--quick", *quick_args(cluster, bench)]
-    timeout = 2 * QUICK_TIMEOUT if bench == "never_down" else QUICK_TIMEOUT
+    timeout = 3 * QUICK_TIMEOUT if bench in ("never_down", "failover") else QUICK_TIMEOUT
     # this tree's package, whatever the venv installed
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env, check=False)

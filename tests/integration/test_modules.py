@@ -213,6 +213,7 @@ def test_bad_input_is_one_line_and_publishes_nothing(published: Published, tmp_p
     assert after == before
 
 
+@pytest.mark.long
 def test_a_change_that_missed_its_cache_refresh_is_healed_by_the_next_rollout(published: Published) -> None:
     """A modulefile copied in by hand (or a `modules` run killed between its write and its
     cache refresh) leaves every node answering from a stale cache; the next `up` rebuilds

@@ -242,6 +242,38 @@ def test_a_machine_listed_before_its_node_tag_is_written_names_its_node(ec2: Ec2
     assert sorted(i.node or "" for i in aws.list_instances()) == ["t-spot-01", "t-spot-02"]
 
 
+def test_a_tag_written_while_a_listing_is_under_way_still_names_the_node(ec2: Ec2) -> None:
+    """EC2 answered the listing before CreateTags, and the tag thread wrote the tag before
+    the listing read what is still unwritten: the machine keeps its node (a listing that
+    found neither would take it for an orphan). Tags are also eventually consistent: a
+    listing right after the write may not show them either."""
+    import threading
+
+    release = threading.Event()
+
+    def held(model: Any, **_: Any) -> None:
+        if model.name == "CreateTags":
+            release.wait(10)
+
+    aws = provider(ec2)
+
+    def written_meanwhile(**_: Any) -> None:  # after EC2 answered without the tags
+        release.set()
+        aws.flush_tags()
+
+    ec2.client.meta.events.register_first("before-call.ec2.CreateTags", held, unique_id="held")
+    try:
+        aws.start(request(["t-spot-01", "t-spot-02"]))
+        ec2.client.meta.events.register("after-call.ec2.DescribeInstances", written_meanwhile, unique_id="meanwhile")
+        assert sorted(i.node or "" for i in aws.list_instances()) == ["t-spot-01", "t-spot-02"]
+    finally:
+        release.set()
+        aws.flush_tags()
+        ec2.client.meta.events.unregister("before-call.ec2.CreateTags", unique_id="held")
+        ec2.client.meta.events.unregister("after-call.ec2.DescribeInstances", unique_id="meanwhile")
+    assert sorted(i.node or "" for i in aws.list_instances()) == ["t-spot-01", "t-spot-02"]
+
+
 def test_a_launch_returns_the_new_instances_addresses(ec2: Ec2) -> None:
     """Read right after CreateFleet, so the service publishes the nodes' names before the
     machines boot; an EC2 that does not know the fresh instances yet (eventual consistency)
