@@ -39,9 +39,16 @@ HARDWARE_LABEL = "slurmforge.hardware"
 """A compute node's machine as its pool describes it: a container's hardware is the spec's
 (slurm.conf's config_overrides), so this label is what makes a pool's new hardware a new
 container, as it is a new instance on AWS."""
-INIT = "exec unshare --time --boottime -$(cut -d. -f1 /proc/uptime) /sbin/init"
+INIT = ("exec unshare --time --boottime "
+        "-$(awk '{up = int($1) + 1; system(\"sleep \" up - $1); print up}' /proc/uptime) /sbin/init")
 """The node's init runs in a new time namespace whose boot time is "now", so slurmctld sees a
-powered-up node as freshly booted (containers otherwise report the host's)."""
+powered-up node as freshly booted (containers otherwise report the host's). The offset is a
+whole number of seconds, so init first waits for the host's uptime to reach the next whole
+second: the node's uptime then starts at 0, never at up to 1 s (an offset may not make it
+negative). slurmctld takes a powering-up node's registration only if the boot it reports
+(now minus uptime, whole seconds) is not before the power-up request
+(node_mgr.c:waiting_for_node_boot); a machine up within a second of the request that reported
+a second too much uptime was "still booting" until ResumeTimeout."""
 AUTHORIZED_KEYS = "/root/.ssh/authorized_keys"
 MUNGE_KEY = f"{JOIN_SECRETS_DIR}/munge.key"
 

@@ -107,3 +107,23 @@ def test_a_pools_new_hardware_is_a_new_container_for_its_nodes_only(tmp_path: Pa
     assert before["dev-gpu-01"].labels["slurmforge.hardware"] == "1x2x1 1024MB 2 fakegpu"
     assert after["dev-gpu-01"].digest != before["dev-gpu-01"].digest
     assert after["dev-cpu-01"].digest == before["dev-cpu-01"].digest
+
+
+def test_a_node_boots_at_uptime_zero() -> None:
+    """The node's init starts at uptime 0 in its time namespace, not up to 1 s later: slurmctld
+    ignores a powering-up node's registration whose boot (now minus uptime, whole seconds) is
+    before the power-up request, so a machine up within a second of the request that reported
+    a second too much uptime stayed "still booting" until ResumeTimeout (seen in the
+    rehearsal's spot phase). The node image's own shell, awk and unshare, privileged as a
+    node's container is; /sbin/init replaced by a read of the uptime, five times."""
+    import subprocess
+
+    from tests.judge import node_image
+
+    script = INIT.replace("/sbin/init", "cat /proc/uptime")
+    ups = []
+    for _ in range(5):
+        out = subprocess.run(["podman", "run", "--rm", "--privileged", node_image(), "sh", "-c", script],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        ups.append(float(out.split()[0]))
+    assert max(ups) < 0.25, ups
