@@ -259,11 +259,12 @@ class LocalProvider(Provisioner):
     def stale_nodes(self) -> list[str]:
         """Static compute nodes whose running container `provision` would make again (its
         image or description differs: a new node image, the pool's new hardware): what a
-        rollout drains first (slurmforge.drain)."""
+        rollout drains first (slurmforge.drain). Not one whose processes died (a host restart):
+        it runs no job, and the controller that would drain it may be as dead (cold start)."""
         hosts = self.hosts()
         existing = {c.name: c for c in self.podman.containers(f"{LABEL}={self.spec.name}")}
         return [h.name for h in hosts if h.role is HostRole.COMPUTE and not h.dynamic
-                and (info := existing.get(h.name)) is not None and info.is_running
+                and (info := existing.get(h.name)) is not None and info.is_running and not info.is_dead
                 and self._stale(info, self.container(h, hosts))]
 
     def _stale(self, info: ContainerInfo, wanted: NodeContainer) -> bool:

@@ -269,6 +269,12 @@ def test_the_static_nodes_up_would_make_again_are_drained_first(tmp_path: Path) 
               ContainerInfo("dev-gpu-01", "running", os.getpid(), older, "img")]
     provider.podman = Host_(spec.target.subnet, listed)  # type: ignore[assignment,union-attr]
     assert provider.stale_nodes() == ["dev-cpu-02", "dev-gpu-01"]
+    # a cold start: podman still lists them running, their processes are gone - nothing to drain
+    # (the controller that would is as dead), provision makes them again
+    dead = [replace(c, pid=2 ** 22 + 1, id="0" * 64) for c in listed]
+    provider.podman = Host_(spec.target.subnet, dead)  # type: ignore[assignment,union-attr]
+    assert all(c.is_dead for c in dead) and provider.stale_nodes() == []
+    provider.podman = Host_(spec.target.subnet, listed)  # type: ignore[assignment,union-attr]
     planned = [Drain(("dev-gpu-01",), "rebuilt (RealMemory 512 -> 1024)", REBUILD)]
     assert with_stale(planned, provider.stale_nodes()) == [
         *planned, Drain(("dev-cpu-02",), "made again (a new node image or container description)", REBUILD)]
