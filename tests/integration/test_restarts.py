@@ -97,11 +97,12 @@ def current_hosts(cluster: Cluster_) -> list[str]:
     `up` compares): the ones a controllers-only change must skip."""
     from slurmforge.bringup import fixed_hosts, rollout_mark
     from slurmforge.inventory import read_inventory
-    from slurmforge.rollout import read_mark_text, rollout_digests
+    from slurmforge.rollout import rollout_digests, stale_parts
 
-    hosts = fixed_hosts(read_inventory(cluster.report.inventory)[1])
-    digests = rollout_digests(cluster.report.inventory, hosts)
-    return [h.name for h in hosts if read_mark_text(rollout_mark(h)) == digests[h.name]]
+    hosts = {h.name: h for h in fixed_hosts(read_inventory(cluster.report.inventory)[1])}
+    digests = rollout_digests(cluster.report.inventory, hosts.values())
+    stale = stale_parts(hosts, digests, lambda name: rollout_mark(hosts[name]))
+    return [name for name in hosts if name not in stale]
 
 
 def test_a_policy_change_rolled_out_under_load_strands_no_job_and_is_in_force(cluster: Cluster_,
