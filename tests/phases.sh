@@ -39,19 +39,25 @@ summary() {
   printf '%-32s %8d  (%d min %d s)\n' "wall ($scope)" "$total" $(( total / 60 )) $(( total % 60 ))
 }
 trap summary EXIT
-phase "lint, types" make -s lint typecheck VENV="$VENV"
-# The AWS rehearsal and the fast tests need neither the live cluster nor each other (their
-# own containers and networks; an image build waits for another's: image_cache.ensure_images)
-# and both mostly wait on subprocesses, so the rehearsal runs in the background meanwhile, its
-# output printed once it is done. The fast tests run 3 at a time, a module's tests in one
-# worker (its fixtures made once). The live cluster runs alone: its tests time Slurm.
+# The AWS rehearsal needs neither the live cluster nor the other phases (its own containers and
+# networks; an image build waits for another's: image_cache.ensure_images) and mostly waits on
+# the machines it boots, so it starts first and runs in the background while lint, the fast
+# tests and the live cluster's bring-up run; its output is printed once it is done. The fast
+# tests run 3 at a time, a module's tests in one worker (its fixtures made once). The live
+# cluster is brought up (from a cold start: its machines started again) in the rehearsal's
+# shadow, the same `slurmforge up --local` a user runs; its tests run alone: they time Slurm.
 rehearsal_log=$(mktemp)
 rehearsal_start=$(date +%s)
-echo "=== phase: AWS rehearsal (side by side with the next phase; its output once it ends)"
+echo "=== phase: AWS rehearsal (side by side with the next three phases; its output once it ends)"
 "$VENV/bin/pytest" -q -p no:cacheprovider -m "$rehearsal" --durations=10 tests/rehearsal > "$rehearsal_log" 2>&1 &
 rehearsal_pid=$!
+phase "lint, types" make -s lint typecheck VENV="$VENV"
 phase "unit, pulumi, slurm, package" "$VENV/bin/pytest" -q -n 3 --dist loadscope \
   -m "not integration and not rehearsal" --durations=10
+if [ "$(id -u)" -eq 0 ] && command -v podman >/dev/null; then  # else the live tests skip themselves
+  phase "live cluster up (side by side)" "$VENV/bin/slurmforge" up --local --no-job --no-validate --yes \
+    "${SLURMFORGE_TEST_SPEC:-examples/local.yaml}"
+fi
 rc=0
 wait "$rehearsal_pid" || rc=$?
 cat "$rehearsal_log"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -49,6 +50,23 @@ def runs_in(container_id: str, pid: int, proc: Path = Path("/proc")) -> bool:
     except OSError:
         return False
     return not container_id or container_id in cgroup
+
+
+CONTAINERS_CONF = (Path("/usr/share/containers/containers.conf"), Path("/etc/containers/containers.conf"))
+
+
+def exit_dir(confs: tuple[Path, ...] = CONTAINERS_CONF) -> Path:
+    """Where conmon writes containers' exit codes: podman's tmp_dir (containers.conf
+    [engine] tmp_dir, the last file that sets it; /run/libpod by default) /exits."""
+    tmp = "/run/libpod"
+    for conf in confs:
+        try:
+            engine = tomllib.loads(conf.read_text()).get("engine") or {}
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+        if isinstance(engine.get("tmp_dir"), str):
+            tmp = engine["tmp_dir"]
+    return Path(tmp) / "exits"
 
 
 class Podman:
@@ -95,6 +113,27 @@ class Podman:
                 return ContainerInfo(name, str(row.get("State", "")).lower(), int(row.get("Pid") or 0),
                                      row.get("Labels") or {}, row.get("Image", ""), row.get("Id", ""))
         return None
+
+    def revive(self, info: ContainerInfo, exits: Path | None = None) -> ContainerInfo | None:
+        """A container whose processes died under podman (host restart, machine restore) made
+        startable again, its disk kept - the local twin of a machine that reboots: conmon, which
+        writes a container's exit code into podman's exit directory (`conmon --exit-dir`) as it
+        ends, died with it, so podman waits for that file and holds the container "running" or
+        "stopping" for good. The code a SIGKILL gives (137) is written where conmon would have,
+        and podman, reading it, records the container exited. The container as podman now
+        lists it, or None when it is still not startable (then it is made again)."""
+        if not info.is_dead or not info.id:
+            return None
+        exit_file = (exits or exit_dir()) / info.id
+        try:
+            if not exit_file.exists():
+                exit_file.write_text("137")
+        except OSError:
+            return None
+        subprocess.run([self.binary, "ps", "-a", "--sync", "--filter", f"id={info.id}", "--format", "{{.State}}"],
+                       capture_output=True, text=True, timeout=120, check=False)
+        now = self.container(info.name)
+        return now if now is not None and now.state in ("exited", "stopped") else None
 
     def remove_container(self, name: str, attempts: int = 3) -> None:
         """Remove a container, whatever its state. One whose processes died under podman

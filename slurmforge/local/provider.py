@@ -90,6 +90,12 @@ TERMINATED_LISTED = 3600.0
 """Seconds a machine the service terminated stays listed as terminated (EC2: about an hour)."""
 
 
+WAVES: dict[HostRole, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # the hosts started again with their disks (provision) in this order, each until a line of
+    # what the command prints has all the words that say its service answers
+    HostRole.CEPH: (("ceph", "mds", "stat"), ("up:active",)),
+    HostRole.CONTROLLER: (("scontrol", "ping"), ("(primary)", "is UP")),
+}
 STARTABLE = frozenset({"created", "configured", "initialized", "exited", "stopped"})
 """Container states `podman start` takes."""
 
@@ -193,10 +199,20 @@ class LocalProvider(Provisioner):
             if name not in wanted:
                 log.info("removing %s: no longer in the spec", name)
                 self.podman.remove_container(name)
-        for host in hosts:
+        # Machines that come back with their disks (a host restart) come back in the order their
+        # services need each other - the Ceph hosts (until the file system is served), then the
+        # controllers (until slurmctld answers), then the rest - so that no node boots to find
+        # no /data (its health check would drain it) or no slurmctld to fetch its configs from
+        # (slurmd retries only every 10 s, sackd alike).
+        waves: dict[HostRole, list[str]] = {}
+        order = list(WAVES)
+        for host in sorted(hosts, key=lambda h: order.index(h.role) if h.role in WAVES else len(order)):
             info = existing.get(host.name)
             if not host.dynamic:
-                self._ensure_container(host, hosts, info)
+                for role in [r for r in waves if r is not host.role and waves[r]]:
+                    self._settle(role, waves.pop(role))
+                if self._ensure_container(host, hosts, info) and host.role in WAVES:
+                    waves.setdefault(host.role, []).append(host.name)
             elif info is not None and info.state != "created" and not (info.is_running and not info.is_dead):
                 # a created one is a launch of the scheduler service under way (it runs
                 # throughout `up`); a stopped or dead one is left from an older release
@@ -270,12 +286,34 @@ class LocalProvider(Provisioner):
     def _stale(self, info: ContainerInfo, wanted: NodeContainer) -> bool:
         return info.image != self.image or info.labels.get(DESCRIPTION_LABEL) != wanted.digest
 
-    def _ensure_container(self, host: Host, hosts: list[Host], info: ContainerInfo | None) -> None:
+    def _settle(self, role: HostRole, names: list[str], timeout: float = 120) -> None:
+        """Once these hosts, started again with their disks, have booted: until their service
+        answers (WAVES). A Ceph MDS that restarts waits mds_reconnect_timeout (45 s) for the
+        clients it had before being active again. Waited at most `timeout`: a service that does
+        not come back is the rollout's and the validation's to report."""
+        self.wait_booted(names)
+        command, answer = WAVES[role]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            said = self.podman.run(["exec", names[0], "timeout", "10", *command], check=False, timeout=30)
+            if any(all(word in line for word in answer) for line in said.splitlines()):
+                return
+            time.sleep(2)
+        log.info("%s: %s did not answer %s %.0f s after it started: going on", role, names[0], " ".join(answer),
+                 timeout)
+
+    def _ensure_container(self, host: Host, hosts: list[Host], info: ContainerInfo | None) -> bool:
+        """Make, start or leave the host's container; True when it was started again with its
+        disk (its processes had died)."""
         wanted = self.container(host, hosts)
         if info is None:
             self._free_name(host.name)
         else:
             stale = self._stale(info, wanted)
+            if info.is_dead and not stale and (revived := self.podman.revive(info)) is not None:
+                log.info("starting %s again: its processes died (a host restart), its disk is kept", host.name)
+                self._start([revived])
+                return True
             if stale or info.is_dead:
                 log.info("recreating %s (%s)", host.name, "stale" if stale else "dead process")
                 self.podman.remove_container(host.name)
@@ -284,6 +322,7 @@ class LocalProvider(Provisioner):
             self.podman.run(wanted.run_args())
         elif not info.is_running:
             self._start([info])
+        return False
 
     def _start(self, found: list[ContainerInfo]) -> None:
         """Start these containers. One podman cannot start yet - stopping (a stop still

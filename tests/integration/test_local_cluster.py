@@ -285,11 +285,11 @@ def test_a_name_held_by_an_unlisted_container_is_freed_only_if_ours(cluster: Clu
         podman.remove_container(theirs)
 
 
-def test_up_replaces_a_node_whose_processes_died(cluster: Cluster_) -> None:
-    """A host restart or a machine restore leaves podman listing containers as running
-    whose processes are gone (seen in CI: the first `podman rm -f` of such a container
-    fails, the next `podman run` found its name taken). `up` replaces the node, which
-    joins at boot, rolls it out alone, and it runs jobs again."""
+def test_up_starts_a_node_whose_processes_died_again_with_its_disk(cluster: Cluster_) -> None:
+    """A host restart or a machine restore leaves podman listing containers as running whose
+    processes are gone, and podman will neither start nor exec them. `up` starts the node again
+    as a machine that reboots - the same container, its disk as it was - which the rollout
+    finds current (nothing to change anywhere), and it runs jobs again."""
     import os
     import signal
     import subprocess
@@ -299,6 +299,7 @@ def test_up_replaces_a_node_whose_processes_died(cluster: Cluster_) -> None:
     from tests.integration.conftest import SPEC, QuietPhases
 
     node = f"{cluster.spec.name}-cpu-01"
+    cluster.run(node, "echo kept > /var/tmp/slurmforge-disk")
     # conmon first, so nothing records the exit (as when a machine loses every process)
     pids = subprocess.run(["podman", "inspect", node, "--format", "{{.State.ConmonPid}} {{.State.Pid}}"],
                           capture_output=True, text=True, check=True).stdout.split()
@@ -316,10 +317,10 @@ def test_up_replaces_a_node_whose_processes_died(cluster: Cluster_) -> None:
     assert again.rollout is not None
     new_id = subprocess.run(["podman", "inspect", node, "--format", "{{.Id}}"], capture_output=True, text=True,
                             check=True).stdout.strip()
-    assert new_id != old_id, f"{node} was not made again"
-    # rolled out alone; the new machine joined at boot (the join program), so the rollout
-    # finds nothing left to change on it, as on a static node the service replaces
-    assert again.rollout.skipped_hosts == len(cluster.rolled_out_hosts()) - 1, again.rollout
+    assert new_id == old_id, f"{node} was made again, its disk lost"
+    assert cluster.run(node, "cat /var/tmp/slurmforge-disk").stdout.strip() == "kept"
+    # its rollout's mark is on its disk: nothing to do on any host
+    assert again.rollout.skipped_hosts == len(cluster.rolled_out_hosts()), again.rollout
     assert again.rollout.total_changed == 0, again.rollout.changed
     res = cluster.login(f"srun -w {node} -t 1 hostname", timeout=180)
     assert res.returncode == 0 and res.stdout.strip() == node, res.stdout + res.stderr

@@ -115,16 +115,18 @@ def upstream(cluster: Cluster_, modules: Path) -> str:
     return launches.copy(cluster.live())
 
 
-TORCHRUN_ACROSS_NODES = pytest.mark.xfail(
-    reason="issue 35, open: torchrun's c10d rendezvous with one agent on each of 2 nodes timed out "
-           "on the live cluster (rank 0 initialised on the first node, the second node's worker "
-           "exited 1); the same path passes in one node-image container (tests/unit/test_ml_launch.py)",
-    strict=False)
+# `./dev.sh test` runs one launch across nodes of each kind - srun env:// and torchrun's c10d
+# rendezvous (one agent a node) - and srun --mpi=pmix; the other forms, which start the same
+# ranks another way (2 processes a node, a single-node torch.distributed.run, mpirun inside the
+# allocation), run in `./dev.sh test-all`
+LONG_FORMS = {"srun torchrun c10d 2/node", "sbatch torch.distributed.run", "mpirun in the allocation"}
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=TORCHRUN_ACROSS_NODES)
-                                  if name == "srun torchrun c10d 1/node" else name
-                                  for name in launches.PYTORCH])
+def forms(names: list[str]) -> list[object]:
+    return [pytest.param(name, marks=pytest.mark.long) if name in LONG_FORMS else name for name in names]
+
+
+@pytest.mark.parametrize("name", forms(list(launches.PYTORCH)))
 def test_pytorchs_documented_launch_paths_run_the_upstream_script_unmodified(
         cluster: Cluster_, upstream: str, name: str) -> None:
     """srun with env:// on 2 nodes, srun torchrun with the c10d rendezvous (1 and 2 processes a
@@ -134,7 +136,7 @@ def test_pytorchs_documented_launch_paths_run_the_upstream_script_unmodified(
     assert launch.hosts == (1 if name.startswith("sbatch") else 2), launch.output
 
 
-@pytest.mark.parametrize("name", list(launches.MPI))
+@pytest.mark.parametrize("name", forms(list(launches.MPI)))
 def test_a_users_mpi_program_compiled_with_mpicc_runs(cluster: Cluster_, upstream: str, name: str) -> None:
     """A C allreduce compiled with the module's mpicc, started by srun --mpi=pmix across 2 nodes and
     by mpirun inside the allocation (Open MPI's PRRTE starts its daemons through Slurm)."""

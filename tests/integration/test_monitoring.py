@@ -83,9 +83,12 @@ def target_health(cluster: Cluster_, instance: str) -> str:
     return next((t["health"] for t in targets if t["labels"]["instance"] == instance), "absent")
 
 
+@pytest.mark.long
 def test_dynamic_node_scraped_only_while_powered(cluster: Cluster_) -> None:
     """Slurm powers a dynamic node up for a job: the service lists it, Prometheus scrapes
-    it; once Slurm powers it down again it is no target at all (never a down target)."""
+    it; once Slurm powers it down again it is no target at all (never a down target).
+    `./dev.sh test-all` only: it waits out the pool's idle time and a power-down (~90 s);
+    the static targets' scrape is test_prometheus_scrapes_every_static_target's."""
     node = dynamic_cpu_node(cluster)
     res = cluster.login(f"sbatch --parsable -A research -w {node} -o mon-%j.out --wrap 'sleep 20'")
     assert res.returncode == 0, res.stderr

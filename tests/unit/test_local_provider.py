@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,13 @@ class Recorder:
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
+        self.revivable = True
 
     def remove_container(self, name: str) -> None:
         self.calls.append(["rm", name])
+
+    def revive(self, info: ContainerInfo) -> ContainerInfo | None:
+        return replace(info, state="exited", pid=0) if self.revivable else None
 
     def run(self, args: list[str], check: bool = True) -> str:
         self.calls.append(args)
@@ -78,9 +83,19 @@ def test_a_container_that_differs_from_its_description_in_anything_is_made_again
         provider._ensure_container(host, hosts, ContainerInfo(host.name, "stopping", os.getpid(),
                                                               wanted.all_labels(), "img"))
         assert recorder.calls == [["stop", "-t", "10", host.name], ["start", host.name]]
-        recorder.calls.clear()  # its processes gone, their pid another's now: made again
-        provider._ensure_container(host, hosts, ContainerInfo(host.name, "stopping", os.getpid(),
-                                                              wanted.all_labels(), "img", id="ab" * 32))
+        # its processes gone, their pid another's now (a host restart): started again with its disk,
+        # or made again when podman cannot be brought to start it
+        dead = ContainerInfo(host.name, "stopping", os.getpid(), wanted.all_labels(), "img", id="ab" * 32)
+        recorder.calls.clear()
+        assert provider._ensure_container(host, hosts, dead) is True
+        assert recorder.calls == [["start", host.name]]
+        recorder.calls.clear()
+        recorder.revivable = False
+        assert provider._ensure_container(host, hosts, dead) is False
+        assert recorder.calls[0] == ["rm", host.name] and recorder.calls[1][0] == "run"
+        recorder.revivable = True
+        recorder.calls.clear()  # dead and of another image: made again, never revived
+        provider._ensure_container(host, hosts, replace(dead, image="old"))
         assert recorder.calls[0] == ["rm", host.name] and recorder.calls[1][0] == "run"
 
 
@@ -278,3 +293,89 @@ def test_the_static_nodes_up_would_make_again_are_drained_first(tmp_path: Path) 
     planned = [Drain(("dev-gpu-01",), "rebuilt (RealMemory 512 -> 1024)", REBUILD)]
     assert with_stale(planned, provider.stale_nodes()) == [
         *planned, Drain(("dev-cpu-02",), "made again (a new node image or container description)", REBUILD)]
+
+
+class Restarted(Host_):
+    """podman after a host restart: every container listed running, its processes gone; `revive`
+    makes one startable, `start` runs it, and the services answer once started."""
+
+    def __init__(self, subnet: str, containers: list[ContainerInfo]) -> None:
+        super().__init__(subnet, containers)
+        self.started: set[str] = set()
+
+    def revive(self, info: ContainerInfo) -> ContainerInfo | None:
+        self.calls.append(["revive", info.name])
+        return replace(info, state="exited", pid=0)
+
+    def run(self, args: list[str], check: bool = True, timeout: float | None = None) -> str:
+        self.calls.append(args)
+        if args[0] == "start":
+            self.started.update(args[1:])
+            for name in args[1:]:
+                self.listed[name] = replace(self.listed[name], state="running", pid=os.getpid(), id="")
+            return ""
+        if args[0] == "exec":  # what a started Ceph host and controller answer
+            return {"ceph": "data:1 {0=dev-ceph-01=up:active}\n",
+                    "scontrol": "Slurmctld(primary) at dev-controller is UP\n"}.get(args[4], "")
+        return super().run(args, check)
+
+
+def test_a_host_restart_brings_the_machines_back_with_their_disks_storage_and_controllers_first(
+        tmp_path: Path) -> None:
+    """A cold start (podman lists the fixed hosts running, their processes are gone): each is
+    started again, not made again - its disk, with everything the rollout put there, is kept, so
+    the rollout after has nothing to do - the Ceph hosts first, until their file system has an
+    active MDS, then the controllers, until slurmctld answers, then the others, which find /data
+    and a slurmctld to fetch their configs from at their first try."""
+    spec = load_spec(LOCAL)
+    provider = LocalProvider(spec, "img", state_root=tmp_path, join_program=tmp_path / "join.sh")
+    hosts = fixed_hosts(provider.hosts())
+    dead = [ContainerInfo(h.name, "running", 2 ** 22 + 1, provider.container(h, provider.hosts()).all_labels(),
+                          "img", id="0" * 64) for h in hosts]
+    podman = Restarted(spec.target.subnet, dead)  # type: ignore[union-attr]
+    provider.podman = podman  # type: ignore[assignment]
+    provider.wait_booted = lambda names, timeout=120: None  # type: ignore[method-assign]
+    provider.provision()
+    assert not [c for c in podman.calls if c[0] in ("run", "rm")], podman.calls  # nothing made again
+    steps = [c[0] if c[0] != "exec" else c[4] for c in podman.calls]
+    starts = [c[1] for c in podman.calls if c[0] == "start"]
+    assert set(starts) == {h.name for h in hosts}
+    roles = {h.name: h.role for h in hosts}
+    ceph_at, controllers_at = steps.index("ceph"), steps.index("scontrol")
+    before = starts[:sum(1 for s in steps[:ceph_at] if s == "start")]
+    between = starts[len(before):sum(1 for s in steps[:controllers_at] if s == "start")]
+    assert {roles[n] for n in before} == {HostRole.CEPH}, steps
+    assert {roles[n] for n in between} == {HostRole.CONTROLLER}, steps
+    assert {roles[n] for n in starts[len(before) + len(between):]} == {HostRole.LOGIN, HostRole.COMPUTE}
+
+
+def test_a_container_whose_processes_died_starts_again_with_its_disk() -> None:
+    """podman itself: a container whose processes and conmon were killed (what a host restart
+    or a machine restore leaves) lists as running and runs nothing, `start` or not; `revive` makes podman
+    record it exited, and it starts with the file written before."""
+    from slurmforge.local.podman import Podman
+    from tests.judge import node_image
+
+    podman = Podman()
+    name = f"slurmforge-revive-{os.getpid()}"
+    subprocess.run(["podman", "run", "-d", "--name", name, node_image(), "sleep", "infinity"], check=True,
+                   capture_output=True, timeout=120)
+    try:
+        subprocess.run(["podman", "exec", name, "sh", "-c", "echo kept > /root/disk"], check=True, timeout=60)
+        pids = subprocess.run(["podman", "inspect", name, "--format", "{{.State.Pid}} {{.State.ConmonPid}}"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        subprocess.run(["kill", "-9", *pids], check=True)
+        for _ in range(50):  # until the kernel has reaped them
+            info = podman.container(name)
+            if info is None or info.is_dead:
+                break
+            time.sleep(0.2)
+        assert info is not None and info.is_dead
+        subprocess.run(["podman", "start", name], capture_output=True, timeout=60)  # "running": nothing to do
+        assert subprocess.run(["podman", "exec", name, "true"], capture_output=True, timeout=60).returncode != 0
+        revived = podman.revive(info)
+        assert revived is not None and revived.state in ("exited", "stopped")
+        podman.run(["start", name])
+        assert podman.run(["exec", name, "cat", "/root/disk"]).strip() == "kept"
+    finally:
+        podman.remove_container(name)
