@@ -8,6 +8,7 @@ someone is using. Everything it creates is removed at the end.
     .venv/bin/python bench/local_bench.py [--skip-cold]
     .venv/bin/python bench/local_bench.py --quick [--spec examples/local.yaml]
     .venv/bin/python bench/local_bench.py --policy [--runs 3] [--spec examples/local.yaml]
+    .venv/bin/python bench/local_bench.py --restart [--runs 3] [--spec examples/local.yaml]
 
 Goals: warm bring-up -> first job done <= 120 s on 2 cores (only head nodes, Ceph hosts and
 static nodes are made and rolled out; a dynamic node is made when a job needs it); an
@@ -26,11 +27,19 @@ policy-only ones (the preemption exempt time changed back and forth: slurm.conf 
 to its end (testinfra's validation and the sample job included), and checks that each policy
 `up` rolled out the controllers alone and the new value is in force. Goals: policy-only
 `up` <= 45 s, idle `up` <= 14 s (medians). The cluster is left on the spec as given.
+
+`--restart` times, on the spec's running cluster, `--runs` host restarts: every process of every
+fixed host killed, conmon first (what a machine's reboot or a restore leaves: podman lists the
+containers running, nothing runs), then `up` to its end - testinfra's validation and the sample
+job included. Checks that no machine was made again (the same container, its disk kept), the
+rollout changed nothing, and no node was drained by its health check (storage came up first).
+Goal: <= 120 s (median).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -58,6 +67,7 @@ from slurmforge.state_dirs import SECRETS_ROOT, default_inventory  # noqa: E402
 
 WARM_GOAL_S = 120.0
 POLICY_GOAL_S, IDLE_GOAL_S = 45.0, 14.0
+RESTART_GOAL_S = 120.0
 
 
 class Timings:
@@ -187,14 +197,69 @@ def policy(spec_path: Path, runs: int) -> int:
     return 0 if not wrong and idle_m <= IDLE_GOAL_S and changed_m <= POLICY_GOAL_S else 1
 
 
+def kill_every_process(names: list[str]) -> None:
+    """A host restart of these containers: each one's conmon, then its processes, killed, until
+    the kernel has reaped them (podman still lists them running)."""
+    import signal
+
+    podman = Podman()
+    pids: list[int] = []
+    for name in names:
+        found = podman.run(["inspect", name, "--format", "{{.State.ConmonPid}} {{.State.Pid}}"], check=False).split()
+        pids += [int(pid) for pid in found if pid.isdigit() and int(pid) > 0]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def restart(spec_path: Path, runs: int) -> int:
+    """Host restarts of the running cluster, each timed through `up` to the sample job."""
+    import statistics
+
+    spec = load_spec(spec_path)
+    up(spec_path, Timings(), run_sample_job=False)  # converged first (see quick)
+    podman = Podman()
+    totals, wrong = [], []
+    for run_no in range(runs):
+        names = [h.name for h in fixed_hosts(read_inventory(default_inventory(spec.name))[1])]
+        ids = {n: podman.run(["inspect", n, "--format", "{{.Id}}"]).strip() for n in names}
+        kill_every_process(names)
+        timings = Timings()
+        started = time.monotonic()
+        report = up(spec_path, timings, run_sample_job=True)
+        totals.append(time.monotonic() - started)
+        again = [n for n in names if podman.run(["inspect", n, "--format", "{{.Id}}"]).strip() != ids[n]]
+        changed = report.rollout.total_changed if report.rollout else -1
+        drained = podman.run(["exec", controller_name(spec), "sinfo", "-h", "-N", "-R", "-o", "%N %E"],
+                             check=False).strip()
+        health = sorted({line.split()[0] for line in drained.splitlines() if "health:" in line})
+        phases = ", ".join(f"{name.split(' (')[0]} {seconds:.1f} s" for name, seconds in timings.phases
+                           if seconds >= 1)
+        print(f"  run {run_no + 1}: {totals[-1]:5.1f} s to the sample job done ({phases}); made again: "
+              f"{', '.join(again) or 'none'}; rollout changed {changed}; "
+              f"drained by health: {', '.join(health) or 'none'}")
+        if again or changed != 0 or health or not report.job_output:
+            wrong.append(run_no + 1)
+    median = statistics.median(totals)
+    print(f"host restart -> cluster in service (sample job done): median {median:.1f} s, max {max(totals):.1f} s "
+          f"over {runs} run(s) (goal <= {RESTART_GOAL_S:.0f} s); runs with a machine made again, a change or a "
+          f"health drain: {wrong or 'none'}")
+    return 0 if not wrong and median <= RESTART_GOAL_S else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-cold", action="store_true", help="reuse the shared image cache (no image build)")
     parser.add_argument("--quick", action="store_true", help="time an idempotent `up` of the running cluster")
     parser.add_argument("--policy", action="store_true", help="time idle and policy-only `up`s of the running cluster")
-    parser.add_argument("--runs", type=int, default=3, help="with --policy: runs of each (3)")
+    parser.add_argument("--restart", action="store_true",
+                        help="time host restarts of the running cluster (every process killed) through `up`")
+    parser.add_argument("--runs", type=int, default=3, help="with --policy or --restart: runs of each (3)")
     parser.add_argument("--spec", type=Path, default=ROOT / "examples" / "local.yaml",
-                        help="with --quick or --policy: the running cluster's spec")
+                        help="with --quick, --policy or --restart: the running cluster's spec")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("the local cluster needs root", file=sys.stderr)
@@ -203,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         return quick(args.spec)
     if args.policy:
         return policy(args.spec, args.runs) if running(args.spec, "--policy") else 2
+    if args.restart:
+        return restart(args.spec, args.runs) if running(args.spec, "--restart") else 2
     namespace = "slurmforge" if args.skip_cold else f"slurmforge-bench-{uuid.uuid4().hex[:6]}"
     with tempfile.TemporaryDirectory() as tmp:
         spec = bench_spec(Path(tmp))

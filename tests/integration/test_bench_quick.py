@@ -51,7 +51,7 @@ unnoticed."""
 
 
 # a quick mode that is an integration test itself runs there, once: restart's as
-# test_restarts.py's first
+# test_restarts.py's first (long: `./dev.sh test-all`)
 @pytest.mark.parametrize("bench", [pytest.param("local", marks=LONG), "monitoring", "coldstart",
                                    pytest.param("ceph", marks=LONG), pytest.param("never_down", marks=LONG),
                                    "plan", "ml", "rotate", "restd", "validate_inventory",

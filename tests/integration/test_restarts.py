@@ -40,6 +40,7 @@ def assert_nothing_stranded(run: RestartRun) -> None:
     assert not run.requeued, [(j.job, j.requeued) for j in run.requeued]
 
 
+@pytest.mark.long
 def test_slurmctld_killed_while_nodes_power_up_strands_no_job(cluster: Cluster_) -> None:
     """bench/restart_bench.py's quick mode is this test (one run serves both; the bench
     suite's list leaves it out). Two powered-down nodes power up for two job arrays;
