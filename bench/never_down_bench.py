@@ -81,7 +81,7 @@ def dead_nodes(live: LiveCluster, where: JobNodes, runs: int, finish: bool) -> l
         joined = f"{d.joined:.1f} s" if d.joined is not None else f"> {DEAD_NODE_LIMIT:.0f} s"
         first = f"{d.first_job:.1f} s" if d.first_job is not None else f"> {DEAD_NODE_LIMIT:.0f} s"
         done = f"{d.completed:.1f} s" if d.completed is not None else "not COMPLETED"
-        return (f"{took:>23}  {d.after or 'left the queue':>14}  {joined:>23}  {first:>21}"
+        return (f"{took:>23}  {d.after or 'unknown':>14}  {joined:>23}  {first:>21}"
                 + (f"  {done:>20}" if finish else ""))
 
     return repeat(runs, lambda: dead_node(live, where, limit=DEAD_NODE_LIMIT, finish=finish, probe=True), row)

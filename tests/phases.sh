@@ -39,41 +39,29 @@ summary() {
   printf '%-32s %8d  (%d min %d s)\n' "wall ($scope)" "$total" $(( total / 60 )) $(( total % 60 ))
 }
 trap summary EXIT
-# Lint and the AWS rehearsal need neither the live cluster nor the other phases (the rehearsal
-# has its own containers and networks; an image build waits for another's:
-# image_cache.ensure_images) and the rehearsal mostly waits on the machines it boots, so both run
-# in the background, one after the other, while the fast tests and the live cluster's bring-up
-# run; their output is printed once they are done. The fast tests run 3 at a time, a module's
-# tests in one worker (its fixtures made once). The live cluster is brought up (from a cold
-# start: its machines started again) in the rehearsal's shadow, by the same `slurmforge up
-# --local` a user runs; its tests run alone: they time Slurm.
-background_log=$(mktemp)
-background_times=$(mktemp)
-timed() {  # timed NAME COMMAND...: run it, append "NAME|SECONDS|EXIT" to $background_times
-  local name=$1 start rc; shift
-  echo "=== phase: $name"
-  start=$(date +%s)
-  "$@"; rc=$?
-  echo "$name|$(( $(date +%s) - start ))|$rc" >> "$background_times"
-}
-echo "=== phases: lint, types and the AWS rehearsal, side by side with the next two (their output once they end)"
-(
-  timed "lint, types (side by side)" make -s lint typecheck VENV="$VENV"
-  timed "AWS rehearsal (side by side)" "$VENV/bin/pytest" -q -p no:cacheprovider -m "$rehearsal" --durations=10 \
-    tests/rehearsal
-) > "$background_log" 2>&1 &
-background_pid=$!
+# The AWS rehearsal needs neither the live cluster nor the other phases (its own containers and
+# networks; an image build waits for another's: image_cache.ensure_images) and mostly waits on
+# the machines it boots, so it starts first and runs in the background while lint, the fast
+# tests and the live cluster's bring-up run; its output is printed once it is done. The fast
+# tests run 3 at a time, a module's tests in one worker (its fixtures made once). The live
+# cluster is brought up (from a cold start: its machines started again) in the rehearsal's
+# shadow, the same `slurmforge up --local` a user runs; its tests run alone: they time Slurm.
+rehearsal_log=$(mktemp)
+rehearsal_start=$(date +%s)
+echo "=== phase: AWS rehearsal (side by side with the next three phases; its output once it ends)"
+"$VENV/bin/pytest" -q -p no:cacheprovider -m "$rehearsal" --durations=10 tests/rehearsal > "$rehearsal_log" 2>&1 &
+rehearsal_pid=$!
+phase "lint, types" make -s lint typecheck VENV="$VENV"
 phase "unit, pulumi, slurm, package" "$VENV/bin/pytest" -q -n 3 --dist loadscope \
   -m "not integration and not rehearsal" --durations=10
 if [ "$(id -u)" -eq 0 ] && command -v podman >/dev/null; then  # else the live tests skip themselves
   phase "live cluster up (side by side)" "$VENV/bin/slurmforge" up --local --no-job --no-validate --yes \
     "${SLURMFORGE_TEST_SPEC:-examples/local.yaml}"
 fi
-wait "$background_pid"
-cat "$background_log"
-while IFS='|' read -r name seconds rc; do
-  record "$name" "$seconds" "$rc"
-done < "$background_times"
-rm -f "$background_log" "$background_times"
+rc=0
+wait "$rehearsal_pid" || rc=$?
+cat "$rehearsal_log"
+rm -f "$rehearsal_log"
+record "AWS rehearsal (side by side)" $(( $(date +%s) - rehearsal_start )) "$rc"
 phase "live cluster" "$VENV/bin/pytest" -q -m "$live" --durations=25 tests/integration
 exit "$status"

@@ -118,7 +118,8 @@ class DeadNode:
     seconds: float | None
     """From the kill to the job leaving RUNNING; None when it did not within the limit."""
     after: str
-    """The job's squeue state then ("" once it left the queue; PENDING: requeued)."""
+    """The job's state then (`LiveCluster.queue_state`: squeue's, or sacct's once it left the
+    queue - NODE_FAIL: not requeued; PENDING: requeued)."""
     back: float | None = None
     """From the kill to the node in service again on a machine the scheduler service started
     (nobody else starts it); None when it was not within the limit."""
@@ -211,22 +212,22 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit
     completed: float | None = None
     states: set[str] = set()
     try:
-        wait_until(lambda: live.squeue_state(job) == "RUNNING", 60, f"job {job} running")
+        wait_until(lambda: live.queue_state(job) == "RUNNING", 60, f"job {job} running")
         live.podman.run(["kill", where.victim])
         killed = time.monotonic()
         if probe:
             probe_job = _submit(live, f"-N 1 -p {where.partition} -w {where.victim} -o nd-%j.out --wrap 'sleep 20'")
         try:
-            wait_until(lambda: live.squeue_state(job) != "RUNNING", limit, f"job {job} leaving RUNNING", every=1)
+            wait_until(lambda: live.queue_state(job) != "RUNNING", limit, f"job {job} leaving RUNNING", every=1)
             seconds: float | None = time.monotonic() - killed
         except ProvisionError:
             seconds = None
-        after = live.squeue_state(job)
+        after = live.queue_state(job)
         states.add(after)
 
         def in_service() -> bool:
             nonlocal joined
-            states.add(live.squeue_state(job))  # COMPLETING on the surviving node first, then PENDING
+            states.add(live.queue_state(job))  # COMPLETING on the surviving node first, then PENDING
             if where.victim not in live.running_containers():
                 return False
             state = live.slurm_state(where.victim)
@@ -245,7 +246,7 @@ def dead_node(live: LiveCluster, where: JobNodes, limit: float = 180, back_limit
                 first_job = time.monotonic() - killed
         if "PENDING" not in states:  # Slurm requeues once the job's other node finished its part
             with contextlib.suppress(ProvisionError):
-                wait_until(lambda: live.squeue_state(job) == "PENDING", max(min(60.0, limit), 1), f"job {job} requeued",
+                wait_until(lambda: live.queue_state(job) == "PENDING", max(min(60.0, limit), 1), f"job {job} requeued",
                            every=1)
                 states.add("PENDING")
         if finish and back is not None and "PENDING" in states:

@@ -86,6 +86,27 @@ class LiveCluster:
         """The job's state in squeue; "" once squeue no longer lists it."""
         return self.root(f"squeue -h -j {job} -o %T 2>/dev/null || true").strip()
 
+    def queue_state(self, job: str, attempts: int = 10) -> str:
+        """The job's state as Slurm has it: squeue's while squeue lists it, else sacct's (a job
+        that left the queue: COMPLETED, NODE_FAIL, ...). A squeue that could not reach slurmctld
+        ("Unable to contact slurm controller", a timeout while it restarts or is busy) is asked
+        again a second later, up to `attempts` times: an answer not had is not a job gone.
+        `squeue_state`'s "" cannot tell those apart."""
+        said = ""
+        for _ in range(attempts):
+            said = self.root(f"squeue -h -j {job} -o %T 2>&1; echo \"squeue-exit=$?\"")
+            lines = said.strip().splitlines()
+            if lines and lines[-1] == "squeue-exit=0":
+                if state := "".join(lines[:-1]).strip():
+                    return state
+                break
+            if "Invalid job id" in said:
+                break
+            time.sleep(1)
+        else:
+            raise ProvisionError(f"squeue never answered for job {job}: {said.strip()}")
+        return self.sacct_states(job).get(job, "")
+
     def sacct_states(self, *jobs: str) -> dict[str, str]:
         """Job id -> its state in sacct ("COMPLETED", "CANCELLED by 0", ...)."""
         out = self.root(f"sacct -n -X -P -j {','.join(jobs)} -o JobID,State")
