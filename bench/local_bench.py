@@ -39,7 +39,6 @@ Goal: <= 120 s (median).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import sys
@@ -64,6 +63,7 @@ from slurmforge.local.up import UpReport, up  # noqa: E402
 from slurmforge.rollout import Progress  # noqa: E402
 from slurmforge.spec import load_spec  # noqa: E402
 from slurmforge.state_dirs import SECRETS_ROOT, default_inventory  # noqa: E402
+from tests.harness.faults import kill_machines  # noqa: E402
 
 WARM_GOAL_S = 120.0
 POLICY_GOAL_S, IDLE_GOAL_S = 45.0, 14.0
@@ -197,24 +197,6 @@ def policy(spec_path: Path, runs: int) -> int:
     return 0 if not wrong and idle_m <= IDLE_GOAL_S and changed_m <= POLICY_GOAL_S else 1
 
 
-def kill_every_process(names: list[str]) -> None:
-    """A host restart of these containers: each one's conmon, then its processes, killed, until
-    the kernel has reaped them (podman still lists them running)."""
-    import signal
-
-    podman = Podman()
-    pids: list[int] = []
-    for name in names:
-        found = podman.run(["inspect", name, "--format", "{{.State.ConmonPid}} {{.State.Pid}}"], check=False).split()
-        pids += [int(pid) for pid in found if pid.isdigit() and int(pid) > 0]
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-
-
 def restart(spec_path: Path, runs: int) -> int:
     """Host restarts of the running cluster, each timed through `up` to the sample job."""
     import statistics
@@ -226,7 +208,7 @@ def restart(spec_path: Path, runs: int) -> int:
     for run_no in range(runs):
         names = [h.name for h in fixed_hosts(read_inventory(default_inventory(spec.name))[1])]
         ids = {n: podman.run(["inspect", n, "--format", "{{.Id}}"]).strip() for n in names}
-        kill_every_process(names)
+        kill_machines(podman, names)
         timings = Timings()
         started = time.monotonic()
         report = up(spec_path, timings, run_sample_job=True)

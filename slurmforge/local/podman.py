@@ -130,8 +130,8 @@ class Podman:
                 exit_file.write_text("137")
         except OSError:
             return None
-        subprocess.run([self.binary, "ps", "-a", "--sync", "--filter", f"id={info.id}", "--format", "{{.State}}"],
-                       capture_output=True, text=True, timeout=120, check=False)
+        self.run(["ps", "-a", "--sync", "--filter", f"id={info.id}", "--format", "{{.State}}"], check=False,
+                 timeout=120)
         now = self.container(info.name)
         return now if now is not None and now.state in ("exited", "stopped") else None
 

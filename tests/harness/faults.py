@@ -19,7 +19,9 @@ and bench/never_down_bench.py.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from slurmforge.contract import SERVICE_UNIT
 from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.hostlists import compress, expand
 from slurmforge.hosts import Host, HostRole
+from slurmforge.local.podman import Podman
 from slurmforge.spec import Cluster
 from tests.harness.live import IN_SERVICE, LiveCluster, wait_until
 
@@ -110,6 +113,23 @@ class Outage:
     @property
     def jobs_completed(self) -> int:
         return sum(1 for state in self.jobs.values() if state == "COMPLETED")
+
+
+def kill_machines(podman: Podman, names: Sequence[str]) -> None:
+    """What a host restart or a machine restore leaves of these containers: each one's conmon
+    killed first (killed after the container's process it may record the exit, and podman would
+    know the container stopped), then its process, until the kernel has reaped them. podman
+    still lists them running."""
+    pids: list[int] = []
+    for name in names:
+        found = podman.run(["inspect", name, "--format", "{{.State.ConmonPid}} {{.State.Pid}}"]).split()
+        pids += [int(pid) for pid in found if pid.isdigit() and int(pid) > 0]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 @dataclass(frozen=True)

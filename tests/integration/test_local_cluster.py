@@ -215,21 +215,15 @@ def test_a_container_whose_processes_died_is_removed(cluster: Cluster_) -> None:
     """Right after its processes die under podman, `podman rm -f` of a container fails
     ("container state improper") and leaves it in place; remove_container goes on until
     it is gone (CI met such a container after a machine restore)."""
-    import os
-    import signal
-
     from slurmforge.local.podman import Podman
+    from tests.harness.faults import kill_machines
 
     image = cluster.image()
     name = f"{cluster.spec.name}-test-dead"
     podman = Podman()
     podman.remove_container(name)
     podman.run(["run", "-d", "--name", name, image, "sleep", "600"])
-    # conmon first: killed after the container's process, it may record the exit and
-    # podman then knows the container stopped (seen once in CI)
-    pids = podman.run(["inspect", name, "--format", "{{.State.ConmonPid}} {{.State.Pid}}"]).split()
-    for pid in map(int, pids):
-        os.kill(pid, signal.SIGKILL)
+    kill_machines(podman, [name])  # conmon first (seen once in CI: otherwise podman may know)
     info = podman.container(name)
     assert info is not None and info.state == "running", info  # what podman believes
     podman.remove_container(name)
@@ -290,23 +284,16 @@ def test_up_starts_a_node_whose_processes_died_again_with_its_disk(cluster: Clus
     processes are gone, and podman will neither start nor exec them. `up` starts the node again
     as a machine that reboots - the same container, its disk as it was - which the rollout
     finds current (nothing to change anywhere), and it runs jobs again."""
-    import os
-    import signal
     import subprocess
-    import time
 
+    from slurmforge.local.podman import Podman
     from slurmforge.local.up import up
+    from tests.harness.faults import kill_machines
     from tests.integration.conftest import SPEC, QuietPhases
 
     node = f"{cluster.spec.name}-cpu-01"
     cluster.run(node, "echo kept > /var/tmp/slurmforge-disk")
-    # conmon first, so nothing records the exit (as when a machine loses every process)
-    pids = subprocess.run(["podman", "inspect", node, "--format", "{{.State.ConmonPid}} {{.State.Pid}}"],
-                          capture_output=True, text=True, check=True).stdout.split()
-    for pid in map(int, pids):
-        os.kill(pid, signal.SIGKILL)
-    while any(os.path.exists(f"/proc/{pid}") for pid in pids):
-        time.sleep(0.2)
+    kill_machines(Podman(), [node])  # as when a machine loses every process
     state = subprocess.run(["podman", "inspect", node, "--format", "{{.State.Status}}"],
                            capture_output=True, text=True).stdout.strip()
     assert state == "running", f"podman no longer believes {node} runs ({state}): the test proves nothing"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -354,6 +353,7 @@ def test_a_container_whose_processes_died_starts_again_with_its_disk() -> None:
     or a machine restore leaves) lists as running and runs nothing, `start` or not; `revive` makes podman
     record it exited, and it starts with the file written before."""
     from slurmforge.local.podman import Podman
+    from tests.harness.faults import kill_machines
     from tests.judge import node_image
 
     podman = Podman()
@@ -362,14 +362,8 @@ def test_a_container_whose_processes_died_starts_again_with_its_disk() -> None:
                    capture_output=True, timeout=120)
     try:
         subprocess.run(["podman", "exec", name, "sh", "-c", "echo kept > /root/disk"], check=True, timeout=60)
-        pids = subprocess.run(["podman", "inspect", name, "--format", "{{.State.Pid}} {{.State.ConmonPid}}"],
-                              capture_output=True, text=True, check=True).stdout.split()
-        subprocess.run(["kill", "-9", *pids], check=True)
-        for _ in range(50):  # until the kernel has reaped them
-            info = podman.container(name)
-            if info is None or info.is_dead:
-                break
-            time.sleep(0.2)
+        kill_machines(podman, [name])
+        info = podman.container(name)
         assert info is not None and info.is_dead
         subprocess.run(["podman", "start", name], capture_output=True, timeout=60)  # "running": nothing to do
         assert subprocess.run(["podman", "exec", name, "true"], capture_output=True, timeout=60).returncode != 0
