@@ -82,30 +82,32 @@ class LiveCluster:
                                workdir=f"/home/{self.user}", timeout=60).stdout
         return out.strip().split(";")[0]
 
+    def squeue_answer(self, job: str) -> str | None:
+        """The job's state in squeue, "" once squeue no longer lists it (or never knew it), None
+        when squeue had no answer (could not reach slurmctld: restarting, busy, failing over)."""
+        said = self.root(f"squeue -h -j {job} -o %T 2>&1; echo \"squeue-exit=$?\"")
+        lines = said.strip().splitlines()
+        if lines and lines[-1] == "squeue-exit=0":
+            return "".join(lines[:-1]).strip()
+        return "" if "Invalid job id" in said else None
+
     def squeue_state(self, job: str) -> str:
-        """The job's state in squeue; "" once squeue no longer lists it."""
-        return self.root(f"squeue -h -j {job} -o %T 2>/dev/null || true").strip()
+        """The job's state in squeue; "" once squeue no longer lists it, or gave no answer."""
+        return self.squeue_answer(job) or ""
 
     def queue_state(self, job: str, attempts: int = 10) -> str:
         """The job's state as Slurm has it: squeue's while squeue lists it, else sacct's (a job
-        that left the queue: COMPLETED, NODE_FAIL, ...). A squeue that could not reach slurmctld
-        ("Unable to contact slurm controller", a timeout while it restarts or is busy) is asked
-        again a second later, up to `attempts` times: an answer not had is not a job gone.
-        `squeue_state`'s "" cannot tell those apart."""
-        said = ""
+        that left the queue: COMPLETED, NODE_FAIL, ...). A squeue with no answer is asked again
+        a second later, up to `attempts` times: an answer not had is not a job gone, which
+        `squeue_state`'s "" cannot tell apart."""
         for _ in range(attempts):
-            said = self.root(f"squeue -h -j {job} -o %T 2>&1; echo \"squeue-exit=$?\"")
-            lines = said.strip().splitlines()
-            if lines and lines[-1] == "squeue-exit=0":
-                if state := "".join(lines[:-1]).strip():
-                    return state
-                break
-            if "Invalid job id" in said:
-                break
+            state = self.squeue_answer(job)
+            if state:
+                return state
+            if state == "":
+                return self.sacct_states(job).get(job, "")
             time.sleep(1)
-        else:
-            raise ProvisionError(f"squeue never answered for job {job}: {said.strip()}")
-        return self.sacct_states(job).get(job, "")
+        raise ProvisionError(f"squeue had no answer for job {job} in {attempts} tries")
 
     def sacct_states(self, *jobs: str) -> dict[str, str]:
         """Job id -> its state in sacct ("COMPLETED", "CANCELLED by 0", ...)."""

@@ -70,7 +70,7 @@ class ScriptedCluster(LiveCluster):
         self.submitted.append(args)
         return str(100 + len(self.submitted))
 
-    def squeue_state(self, job: str) -> str:
+    def squeue_answer(self, job: str) -> str | None:
         states = self.squeue[job]
         return states.pop(0) if len(states) > 1 else states[0]
 
