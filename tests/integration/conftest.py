@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -13,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from slurmforge.errors import ProvisionError
 from slurmforge.local.up import UpReport, up
 from slurmforge.rollout import Progress
 from slurmforge.spec import Cluster, load_spec
-from tests.harness.live import LiveCluster
+from tests.harness.live import LiveCluster, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 # SLURMFORGE_TEST_SPEC: another local spec (its own name and subnet) so a second cluster can
@@ -111,3 +113,26 @@ def running_inventory(request: pytest.FixtureRequest) -> Path:
     if given:
         return Path(given)
     return Path(request.getfixturevalue("cluster").report.inventory)
+
+
+@pytest.fixture(autouse=True)
+def no_job_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every live test leaves the queue as it found it: empty. A test that failed half-way
+    (or forgot a job) has its jobs cancelled here, with a warning naming them, so the next
+    test does not wait behind them for a node (a 30-minute job held the static node every
+    later test needs, and ten tests failed behind one)."""
+    yield
+    if "cluster" not in request.fixturenames:
+        return
+    live = request.getfixturevalue("cluster").live()
+    listed = "squeue -h -o '%i %u %T %N' 2>/dev/null || true"
+    try:
+        left = [line.split() for line in live.root(listed).splitlines() if line.strip()]
+        if not left:
+            return
+        live.root(f"scancel {' '.join(row[0] for row in left)} || true")
+        warnings.warn(f"{request.node.nodeid} left job(s) in the queue, cancelled: "
+                      + "; ".join(" ".join(row) for row in left), stacklevel=1)
+        wait_until(lambda: not live.root(listed).strip(), 60, "the cancelled jobs to leave the queue", every=1)
+    except ProvisionError as exc:  # a controller a test left down: the next test says so itself
+        warnings.warn(f"after {request.node.nodeid}: could not empty the queue: {exc}", stacklevel=1)
