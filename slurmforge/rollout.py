@@ -19,7 +19,7 @@ from typing import Any
 from slurmforge import package_data, wheel
 from slurmforge.errors import RolloutError
 from slurmforge.hosts import Host, HostRole
-from slurmforge.inventory import CONTROLLER_PARTS, NODE_PART, is_controller_input
+from slurmforge.inventory import CONTROLLER_PARTS, HOSTS_FILE, NODE_PART, is_controller_input
 from slurmforge.package_data import playbooks, require, roles
 
 CEPH_PLAYBOOK, CLUSTER_PLAYBOOK = "ceph.yml", "cluster.yml"
@@ -171,16 +171,20 @@ def roll_out(inventory: Path, ceph_hosts: Collection[str], log_path: Path, on_ev
     `marks`: by host, the mark (mark_text of its rollout_digests()) each host that comes
     through every play is left with (None: each host's mark is only removed); `skip_parts`:
     the parts (inventory.CONTROLLER_PARTS, the node part) no host of this rollout needs."""
+    # the hosts file, not its directory: Ansible reads every file of an inventory directory as
+    # an inventory (the spec, the rendered configs: dozens of parse warnings a run, and a
+    # rendered file that happened to parse would add hosts); group_vars/ beside the file load
+    hosts_file = str(inventory / HOSTS_FILE)
     extravars = {"scheduler_service_wheel_dir": str(service_wheel_dir()), "scheduler_service_wheel_cached": True,
                  **({"slurmforge_rollout_marks": dict(marks)} if marks else {}), **(extravars or {})}
     skip = ",".join(skip_parts) or None
     ceph = sorted(h for h in ceph_hosts if limit is None or h in limit)
     limit_text = ",".join(sorted(limit)) if limit is not None else None
     if not ceph:
-        return run_playbook(CLUSTER_PLAYBOOK, str(inventory), log_path, on_event, extravars, limit_text,
+        return run_playbook(CLUSTER_PLAYBOOK, hosts_file, log_path, on_event, extravars, limit_text,
                             skip_tags=skip)
     if limit is not None and set(limit) <= set(ceph):
-        return run_playbook(CEPH_PLAYBOOK, str(inventory), log_path, on_event, extravars, ",".join(ceph))
+        return run_playbook(CEPH_PLAYBOOK, hosts_file, log_path, on_event, extravars, ",".join(ceph))
     combined = _Combined(on_event)
     ceph_failed, main_failed = threading.Event(), threading.Event()
     ceph_log = log_path.with_name(f"{log_path.stem}-ceph{log_path.suffix}")
@@ -190,7 +194,7 @@ def roll_out(inventory: Path, ceph_hosts: Collection[str], log_path: Path, on_ev
 
     def ceph_run() -> RolloutResult:
         try:
-            result = run_playbook(CEPH_PLAYBOOK, str(inventory), ceph_log, combined.ceph, extravars,
+            result = run_playbook(CEPH_PLAYBOOK, hosts_file, ceph_log, combined.ceph, extravars,
                                   ",".join(ceph), cancel=main_failed.is_set)
         except BaseException:
             ceph_failed.set()
@@ -201,7 +205,7 @@ def roll_out(inventory: Path, ceph_hosts: Collection[str], log_path: Path, on_ev
     with scratch, ThreadPoolExecutor(max_workers=1, thread_name_prefix="ceph-rollout") as pool:
         ceph_future = pool.submit(ceph_run)
         try:
-            main = run_playbook(CLUSTER_PLAYBOOK, str(inventory), log_path, combined.main,
+            main = run_playbook(CLUSTER_PLAYBOOK, hosts_file, log_path, combined.main,
                                 {**(extravars or {}), "slurmforge_ceph_done_file": str(done_file)}, limit_text,
                                 cancel=ceph_failed.is_set, skip_tags=skip)
         except BaseException:

@@ -6,19 +6,23 @@ fails half-way; then the next rollout's plan includes exactly what the failure l
 from __future__ import annotations
 
 import sys
+import unittest.mock
 from pathlib import Path
 
 import pytest
 import yaml
 
+from slurmforge import rollout
 from slurmforge.contract import DIGEST_FILE
 from slurmforge.errors import RolloutError
+from slurmforge.inventory import HOSTS_FILE
 from slurmforge.package_data import playbooks
 from slurmforge.rollout import (
     CEPH_PLAYBOOK,
     CLUSTER_PLAYBOOK,
     mark_text,
     read_mark_text,
+    roll_out,
     run_playbook,
     stale_parts,
 )
@@ -109,3 +113,33 @@ def test_the_inventory_names_the_mark_the_cli_reads() -> None:
 
     spec = load_spec(Path(__file__).parents[2] / "examples" / "local.yaml")
     assert cluster_vars(spec, Path("/tmp/inv"), [])["slurmforge_rollout_digest_file"] == DIGEST_FILE
+
+
+def test_the_rollout_reads_the_hosts_file_and_its_group_vars_not_the_whole_directory(tmp_path: Path) -> None:
+    """An inventory directory also holds the spec and the rendered configs, which Ansible
+    would try to parse as inventories one by one (a warning each, and hosts from any file
+    that parsed); the rollout gives it hosts.yml, whose group_vars/ still apply."""
+    inv = tmp_path / "inventory"
+    (inv / "group_vars").mkdir(parents=True)
+    (inv / "rendered").mkdir()
+    (inv / HOSTS_FILE).write_text(yaml.safe_dump(inventory(tmp_path, ["ctl"])))
+    (inv / "group_vars" / "all.yml").write_text("greeting: from-group-vars\n")
+    (inv / "cluster.yaml").write_text("name: dev\npools: []\n")
+    (inv / "rendered" / "ceph.conf").write_text("[global]\nfsid = 49ecf88d-0a6c-4125-ada1-7658be40d5cb\n")
+    (inv / "rendered" / "intruder").write_text("[compute]\nintruder ansible_connection=local\n")
+    play = [{"name": "say", "hosts": "all", "gather_facts": False, "tasks": [
+        {"name": "write", "ansible.builtin.copy": {"content": "{{ greeting }} {{ groups['all'] | join(',') }}\n",
+                                                  "dest": str(tmp_path / "said"), "mode": "0644"}}]}]
+    (tmp_path / "site.yml").write_text(yaml.safe_dump(play))
+    log = tmp_path / "run.log"
+    real = rollout.run_playbook  # the real one, with the playbook above
+
+    def run(playbook: str, *args: object, **kw: object) -> object:
+        return real(str(tmp_path / "site.yml"), *args, **kw)  # type: ignore[arg-type]
+
+    with unittest.mock.patch.object(rollout, "run_playbook", run):
+        result = roll_out(inv, [], log)
+    assert result.ok, log.read_text()
+    assert (tmp_path / "said").read_text() == "from-group-vars ctl\n"
+    text = log.read_text()
+    assert "Failed to parse" not in text and "not a valid group definition" not in text, text
