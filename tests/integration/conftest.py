@@ -115,24 +115,36 @@ def running_inventory(request: pytest.FixtureRequest) -> Path:
     return Path(request.getfixturevalue("cluster").report.inventory)
 
 
-@pytest.fixture(autouse=True)
-def no_job_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every live test leaves the queue as it found it: empty. A test that failed half-way
-    (or forgot a job) has its jobs cancelled here, with a warning naming them, so the next
-    test does not wait behind them for a node (a 30-minute job held the static node every
-    later test needs, and ten tests failed behind one)."""
-    yield
-    if "cluster" not in request.fixturenames:
-        return
-    live = request.getfixturevalue("cluster").live()
+def empty_queue(live: LiveCluster, after: str) -> None:
+    """Cancel every job in the queue, with a warning naming them and `after` whom they were
+    left; wait until they have left it."""
     listed = "squeue -h -o '%i %u %T %N' 2>/dev/null || true"
     try:
         left = [line.split() for line in live.root(listed).splitlines() if line.strip()]
         if not left:
             return
         live.root(f"scancel {' '.join(row[0] for row in left)} || true")
-        warnings.warn(f"{request.node.nodeid} left job(s) in the queue, cancelled: "
-                      + "; ".join(" ".join(row) for row in left), stacklevel=1)
+        warnings.warn(f"{after} left job(s) in the queue, cancelled: " + "; ".join(" ".join(row) for row in left),
+                      stacklevel=1)
         wait_until(lambda: not live.root(listed).strip(), 60, "the cancelled jobs to leave the queue", every=1)
     except ProvisionError as exc:  # a controller a test left down: the next test says so itself
-        warnings.warn(f"after {request.node.nodeid}: could not empty the queue: {exc}", stacklevel=1)
+        warnings.warn(f"after {after}: could not empty the queue: {exc}", stacklevel=1)
+
+
+_QUEUE_CHECKED_AT_START: list[bool] = []
+
+
+@pytest.fixture(autouse=True)
+def no_job_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every live test leaves the queue as it found it: empty. A test that failed half-way
+    (or forgot a job) has its jobs cancelled here, with a warning naming them, so the next
+    test does not wait behind them for a node (a 30-minute job held the static node every
+    later test needs, and ten tests failed behind one). Before the first test, the same for
+    jobs an earlier run left (a run killed half-way, a machine restored with jobs queued)."""
+    uses_cluster = "cluster" in request.fixturenames
+    if uses_cluster and not _QUEUE_CHECKED_AT_START:
+        _QUEUE_CHECKED_AT_START.append(True)
+        empty_queue(request.getfixturevalue("cluster").live(), "an earlier run")
+    yield
+    if uses_cluster:
+        empty_queue(request.getfixturevalue("cluster").live(), request.node.nodeid)
