@@ -3,7 +3,7 @@ raises typed errors that `main` turns into one line and an exit code.
 
 Each command imports what it uses when it runs: at start, this module imports only typer,
 the standard library and slurmforge's light modules, so `--help` answers at once and
-`validate` pays for the spec's models but not for Ansible, Pulumi, boto3, jinja2 or rich
+`validate` pays for the spec's models but not for Ansible, Pulumi, boto3 or jinja2
 (tests/unit/test_startup.py; bench/startup_bench.py).
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from slurmforge.confirm import YesOpt, confirm
-from slurmforge.console import FormatOpt, fail, note, paint, report_errors, rich_console, say
+from slurmforge.console import FormatOpt, fail, note, paint, report_errors, say
 from slurmforge.contract import PROMETHEUS_PORT
 from slurmforge.errors import exit_code_table
 from slurmforge.lmod.cli import modules_app
@@ -76,7 +76,8 @@ def load(spec: Path) -> Cluster:
 
 
 @app.command(short_help="Check a spec, or a live cluster (--local, --inventory).", epilog=example(
-    "slurmforge validate cluster.yaml", "sudo slurmforge validate --local", "slurmforge validate --inventory DIR"))
+    "slurmforge validate cluster.yaml", "slurmforge validate cluster.yaml --format json",
+    "sudo slurmforge validate --local", "slurmforge validate --inventory DIR --format json"))
 def validate(
     spec: SpecArg = DEFAULT_SPEC,
     inventory: Annotated[
@@ -84,28 +85,62 @@ def validate(
     ] = None,
     local: LocalFlag = False,
     cluster: ClusterOpt = None,
+    fmt: FormatOpt = None,
 ) -> None:
     """Check a spec (every problem at once, exit 2 when invalid), or a live cluster (--local,
-    --inventory): its testinfra suite, with progress on a terminal."""
+    --inventory): its testinfra suite, with progress on a terminal (exit 5 when a check
+    fails). Without --format: one line; with it, a spec's problems or every check's result."""
     if inventory is not None or local or cluster is not None:
-        from slurmforge.progress import Progress
-        from slurmforge.validation import validate_inventory
-
-        target = _target(local, cluster, inventory, "validate")
-        where = _inventory_of(target)
-        shown = Progress("validate")
-        try:
-            report_errors(lambda: validate_inventory(where, on_check=lambda d, t, c: shown.step(c, d, t)))
-        finally:
-            shown.done()
-        say(f"{where}: the live cluster passed every check")
+        _validate_live(_target(local, cluster, inventory, "validate"), fmt)
         return
-    parsed = load(spec)
-    nodes = sum(p.max_nodes for p in parsed.pools)
-    say(
-        f"{spec}: valid - cluster '{parsed.name}' ({parsed.target.kind}), "
-        f"{len(parsed.pools)} pools, {nodes} nodes at most, {len(parsed.partitions)} partitions"
-    )
+    if fmt is None:
+        parsed = load(spec)
+        nodes = sum(p.max_nodes for p in parsed.pools)
+        say(f"{spec}: valid - cluster '{parsed.name}' ({parsed.target.kind}), "
+            f"{len(parsed.pools)} pools, {nodes} nodes at most, {len(parsed.partitions)} partitions")
+        return
+    from slurmforge.errors import SpecError
+    from slurmforge.findings import spec_table
+    from slurmforge.spec import load_spec
+    from slurmforge.tables import emit
+
+    try:
+        found, problems = load_spec(spec), []
+    except SpecError as exc:
+        found, problems = None, exc.problems
+    emit(spec_table(spec, found, problems), fmt)
+    if problems:
+        fail(f"{len(problems)} problem(s) in {spec}", SpecError.exit_code)
+
+
+def _validate_live(target: Target, fmt: Format | None) -> None:
+    """The live-cluster suite on the target's inventory; a line of progress on a terminal."""
+    from slurmforge.findings import checks_table
+    from slurmforge.inventory import read_inventory
+    from slurmforge.progress import ProgressLine
+    from slurmforge.tables import emit
+    from slurmforge.validation import SuiteRun, run_checks
+
+    where = _inventory_of(target)
+
+    def run() -> SuiteRun:
+        line = ProgressLine(f"validate {where.name}")
+        try:
+            return run_checks(where, on_progress=line.update)
+        finally:
+            line.done()
+
+    result = report_errors(run)
+    if fmt is not None:
+        emit(checks_table(result, report_errors(lambda: read_inventory(where)[0].name), where), fmt)
+    if not result.ok:
+        report_errors(lambda: _raise(result.error()))
+    if fmt is None:
+        say(f"{where}: the live cluster passed every check")
+
+
+def _raise(error: Exception) -> None:
+    raise error
 
 
 @app.command("render", short_help="Render Slurm's config files from the spec.", epilog=example(
@@ -220,9 +255,10 @@ def up(
     policy = JobPolicy(requeue, drain_timeout)
     shown = _plan_first(load(chosen), True, None, policy)
     report_errors(lambda: _confirm_drains(shown, policy, yes))
-    display = PhaseDisplay(rich_console())
+    display = PhaseDisplay()
     report = report_errors(lambda: local_up(chosen, display, run_sample_job=not no_job,
-                                            validate=None if no_validate else validate_inventory,
+                                            validate=None if no_validate else
+                                            lambda where: validate_inventory(where, on_progress=display.event),
                                             full_rollout=full_rollout, drains=shown.drains if shown else [],
                                             policy=policy),
                            interrupted="interrupted; what was created stays: `slurmforge down --local` removes it")
@@ -427,7 +463,7 @@ def rollout(
     shown = _plan_first(report_errors(lambda: read_inventory(inventory_dir)[0]), False, inventory_dir, policy)
     report_errors(lambda: _confirm_drains(shown, policy, yes))
     drains = shown.drains if shown else []
-    display = PhaseDisplay(rich_console())
+    display = PhaseDisplay()
     log = log_dir() / f"{inventory_dir.name}-rollout.log"
 
     def run() -> None:
@@ -609,7 +645,8 @@ def rotate_jwt_key(local: LocalFlag = False, cluster: ClusterOpt = None, invento
 
 
 @app.command(short_help="A one-page utilization report from Prometheus.", epilog=example(
-    "sudo slurmforge report --local --since 24h", "slurmforge report --inventory DIR --since 7d --out report/"))
+    "sudo slurmforge report --local --since 24h", "slurmforge report --inventory DIR --since 7d --out report/",
+    "slurmforge report --inventory DIR --format json   # the plots' numbers"))
 def report(
     inventory_dir: InventoryOpt = None,
     local: LocalFlag = False,
@@ -619,22 +656,28 @@ def report(
     prometheus: Annotated[str | None, typer.Option(
         help=f"Prometheus' URL (default: the controller's, port {PROMETHEUS_PORT}; on AWS through an SSH "
         "tunnel).")] = None,
+    fmt: FormatOpt = None,
 ) -> None:
-    """A one-page utilization report (HTML + PNG plots) from Prometheus' data."""
+    """A one-page utilization report (HTML + PNG plots) from Prometheus' data. Without
+    --format: where it went; with it, every line of every plot (its mean and peak)."""
     from slurmforge.inventory import read_inventory
     from slurmforge.monitoring import controller_address
-    from slurmforge.report import Prometheus, make_report, parse_duration
+    from slurmforge.report import Prometheus, Report, make_report, parse_duration, report_table
+    from slurmforge.tables import emit
 
     where = _inventory_of(_target(local, cluster, inventory_dir, "report"))
 
-    def run() -> None:
+    def run() -> tuple[Report, str]:
         seconds = parse_duration(since)
         spec, hosts = read_inventory(where)
         url = prometheus or f"http://{controller_address(hosts)}:{PROMETHEUS_PORT}"
-        done = make_report(Prometheus(url), spec.name, seconds, out_dir)
-        say(f"wrote {done.html_path} ({len(done.images)} plots, last {since}, from {url})")
+        return make_report(Prometheus(url), spec.name, seconds, out_dir), url
 
-    report_errors(run)
+    done, url = report_errors(run)
+    if fmt is None:
+        say(f"wrote {done.html_path} ({len(done.images)} plots, last {since}, from {url})")
+    else:
+        emit(report_table(done, url), fmt)
 
 
 @app.command(short_help="Spend per user, account, partition or pool, from sacct.", epilog=example(

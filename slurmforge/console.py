@@ -4,7 +4,7 @@ line, and how it asks for a table's format (slurmforge.tables).
 
 Standard library and typer only: every command, `--help` too, imports this module, and a
 command pays at start for all it imports (tests/unit/test_startup.py keeps the heavy ones
-out). Rich, for the progress display and coloured plans, comes with `rich_console()`.
+out). Progress on a terminal is slurmforge.progress's.
 """
 
 from __future__ import annotations
@@ -12,16 +12,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from functools import cache
-from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO, TypeVar
+from typing import Annotated, NoReturn, TextIO, TypeVar
 
 import typer
 
 from slurmforge.errors import ModuleError, RolloutError, SlurmforgeError, SpecError
 from slurmforge.tables import FORMAT_HELP, Format
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 T = TypeVar("T")
 
@@ -53,14 +49,6 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """`error <message>` on stderr, then exit with code."""
     error(message)
     raise typer.Exit(code)
-
-
-@cache
-def rich_console() -> Console:
-    """stdout as rich's Console (the progress display, coloured plans)."""
-    from rich.console import Console
-
-    return Console(highlight=False, soft_wrap=True)
 
 
 def report_errors(fn: Callable[[], T], verbose: bool = False, interrupted: str = "interrupted") -> T:

@@ -32,7 +32,7 @@ from slurmforge.errors import Problem, SlurmforgeError, SpecError
 from slurmforge.hostlists import expand
 from slurmforge.nodes import node_names
 from slurmforge.spec.models import Cluster
-from slurmforge.tables import Column, Row, Table, Value, count, money
+from slurmforge.tables import Column, Row, Table, Value, count, iso_moment, money
 
 GROUPS = ("user", "account", "partition", "pool")
 SACCT_FIELDS = ("JobID", "User", "Account", "Partition", "NodeList", "AllocTRES", "ElapsedRaw", "Start", "State")
@@ -389,7 +389,7 @@ def cost_table(report: CostReport, top: int = TOP_ROWS, cluster: str | None = No
     table = Table(f"Spend by {', '.join(report.by)}", columns, [row(tuple(k or "" for k in key), t) for key, t in rows],
                   limit=max(top, 0), meta={
                       "cluster": cluster,
-                      "period": {"since": _iso(report.period.since), "until": _iso(report.period.until)},
+                      "period": {"since": iso_moment(report.period.since), "until": iso_moment(report.period.until)},
                       "by": list(report.by), "sacct_records": report.records,
                       "total_spend_usd": round(total.dollars, 4), "total_jobs": _round(total.jobs)})
     if 0 < top < len(rows):
@@ -407,11 +407,6 @@ def cost_table(report: CostReport, top: int = TOP_ROWS, cluster: str | None = No
     if report.unpriced_partitions:
         table.notes.append(f"not in dollars (no prices): jobs of {', '.join(sorted(report.unpriced_partitions))}")
     return table
-
-
-def _iso(seconds: float) -> str:
-    """A moment in local time with its offset (ISO 8601), as JSON shows a period."""
-    return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds")
 
 
 def _round(jobs: float) -> int | float:

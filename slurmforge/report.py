@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmforge.errors import SlurmforgeError
+from slurmforge.tables import Column, Table, iso_moment
 
 DURATION_RE = re.compile(r"^(\d+)([smhdw])$")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -209,13 +210,36 @@ def _day(timestamp: float) -> float:
     return timestamp / 86400.0
 
 
+def lines_of(plot: Plot, series: Sequence[Series]) -> list[tuple[str, float, float, int]]:
+    """Every line of a plot with data: its name, mean and peak in the plot's unit, samples."""
+    return [(s.labels.get(plot.label, "?"), sum(s.values) / len(s.values) * plot.scale, max(s.values) * plot.scale,
+             len(s.values)) for s in sorted(series, key=lambda s: s.labels.get(plot.label, "")) if s.values]
+
+
 def _summary(plot: Plot, series: Sequence[Series]) -> str:
-    rows = []
-    for s in sorted(series, key=lambda s: s.labels.get(plot.label, "")):
-        if s.values:
-            mean, peak = sum(s.values) / len(s.values) * plot.scale, max(s.values) * plot.scale
-            rows.append(f"{html.escape(s.labels.get(plot.label, '?'))}: mean {mean:.1f}, peak {peak:.1f}")
-    return "; ".join(rows) or "no data"
+    return "; ".join(f"{html.escape(name)}: mean {mean:.1f}, peak {peak:.1f}"
+                     for name, mean, peak, _ in lines_of(plot, series)) or "no data"
+
+
+REPORT_COLUMNS = (Column("plot", "Plot"), Column("series", "Series"), Column("unit", "Unit"),
+                  Column("mean", "Mean", lambda v: f"{v:,.1f}", numeric=True),
+                  Column("peak", "Peak", lambda v: f"{v:,.1f}", numeric=True),
+                  Column("samples", "Samples", numeric=True, drop=1))
+"""`report --format`: one row per line of a plot; each plot has its own unit (its y axis)."""
+
+
+def report_table(report: Report, url: str) -> Table:
+    """What the report drew, as numbers: every line of every plot, its mean and peak over the
+    period, in the plot's unit; where the files are."""
+    table = Table(f"{report.cluster}: utilization, {iso_moment(report.start)} to {iso_moment(report.end)}",
+                  REPORT_COLUMNS, notes=[f"wrote {report.html_path} ({len(report.images)} plots) from {url}"],
+                  meta={"cluster": report.cluster,
+                        "period": {"since": iso_moment(report.start), "until": iso_moment(report.end)},
+                        "html": str(report.html_path), "plots": len(report.images), "prometheus": url})
+    for plot, _, series in report.images:
+        table.rows += [(plot.name, name, plot.ylabel, mean, peak, samples)
+                       for name, mean, peak, samples in lines_of(plot, series)]
+    return table
 
 
 def render_html(report: Report) -> str:

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,22 +21,13 @@ from slurmforge.errors import RolloutError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import CONTROLLER_PARTS, HOSTS_FILE, NODE_PART, is_controller_input
 from slurmforge.package_data import playbooks, require, roles
+from slurmforge.progress import Progress as Progress  # what the rollout reports (its display shows it)
 
 CEPH_PLAYBOOK, CLUSTER_PLAYBOOK = "ceph.yml", "cluster.yml"
 """site.yml imports both, one after the other; roll_out runs them at the same time."""
 ACCOUNTING_REPORT_TASK = "Accounting - what changed, what was kept, what waits"
 """roles/slurmdbd/tasks/accounts.yml's task that lists, one loop item each, what the
 accounting pass changed in slurmdbd; the CLI repeats those lines after the rollout."""
-
-
-@dataclass
-class Progress:
-    """What the display shows: the current play and task, hosts done with it."""
-
-    play: str = ""
-    task: str = ""
-    hosts_done: int = 0
-    tasks_done: int = 0
 
 
 @dataclass
@@ -243,8 +234,7 @@ class _Combined:
             return
         shown = self.last_main
         if self.ceph_task:
-            shown = Progress(shown.play, f"{shown.task}  [Ceph: {self.ceph_task}]", shown.hosts_done,
-                             shown.tasks_done)
+            shown = replace(shown, task=f"{shown.task}  [Ceph: {self.ceph_task}]")
         self.sink(shown)
 
 
@@ -264,7 +254,7 @@ def run_playbook(playbook: str, inventory: str | dict[str, Any], log_path: Path,
     def cancelled() -> bool:
         return bool((interrupted is not None and interrupted()) or (cancel is not None and cancel()))
 
-    progress = Progress()
+    progress = Progress(plays_total=count_plays(playbooks() / playbook))
     result = RolloutResult(ok=False, log=log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -310,12 +300,16 @@ def run_playbook(playbook: str, inventory: str | dict[str, Any], log_path: Path,
 def _apply(event: dict[str, Any], progress: Progress, result: RolloutResult) -> None:
     kind, data = event.get("event", ""), event.get("event_data", {})
     if kind == "playbook_on_play_start":
-        progress.play = data.get("play", "")
+        progress.plays_done += bool(progress.play)
+        progress.play, progress.host = data.get("play", ""), ""
     elif kind == "playbook_on_task_start":
-        progress.task, progress.hosts_done = data.get("task", ""), 0
+        progress.task, progress.hosts_done, progress.host = data.get("task", ""), 0, ""
         progress.tasks_done += 1
+    elif kind == "runner_on_start":
+        progress.host = data.get("host", "")
     elif kind in ("runner_on_ok", "runner_on_skipped"):
         progress.hosts_done += 1
+        progress.host = data.get("host", progress.host)
     elif kind == "runner_on_failed" and not data.get("ignore_errors"):
         res = data.get("res", {})
         result.failures.append((data.get("host", "?"), data.get("task", "?"), _failure_message(res)))
@@ -327,6 +321,22 @@ def _apply(event: dict[str, Any], progress: Progress, result: RolloutResult) -> 
         result.accounting.append(str(data.get("res", {}).get("msg", "")))
     elif kind == "playbook_on_stats":
         result.changed = {h: int(n) for h, n in (data.get("changed") or {}).items()}
+
+
+def count_plays(playbook: Path) -> int:
+    """The plays a playbook runs, through its import_playbook lines (0 when it cannot be read:
+    the display then shows no total)."""
+    import yaml
+
+    try:
+        entries = yaml.safe_load(playbook.read_text()) or []
+    except (OSError, yaml.YAMLError):
+        return 0
+    count = 0
+    for entry in entries if isinstance(entries, list) else []:
+        imported = entry.get("ansible.builtin.import_playbook") or entry.get("import_playbook")
+        count += count_plays(playbook.parent / imported) if imported else int("hosts" in entry)
+    return count
 
 
 def _first_error(log_path: Path) -> str:

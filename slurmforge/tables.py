@@ -28,6 +28,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
@@ -138,6 +139,11 @@ def data_text(value: Value) -> str:
         text = f"{value:.4f}".rstrip("0").rstrip(".")
         return "0" if text in ("-0", "") else text
     return str(value)
+
+
+def iso_moment(seconds: float) -> str:
+    """A moment in local time with its offset (ISO 8601), as JSON shows a period."""
+    return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds")
 
 
 def _json_value(value: Value) -> Value:

@@ -1,46 +1,52 @@
-"""The progress display: one line per phase with its time, a spinner naming the
-Ansible task running now. Full logs go to a file; this shows only progress."""
+"""The phases of a long command (`up`, `rollout`): one line per phase done, with its time,
+and while a phase runs its progress line (slurmforge.progress: the step, the current host or
+task, the time so far) - on stderr, so stdout holds only the command's results. Full logs
+go to a file; this shows only progress."""
 
 from __future__ import annotations
 
-import time
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TextIO
 
-from rich.console import Console
-from rich.status import Status
-
-from slurmforge.rollout import Progress
+from slurmforge.console import paint
+from slurmforge.progress import Progress, ProgressLine
 
 
 class PhaseDisplay:
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.status: Status | None = None
-        self.current = ""
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.line: ProgressLine | None = None
         self.timings: list[tuple[str, float]] = []
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        self.current = name
-        started = time.monotonic()
-        with self.console.status(f"[bold]{name}[/bold]", spinner="dots") as status:
-            self.status = status
-            try:
-                yield
-            except BaseException:
-                self.console.print(f"[red]✗[/red] {name} [dim]({time.monotonic() - started:.1f} s)[/dim]")
-                raise
-            finally:
-                self.status = None
-        seconds = time.monotonic() - started
-        self.timings.append((name, seconds))
-        self.console.print(f"[green]✓[/green] {name} [dim]({seconds:.1f} s)[/dim]")
+        line = self.line = ProgressLine(name, self.stream)
+        try:
+            yield
+        except BaseException:
+            self._end(line, paint("✗", "31", self.stream), name)
+            raise
+        self.timings.append((name, line.seconds()))
+        self._end(line, paint("✓", "32", self.stream), name)
+
+    def _end(self, line: ProgressLine, mark: str, name: str) -> None:
+        line.done()
+        self.line = None
+        self.write(f"{mark} {name} {paint(f'({line.seconds():.1f} s)', '2', self.stream)}")
 
     def event(self, progress: Progress) -> None:
-        if self.status is not None:
-            play = f"{progress.play} › " if progress.play else ""
-            self.status.update(f"[bold]{self.current}[/bold]  [dim]{play}{progress.task}[/dim]")
+        """Where the phase is now (an Ansible task, a build step, a check)."""
+        if self.line is not None:
+            self.line.update(progress)
 
     def note(self, text: str) -> None:
-        self.console.print(text)
+        if self.line is not None:
+            self.line.say(text)
+        else:
+            self.write(text)
+
+    def write(self, text: str) -> None:
+        self.stream.write(text + "\n")
+        self.stream.flush()

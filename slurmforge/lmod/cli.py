@@ -143,8 +143,11 @@ def _targets(catalog: Catalog, names: list[str] | None) -> list[str]:
     return list(names) if names else catalog.names()
 
 
+PLAN_COLUMNS = (Column("action", "Action"), Column("module", "Module"), Column("detail", "Detail", wrap=True))
+
+
 @modules_app.command(short_help="Show what `publish` would build or change.", epilog=EXAMPLE.format(
-    "slurmforge modules plan --inventory DIR",
+    "slurmforge modules plan --inventory DIR --format json",
     "sudo slurmforge modules plan --local --detailed-exitcode  # 12: changes"))
 def plan(
     names: Annotated[list[str] | None, typer.Argument(help="NAME/VERSION ... (default: every definition)")] = None,
@@ -156,24 +159,33 @@ def plan(
     modules: DefsOpt = Path("modules"),
     detailed_exitcode: Annotated[bool, typer.Option(
         "--detailed-exitcode", help="Exit 12 when there is something to change (as `slurmforge plan`).")] = False,
+    fmt: FormatOpt = None,
 ) -> None:
-    """Check the definitions and show what `publish` would build or change. Exit 0 when it
-    could plan (12 with --detailed-exitcode when there are changes; 8 when a change would be
-    refused)."""
+    """Check the definitions and show what `publish` would build or change (without --format:
+    one coloured line per module). Exit 0 when it could plan (12 with --detailed-exitcode when
+    there are changes; 8 when a change would be refused)."""
     from slurmforge.lmod.catalog import load_catalog
     from slurmforge.lmod.plan import StepKind
 
-    def run() -> list[Step]:
+    def run() -> tuple[list[Step], str | None, str]:
         catalog = load_catalog(modules)
-        where = Where(tree, inventory, node, local=local, cluster=cluster)
-        return where.open().plan(catalog, _targets(catalog, names))
-    steps = report_errors(run)
-    width = max((len(s.module) for s in steps), default=0)
-    for step in steps:
-        show(step, width)
+        opened = Where(tree, inventory, node, local=local, cluster=cluster).open()
+        return opened.plan(catalog, _targets(catalog, names)), opened.cluster, opened.tree.root
+    steps, name, root = report_errors(run)
     todo = sum(s.action in (StepKind.BUILD, StepKind.DEPRECATE) for s in steps)
-    say(f"{todo} to change, {sum(s.action is StepKind.UNCHANGED for s in steps)} unchanged")
-    if any(s.action is StepKind.REFUSED for s in steps):
+    counts = {"to_change": todo, "unchanged": sum(s.action is StepKind.UNCHANGED for s in steps),
+              "refused": sum(s.action is StepKind.REFUSED for s in steps)}
+    summary = f"{todo} to change, {counts['unchanged']} unchanged"
+    if fmt is None:
+        width = max((len(s.module) for s in steps), default=0)
+        for step in steps:
+            show(step, width)
+        say(summary)
+    else:
+        emit(Table(f"modules plan for {name or root}", PLAN_COLUMNS,
+                   [(s.action.value, s.module, s.detail or None) for s in steps], notes=[summary],
+                   meta={"cluster": name, "tree": root, **counts}), fmt)
+    if counts["refused"]:
         raise typer.Exit(ModuleError.exit_code)
     if detailed_exitcode and todo:
         raise typer.Exit(PLAN_CHANGES_EXIT)

@@ -16,10 +16,12 @@ import fcntl
 import hashlib
 import json
 import logging
+import os as os_
 import re
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,8 +41,10 @@ from slurmforge.image import (
     read_record,
 )
 from slurmforge.local.host import debian_mirror
-from slurmforge.local.podman import Podman
+from slurmforge.local.podman import Podman, run_lines
 from slurmforge.package_data import root as package_root
+from slurmforge.progress import Progress
+from slurmforge.rollout import count_plays
 
 log = logging.getLogger(__name__)
 
@@ -99,16 +103,58 @@ def node_tag(base: str, namespace: str = NAMESPACE, root: Path | None = None, os
     return f"localhost/{namespace}-node:{_digest(parts)}"
 
 
-def build_base(podman: Podman, tag: str, os: Distro = DEBIAN_13) -> None:
+OnStep = Callable[[Progress], None]
+"""Hears of each step of a build as its output names it (BuildSteps)."""
+DEBOOTSTRAP_TIMEOUT = 1800
+
+
+class BuildSteps:
+    """A build's current step, read from its output's lines as they come: debootstrap's
+    `I: Retrieving ...`, apt's `Unpacking`/`Setting up`, the image playbook's `PLAY [..]` and
+    `TASK [..]` (counted), build.sh's own `slurmforge-image:` lines."""
+
+    APT = re.compile(r"^(Get:\d+|Unpacking|Setting up) (\S+)")
+
+    def __init__(self, on_step: OnStep | None, plays_total: int = 0) -> None:
+        self.on_step = on_step
+        self.progress = Progress(plays_total=plays_total)
+
+    def __call__(self, line: str) -> None:
+        step = self.read(line.strip())
+        if step and self.on_step is not None:
+            self.on_step(self.progress)
+
+    def read(self, line: str) -> bool:
+        """True when the line starts another step (self.progress says which)."""
+        shown = self.progress
+        if found := re.match(r"^(PLAY|TASK) \[(.*)\]", line):
+            if found.group(1) == "PLAY":
+                shown.plays_done += bool(shown.play)
+                shown.play, shown.task = found.group(2), ""
+            else:
+                shown.task, shown.tasks_done = found.group(2), shown.tasks_done + 1
+            return True
+        task = ""
+        if line.startswith(("I: ", "slurmforge-image: ")):
+            task = line.split(": ", 1)[1][:120]
+        elif found := self.APT.match(line):
+            task = "apt-get update" if found.group(1).startswith("Get:") else \
+                f"apt: {found.group(1).lower()} {found.group(2)}"
+        if task:  # outside the playbook (apt's lines, the script's own)
+            self.progress = Progress(task=task, plays_total=shown.plays_total)
+        return bool(task)
+
+
+def build_base(podman: Podman, tag: str, os: Distro = DEBIAN_13, on_step: OnStep | None = None) -> None:
     if shutil.which("debootstrap") is None:
         raise ProvisionError("debootstrap is missing: apt-get install debootstrap")
     with tempfile.TemporaryDirectory(prefix="slurmforge-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
                os.suite, str(rootfs), debian_mirror()]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        if res.returncode != 0:
-            tail = (res.stdout + res.stderr).strip().splitlines()[-3:]
+        code, output = run_lines(cmd, BuildSteps(on_step), DEBOOTSTRAP_TIMEOUT)
+        if code != 0:
+            tail = output.strip().splitlines()[-3:]
             raise ProvisionError(f"debootstrap failed: {' | '.join(tail)}")
         _prepare_rootfs(rootfs)
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
@@ -136,7 +182,8 @@ SLURM_VERSION_LABEL = "slurmforge.slurm-version"
 BUILD_TIMEOUT = 3600
 
 
-def build_node(podman: Podman, base: str, tag: str, log_path: Path, os: Distro = DEBIAN_13) -> None:
+def build_node(podman: Podman, base: str, tag: str, log_path: Path, os: Distro = DEBIAN_13,
+               on_step: OnStep | None = None) -> None:
     """The image pipeline (slurmforge.image) in a builder container from the base: its
     inputs copied to WORKDIR, build.sh run there - what the AWS build instance runs - then
     committed as the node image, labelled with the Slurm version the build recorded."""
@@ -147,27 +194,33 @@ def build_node(podman: Podman, base: str, tag: str, log_path: Path, os: Distro =
         with tempfile.TemporaryDirectory(prefix="slurmforge-image-") as tmp:
             inputs = Path(tmp) / "inputs"
             prepare_inputs(inputs, os)
-            record = run_build(podman, builder, inputs, log_path, os)
+            record = run_build(podman, builder, inputs, log_path, os, on_step)
         podman.run(["commit", "--change", "CMD=/sbin/init", "--change",
                     f"LABEL {SLURM_VERSION_LABEL}={record['slurm']}", builder, tag])
     finally:
         podman.remove_container(builder)
 
 
-def run_build(podman: Podman, container: str, inputs: Path, log_path: Path, os: Distro = DEBIAN_13
-              ) -> dict[str, object]:
+def run_build(podman: Podman, container: str, inputs: Path, log_path: Path, os: Distro = DEBIAN_13,
+              on_step: OnStep | None = None) -> dict[str, object]:
     """The image pipeline's build on a running container: `inputs` (prepare_inputs') copied to
-    WORKDIR, build.sh run there, its output appended to `log_path`; the build's record,
-    checked (read_record). A failed build raises ProvisionError with its telling line."""
+    WORKDIR, build.sh run there, its output appended to `log_path` as it comes (each step
+    passed to on_step); the build's record, checked (read_record). A failed build raises
+    ProvisionError with its telling line."""
     podman.run(["cp", str(inputs), f"{container}:{WORKDIR}"])
-    res = podman.exec(container, ["bash", f"{WORKDIR}/{BUILD_SCRIPT}"], timeout=BUILD_TIMEOUT, check=False)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    steps = BuildSteps(on_step, count_plays(package_root() / IMAGE_PLAYBOOK))  # what prepare_inputs copied
     with log_path.open("a") as log_file:
-        log_file.write(res.stdout + res.stderr)
-    if res.returncode != 0:
-        tail = [line for line in (res.stdout + res.stderr).splitlines() if line.strip()]
+        def line(text: str) -> None:
+            log_file.write(text + "\n")
+            steps(text)
+
+        code, output = podman.exec_lines(container, ["bash", f"{WORKDIR}/{BUILD_SCRIPT}"], line,
+                                         timeout=BUILD_TIMEOUT)
+    if code != 0:
+        tail = [line for line in output.splitlines() if line.strip()]
         why = next((line for line in reversed(tail) if line.startswith(("slurmforge-image:", "fatal:"))),
-                   tail[-1] if tail else f"exit {res.returncode}")
+                   tail[-1] if tail else f"exit {code}")
         raise ProvisionError(f"node image build failed: {why.strip()[:300]} (log: {log_path})")
     return read_record(podman.exec(container, ["cat", RECORD]).stdout,
                        podman.exec(container, ["cat", PACKAGES]).stdout, os)
@@ -178,31 +231,46 @@ IMAGE_LOCK = Path("/run/lock/slurmforge-image.lock")
 
 def ensure_images(podman: Podman, log_path: Path, namespace: str = NAMESPACE,
                   lock: Path = IMAGE_LOCK, os: Distro = DEBIAN_13,
-                  on_wait: Callable[[str], None] | None = None) -> str:
-    """The node image's tag, building base and node images only when missing. One build at a
-    time on this machine: a second `up` waits for the first (saying so through on_wait) and
-    then reuses its image."""
+                  on_wait: Callable[[str], None] | None = None, on_step: OnStep | None = None) -> str:
+    """The node image's tag, building base and node images only when missing (each step of
+    the build passed to on_step). One build at a time on this machine: a second `up` waits
+    for the first - saying once, through on_wait, whose build it waits for - and then reuses
+    its image."""
     base = base_tag(namespace, os)
     node = node_tag(base, namespace, os=os)
     if podman.image_exists(base) and podman.image_exists(node):
         return node
     lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("a") as held:
+    with lock.open("a+") as held:
         try:
             fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            held.seek(0)
+            holder = held.read().strip() or "another slurmforge"
             if on_wait is not None:
-                on_wait(f"waiting for the node image another slurmforge is building on this machine (lock {lock})")
+                on_wait(f"waiting for the node image build of {holder} on this machine (lock {lock}); "
+                        "this one then uses it")
+            if on_step is not None:
+                on_step(Progress(task=f"waiting for {holder.split(',')[0]}'s build to end (lock {lock})"))
             fcntl.flock(held, fcntl.LOCK_EX)
+        held.truncate(0)  # who builds, for the next `up` that waits
+        held.write(f"{holder_text(node)}\n")
+        held.flush()
         if not podman.image_exists(base):
             log.info("building base image %s (debootstrap)", base)
-            build_base(podman, base, os)
+            build_base(podman, base, os, on_step)
         if not podman.image_exists(node):
             log.info("building node image %s (the image pipeline)", node)
-            build_node(podman, base, node, log_path, os)
+            build_node(podman, base, node, log_path, os, on_step)
             prune_older(podman, node)
             prune_older(podman, base)
+        held.truncate(0)
     return node
+
+
+def holder_text(tag: str) -> str:
+    """What the image lock says about the build holding it: `slurmforge pid 4242, since 12:03:07, for <tag>`."""
+    return f"slurmforge pid {os_.getpid()}, since {time.strftime('%H:%M:%S')}, for {tag}"
 
 
 def slurm_version(podman: Podman, tag: str) -> str:

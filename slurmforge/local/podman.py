@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -67,6 +69,30 @@ def exit_dir(confs: tuple[Path, ...] = CONTAINERS_CONF) -> Path:
         if isinstance(engine.get("tmp_dir"), str):
             tmp = engine["tmp_dir"]
     return Path(tmp) / "exits"
+
+
+def run_lines(cmd: list[str], on_line: Callable[[str], None], timeout: float) -> tuple[int, str]:
+    """cmd's exit code and its whole output (stdout and stderr as they came), each line passed
+    to on_line as it comes (a build's progress); killed after `timeout` seconds (exit -9)."""
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                text=True, errors="replace")
+    except FileNotFoundError:
+        raise ProvisionError(f"{cmd[0]} is not installed") from None
+    watchdog = threading.Timer(timeout, proc.kill)
+    watchdog.start()
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            on_line(line.rstrip("\n"))
+        return proc.wait(), "".join(lines)
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:  # on_line raised (Ctrl-C): the build stops with us
+            proc.kill()
+            proc.wait()
 
 
 class Podman:
@@ -167,6 +193,13 @@ class Podman:
             err = (res.stderr or res.stdout).strip().splitlines()
             raise ProvisionError(f"{' '.join(argv[:3])} on {name} failed: {err[-1] if err else res.returncode}")
         return res
+
+    def exec_lines(self, name: str, argv: list[str], on_line: Callable[[str], None],
+                   timeout: float = 120) -> tuple[int, str]:
+        """argv in the container, its output's lines passed to on_line as they come
+        (run_lines); its exit code and whole output."""
+        cmd = [self.binary, "exec", name, "timeout", str(int(timeout)), *argv]
+        return run_lines(cmd, on_line, timeout + 15)
 
     def network_exists(self, name: str) -> bool:
         return subprocess.run([self.binary, "network", "exists", name], capture_output=True).returncode == 0

@@ -77,7 +77,7 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
     podman = Podman()
     with ui.phase("node image (built once, cached by content hash)"):
         os = distro(spec.images.base)
-        image = ensure_images(podman, log, image_namespace, os=os, on_wait=ui.note)
+        image = ensure_images(podman, log, image_namespace, os=os, on_wait=ui.note, on_step=ui.event)
         # the scheduler service in the controller starts nodes through it: one that cannot is replaced
         ensure_api_service(probe_image=image)
     provider = LocalProvider(spec, image, podman, join_program=report.inventory / RENDERED / JOIN)

@@ -36,6 +36,7 @@ from slurmforge.validation.facts import (
     shell,
     stat,
 )
+from slurmforge.validation.problems import tell
 
 SSH_TIMEOUT = 600
 """One command's limit (the slowest check's command takes seconds)."""
@@ -289,7 +290,8 @@ def facts(live: CheckedCluster) -> Facts:
     written = write_probes(live, paths)
     try:
         hosts = in_parallel([*live.up_hosts, *live.ceph_hosts],
-                            lambda h: ask(h.name, live.connect(h), host_items(live, h)))
+                            lambda h: ask(h.name, live.connect(h), host_items(live, h)),
+                            lambda done, total, waiting: tell(hosts=[done, total], waiting=waiting))
     finally:
         write_probes(live, paths, remove=True)
     return Facts(hosts, written)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets
 import shlex
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -152,12 +152,20 @@ def ask(name: str, node: Runner, items: list[tuple[str, str]]) -> HostFacts:
     return HostFacts(name, answers)
 
 
-def in_parallel(hosts: list[Host], work: Callable[[Host], HostFacts]) -> dict[str, HostFacts]:
-    """work(host) for every host at once; the results by host name."""
+def in_parallel(hosts: list[Host], work: Callable[[Host], HostFacts],
+                on_host: Callable[[int, int, list[str]], None] | None = None) -> dict[str, HostFacts]:
+    """work(host) for every host at once; the results by host name. on_host(done, total,
+    waiting) hears of each host that answered, with the hosts still asked."""
     if not hosts:
         return {}
     with ThreadPoolExecutor(max_workers=min(PARALLEL, len(hosts))) as pool:
-        return {f.host: f for f in pool.map(work, hosts)}
+        futures = {pool.submit(work, h): h.name for h in hosts}
+        waiting = [h.name for h in hosts]
+        for done, future in enumerate(as_completed(futures), 1):
+            waiting.remove(futures[future])
+            if on_host is not None:
+                on_host(done, len(hosts), waiting)
+        return {f.host: f for f in (future.result() for future in futures)}
 
 
 LISTENING = ("listening", "ss -Htln")

@@ -4,14 +4,18 @@ a pipe elsewhere, a user who is not root, a machine with no cluster."""
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
 import pty
 import select
+import struct
 import subprocess
 import sys
+import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +26,8 @@ from slurmforge import target as t
 from slurmforge.cli import app
 from slurmforge.confirm import confirm
 from slurmforge.errors import EXIT_CODES, NotConfirmed
+from slurmforge.package_data import playbooks
+from slurmforge.rollout import CLUSTER_PLAYBOOK, count_plays
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,11 +58,22 @@ def lab_inventory(tmp_path: Path) -> Path:
     return inventory
 
 
-def on_a_terminal(tmp_path: Path, argv: list[str], answer: str) -> tuple[int, str]:
-    """argv run on a pty (stdin, stdout and stderr a terminal), `answer` typed at its question."""
+def with_fakes(*install: str) -> list[str]:
+    """`slurmforge` with slow_parts' stand-ins installed (their names) in its process."""
+    calls = "; ".join(f"slow_parts.{name}()" for name in install)
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+            f"import slow_parts; {calls}; from slurmforge.cli import main; main()"]
+
+
+def on_a_terminal(tmp_path: Path, argv: list[str], answer: str = "", program: list[str] | None = None,
+                  when: tuple[bytes, Callable[[], object]] | None = None, columns: int = 200) -> tuple[int, str]:
+    """argv run on a pty (stdin, stdout and stderr a terminal `columns` wide), `answer` typed at
+    its question; `when`: (what it says, what to do then, once)."""
     main, child = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "slurmforge.cli", *argv], stdin=child, stdout=child,
-                            stderr=child, cwd=tmp_path, env=env(tmp_path), close_fds=True)
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    proc = subprocess.Popen([*(program or [sys.executable, "-m", "slurmforge.cli"]), *argv], stdin=child,
+                            stdout=child, stderr=child, cwd=tmp_path, env=env(tmp_path, FAKE_DIR=str(tmp_path)),
+                            close_fds=True)
     os.close(child)
     seen, answered, deadline = b"", False, time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -72,6 +89,9 @@ def on_a_terminal(tmp_path: Path, argv: list[str], answer: str) -> tuple[int, st
         if not answered and b"Type yes to" in seen:
             os.write(main, answer.encode() + b"\n")
             answered = True
+        if when is not None and when[0] in seen:
+            when[1]()
+            when = None
         if proc.poll() is not None and not ready:
             break
     os.close(main)
@@ -196,3 +216,82 @@ def test_help_version_completion(tmp_path: Path) -> None:
                            env={**env(tmp_path), "_SLURMFORGE_COMPLETE": "complete_bash",
                                 "COMP_WORDS": "slurmforge rot", "COMP_CWORD": "1"})
     assert asked.stdout.split() == ["rotate"], asked.stderr
+
+
+def test_up_shows_its_progress_on_a_terminal_and_only_results_in_a_pipe(tmp_path: Path) -> None:
+    """The node image build's steps, whose build a second `up` waits for, the rollout's play
+    (of how many), task and host, each with the time so far, on a terminal; in a pipe a line
+    per phase done and the result, nothing redrawn."""
+    lock = (tmp_path / "image.lock").open("a+")
+    lock.write("slurmforge pid 999, since 12:00:00, for localhost/slurmforge-node:abc\n")
+    lock.flush()
+    fcntl.flock(lock, fcntl.LOCK_EX)  # another `up` builds the image
+    code, seen = on_a_terminal(tmp_path, ["up", "--local", "--yes", "--no-job"], program=with_fakes("install"),
+                               when=(b"waiting for", lambda: fcntl.flock(lock, fcntl.LOCK_UN)))
+    assert code == 0, seen
+    image, rollout = "node image (built once, cached by content hash)", "roll out (Ansible)"
+    image_line, rollout_line = "\rnode image: ", "\rroll out: "
+    assert seen.count("waiting for the node image build of slurmforge pid 999, since 12:00:00, for "
+                      "localhost/slurmforge-node:abc on this machine (lock " + str(tmp_path / "image.lock")) == 1
+    assert f"{image_line}waiting for slurmforge pid 999's build to end (lock {tmp_path / 'image.lock'}) (" in seen
+    assert f"{image_line}play 1/1 Install every package a slurmforge node may need › task 2: slurm_common : Slurm " \
+           "packages (" in seen
+    plays = count_plays(playbooks() / CLUSTER_PLAYBOOK)
+    assert f"{rollout_line}play 2/{plays} Controller - slurmctld › task 2: slurmctld running · dev-controller (" in seen
+    assert f"{rollout_line}play 1/{plays} Head nodes - the join program › task 1: Munge key · dev-login (2 " \
+           "host(s) done)" in seen
+    done = "\x1b[32m✓\x1b[0m "  # green on a terminal
+    assert f"{done}{image}" in seen and f"{done}{rollout}" in seen and "is up - rollout changed 2 thing(s)" in seen
+
+    piped = subprocess.run([*with_fakes("install"), "up", "--local", "--yes", "--no-job"], capture_output=True,
+                           text=True, cwd=tmp_path, env=env(tmp_path, FAKE_DIR=str(tmp_path)), timeout=60, check=False,
+                           stdin=subprocess.DEVNULL)
+    assert piped.returncode == 0, piped.stderr
+    assert "\r" not in piped.stdout + piped.stderr and "\x1b" not in piped.stdout + piped.stderr
+    assert [line.rsplit(" (", 1)[0] for line in piped.stderr.splitlines()] == [f"✓ {image}", f"✓ {rollout}"]
+    assert piped.stdout.startswith("\ncluster dev is up - rollout changed 2 thing(s)")
+
+
+def test_validate_shows_the_check_and_the_hosts_it_waits_for_on_a_terminal(tmp_path: Path) -> None:
+    inventory = lab_inventory(tmp_path)
+    code, seen = on_a_terminal(tmp_path, ["validate", "--inventory", str(inventory)],
+                               program=with_fakes("install_suite"))
+    assert code == 5, seen
+    assert "\rvalidate inv: 1/3: test_reads_the_hosts · reading the hosts: 1/3 answered, waiting for lab-login, " \
+           "lab-cpu-01 (" in seen
+    assert "\rvalidate inv: 1/3: test_reads_the_hosts · reading the hosts: 3/3 answered (" in seen
+    assert "\rvalidate inv: 3/3: test_fine (" in seen
+    assert "live-cluster validation failed: 1 failed, 2 passed" in seen and "lab-cpu-01: munged found" in seen
+
+
+def test_validate_inventory_in_json_says_every_check_and_nothing_else(tmp_path: Path) -> None:
+    inventory = lab_inventory(tmp_path)
+    done = subprocess.run([*with_fakes("install_suite"), "validate", "--inventory", str(inventory), "--format",
+                           "json"], capture_output=True, text=True, cwd=tmp_path,
+                          env=env(tmp_path, FAKE_DIR=str(tmp_path)), timeout=60, check=False, stdin=subprocess.DEVNULL)
+    assert done.returncode == 5 and "\r" not in done.stderr and "reading the hosts" not in done.stderr
+    found = json.loads(done.stdout)
+    assert {k: found[k] for k in ("cluster", "inventory", "passed", "checks", "failed")} == {
+        "cluster": "lab", "inventory": str(inventory), "passed": False, "checks": 3, "failed": 1}
+    assert found["problems"] == ["lab-cpu-01: munged found not running, wanted running"]
+    assert [(r["check"], r["result"]) for r in found["rows"]] == [
+        ("test_reads_the_hosts", "passed"), ("test_munge_runs", "failed"), ("test_fine", "passed")]
+    assert all(isinstance(r["seconds"], float) for r in found["rows"])
+    assert done.stderr.startswith("error live-cluster validation failed: 1 failed, 2 passed")
+
+
+def test_validate_a_spec_in_json(tmp_path: Path) -> None:
+    good = CliRunner().invoke(app, ["validate", str(ROOT / "examples" / "local.yaml"), "--format", "json"])
+    found = json.loads(good.stdout)
+    assert good.exit_code == 0 and found["rows"] == [] and found["valid"] is True
+    assert {k: found[k] for k in ("cluster", "target", "problems")} == {"cluster": "dev", "target": "local",
+                                                                        "problems": 0}
+    assert found["nodes_max"] > 0 and found["partitions"] > 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "examples" / "local.yaml").read_text().replace("name: dev", "name: Dev Cluster", 1))
+    done = CliRunner().invoke(app, ["validate", str(bad), "--format", "json"])
+    found = json.loads(done.stdout)
+    assert done.exit_code == 2 and found["valid"] is False and found["cluster"] is None
+    assert found["problems"] == len(found["rows"]) >= 1
+    assert found["rows"][0]["field"] == "name" and found["rows"][0]["value"] == "'Dev Cluster'"
+    assert set(found["rows"][0]) == {"field", "value", "problem", "fix"}

@@ -3,18 +3,17 @@ commits only an image whose record names the Slurm release the renderer writes f
 
 from __future__ import annotations
 
-import json
+import os
 import shutil
-import subprocess
 import threading
-import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from slow_parts import BUILD_OUTPUT, FakePodman
 
 from slurmforge import contract
-from slurmforge import image as pipeline
 from slurmforge.distro import DEBIAN_13
 from slurmforge.errors import ProvisionError
 from slurmforge.local import image_cache as local_image
@@ -79,71 +78,50 @@ def test_the_image_playbooks_variables_change_the_tag(repo: Path, monkeypatch: p
     assert tag(repo) != before
 
 
-class FakePodman:
-    """Just enough of slurmforge.local.podman.Podman to count builds."""
-
-    def __init__(self, images: set[str], in_use: frozenset[str] = frozenset()) -> None:
-        self.images = images
-        self.in_use = in_use
-        self.commits: list[str] = []
-        self.removed: list[str] = []
-        self.slurm_version = "24.11.5-4+deb13u1"
-
-    def json(self, argv: list[str]) -> list[dict[str, object]]:
-        assert argv[:2] == ["images", "--format"]
-        repository = argv[-1].removeprefix("reference=")
-        return [{"Names": [t]} for t in sorted(self.images) if t.startswith(f"{repository}:")]
-
-    def remove_image(self, tag: str) -> bool:
-        if tag in self.in_use:
-            return False
-        self.images.discard(tag)
-        self.removed.append(tag)
-        return True
-
-    def image_exists(self, tag: str) -> bool:
-        return tag in self.images
-
-    def remove_container(self, name: str) -> None:
-        pass
-
-    def run(self, argv: list[str], **_: object) -> str:
-        if argv[0] == "commit":
-            time.sleep(0.2)  # a build takes a while; the other `up` arrives meanwhile
-            self.commits.append(argv[-1])
-            self.images.add(argv[-1])
-        return ""
-
-    def exec(self, name: str, argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
-        """The builder: build.sh succeeds and records the Slurm it installed."""
-        out = ""
-        if argv == ["cat", pipeline.RECORD]:
-            out = json.dumps({"slurm": self.slurm_version, "packages": 1})
-        elif argv == ["cat", pipeline.PACKAGES]:
-            out = f"slurm-client {self.slurm_version}\n"
-        return subprocess.CompletedProcess(argv, 0, out, "")
-
-
 @pytest.fixture(autouse=True)
 def no_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
     """The builds here are podman's commits only: no wheels downloaded."""
     monkeypatch.setattr(local_image, "prepare_inputs", lambda dest, os: dest.mkdir(parents=True) or "digest")
 
 
-def test_two_ups_at_once_build_the_image_once(tmp_path: Path) -> None:
+
+
+def test_two_ups_at_once_build_the_image_once_and_the_second_says_whose_build_it_waits_for(tmp_path: Path) -> None:
     podman = FakePodman({base_tag()})
     tags: list[str] = []
+    waits: list[str] = []
+    lock = tmp_path / "image.lock"
 
-    def up() -> None:
-        tags.append(ensure_images(podman, tmp_path / "image.log", lock=tmp_path / "image.lock"))  # type: ignore[arg-type]
+    def up(on_wait: Callable[[str], None] | None = None) -> None:
+        tags.append(ensure_images(podman, tmp_path / "image.log", lock=lock, on_wait=on_wait))  # type: ignore[arg-type]
 
-    threads = [threading.Thread(target=up) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
+    first = threading.Thread(target=up)
+    first.start()
+    assert podman.building.wait(10)  # the first holds the lock and builds (its commit takes 0.2 s)
+    second = threading.Thread(target=up, args=(waits.append,))
+    second.start()
+    for t in (first, second):
         t.join()
     assert len(podman.commits) == 1
     assert tags == [podman.commits[0]] * 2
+    (said,) = waits
+    assert said.startswith(f"waiting for the node image build of slurmforge pid {os.getpid()}, since ")
+    assert f"for {podman.commits[0]} on this machine (lock {lock})" in said
+    assert lock.read_text() == ""  # nobody builds now
+
+
+def test_the_build_reports_each_step_from_its_output(tmp_path: Path) -> None:
+    """apt's packages, the image playbook's play (of how many) and tasks (counted), the
+    script's own lines: what a terminal shows while the image builds; every line in the log."""
+    steps: list[str] = []
+    podman = FakePodman({base_tag()})
+    ensure_images(podman, tmp_path / "image.log", lock=tmp_path / "image.lock",  # type: ignore[arg-type]
+                  on_step=lambda progress: steps.append(progress.text()))
+    play = "play 1/1 Install every package a slurmforge node may need ›"
+    assert steps == ["apt-get update", "apt: unpacking ansible-core", "apt: setting up ansible-core", play,
+                     f"{play} task 1: Gathering Facts", f"{play} task 2: slurm_common : Slurm packages",
+                     "built in 212 s: Slurm 24.11.5-4+deb13u1, 612 packages"]
+    assert (tmp_path / "image.log").read_text() == "".join(f"{line}\n" for line in BUILD_OUTPUT)
 
 
 def test_a_new_image_replaces_the_older_ones_no_container_uses(tmp_path: Path) -> None:
