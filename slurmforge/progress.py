@@ -40,7 +40,8 @@ class Progress:
 
     def text(self, room: int = 0) -> str:
         """One line: `play 3/15 Controller - slurmctld › task 41: Install slurmctld · dev-controller`;
-        in `room` characters (0: any), the play's name gives way first, then the task's."""
+        in `room` characters (0: any) the play's name gives way first, then the count of hosts
+        done, then the task's name is cut: the counts and the host stay."""
         count = f"{self.plays_done + 1}/{self.plays_total}" if self.plays_total else ""
         play = f"play {count} {self.play} ›".replace("  ", " ") if self.play else ""
         task = ""
@@ -48,15 +49,17 @@ class Progress:
             total = f"/{self.tasks_total}" if self.tasks_total else ""
             task = f"{'task ' if self.play else ''}{self.tasks_done}{total}: {self.task}" if self.tasks_done \
                 else self.task
-        done = f" ({self.hosts_done} host(s) done)" if self.hosts_done > 1 else ""
-        host = f"· {self.host}{done}" if self.host else ""
-        line = " ".join(p for p in (play, task, host) if p)
-        if room <= 0 or len(line) <= room:
-            return line
-        if play and count:  # the play's count stays, its name goes
-            line = " ".join(p for p in (f"play {count} ›", task, host) if p)
-        if len(line) > room and task:  # then the task's name is cut, the host stays
-            keep = max(8, len(task) - (len(line) - room) - 1)
+        done = f", {self.hosts_done} done" if self.hosts_done > 1 else ""
+        host = f"· {self.host}" if self.host else ""
+        short_play = f"play {count} ›" if play and count else play
+        line = ""
+        for line in (" ".join(p for p in (play, task, host + done) if p),
+                     " ".join(p for p in (short_play, task, host + done) if p),
+                     " ".join(p for p in (short_play, task, host) if p)):
+            if room <= 0 or len(line) <= room:
+                return line
+        if task:  # the task's name is cut, the rest stays
+            keep = max(12, len(task) - (len(line) - room) - 1)
             line = line.replace(task, task[:keep] + "…", 1)
         return line if len(line) <= room else line[:room - 1] + "…"
 

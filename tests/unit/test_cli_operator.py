@@ -238,8 +238,8 @@ def test_up_shows_its_progress_on_a_terminal_and_only_results_in_a_pipe(tmp_path
            "packages (" in seen
     plays = count_plays(playbooks() / CLUSTER_PLAYBOOK)
     assert f"{rollout_line}play 2/{plays} Controller - slurmctld › task 2: slurmctld running · dev-controller (" in seen
-    assert f"{rollout_line}play 1/{plays} Head nodes - the join program › task 1: Munge key · dev-login (2 " \
-           "host(s) done)" in seen
+    assert f"{rollout_line}play 1/{plays} Head nodes - the join program › task 1: Munge key · dev-login, 2 " \
+           "done (" in seen
     done = "\x1b[32m✓\x1b[0m "  # green on a terminal
     assert f"{done}{image}" in seen and f"{done}{rollout}" in seen and "is up - rollout changed 2 thing(s)" in seen
 

@@ -6,6 +6,7 @@ path inside and out."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,11 @@ def test_plan_then_publish_then_nothing_to_do(dirs: tuple[Path, Path]) -> None:
     assert plan.stdout.split("\n")[0].split() == ["build", "apps/python/3.13", "python,", "becomes", "the",
                                                   "default", "(now", "none)"]
     assert plan.stdout.splitlines()[-1] == "4 to change, 0 unchanged"
+    planned = json.loads(run("plan", "--modules", modules, "--tree", tree, "--format", "json").stdout)
+    assert {k: planned[k] for k in ("cluster", "tree", "to_change", "unchanged", "refused")} == {
+        "cluster": None, "tree": str(tree.resolve()), "to_change": 4, "unchanged": 0, "refused": 0}
+    assert planned["rows"][0] == {"action": "build", "module": "apps/python/3.13",
+                                  "detail": "python, becomes the default (now none)"}
     first = run("publish", "--all", "--modules", modules, "--tree", tree)
     assert first.exit_code == 0, first.stderr
     assert first.stdout.splitlines()[-1] == "4 published, 0 unchanged"

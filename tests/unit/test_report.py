@@ -129,3 +129,14 @@ def test_cli_report_errors_are_one_line(tmp_path: Path, recorded: FakePrometheus
                               "--since", "1h", "--out", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "r" / "report.html").exists()
+    done = runner.invoke(app, ["report", "--inventory", str(inventory), "--prometheus", recorded.url,
+                               "--since", "1h", "--out", str(tmp_path / "j"), "--format", "json"])
+    assert done.exit_code == 0, done.output
+    found = json.loads(done.stdout)
+    assert {k: found[k] for k in ("cluster", "html", "plots", "prometheus")} == {
+        "cluster": "dev", "html": str(tmp_path / "j" / "report.html"), "plots": len(PLOTS), "prometheus": recorded.url}
+    assert set(found["period"]) == {"since", "until"}
+    assert {r["plot"] for r in found["rows"]} <= {p.name for p in PLOTS} and found["rows"]
+    queue = [r for r in found["rows"] if r["plot"] == "queue_wait"]
+    assert all(r["unit"] == "minutes" and 0 <= r["mean"] <= r["peak"] and r["samples"] > 0 for r in queue)
+    assert set(found["rows"][0]) == {"plot", "series", "unit", "mean", "peak", "samples"}
