@@ -1,7 +1,8 @@
 """Progress of a long operation, the one way every command shows it: on a terminal, one line
 on stderr rewritten in place - the phase, the steps done of how many, the current host or
-task, the time so far (redrawn every second, so the time moves while a step runs) - so
-stdout stays the result. Not a terminal (a pipe, a log): no progress at all, only results.
+task, the time so far (redrawn every second, so the time moves while a step runs) - while
+every result (a phase done, a note, the summary) is a line of its own on stdout. stderr not
+a terminal (a pipe, a log): no progress at all, only the results, the same bytes either way.
 
 `Progress` is what a long operation reports (the rollout's Ansible events, the node image
 build's steps, the live-cluster checks); `ProgressLine` draws it; `ui.PhaseDisplay` strings
@@ -65,13 +66,15 @@ class Progress:
 
 
 class ProgressLine:
-    """`title: current (14 s)` on stderr while a terminal shows it; update() changes what it
-    says, say() prints a line above it, done() clears it. Nothing at all when stderr is not
-    a terminal."""
+    """`title: current (14 s)` on `stream` (stderr) while a terminal shows it; update() changes
+    what it says, say() prints a result line on `out` (stdout) above it, done() clears it.
+    Nothing of the line at all when `stream` is not a terminal."""
 
-    def __init__(self, title: str, stream: TextIO | None = None, tick: float = TICK) -> None:
+    def __init__(self, title: str, stream: TextIO | None = None, tick: float = TICK,
+                 out: TextIO | None = None) -> None:
         self.title = title.split(" (")[0]  # the phase's name without its explanation: room for the step
         self.stream = stream or sys.stderr
+        self.out = out or sys.stdout
         self.shown = self.stream.isatty()
         self.started = time.monotonic()
         self.current: str | Progress = ""
@@ -92,10 +95,12 @@ class ProgressLine:
             self._draw()
 
     def say(self, text: str) -> None:
-        """A line of its own (a note, a phase done) above the progress line, which stays."""
+        """A result line (a note, a phase done) on `out`, above the progress line, which stays:
+        the line is cleared first, where both share a terminal."""
         with self.lock:
             self._clear()
-            self.stream.write(text + "\n")
+            self.out.write(text + "\n")
+            self.out.flush()
             self._draw()
 
     def seconds(self) -> float:

@@ -122,23 +122,44 @@ def fake_runner() -> types.ModuleType:
     return runner
 
 
-def install() -> None:
-    """`up --local` with the node image built by FakePodman (the image lock at $FAKE_DIR/image.lock:
-    a test that holds it makes `up` wait) and the rollout run by the fake runner; nothing
-    else of `up` (this machine, containers) runs."""
-    from slurmforge import cli
-    from slurmforge.local import image_cache, up
-    from slurmforge.local.image_cache import base_tag, ensure_images
-    from slurmforge.rollout import CLUSTER_PLAYBOOK, run_playbook
+RECORDED = Path(__file__).parent / "plan_states" / "dev-live.json"
+"""The local cluster "dev" as `slurmforge plan --save-state` read it (test_plan's)."""
+SPOT_NODE = "dev-cpu-spot-01"
+"""The running dynamic node the users and groups are pushed to."""
+REQUEUED = 4242
+"""The job the drain requeued."""
+
+
+def stand_ins() -> Path:
+    """What `up` and `rollout` share: the fake runner, the plan made against RECORDED, the
+    users pushed to SPOT_NODE, root's access granted; $FAKE_DIR, the test's directory."""
+    from slurmforge import cli, fleet
+    from slurmforge.plan.deployed import Deployed
     from slurmforge.target import Target
 
     fake = fake_runner()
     sys.modules["ansible_runner"], sys.modules["ansible_runner.utils"] = fake, fake.utils
+    recorded = Deployed.from_json(json.loads(RECORDED.read_text()))
     # setattr: replacing a module's function is what mypy would refuse
-    setattr(image_cache, "prepare_inputs", lambda dest, os: dest.mkdir(parents=True) or "digest")  # noqa: B010
-    setattr(cli, "_plan_first", lambda *_: None)  # noqa: B010  # it reads the running cluster
+    setattr(cli, "_deployed", lambda *_: recorded)  # noqa: B010  # it reads the running cluster
     setattr(Target, "require_access", lambda self: None)  # noqa: B010  # root's, which a test need not be
-    work = Path(os.environ["FAKE_DIR"])
+    setattr(fleet, "push_accounts", lambda spec, hosts: [SPOT_NODE])  # noqa: B010  # podman exec on the node
+    return Path(os.environ["FAKE_DIR"])
+
+
+def install() -> None:
+    """`up --local` with the plan made against RECORDED, the node image built by FakePodman
+    (the image lock at $FAKE_DIR/image.lock: a test that holds it makes `up` wait), the
+    rollout run by the fake runner, the users pushed to SPOT_NODE, and REQUEUED reported by
+    the drain; nothing else of `up` (this machine, containers) runs."""
+    from slurmforge import bringup, inventory
+    from slurmforge.local import image_cache, up
+    from slurmforge.local.image_cache import base_tag, ensure_images
+    from slurmforge.rollout import CLUSTER_PLAYBOOK, run_playbook
+
+    work = stand_ins()
+    setattr(image_cache, "prepare_inputs", lambda dest, os: dest.mkdir(parents=True) or "digest")  # noqa: B010
+    setattr(inventory, "read_inventory", lambda where: (None, []))  # noqa: B010
 
     def fake_up(spec_path: Path, ui: Any, **_: object) -> up.UpReport:
         with ui.phase("node image (built once, cached by content hash)"):
@@ -146,9 +167,27 @@ def install() -> None:
                           on_wait=ui.note, on_step=ui.event)
         with ui.phase("roll out (Ansible)"):
             result = run_playbook(CLUSTER_PLAYBOOK, str(work), work / "up.log", ui.event)
-        return up.UpReport("dev", work, work / "up.log", rollout=result, login="dev-login")
+            bringup.push_users(work, ui)
+        return up.UpReport("dev", work, work / "up.log", rollout=result, login="dev-login", drain_seconds=3,
+                           requeued=[REQUEUED])
 
     setattr(up, "up", fake_up)  # noqa: B010
+
+
+def install_rollout() -> None:
+    """`rollout --inventory $FAKE_DIR` of $FAKE_DIR/cluster.yaml on its controller alone, the
+    playbook run by the fake runner (its log in $FAKE_DIR), the plan made against RECORDED,
+    the users pushed to SPOT_NODE."""
+    from slurmforge import bringup, inventory
+    from slurmforge.hosts import Host, HostRole
+    from slurmforge.rollout import CLUSTER_PLAYBOOK, run_playbook
+    from slurmforge.spec import load_spec
+
+    work = stand_ins()
+    hosts = [Host("dev-controller", "10.0.0.10", HostRole.CONTROLLER)]
+    setattr(inventory, "read_inventory", lambda where: (load_spec(work / "cluster.yaml"), hosts))  # noqa: B010
+    setattr(bringup, "roll_out_changed", lambda where, hosts, log, ui, full: run_playbook(  # noqa: B010
+        CLUSTER_PLAYBOOK, str(where), work / "rollout.log", ui.event))
 
 
 SUITE = '''

@@ -9,16 +9,19 @@ import io
 import json
 import os
 import pty
+import re
 import select
 import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import slow_parts
 import yaml
 from typer.testing import CliRunner
 
@@ -243,13 +246,84 @@ def test_up_shows_its_progress_on_a_terminal_and_only_results_in_a_pipe(tmp_path
     done = "\x1b[32m✓\x1b[0m "  # green on a terminal
     assert f"{done}{image}" in seen and f"{done}{rollout}" in seen and "is up - rollout changed 2 thing(s)" in seen
 
-    piped = subprocess.run([*with_fakes("install"), "up", "--local", "--yes", "--no-job"], capture_output=True,
-                           text=True, cwd=tmp_path, env=env(tmp_path, FAKE_DIR=str(tmp_path)), timeout=60, check=False,
-                           stdin=subprocess.DEVNULL)
-    assert piped.returncode == 0, piped.stderr
-    assert "\r" not in piped.stdout + piped.stderr and "\x1b" not in piped.stdout + piped.stderr
-    assert [line.rsplit(" (", 1)[0] for line in piped.stderr.splitlines()] == [f"✓ {image}", f"✓ {rollout}"]
-    assert piped.stdout.startswith("\ncluster dev is up - rollout changed 2 thing(s)")
+
+def spec_with_a_user(tmp_path: Path) -> Path:
+    """The example local cluster and a user more: its plan against slow_parts.RECORDED adds her."""
+    data = yaml.safe_load((ROOT / "examples" / "local.yaml").read_text())
+    data["users"].append({"name": "dana", "uid": 3010, "groups": ["ml-users"], "accounts": ["research"],
+                          "default_account": "research"})
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    return spec
+
+
+def plan_rows_then(out: str) -> list[str]:
+    """The lines after the plan's table (its header, then one row a line, dana's two last),
+    each time said as (T s)."""
+    said = re.sub(r"\(\d+\.\d s\)$", "(T s)", out, flags=re.M).splitlines()
+    assert said[0].split() == ["kind", "name", "change", "cause", "jobs", "detail"], out
+    assert said[1].split()[:3] == ["accounting", "user_dana", "add"] and said[2].split()[:3] == ["user", "dana", "add"]
+    return said[3:]
+
+
+def test_up_in_a_pipe_prints_its_plan_phases_notes_and_summary_on_stdout_and_no_progress(tmp_path: Path) -> None:
+    """Results on stdout, progress on stderr: piped, `up` prints on stdout - as it always did,
+    what tests/integration/test_apply_live.py and test_day_two_live.py read there - the plan
+    before anything changes, the notes of each phase as they come (the image lock's holder,
+    the users pushed), each phase done with its time, the drain's line and the summary;
+    stderr holds only the plan's title, as `plan` prints it piped; no progress line at all."""
+    spec = spec_with_a_user(tmp_path)
+    lock = (tmp_path / "image.lock").open("a+")
+    lock.write("slurmforge pid 999, since 12:00:00, for localhost/slurmforge-node:abc\n")
+    lock.flush()
+    fcntl.flock(lock, fcntl.LOCK_EX)  # another `up` builds the image
+    proc = subprocess.Popen([*with_fakes("install"), "up", "--local", str(spec), "--yes", "--no-job"], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=tmp_path,
+                            env=env(tmp_path, FAKE_DIR=str(tmp_path)))
+    assert proc.stdout is not None
+    lines = []
+    unlock = threading.Timer(30, fcntl.flock, (lock, fcntl.LOCK_UN))  # a note not on stdout fails, not hangs
+    unlock.start()
+    while line := proc.stdout.readline():  # each note is on stdout as it happens
+        lines.append(line)
+        if line.startswith("waiting for the node image build"):
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            break
+    out, err = proc.communicate(timeout=60)
+    unlock.cancel()
+    out = "".join(lines) + out
+    assert proc.returncode == 0, out + err
+    assert "\r" not in out + err and "\x1b" not in out + err
+    assert err == "plan for cluster dev: 2 change(s)\ndeployed state read from dev-controller\n"
+    assert plan_rows_then(out) == [
+        f"waiting for the node image build of slurmforge pid 999, since 12:00:00, for localhost/slurmforge-node:abc "
+        f"on this machine (lock {tmp_path / 'image.lock'}); this one then uses it",
+        "✓ node image (built once, cached by content hash) (T s)",
+        f"users and groups changed on the running dynamic node(s) {slow_parts.SPOT_NODE}",
+        "✓ roll out (Ansible) (T s)",
+        f"drained nodes emptied in 3 s; requeued job(s) {slow_parts.REQUEUED}",
+        "",
+        f"cluster dev is up - rollout changed 2 thing(s); inventory {tmp_path}; log {tmp_path / 'up.log'}",
+        "get in:  slurmforge ssh --local login --user <name>   (or podman exec -it dev-login bash)"]
+
+
+def test_rollout_in_a_pipe_prints_its_plan_phases_notes_and_summary_on_stdout_and_no_progress(
+        tmp_path: Path) -> None:
+    """`rollout` as `up`: the plan, the notes, each phase done and the summary on stdout (what
+    test_never_down.py and test_day_two_live.py read), only the plan's title on stderr."""
+    spec_with_a_user(tmp_path)
+    (tmp_path / "hosts.yml").write_text("all: {}\n")
+    done = subprocess.run([*with_fakes("install_rollout"), "rollout", "--inventory", str(tmp_path), "--yes"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env(tmp_path, FAKE_DIR=str(tmp_path)),
+                          timeout=60, check=False, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "\r" not in done.stdout + done.stderr and "\x1b" not in done.stdout + done.stderr
+    assert done.stderr == "plan for cluster dev: 2 change(s)\ndeployed state read from dev-controller\n"
+    *said, summary = plan_rows_then(done.stdout)
+    assert said == [f"users and groups changed on the running dynamic node(s) {slow_parts.SPOT_NODE}",
+                    "✓ roll out (Ansible) (T s)"]
+    assert re.fullmatch(r"rollout changed 2 thing\(s\) in \d+ s; log /\S+/inv-rollout\.log", summary.replace(
+        tmp_path.name, "inv")), summary
 
 
 def test_validate_shows_the_check_and_the_hosts_it_waits_for_on_a_terminal(tmp_path: Path) -> None:

@@ -33,14 +33,14 @@ def test_a_step_says_its_play_of_how_many_its_task_and_host_and_gives_way_in_a_n
 
 
 def test_a_line_is_drawn_in_place_on_a_terminal_only() -> None:
-    piped = io.StringIO()
-    line = ProgressLine("roll out (Ansible)", piped, tick=0)
+    piped, out = io.StringIO(), io.StringIO()
+    line = ProgressLine("roll out (Ansible)", piped, tick=0, out=out)
     line.update(Progress("Login nodes", "sackd", tasks_done=3))
     line.say("a note")
     line.done()
-    assert piped.getvalue() == "a note\n"  # a note is a result; the progress is not
+    assert (piped.getvalue(), out.getvalue()) == ("", "a note\n")  # a note is a result; the progress is not
     shown = Terminal()
-    line = ProgressLine("roll out (Ansible)", shown, tick=0)
+    line = ProgressLine("roll out (Ansible)", shown, tick=0, out=shown)  # stdout and stderr: one terminal
     line.update(Progress("Login nodes", "sackd", tasks_done=3))
     line.say("a note")
     line.done()
