@@ -48,6 +48,13 @@ def test_a_line_is_drawn_in_place_on_a_terminal_only() -> None:
     assert drawn.startswith("\rroll out (0 s)\rroll out: play Login nodes › task 3: sackd (0 s)")
     assert "\r" + " " * len("roll out: play Login nodes › task 3: sackd (0 s)") + "\ra note\n" in drawn
     assert drawn.endswith(" \r") and "\n" not in drawn.split("a note\n")[1]  # cleared, not left behind
+    shown, out = Terminal(), io.StringIO()  # `up | tee`: the progress on the terminal, the results in the pipe
+    line = ProgressLine("roll out (Ansible)", shown, tick=0, out=out)
+    line.update(Progress("Login nodes", "sackd", tasks_done=3))
+    line.say("a note")
+    line.done()
+    assert out.getvalue() == "a note\n" and "a note" not in shown.getvalue()
+    assert shown.getvalue().count("roll out: play Login nodes › task 3: sackd (0 s)") == 2  # drawn again below it
 
 
 def test_the_rollout_counts_plays_and_follows_the_host() -> None:
