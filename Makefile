@@ -10,8 +10,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 # podman & co: the local cluster, and the judge containers in which the node image's own
 # slurmctld, munged, Lmod, promtool and amtool check what slurmforge renders (the host
-# needs none of them); chromium: the pool page test
-APT_PACKAGES := python3 python3-venv git openssh-client podman runc debootstrap uidmap iptables chromium shellcheck
+# needs none of them); chromium: the pool page test; gcc, libc6-dev: the AWS rehearsal's
+# machines get their instance type's memory from a shim built here (tests/harness/rehearsal/memory.py)
+APT_PACKAGES := python3 python3-venv git openssh-client podman runc debootstrap uidmap iptables chromium shellcheck \
+	gcc libc6-dev
 SPEC ?= examples/local.yaml
 
 .PHONY: help setup apt venv up down test test-all unit lint typecheck bench aws-rehearsal

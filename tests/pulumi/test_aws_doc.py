@@ -8,7 +8,12 @@ command goes to that server, and `.venv/bin/slurmforge` runs the copy's code wit
 interpreter (what `make venv` makes). `ssh` refuses every host (none of the stack's is
 real). The lines that cannot run at all are SKIPPED, each with its reason; the lines of
 `pulumi` and `.venv/bin/slurmforge` run; any other line fails the test. So a new or
-edited command that does not work, or that nobody handled, fails it."""
+edited command that does not work, or that nobody handled, fails it.
+
+The commands of the prose (inline code, shell comments included) are checked against their
+program's own definition (tests/pulumi/doc_prose.py): slurmforge's click commands, Pulumi's
+CLI reference, botocore's model for `aws`, pipx's reference; one of any other program fails
+unless named as a mere mention."""
 
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from slurmforge.inventory import VARS_FILE, read_inventory
 from tests.harness.rehearsal.quotas import ec2_quotas
 from tests.harness.rehearsal.stand_in import instance_roles_enforced
 from tests.pulumi.conftest import ROOT, moto_server
+from tests.pulumi.doc_prose import MENTIONS, problems, prose_commands
 from tests.pulumi.pulumi_shim import STATE
 
 pytestmark = [pytest.mark.pulumi, pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_aws")]
@@ -91,6 +97,29 @@ def test_every_shell_block_line_of_the_doc_is_found() -> None:
     assert commands[0].startswith("curl ") and commands[-1].startswith("pulumi destroy")
     assert len(commands) == 18
     assert set(SKIPPED) <= set(commands), f"skipped lines the doc no longer has: {set(SKIPPED) - set(commands)}"
+
+
+def test_every_command_of_the_prose_is_one_its_program_accepts() -> None:
+    commands = prose_commands(DOC.read_text())
+    assert len(commands) == 26 and commands[-1] == "pulumi login s3://bucket"  # the last: a shell block's comment
+    assert "aws ec2 create-key-pair --key-name <name> --query KeyMaterial --output text > ~/.ssh/<name>.pem" in commands
+    assert set(MENTIONS) <= set(commands), f"mentions the doc no longer has: {set(MENTIONS) - set(commands)}"
+    found = {command: problems(command, ROOT) for command in commands}
+    assert not {command: found for command, found in found.items() if found}
+
+
+def test_a_prose_command_that_is_wrong_or_unchecked_fails() -> None:
+    text = ("Run `slurmforge rollout\n--inventori DIR`, `validate --inventory`, `pulumi up --yess`,\n"
+            "`pulumi stack outputs`, `aws ec2 create-key-pair --query KeyMaterial`,\n"
+            "`aws ec2 create-keypair --key-name k`, `pipx install 'slurmforge[gpu]'`, `scontrol show node`.\n\n"
+            "```sh\npulumi up   # or `pulumi up --diffs`\n```\n")
+    commands = prose_commands(text)
+    assert commands[0] == "slurmforge rollout --inventori DIR" and commands[-1] == "pulumi up --diffs"
+    found = {command: problems(command, ROOT) for command in commands}
+    assert [command for command, wrong in found.items() if not wrong] == ["validate --inventory"]
+    assert found["scontrol show node"] == ["`scontrol show node`: neither checked (a program of CHECKS) nor named in "
+                                           "MENTIONS"]
+    assert found["aws ec2 create-key-pair --query KeyMaterial"] == ["`aws ec2 create-key-pair` needs --key-name"]
 
 
 def stand_ins(bin_dir: Path, copy: Path) -> None:

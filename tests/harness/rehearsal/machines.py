@@ -22,7 +22,7 @@ boots systemd from the podman image its AMI maps to, as the local target's nodes
   instance's private one, EC2's one-to-one NAT for the traffic of this machine (the admin's
   side of the rehearsal); removed with the machine or the address.
 
-Two things every machine gets from outside its image, as an EC2 instance gets them from
+Three things every machine gets from outside its image, as an EC2 instance gets them from
 outside its AMI:
 
 - AWS's endpoints: a systemd drop-in (DefaultEnvironment, read-only) gives every service
@@ -35,7 +35,9 @@ outside its AMI:
   instance, whose dpkg could not replace a file under a mount): `mount -t nfs4
   <fs id>.efs.<region>.amazonaws.com:/path dir` - the join program's and the fstab's lines,
   unchanged - bind-mounts that file system's path, and fails as EFS does when the path is
-  not there.
+  not there;
+- its instance type's memory, as slurmd measures it (memory.py): the box's C library would
+  answer the box's 24 GiB to every machine.
 
 An instance whose AMI maps to no image stays without a machine (logged once).
 """
@@ -59,6 +61,7 @@ from slurmforge.errors import ProvisionError
 from slurmforge.local.container import INIT
 from slurmforge.local.podman import ContainerInfo, Podman
 from tests.harness.rehearsal.imds import ADDRESS as IMDS_ADDRESS
+from tests.harness.rehearsal.memory import build_shim, machine_mounts, memtotal_kib, type_memory_mib
 from tests.harness.rehearsal.routes import cut_off_rules, lift_rules, no_way_out
 
 log = logging.getLogger(__name__)
@@ -142,6 +145,9 @@ class Machines:
         (self.workdir / "mount.nfs4").write_text(EFS_HELPER)
         (self.workdir / "mount.nfs4").chmod(0o755)
         (self.workdir / "aws.conf").write_text(f"[Manager]\nDefaultEnvironment=AWS_ENDPOINT_URL={moto_url}\n")
+        build_shim(self.workdir)
+        self.memory: dict[str, int] = {}
+        """instance type -> its machines' memory in KiB (memory.py)"""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="machines")
 
@@ -266,10 +272,16 @@ class Machines:
                          "--mac-address", mac, "--systemd=always", "--cgroupns=host", "--privileged",
                          "-v", f"{self.efs_root}:{EFS_MOUNT}", *self._nfs_client(image),
                          "-v", f"{self.workdir / 'aws.conf'}:{SYSTEMD_DROP_IN}:ro",
+                         *machine_mounts(self.workdir, instance_id, self._memory(str(instance["InstanceType"]))),
                          "--label", f"{LABEL}={self.ident}", "--label", f"{INSTANCE_LABEL}={instance_id}",
                          image, "sh", "-c", INIT])
         self._power_on(instance_id, name)
         self.machines[instance_id] = Machine(instance_id, name, "running")  # once its init runs
+
+    def _memory(self, instance_type: str) -> int:
+        if instance_type not in self.memory:
+            self.memory[instance_type] = memtotal_kib(type_memory_mib(self.ec2, instance_type))
+        return self.memory[instance_type]
 
     def _power_on(self, instance_id: str, container: str) -> None:
         """Network namespace first (`podman init`), the IMDS rule in it, then init."""
