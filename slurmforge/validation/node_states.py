@@ -11,7 +11,7 @@ the scheduler service, the health check or Slurm itself, a static node in power 
 from __future__ import annotations
 
 from slurmforge.nodes import NodeHardware
-from slurmforge.service.classify import held_by_admin
+from slurmforge.service.reasons import held_by_admin
 from slurmforge.service.slurm import NodeState
 from slurmforge.validation.facts import found_wanted
 

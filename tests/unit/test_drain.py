@@ -23,7 +23,7 @@ from slurmforge.drain import (
     registered_since,
 )
 from slurmforge.errors import ProvisionError
-from slurmforge.service.classify import held_by_admin, is_recoverable
+from slurmforge.service.reasons import held_by_admin, is_recoverable
 from slurmforge.service.slurm import Job, NodeState, SlurmClient
 
 pytestmark = pytest.mark.unit
