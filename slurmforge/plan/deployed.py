@@ -33,7 +33,7 @@ from slurmforge.contract import DIGEST_FILE, ETC_DIR
 from slurmforge.errors import ClusterUnreachable, ModuleError, SlurmAnswerError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.routing import JOB_SUBMIT_SCRIPT
-from slurmforge.service.slurm import Job, NodeState, answer_items, minutes, parse_jobs, parse_nodes
+from slurmforge.slurm.client import Job, NodeState, answer_items, minutes, parse_jobs, parse_nodes
 
 SPEC_FILE = f"{ETC_DIR}/cluster.yaml"
 """The spec the last rollout shipped (the scheduler service re-reads it there)."""

@@ -50,7 +50,7 @@ from slurmforge.plan import configs as cf
 from slurmforge.plan.deployed import Deployed
 from slurmforge.render import render_all
 from slurmforge.routing import JOB_SUBMIT_SCRIPT
-from slurmforge.service.slurm import Job, NodeState
+from slurmforge.slurm.client import Job, NodeState
 from slurmforge.spec import Cluster, parse_spec
 from slurmforge.spec.models import Pool
 from slurmforge.spec.slurmtime import parse_slurm_time

@@ -33,7 +33,6 @@ from slurmforge.provider import (
 from slurmforge.service import actions as a
 from slurmforge.service import when
 from slurmforge.service.pool_hosts import PoolHosts
-from slurmforge.service.slurm import Job, SlurmClient
 from slurmforge.service.state import (
     JOINING,
     KEEP_ADDED,
@@ -45,6 +44,7 @@ from slurmforge.service.state import (
     Store,
 )
 from slurmforge.service.topology import Topology
+from slurmforge.slurm.client import Job, SlurmClient
 
 log = logging.getLogger(__name__)
 

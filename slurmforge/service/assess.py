@@ -11,7 +11,12 @@ from enum import Enum
 from slurmforge.hostlists import expand
 from slurmforge.provider import Instance
 from slurmforge.service.handoff import HandoffKind
-from slurmforge.service.reasons import (
+from slurmforge.service.slurmd_failures import SlurmdFailure
+from slurmforge.service.state import Request, ServiceState
+from slurmforge.service.topology import NodeInfo
+from slurmforge.service.world import GONE, LIVE, MISSING, UNRESPONSIVE, Lookups, World
+from slurmforge.slurm.client import NodeState
+from slurmforge.slurm.reasons import (
     HEALTH_REASON,
     health_problems,
     held_by_admin,
@@ -21,11 +26,6 @@ from slurmforge.service.reasons import (
     replacement_stopped,
     sick_under_jobs,
 )
-from slurmforge.service.slurm import NodeState
-from slurmforge.service.slurmd_failures import SlurmdFailure
-from slurmforge.service.state import Request, ServiceState
-from slurmforge.service.topology import NodeInfo
-from slurmforge.service.world import GONE, LIVE, MISSING, UNRESPONSIVE, Lookups, World
 
 
 class NodeStatus(Enum):

@@ -5,7 +5,8 @@ A pure function, in three steps of a module each: every managed node is first so
 (service.respond: what to do about it); launches are planned per pool over the fallback
 chain, and orphans, interruption notices, crashed launches and old requests are handled
 after the nodes (service.sweeps). service.world holds one loop's inputs and the lookups
-over them, service.reasons what a node's reason in Slurm says about whose it is.
+over them; slurmforge.slurm.reasons tells the service's, the health check's and
+slurmctld's reasons on a node from an admin's.
 
 Rules learned the hard way:
 - a machine is matched to its node by instance id (service bindings) or node tag, and a

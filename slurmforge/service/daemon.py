@@ -33,7 +33,6 @@ from slurmforge.service.guard import VIEW_REASONS, Decision, Doubt, Guard, Hold,
 from slurmforge.service.leader import Leadership
 from slurmforge.service.pool_hosts import PoolHosts
 from slurmforge.service.runaway import RUNAWAY_INTERVAL, RunawayCloser
-from slurmforge.service.slurm import Job, NodeState, SlurmClient, jobs_by_node
 from slurmforge.service.slurmd_failures import SlurmdFailure, read_failures
 from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot, cooling_links
 from slurmforge.service.spend import SPEND_INTERVAL, SpendTracker
@@ -43,6 +42,7 @@ from slurmforge.service.targets import dynamic_targets, write_targets
 from slurmforge.service.topology import Topology, topology
 from slurmforge.service.usage import usage_rows
 from slurmforge.service.world import Lookups, Tunables, World
+from slurmforge.slurm.client import Job, NodeState, SlurmClient, jobs_by_node
 from slurmforge.spec.models import Cluster
 
 log = logging.getLogger(__name__)

@@ -31,8 +31,8 @@ from slurmforge.provider import Machines
 from slurmforge.service import handoff, web
 from slurmforge.service.daemon import LOOP_INTERVAL, Daemon, DaemonConfig
 from slurmforge.service.leader import Leadership
-from slurmforge.service.slurm import SlurmClient
 from slurmforge.service.state import Store
+from slurmforge.slurm.client import SlurmClient
 from slurmforge.spec.models import Cluster
 
 log = logging.getLogger(__name__)

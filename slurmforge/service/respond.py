@@ -27,11 +27,11 @@ from slurmforge.service.actions import (
     Unbind,
 )
 from slurmforge.service.assess import NodeStatus, boot_needed_after
-from slurmforge.service.reasons import REPLACEMENT_STOPPED, SLURMD_FAILED, held_by_admin, own_reason
-from slurmforge.service.slurm import NodeState
 from slurmforge.service.state import JOINING, backoff
 from slurmforge.service.topology import NodeInfo
 from slurmforge.service.world import EVACUATING, GONE, LIVE, MISSING, REPLACING, UNRESPONSIVE, Lookups
+from slurmforge.slurm.client import NodeState
+from slurmforge.slurm.reasons import REPLACEMENT_STOPPED, SLURMD_FAILED, held_by_admin, own_reason
 
 STALE_RPC_WINDOW = 65.0
 """Seconds after a static node was set DOWN during which an RPC meant for its dead machine

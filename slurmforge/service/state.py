@@ -26,7 +26,7 @@ from pathlib import Path
 
 from slurmforge.provider import Quota
 from slurmforge.service.handoff import Handoff, HandoffKind
-from slurmforge.service.slurm import parse_resume_file
+from slurmforge.slurm.client import parse_resume_file
 
 SCHEMA_VERSION = 2
 """2: cooldowns.quotas."""

@@ -30,11 +30,11 @@ from slurmforge.service.actions import (
     Unbind,
 )
 from slurmforge.service.handoff import HandoffKind
-from slurmforge.service.reasons import DUPLICATE_LAUNCH, OWN_REASON, own_reason
 from slurmforge.service.respond import cooldown
-from slurmforge.service.slurm import signal_name
 from slurmforge.service.state import INTERRUPTION_COOLDOWN, KEEP_NEW, InterruptionRecord, Request
 from slurmforge.service.world import LIVE, Lookups
+from slurmforge.slurm.client import signal_name
+from slurmforge.slurm.reasons import DUPLICATE_LAUNCH, OWN_REASON, own_reason
 
 NEW_NODE_GRACE = 900.0
 """Seconds a machine of a node neither Slurm nor this service's spec knows is left alone: a

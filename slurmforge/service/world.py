@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from slurmforge.provider import Instance, InstanceState, Quota
-from slurmforge.service.slurm import Job, NodeState
 from slurmforge.service.slurmd_failures import SlurmdFailure
 from slurmforge.service.state import ServiceState
 from slurmforge.service.topology import Topology
+from slurmforge.slurm.client import Job, NodeState
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,9 @@ from slurmforge.hosts import TAG_ACCOUNT, TAG_CLUSTER, TAG_JOB, TAG_LINK, TAG_NO
 from slurmforge.provider import THROTTLED, InstanceState, LaunchRequest
 from slurmforge.service import handoff
 from slurmforge.service.daemon import Daemon, DaemonConfig
-from slurmforge.service.slurm import Job
 from slurmforge.service.state import Store
 from slurmforge.service.topology import topology
+from slurmforge.slurm.client import Job
 from slurmforge.spec import Cluster, load_spec
 
 pytestmark = pytest.mark.unit

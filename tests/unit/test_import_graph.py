@@ -47,7 +47,7 @@ LAYERS: list[tuple[str, list[str]]] = [
               "slurmforge.distro", "slurmforge.instance_types", "slurmforge.provider", "slurmforge.package_data",
               "slurmforge.templating", "slurmforge.tables", "slurmforge.console", "slurmforge.connection",
               "slurmforge.hostlists", "slurmforge.state_dirs", "slurmforge.wheel", "slurmforge.remote",
-              "slurmforge.target", "slurmforge.confirm", "slurmforge.progress",
+              "slurmforge.target", "slurmforge.confirm", "slurmforge.progress", "slurmforge.slurm",
               "slurmforge"]),
 ]
 UPWARD = {("slurmforge.service.main", "slurmforge.aws.provider"), ("slurmforge.spec", "slurmforge.spec.loader")}

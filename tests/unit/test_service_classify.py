@@ -60,7 +60,6 @@ from slurmforge.service.assess import NodeStatus
 from slurmforge.service.classify import classify
 from slurmforge.service.handoff import HandoffKind
 from slurmforge.service.respond import STALE_RPC_WINDOW
-from slurmforge.service.slurm import Job
 from slurmforge.service.slurmd_failures import SlurmdFailure, parse_failure, read_failures
 from slurmforge.service.state import (
     KEEP_ADDED,
@@ -74,6 +73,7 @@ from slurmforge.service.state import (
     SignalledJob,
 )
 from slurmforge.service.sweeps import launch_token
+from slurmforge.slurm.client import Job
 
 pytestmark = pytest.mark.unit
 

@@ -19,8 +19,8 @@ from slurmforge.hosts import TAG_POOL
 from slurmforge.provider import Instance, InstanceState, Interruption, LaunchRequest, LaunchResult, Machines
 from slurmforge.service import handoff
 from slurmforge.service.daemon import Daemon, DaemonConfig
-from slurmforge.service.slurm import Job, NodeState, SlurmClient
 from slurmforge.service.state import Binding, Store
+from slurmforge.slurm.client import Job, NodeState, SlurmClient
 from slurmforge.spec import load_spec
 
 pytestmark = pytest.mark.unit

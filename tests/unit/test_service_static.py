@@ -24,9 +24,9 @@ from slurmforge.provider import Instance, InstanceState, LaunchRequest, LaunchRe
 from slurmforge.service.daemon import Daemon, DaemonConfig
 from slurmforge.service.leader import Leadership
 from slurmforge.service.respond import STALE_RPC_WINDOW
-from slurmforge.service.slurm import Job, NodeState
 from slurmforge.service.state import Store
 from slurmforge.service.web import metrics_text
+from slurmforge.slurm.client import Job, NodeState
 from slurmforge.spec import load_spec
 
 pytestmark = pytest.mark.unit

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from slurmforge.service.slurm import NodeState
+from slurmforge.slurm.client import NodeState
 
 OWN_REASON = "slurmforge:"
 """Reasons the service writes start with this."""
