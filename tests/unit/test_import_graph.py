@@ -14,10 +14,10 @@ The layers, top first (a module may import its own layer and those under it):
   provider interface, tables, the package's own files, where state lives.
 
 Imports made only for type checking (`if TYPE_CHECKING:`) do not run and are not counted.
-Two imports run up: the service builds its provider by the target's kind
-(service.main.build_provider), and the AWS provider is imported by name there; the spec
-package hands on its loader (which runs the checks) on first use, so that importing the
-models alone loads nothing above them.
+One import runs up: the spec package hands on its loader (which runs the checks) on first
+use, so that importing the models alone loads nothing above them. A target's provider is
+built by the target's kind (provider.build_provider loads `slurmforge.<kind>.provider`), so
+neither the service nor the interface imports a target.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ LAYERS: list[tuple[str, list[str]]] = [
               "slurmforge.target", "slurmforge.confirm", "slurmforge.progress", "slurmforge.slurm",
               "slurmforge"]),
 ]
-UPWARD = {("slurmforge.service.main", "slurmforge.aws.provider"), ("slurmforge.spec", "slurmforge.spec.loader")}
+UPWARD = {("slurmforge.spec", "slurmforge.spec.loader")}
 """Imports allowed to run up, each for the reason the module's docstring gives."""
 
 

@@ -483,7 +483,7 @@ def test_service_entry_point_runs_one_loop(env: dict[str, Path], monkeypatch: py
 
 def test_unknown_target_has_no_service_provider() -> None:
     from slurmforge.errors import ProvisionError
-    from slurmforge.service.main import build_provider
+    from slurmforge.provider import build_provider
 
     lab = load_spec(Path(__file__).parents[2] / "examples" / "lab.yaml")
     with pytest.raises(ProvisionError, match="static"):
