@@ -34,15 +34,15 @@ PACKAGE = "slurmforge"
 
 LAYERS: list[tuple[str, list[str]]] = [
     ("face", ["slurmforge.cli", "slurmforge.__main__"]),
-    ("targets", ["slurmforge.local", "slurmforge.aws", "slurmforge.remote.cluster"]),
+    ("targets", ["slurmforge.local", "slurmforge.aws", "slurmforge.cluster_status"]),
     ("operations", ["slurmforge.service", "slurmforge.plan", "slurmforge.validation", "slurmforge.bringup",
                     "slurmforge.rollout", "slurmforge.ui", "slurmforge.cost", "slurmforge.report",
-                    "slurmforge.lmod.cli", "slurmforge.remote.node", "slurmforge.fleet", "slurmforge.rotate",
+                    "slurmforge.lmod.cli", "slurmforge.lmod.node", "slurmforge.fleet", "slurmforge.rotate",
                     "slurmforge.drain"]),
     ("cluster", ["slurmforge.spec.checks", "slurmforge.spec.loader", "slurmforge.inventory", "slurmforge.join",
                  "slurmforge.render", "slurmforge.monitoring", "slurmforge.ceph", "slurmforge.accounting",
                  "slurmforge.image", "slurmforge.image_variant", "slurmforge.upgrade", "slurmforge.secrets",
-                 "slurmforge.lmod", "slurmforge.routing", "slurmforge.billing", "slurmforge.nodes"]),
+                 "slurmforge.lmod", "slurmforge.spec.routing", "slurmforge.billing", "slurmforge.spec.nodes"]),
     ("base", ["slurmforge.spec", "slurmforge.hosts", "slurmforge.errors", "slurmforge.contract",
               "slurmforge.distro", "slurmforge.instance_types", "slurmforge.provider", "slurmforge.package_data",
               "slurmforge.templating", "slurmforge.tables", "slurmforge.console", "slurmforge.connection",
