@@ -53,8 +53,8 @@ sys.path.insert(0, str(ROOT))  # tests.harness
 
 from slurmforge.contract import INTERRUPT_FILE  # noqa: E402
 from slurmforge.errors import SlurmforgeError  # noqa: E402
-from slurmforge.nodes import node_names  # noqa: E402
 from slurmforge.render import HEALTH_CHECK_INTERVAL  # noqa: E402
+from slurmforge.spec.nodes import node_names  # noqa: E402
 from tests.harness import launches, mljobs  # noqa: E402
 from tests.harness.faults import repeat, target  # noqa: E402
 from tests.harness.live import IN_SERVICE, LiveCluster, wait_until  # noqa: E402

@@ -43,12 +43,12 @@ from reconcile_bench import NOW, fixtures
 
 from slurmforge.errors import SlurmforgeError
 from slurmforge.hostlists import compress
-from slurmforge.service.slurm import parse_jobs, parse_nodes
 from slurmforge.service.snapshot import build_snapshot
 from slurmforge.service.targets import dynamic_targets
 from slurmforge.service.topology import Topology
 from slurmforge.service.usage import usage_rows
 from slurmforge.service.web import metrics_text
+from slurmforge.slurm.client import parse_jobs, parse_nodes
 
 BUDGET_SECONDS = 1.0
 QUICK_NODES = 400

@@ -34,7 +34,7 @@ from render_bench import spec_data  # beside this file: the script's directory i
 from slurmforge.plan import deployed as dep
 from slurmforge.plan.engine import node_places
 from slurmforge.render import render_all
-from slurmforge.service.slurm import Job, NodeState
+from slurmforge.slurm.client import Job, NodeState
 from slurmforge.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -35,12 +35,13 @@ from typing import Any
 from slurmforge.hosts import TAG_CLUSTER, TAG_NODE, TAG_POOL
 from slurmforge.provider import Instance, InstanceState
 from slurmforge.service.actions import Terminate
-from slurmforge.service.classify import Tunables, World, classify
+from slurmforge.service.classify import classify
 from slurmforge.service.guard import Guard
-from slurmforge.service.slurm import parse_nodes
 from slurmforge.service.snapshot import build_snapshot
 from slurmforge.service.state import Binding, Cooldown, InterruptionRecord, ServiceState
 from slurmforge.service.topology import Topology, topology
+from slurmforge.service.world import Tunables, World
+from slurmforge.slurm.client import parse_nodes
 from slurmforge.spec import parse_spec
 
 BUDGET_SECONDS = 2.0

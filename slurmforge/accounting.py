@@ -75,7 +75,7 @@ class AccountingError(Exception):
 def desired_state(spec: Cluster) -> dict[str, Any]:
     """The spec's accounting as plain data, in Slurm's own spelling (lowercase names,
     minutes): what the rollout ships to the controller."""
-    from slurmforge.nodes import pool_hardware
+    from slurmforge.spec.nodes import pool_hardware
     from slurmforge.spec.slurmtime import parse_slurm_time
 
     gpu_tres = sorted({GPU_TRES[hw.gres_name] for hw in (pool_hardware(p) for p in spec.pools)

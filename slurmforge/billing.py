@@ -25,8 +25,8 @@ import math
 from dataclasses import dataclass
 
 from slurmforge.instance_types import price
-from slurmforge.nodes import pool_hardware
 from slurmforge.spec.models import Cluster, Partition, Pool
+from slurmforge.spec.nodes import pool_hardware
 
 BILLING_UNITS_PER_DOLLAR = 10_000
 """Billing units per US dollar-hour: one unit is $0.0001 per hour."""

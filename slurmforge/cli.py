@@ -326,7 +326,7 @@ def status(local: LocalFlag = False, cluster: ClusterOpt = None, inventory_dir: 
 
         emit(report_errors(lambda: status_table(target.name)), fmt)
         return
-    from slurmforge.remote.cluster import inventory_status
+    from slurmforge.cluster_status import inventory_status
 
     emit(report_errors(lambda: inventory_status(_inventory_of(target))), fmt)
 
@@ -347,7 +347,7 @@ def pools(local: LocalFlag = False, cluster: ClusterOpt = None, inventory_dir: I
 
         emit(pools_table(report_errors(lambda: pools_snapshot(target.name))), fmt)
         return
-    from slurmforge.remote.cluster import inventory_pools
+    from slurmforge.cluster_status import inventory_pools
 
     emit(pools_table(report_errors(lambda: inventory_pools(_inventory_of(target), DEFAULT_PORT))), fmt)
 

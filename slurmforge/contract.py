@@ -153,6 +153,7 @@ SLURMDBD_UIDS_MARK = f"{ETC_DIR}/slurmdbd-uids.mark"
 (roles/slurmdbd/tasks/uids.yml)."""
 LMOD_LIBEXEC = "/usr/share/lmod/lmod/libexec"
 """Debian's lmod tools (/usr/share/lmod/lmod links to the version: survives an upgrade)."""
+
 PODMAN_API_DIR = "/run/podman"
 """The local target: the host's podman API socket directory, bind-mounted into the controller
 (a directory, not the socket file: a restarted API service makes a new socket)."""
@@ -318,3 +319,10 @@ def _checked(value: Any, annotation: str) -> tuple[bool, Any]:
         ok = isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
         return ok, dict(value) if ok else value
     raise TypeError(f"no check for {annotation}")
+
+
+def cluster_cache_dir(root: str) -> str:
+    """Where a cluster's spider cache lives: on the shared tree, next to `modulefiles`,
+    so one refresh serves every node. roles/lmod points scDescriptT here
+    (`lmod_cache_dir`); keep the two in step."""
+    return f"{root}/.cache"

@@ -30,8 +30,8 @@ from pathlib import Path
 from slurmforge.billing import BILLING_UNITS_PER_DOLLAR, billing_weights, pool_price
 from slurmforge.errors import Problem, SlurmforgeError, SpecError
 from slurmforge.hostlists import expand
-from slurmforge.nodes import node_names
 from slurmforge.spec.models import Cluster
+from slurmforge.spec.nodes import node_names
 from slurmforge.tables import Column, Row, Table, Value, count, iso_moment, money
 
 GROUPS = ("user", "account", "partition", "pool")

@@ -21,7 +21,7 @@ that, in this order:
    is gone from slurm.conf: nothing to undo.
 
 The drain reason does not start with the service's own prefix ("slurmforge:"): to the
-scheduler service a rollout's drain is maintenance it leaves alone (classify.held_by_admin),
+scheduler service a rollout's drain is maintenance it leaves alone (slurm.reasons.held_by_admin),
 so it neither replaces the empty node under the rollout nor powers it down.
 """
 
@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from slurmforge.errors import ModuleError, ProvisionError, SlurmCommandError, listing
 from slurmforge.hostlists import compress
 from slurmforge.hosts import Host
-from slurmforge.service.slurm import Job, NodeState, SlurmClient
+from slurmforge.slurm.client import Job, NodeState, SlurmClient
 
 ROLLOUT_REASON = "slurmforge rollout:"
 REPLACE_REASON = "slurmforge: the rollout rebuilds its machine"
-"""The scheduler service's own prefix: a DOWN node with it gets a new machine (classify)."""
+"""The scheduler service's own prefix: a DOWN node with it gets a new machine (slurm.reasons)."""
 HOLDING = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED"})
 """Job states that hold a node."""
 REBUILD, REMOVE = "rebuild", "remove"

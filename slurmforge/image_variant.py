@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from slurmforge.nodes import pool_hardware
 from slurmforge.spec.models import Cluster, Pool
+from slurmforge.spec.nodes import pool_hardware
 
 IMAGE_VARIANT_VAR = "slurmforge_image_variant"
 """The image playbook's variable naming the variant (roles/gpu/defaults: base)."""

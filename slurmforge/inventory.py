@@ -38,9 +38,9 @@ from slurmforge.join import (
     slurmd_failures_dir,
 )
 from slurmforge.monitoring import render_monitoring
-from slurmforge.nodes import pool_hardware
 from slurmforge.render import CONFIG_FILES, SLURMCTLD_LOG, render_all, service_shared_dir, state_save_location
 from slurmforge.spec import Cluster, load_spec
+from slurmforge.spec.nodes import pool_hardware
 from slurmforge.state_dirs import secrets_dir
 from slurmforge.upgrade import BEFORE_MARKER, STATE_FILES, STATE_MARKER
 

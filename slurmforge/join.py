@@ -53,12 +53,12 @@ from slurmforge.contract import (
     NFS_OPTIONS,
     NODE_EXPORTER_PORT,
     NVIDIA_DEVICES_UNIT,
+    cluster_cache_dir,
 )
 from slurmforge.hosts import TAG_NODE, Host
-from slurmforge.lmod.tools import cluster_cache_dir
-from slurmforge.nodes import pool_hardware
 from slurmforge.render import HEALTH_CHECK_INTERVAL
 from slurmforge.spec import Cluster
+from slurmforge.spec.nodes import pool_hardware
 from slurmforge.templating import make_environment
 
 TEMPLATE = "join.sh.j2"

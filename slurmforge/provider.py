@@ -7,16 +7,24 @@
   stack makes them, and `slurmforge inventory --from-stack-outputs` reads them.
 
 A provider implements what its target does, and nothing else: no method raises "not supported".
+`build_provider` is the one place a target's `Machines` is built, for the daemon
+(service.main) and the CLI (aws.teardown) alike.
 """
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any, cast
 
+from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host
+
+if TYPE_CHECKING:
+    from slurmforge.spec.models import Cluster
 
 
 class InstanceState(StrEnum):
@@ -180,3 +188,18 @@ class Provisioner(ABC):
     @abstractmethod
     def delete(self) -> None:
         """Remove every machine and network of the cluster."""
+
+
+def build_provider(spec: Cluster, settings: Mapping[str, Any]) -> Machines:
+    """The target's `Machines`: `slurmforge.<kind>.provider` offers `service_provider(spec,
+    settings) -> Machines` (aws: the EC2 provider; local: the pool containers). Loaded by
+    the target's kind, so that this interface imports no target."""
+    kind = spec.target.kind
+    try:
+        module = importlib.import_module(f"slurmforge.{kind}.provider")
+    except ImportError as exc:
+        raise ProvisionError(f"no '{kind}' provider for the scheduler service: {exc}") from exc
+    factory = getattr(module, "service_provider", None)
+    if factory is None:
+        raise ProvisionError(f"slurmforge.{kind}.provider has no service_provider(spec, settings)")
+    return cast(Machines, factory(spec, settings))

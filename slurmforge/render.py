@@ -28,9 +28,9 @@ from slurmforge.contract import (
 )
 from slurmforge.distro import distro, release_tuple
 from slurmforge.hosts import controller_name, controller_names
-from slurmforge.nodes import NodeHardware, node_sets, pool_hardware, pool_hostlist
-from slurmforge.routing import JOB_SUBMIT_SCRIPT, routing
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Partition, StaticTarget
+from slurmforge.spec.nodes import NodeHardware, node_sets, pool_hardware, pool_hostlist
+from slurmforge.spec.routing import JOB_SUBMIT_SCRIPT, routing
 from slurmforge.spec.slurmtime import parse_slurm_time
 from slurmforge.templating import make_environment
 
@@ -392,7 +392,7 @@ def slurm_conf_context(spec: Cluster, source: str) -> dict[str, Any]:
 
 
 def job_submit_context(spec: Cluster, source: str) -> dict[str, Any]:
-    """job_submit.lua next to slurm.conf on the controller (see slurmforge/routing.py)."""
+    """job_submit.lua next to slurm.conf on the controller (see slurmforge/spec/routing.py)."""
     route = routing(spec)
     return {
         "source": source,

@@ -12,8 +12,8 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from slurmforge.nodes import ceph_host_name
 from slurmforge.spec.models import Ceph
+from slurmforge.spec.nodes import ceph_host_name
 
 from .common import VOLUME_TYPE, child, cloud_config_hostname, instance_metadata, root_volume, tags
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 
-from slurmforge.contract import AwsProviderSettings
+from slurmforge.contract import AwsProviderSettings, read_settings
 from slurmforge.errors import Problem, ProvisionError, SpecError
 from slurmforge.hosts import (
     TAG_ACCOUNT,
@@ -552,3 +552,9 @@ def _fit(value: str) -> str:
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+def service_provider(spec: Cluster, settings: Mapping[str, Any]) -> Machines:
+    """The scheduler service's provider, from its settings (contract.AwsProviderSettings: the
+    region, launch templates, private subnets and spot queue `slurmforge inventory` wrote)."""
+    return AwsProvider.from_settings(spec, read_settings(AwsProviderSettings, dict(settings)))

@@ -32,7 +32,7 @@ from slurmforge.contract import SERVICE_UNIT
 from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import VARS_FILE, read_inventory
-from slurmforge.provider import Instance, InstanceState, Machines
+from slurmforge.provider import Instance, InstanceState, Machines, build_provider
 
 ALIVE = frozenset({InstanceState.PENDING, InstanceState.RUNNING, InstanceState.STOPPING, InstanceState.STOPPED})
 """States of a machine that still exists (a stopped instance keeps its volume and its
@@ -98,8 +98,6 @@ def release(inventory_dir: Path, *, stop_service: StopService | None = None,
                              "terminated (a running service would launch again); fix: reach the controller, "
                              "or add --force if it is gone")
     if machines is None:
-        from slurmforge.service.main import build_provider
-
         machines = build_provider(spec, provider_settings(inventory_dir))
     alive = _alive(machines)
     terminated = Counter(i.pool or "?" for i in alive)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from slurmforge.console import FormatOpt, fail, note, paint, report_errors, say
-from slurmforge.contract import LMOD_LIBEXEC
+from slurmforge.contract import LMOD_LIBEXEC, cluster_cache_dir
 from slurmforge.errors import PLAN_CHANGES_EXIT, ModuleError
 from slurmforge.tables import Column, Table, emit
 
@@ -93,11 +93,11 @@ class Where:
         return target.inventory_dir()
 
     def open(self) -> ModuleTree:
+        from slurmforge.lmod.node import open_inventory
         from slurmforge.lmod.publisher import Actor, ModuleTree
-        from slurmforge.lmod.tools import Lmod, cluster_cache_dir
+        from slurmforge.lmod.tools import Lmod
         from slurmforge.lmod.tree import Tree
         from slurmforge.remote.executor import LocalExecutor
-        from slurmforge.remote.node import open_inventory
 
         ex: Executor
         cache: str | None

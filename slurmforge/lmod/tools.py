@@ -45,9 +45,3 @@ class Lmod:
                               f"{ex.name}: {done.reason()}; fix: run {' '.join(argv)}", done.stderr)
         return True
 
-
-def cluster_cache_dir(root: str) -> str:
-    """Where a cluster's spider cache lives: on the shared tree, next to `modulefiles`,
-    so one refresh serves every node. roles/lmod points scDescriptT here
-    (`lmod_cache_dir`); keep the two in step."""
-    return f"{root}/.cache"

@@ -25,8 +25,8 @@ from typing import Any
 
 from slurmforge.contract import JOIN_PROGRAM, JOIN_SECRETS_DIR, LocalProviderSettings
 from slurmforge.hosts import HostRole
-from slurmforge.nodes import NodeHardware, node_sets, pool_hardware
 from slurmforge.spec import Cluster
+from slurmforge.spec.nodes import NodeHardware, node_sets, pool_hardware
 
 LABEL = "slurmforge.cluster"
 ADDRESS_LABEL = "slurmforge.address"

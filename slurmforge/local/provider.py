@@ -58,7 +58,6 @@ from slurmforge.local.container import (
     mac_address,
 )
 from slurmforge.local.podman import ContainerInfo, Podman
-from slurmforge.nodes import ceph_host_name, node_sets
 from slurmforge.provider import (
     CapacityError,
     Instance,
@@ -72,6 +71,7 @@ from slurmforge.provider import (
 from slurmforge.secrets import MUNGE_KEY, SSH_KEY
 from slurmforge.spec import Cluster
 from slurmforge.spec.models import LocalTarget, Market
+from slurmforge.spec.nodes import ceph_host_name, node_sets
 from slurmforge.state_dirs import SECRETS_ROOT
 
 __all__ = ["LABEL", "MARIADB_DATADIR", "LocalProvider", "PoolMachines",

@@ -32,8 +32,8 @@ from slurmforge.connection import CONTAINER
 from slurmforge.contract import DIGEST_FILE, ETC_DIR
 from slurmforge.errors import ClusterUnreachable, ModuleError, SlurmAnswerError
 from slurmforge.hosts import Host, HostRole
-from slurmforge.routing import JOB_SUBMIT_SCRIPT
-from slurmforge.service.slurm import Job, NodeState, answer_items, minutes, parse_jobs, parse_nodes
+from slurmforge.slurm.client import Job, NodeState, answer_items, minutes, parse_jobs, parse_nodes
+from slurmforge.spec.routing import JOB_SUBMIT_SCRIPT
 
 SPEC_FILE = f"{ETC_DIR}/cluster.yaml"
 """The spec the last rollout shipped (the scheduler service re-reads it there)."""

@@ -45,14 +45,14 @@ from slurmforge.drain import REBUILD, REMOVE, Drain, JobPolicy
 from slurmforge.errors import PLAN_CHANGES_EXIT, ProvisionError, SpecError, listing, one_line
 from slurmforge.hostlists import compress, expand
 from slurmforge.hosts import controller_name
-from slurmforge.nodes import node_sets, pool_hardware, pool_hostlist
 from slurmforge.plan import configs as cf
 from slurmforge.plan.deployed import Deployed
 from slurmforge.render import render_all
-from slurmforge.routing import JOB_SUBMIT_SCRIPT
-from slurmforge.service.slurm import Job, NodeState
+from slurmforge.slurm.client import Job, NodeState
 from slurmforge.spec import Cluster, parse_spec
 from slurmforge.spec.models import Pool
+from slurmforge.spec.nodes import node_sets, pool_hardware, pool_hostlist
+from slurmforge.spec.routing import JOB_SUBMIT_SCRIPT
 from slurmforge.spec.slurmtime import parse_slurm_time
 
 CHANGES_EXIT = PLAN_CHANGES_EXIT

@@ -1,4 +1,4 @@
-"""An Executor on one node of a cluster, read from its inventory.
+"""An Executor on one node of a cluster, from its inventory's host entry.
 
 Local nodes (the inventory sets `slurmforge_container`) are reached through
 `podman exec -i`; every other node through ssh with the inventory's connection vars
@@ -6,11 +6,6 @@ Local nodes (the inventory sets `slurmforge_container`) are reached through
 such as a ProxyJump). Work runs as root (`sudo -n` when the inventory says so), or
 as a cluster user when asked (`podman exec -u`; `runuser` over ssh), under `umask 022`,
 inside `timeout` on the node: a `podman exec` whose client dies keeps running otherwise.
-
-Which node: the first login node. It mounts the shared tree like every node, runs the
-same image as the compute nodes (so a venv built there runs on them), is always up
-(compute nodes of a dynamic pool may be powered down), and a pip build there takes no
-CPU away from jobs. Without a login node, the first static compute node.
 """
 
 from __future__ import annotations
@@ -26,10 +21,8 @@ from pathlib import Path
 
 from slurmforge.connection import becomes_root, container, ssh_argv
 from slurmforge.errors import ModuleError, NeedsRoot, NodeUnreachable, one_line
-from slurmforge.hosts import Host, HostRole
-from slurmforge.inventory import read_inventory
+from slurmforge.hosts import Host
 from slurmforge.remote.executor import DEFAULT_TIMEOUT, Completed
-from slurmforge.spec import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -137,28 +130,3 @@ def executor_for(host: Host, user: str | None = None) -> NodeExecutor:
         return NodeExecutor(host.name, ("podman", "exec", "-i", *(("-u", user) if user else ()), local))
     return NodeExecutor(host.name, (*ssh_argv(host), "--"), remote_shell=True, sudo=becomes_root(host), run_as=user)
 
-
-def build_host(hosts: list[Host], name: str | None = None) -> Host:
-    """The node that builds: `name` if given, else the first login node, else the first
-    static compute node."""
-    hosts = [h for h in hosts if h.role is not HostRole.CEPH]  # no module tree on storage hosts
-    if name is not None:
-        for host in hosts:
-            if host.name == name:
-                return host
-        raise ModuleError(f"no Slurm node {name!r} in the inventory; nodes: {', '.join(h.name for h in hosts)}")
-    logins = [h for h in hosts if h.role is HostRole.LOGIN]
-    computes = [h for h in hosts if h.role is HostRole.COMPUTE and not h.dynamic]
-    if not logins and not computes:
-        raise ModuleError("the inventory has no login node and no static compute node to build on")
-    return (logins or computes)[0]
-
-
-def open_inventory(inventory: Path, node: str | None = None) -> tuple[Cluster, NodeExecutor]:
-    """The cluster spec (its modules.root is the tree) and an executor on its build node."""
-    if not (inventory / "hosts.yml").is_file():
-        raise ModuleError(f"{inventory}: not an inventory (no hosts.yml); "
-                          "fix: pass the inventory `slurmforge up` or `inventory` wrote "
-                          "(.../slurmforge/inventories/<cluster>)")
-    spec, hosts = read_inventory(inventory)
-    return spec, executor_for(build_host(hosts, node))

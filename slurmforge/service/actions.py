@@ -78,7 +78,7 @@ class Requeue:
 class KeepAway:
     """Keep jobs that ran on `node`'s dead machine off the node until `until` (recorded,
     then added to each pending job's ExcNodeList): a retried RPC for them may still reach
-    the node's new machine (service.classify, STALE_RPC_WINDOW)."""
+    the node's new machine (service.respond, STALE_RPC_WINDOW)."""
 
     node: str
     jobs: tuple[int, ...]

@@ -33,7 +33,6 @@ from slurmforge.provider import (
 from slurmforge.service import actions as a
 from slurmforge.service import when
 from slurmforge.service.pool_hosts import PoolHosts
-from slurmforge.service.slurm import Job, SlurmClient
 from slurmforge.service.state import (
     JOINING,
     KEEP_ADDED,
@@ -45,6 +44,7 @@ from slurmforge.service.state import (
     Store,
 )
 from slurmforge.service.topology import Topology
+from slurmforge.slurm.client import Job, SlurmClient
 
 log = logging.getLogger(__name__)
 
@@ -338,7 +338,7 @@ class _Run:
         if self.ex.pool_hosts is not None:  # the new machines' names resolve before they boot, where known
             self.ex.pool_hosts.learn(result.launched.values())
             self.ex.pool_hosts.publish(self.store.bindings())
-        for binding in bindings:  # until its slurmd registers: the join share (classify.Context.joined)
+        for binding in bindings:  # until its slurmd registers: the join share (respond.joined)
             self.store.clear_mark(binding.node, JOINING)
             self.store.set_mark(binding.node, JOINING, binding.launched_at)
         self.report.launched.update(result.launched)

@@ -28,19 +28,21 @@ from slurmforge.provider import Instance, Machines
 from slurmforge.service import handoff
 from slurmforge.service.actions import Action
 from slurmforge.service.applier import ActReport, Applier
-from slurmforge.service.classify import Context, Tunables, World, classify, plan_launches
+from slurmforge.service.classify import classify
 from slurmforge.service.guard import VIEW_REASONS, Decision, Doubt, Guard, Hold, HoldReason
 from slurmforge.service.leader import Leadership
 from slurmforge.service.pool_hosts import PoolHosts
 from slurmforge.service.runaway import RUNAWAY_INTERVAL, RunawayCloser
-from slurmforge.service.slurm import Job, NodeState, SlurmClient, jobs_by_node
 from slurmforge.service.slurmd_failures import SlurmdFailure, read_failures
 from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot, cooling_links
 from slurmforge.service.spend import SPEND_INTERVAL, SpendTracker
 from slurmforge.service.state import Event, InterruptionRecord, Store
+from slurmforge.service.sweeps import plan_launches
 from slurmforge.service.targets import dynamic_targets, write_targets
 from slurmforge.service.topology import Topology, topology
 from slurmforge.service.usage import usage_rows
+from slurmforge.service.world import Lookups, Tunables, World
+from slurmforge.slurm.client import Job, NodeState, SlurmClient, jobs_by_node
 from slurmforge.spec.models import Cluster
 
 log = logging.getLogger(__name__)
@@ -298,7 +300,7 @@ class Daemon:
         while failed and passes < max((len(p.chain) for p in world.topology.pools.values()), default=1):
             passes += 1
             retry = replace(world, state=self.store.snapshot(), now=self.clock())
-            actions = plan_launches(Context(retry), sorted(failed))
+            actions = plan_launches(Lookups(retry), sorted(failed))
             # the nodes' jobs as the loop began: the first launch closed their hand-off requests
             node_jobs = {**world.state.node_jobs, **retry.state.node_jobs}
             again = self.applier.apply(actions, world.topology, world.instances, self._job_users,

@@ -33,8 +33,9 @@ from enum import Enum, StrEnum
 
 from slurmforge.hostlists import compress
 from slurmforge.service.actions import Action, MarkDown, PowerDown, Terminate
-from slurmforge.service.classify import LIVE, World, stale_machine
-from slurmforge.service.slurm import NodeState
+from slurmforge.service.assess import stale_machine
+from slurmforge.service.world import LIVE, World
+from slurmforge.slurm.client import NodeState
 
 
 class HoldReason(StrEnum):

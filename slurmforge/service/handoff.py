@@ -14,7 +14,7 @@ SlurmctldPrimaryOnProg (`slurmforge-control`) says a slurmctld took control: sta
 a crash or a stop, or a backup taking over. Such a slurmctld has recovered its nodes from
 the state file and never asks a POWERING_UP node to register (ping_nodes.c skips them), so a
 slurmd that registered with the slurmctld before it goes unheard until ResumeTimeout; the
-service replaces such a machine (service.classify, `stale_machine`). A reconfigure starts
+service replaces such a machine (service.assess, `stale_machine`). A reconfigure starts
 a new slurmctld too (24.11 re-executes it, with SLURMCTLD_RECONF set, and that one runs the
 program as well), but it saved its state first and pushes the config to every slurmd,
 which registers again: the program records nothing then.

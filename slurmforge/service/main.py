@@ -13,50 +13,30 @@ never at import.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
 
-from slurmforge.contract import SERVICE_PORT, SERVICE_STATE_DIR, AwsProviderSettings, read_settings
+from slurmforge.contract import SERVICE_PORT, SERVICE_STATE_DIR
 from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.hosts import controller_names
-from slurmforge.provider import Machines
+from slurmforge.provider import Machines, build_provider
 from slurmforge.service import handoff, web
 from slurmforge.service.daemon import LOOP_INTERVAL, Daemon, DaemonConfig
 from slurmforge.service.leader import Leadership
-from slurmforge.service.slurm import SlurmClient
 from slurmforge.service.state import Store
+from slurmforge.slurm.client import SlurmClient
 from slurmforge.spec.models import Cluster
 
 log = logging.getLogger(__name__)
 
 STATE_DIR = Path(SERVICE_STATE_DIR)
 DEFAULT_PORT = SERVICE_PORT  # Prometheus' scrape config names the same port
-
-
-def build_provider(spec: Cluster, settings: Mapping[str, Any]) -> Machines:
-    """aws: the EC2 provider here; any other target: `slurmforge.<kind>.provider` must
-    offer `service_provider(spec, settings) -> Machines`."""
-    kind = spec.target.kind
-    if kind == "aws":
-        from slurmforge.aws.provider import AwsProvider
-
-        return AwsProvider.from_settings(spec, read_settings(AwsProviderSettings, dict(settings)))
-    try:
-        module = importlib.import_module(f"slurmforge.{kind}.provider")
-    except ImportError as exc:
-        raise ProvisionError(f"no '{kind}' provider for the scheduler service: {exc}") from exc
-    factory = getattr(module, "service_provider", None)
-    if factory is None:
-        raise ProvisionError(f"slurmforge.{kind}.provider has no service_provider(spec, settings)")
-    return cast(Machines, factory(spec, settings))
 
 
 def load_provider(spec: Cluster, settings_file: Path | None) -> Machines:

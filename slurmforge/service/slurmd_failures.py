@@ -3,7 +3,7 @@ slurmd writes `<epoch> <slurmd's last fatal or error line>` to one file per node
 kit on the NAS (join.slurmd_failures_dir), which the service reads every loop. So a machine that
 cannot start slurmd - a GPU device file missing, a config it cannot read - is reported and
 replaced with its reason within a loop, not at ResumeTimeout; and a replacement that fails
-the same way twice stops replacing (classify.REPLACEMENT_STOPPED) instead of cycling.
+the same way twice stops replacing (slurm.reasons.REPLACEMENT_STOPPED) instead of cycling.
 """
 
 from __future__ import annotations

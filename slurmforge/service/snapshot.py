@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from slurmforge.provider import Quota
-from slurmforge.service.classify import replacement_stopped
 from slurmforge.service.guard import Hold, HoldReason
-from slurmforge.service.slurm import Job, NodeState, parse_tres
 from slurmforge.service.spend import Spend
 from slurmforge.service.state import Cooldown, Event
 from slurmforge.service.topology import Topology
+from slurmforge.slurm.client import Job, NodeState, parse_tres
+from slurmforge.slurm.reasons import replacement_stopped
 
 NODE_STATES = ("idle", "mixed", "allocated", "powering_up", "powered_down", "powering_down",
                "draining", "drained", "down", "other")
@@ -107,7 +107,7 @@ class PoolSnapshot:
     """Dollars this month (slurmforge.service.spend); None without prices."""
     stopped: tuple[tuple[str, str], ...] = ()
     """(node, Slurm's reason) of the static nodes whose replacement the service stopped: two
-    new machines failed the same way (classify.REPLACEMENT_STOPPED)."""
+    new machines failed the same way (slurm.reasons.REPLACEMENT_STOPPED)."""
 
     @property
     def total(self) -> int:

@@ -10,7 +10,7 @@
 - hand-off requests from the power-saving programs (the job each node is for);
 - interruption notices and their progress; per-node marks ("not responding since");
 - jobs kept off a replaced static node's new machine until the retries of RPCs sent to
-  its dead one are over (service.classify, STALE_RPC_WINDOW), and whether the service
+  its dead one are over (service.respond, STALE_RPC_WINDOW), and whether the service
   added the node to each job's ExcNodeList, so that it takes it out again;
 - recent events and counters for the pool page and /metrics.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from slurmforge.provider import Quota
 from slurmforge.service.handoff import Handoff, HandoffKind
-from slurmforge.service.slurm import parse_resume_file
+from slurmforge.slurm.client import parse_resume_file
 
 SCHEMA_VERSION = 2
 """2: cooldowns.quotas."""

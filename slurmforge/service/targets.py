@@ -19,8 +19,8 @@ from typing import Any
 
 from slurmforge.contract import NODE_EXPORTER_PORT
 from slurmforge.service.files import replace_if_changed
-from slurmforge.service.slurm import NodeState
 from slurmforge.service.topology import Topology
+from slurmforge.slurm.client import NodeState
 
 
 def is_scrapable(node: NodeState) -> bool:

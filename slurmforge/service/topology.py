@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from slurmforge.instance_types import ec2_quota
-from slurmforge.nodes import node_sets, pool_hardware
 from slurmforge.provider import Quota
 from slurmforge.spec.models import Cluster
+from slurmforge.spec.nodes import node_sets, pool_hardware
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from slurmforge.service.slurm import Job, NodeState, parse_tres
 from slurmforge.service.snapshot import display_state
 from slurmforge.service.topology import Topology
+from slurmforge.slurm.client import Job, NodeState, parse_tres
 
 Row = tuple[str, dict[str, str], float]
 

@@ -13,7 +13,7 @@ __all__ = ["API_VERSION", "Cluster", "load_spec", "parse_spec", "validate_data"]
 
 
 def __getattr__(name: str) -> Any:
-    # the loader imports the checks, which import slurmforge.nodes, which imports the
+    # the loader imports the checks, which import slurmforge.spec.nodes, which imports the
     # models: load it on first use so that importing the models alone has no cycle
     if name in ("load_spec", "parse_spec", "validate_data"):
         from slurmforge.spec import loader

@@ -333,7 +333,7 @@ class Pool(Model):
     gpus: Annotated[Count | None, Field(ge=0, le=64)] = None
     """GPUs per node to give Slurm; default: all the instance type has."""
     memory_mb: Annotated[Count | None, Field(ge=64, le=SLURM_U32_MAX)] = None
-    """RealMemory override; default: 92.5% of the instance type's memory (slurmforge.nodes)."""
+    """RealMemory override; default: 92.5% of the instance type's memory (slurmforge.spec.nodes)."""
     features: list[Feature] = Field(default_factory=new_list)
     min_nodes: Annotated[Count, Field(ge=0), AfterValidator(_node_count)] = 0
     max_nodes: Annotated[Count, Field(ge=1), AfterValidator(_node_count)]

@@ -10,9 +10,9 @@ the scheduler service, the health check or Slurm itself, a static node in power 
 
 from __future__ import annotations
 
-from slurmforge.nodes import NodeHardware
-from slurmforge.service.classify import held_by_admin
-from slurmforge.service.slurm import NodeState
+from slurmforge.slurm.client import NodeState
+from slurmforge.slurm.reasons import held_by_admin
+from slurmforge.spec.nodes import NodeHardware
 from slurmforge.validation.facts import found_wanted
 
 WORKING = frozenset({"idle", "mixed", "allocated"})

@@ -22,9 +22,9 @@ from slurmforge.contract import (
 )
 from slurmforge.hosts import HostRole, controller_name
 from slurmforge.monitoring import alert_rules, controller_address
-from slurmforge.nodes import node_names, node_sets, pool_hardware
 from slurmforge.render import MAIL_PROGRAM, render
-from slurmforge.service.slurm import NODES_COMMAND, parse_nodes
+from slurmforge.slurm.client import NODES_COMMAND, parse_nodes
+from slurmforge.spec.nodes import node_names, node_sets, pool_hardware
 from slurmforge.validation.conftest import (
     DMA_CONF,
     LMODRC,

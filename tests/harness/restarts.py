@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Self
 
 from slurmforge.errors import ProvisionError
-from slurmforge.service.slurm import NODES_COMMAND, parse_nodes
+from slurmforge.slurm.client import NODES_COMMAND, parse_nodes
 from tests.harness.faults import FAULT_JOB, clear_leftovers
 from tests.harness.live import LiveCluster, wait_until
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmforge.service.slurm import SlurmClient
+from slurmforge.slurm.client import SlurmClient
 from tests.harness import launches, mljobs
 from tests.integration.conftest import ROOT, Cluster_
 

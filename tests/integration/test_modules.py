@@ -21,7 +21,8 @@ import yaml
 from slurmforge.contract import LMOD_LIBEXEC
 from slurmforge.hosts import HostRole
 from slurmforge.inventory import read_inventory
-from slurmforge.remote.node import NodeExecutor, open_inventory
+from slurmforge.lmod.node import open_inventory
+from slurmforge.remote.node import NodeExecutor
 from tests.integration.conftest import ROOT, Cluster_
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from slurmforge.contract import ALERTMANAGER_PORT, PROMETHEUS_PORT, SERVICE_PORT
 from slurmforge.hosts import controller_name
 from slurmforge.inventory import read_inventory
 from slurmforge.monitoring import controller_address, render_monitoring, shared_mounts
-from slurmforge.nodes import node_names
+from slurmforge.spec.nodes import node_names
 from tests.harness.live import wait_until
 from tests.integration.conftest import Cluster_
 

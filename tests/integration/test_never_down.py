@@ -87,7 +87,7 @@ def test_a_replaced_static_node_takes_jobs_at_once_and_the_dead_machines_job_is_
     job that fits only that node submitted. The node takes that job as soon as its new
     slurmd registered (within 60 s of the kill), while the requeued job - kept off the node
     for the window in which an RPC retried for its dead machine may reach the new one
-    (classify.STALE_RPC_WINDOW) - runs again and COMPLETES: no stale RPC ended it."""
+    (service.respond.STALE_RPC_WINDOW) - runs again and COMPLETES: no stale RPC ended it."""
     from slurmforge.inventory import read_inventory
     from tests.harness.faults import JobNodes, dead_node
 

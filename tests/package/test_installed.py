@@ -120,7 +120,8 @@ def site_files(venv: Path) -> set[Path]:
 
 def test_the_wheel_holds_everything_the_product_runs(dists: Dists) -> None:
     """Every file of playbooks/, roles/, templates/, stacks/ and examples/ inside the package,
-    the live-cluster validation suite and the data files; no tests, benches or docs."""
+    every module of slurmforge/ (its sub-packages too), the live-cluster validation suite and
+    the data files; no tests, benches or docs."""
     held = names(dists.wheel)
     for shipped in package_data.SHIPPED:
         tree = {f"slurmforge/{shipped}/{p.relative_to(ROOT / shipped).as_posix()}"
@@ -129,6 +130,9 @@ def test_the_wheel_holds_everything_the_product_runs(dists: Dists) -> None:
     assert {"slurmforge/validation/conftest.py", "slurmforge/validation/test_cluster.py",
             "slurmforge/validation/test_ceph.py", "slurmforge/data/prices.yaml",
             "slurmforge/playbooks/ansible.cfg", "slurmforge/stacks/program.py"} <= held
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "slurmforge").rglob("*.py")
+               if "__pycache__" not in p.parts}
+    assert "slurmforge/slurm/client.py" in modules and modules <= held, sorted(modules - held)[:5]
     assert not [n for n in held if n.startswith(("tests/", "bench/", "docs/", "slurmforge/tests/"))]
     assert {n.split("/")[0] for n in held} == {"slurmforge", INFO.rstrip("/")}
 

@@ -27,9 +27,9 @@ from pathlib import Path
 from slurmforge.contract import JOIN_PROGRAM
 from slurmforge.hosts import controller_names
 from slurmforge.join import JoinSettings, render_join
-from slurmforge.nodes import node_names
-from slurmforge.routing import JOB_SUBMIT_SCRIPT
 from slurmforge.spec import Cluster
+from slurmforge.spec.nodes import node_names
+from slurmforge.spec.routing import JOB_SUBMIT_SCRIPT
 from tests.judge import Judge, node_image
 
 NODES_READY_SOURCE = Path(__file__).resolve().parents[2] / "roles/slurm_controller/files/slurmforge-nodes-ready"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from slurmforge.render import CRED_EXPIRE, render_all
-from slurmforge.service.slurm import SlurmClient
+from slurmforge.slurm.client import SlurmClient
 from slurmforge.spec import load_spec
 from tests.slurm.daemons import SlurmInJudge, parse_oneliner, running_slurmctld
 

@@ -23,11 +23,11 @@ from slurmforge.billing import billing_weights, partition_weights, pool_price
 from slurmforge.distro import release_tuple
 from slurmforge.local.image_cache import slurm_version
 from slurmforge.local.podman import Podman
-from slurmforge.nodes import NodeHardware, index_width, pool_hardware
 from slurmforge.render import NODES_READY_NEEDED_THROUGH, needs_nodes_ready, render_all
-from slurmforge.routing import routing
 from slurmforge.spec import Cluster, load_spec, validate_data
 from slurmforge.spec.models import AwsTarget, Partition
+from slurmforge.spec.nodes import NodeHardware, index_width, pool_hardware
+from slurmforge.spec.routing import routing
 from slurmforge.spec.slurmtime import parse_slurm_time
 from tests.judge import Judge, node_image
 from tests.slurm.daemons import (

@@ -24,15 +24,15 @@ from test_service_daemon import FakeSlurm
 from test_service_world import POWERED_DOWN, POWERING_UP, SPEC, Clock, node, spec
 
 from slurmforge.aws.provider import AwsProvider, TokenBucket, fleet_error, parse_interruption, pool_machine_filters
-from slurmforge.contract import AwsProviderSettings
+from slurmforge.contract import AwsProviderSettings, settings_json
 from slurmforge.errors import ProvisionError, SpecError
 from slurmforge.hosts import TAG_ACCOUNT, TAG_CLUSTER, TAG_JOB, TAG_LINK, TAG_NODE, TAG_POOL, TAG_TOKEN, TAG_USER
-from slurmforge.provider import THROTTLED, InstanceState, LaunchRequest
+from slurmforge.provider import THROTTLED, InstanceState, LaunchRequest, build_provider
 from slurmforge.service import handoff
 from slurmforge.service.daemon import Daemon, DaemonConfig
-from slurmforge.service.slurm import Job
 from slurmforge.service.state import Store
 from slurmforge.service.topology import topology
+from slurmforge.slurm.client import Job
 from slurmforge.spec import Cluster, load_spec
 
 pytestmark = pytest.mark.unit
@@ -462,6 +462,10 @@ def test_from_settings_builds_clients_without_io(monkeypatch: pytest.MonkeyPatch
     assert aws.ec2.meta.config.retries["total_max_attempts"] == 1  # retries are the provider's own
     with pytest.raises(ProvisionError, match="settings are for region eu-west-1"):
         AwsProvider.from_settings(spec(), replace(settings, region="eu-west-1"))
+    built = build_provider(spec(), settings_json(settings))  # as the daemon and `down` build it
+    assert isinstance(built, AwsProvider) and built.templates == aws.templates and built.queue_url == aws.queue_url
+    with pytest.raises(ProvisionError, match="unknown"):
+        build_provider(spec(), settings_json(settings) | {"subnet": "x"})
 
 
 # --------------------------------------------------------------------------- with the daemon

@@ -19,9 +19,9 @@ from slurmforge.billing import (
     pool_price,
 )
 from slurmforge.instance_types import load_instance_types, load_prices, price
-from slurmforge.nodes import pool_hardware
 from slurmforge.render import render
 from slurmforge.spec import Cluster, load_spec, validate_data
+from slurmforge.spec.nodes import pool_hardware
 
 pytestmark = pytest.mark.unit
 

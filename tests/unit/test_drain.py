@@ -23,8 +23,8 @@ from slurmforge.drain import (
     registered_since,
 )
 from slurmforge.errors import ProvisionError
-from slurmforge.service.classify import held_by_admin, is_recoverable
-from slurmforge.service.slurm import Job, NodeState, SlurmClient
+from slurmforge.slurm.client import Job, NodeState, SlurmClient
+from slurmforge.slurm.reasons import held_by_admin, is_recoverable
 
 pytestmark = pytest.mark.unit
 

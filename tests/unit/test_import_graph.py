@@ -1,23 +1,27 @@
 """The package's imports run one way: no module imports itself back through others, and no
-import runs up the layers below.
+import runs up the layers below; the same holds folder by folder (a sub-package of
+slurmforge/ is one room, a top-level module its own; a folder stands on the highest layer
+any of its modules is on).
 
 The layers, top first (a module may import its own layer and those under it):
 
 - face: the command line.
-- targets: a target's code (slurmforge/local, slurmforge/aws): it drives the operations.
+- targets: a target's code (slurmforge/local, slurmforge/aws, a cluster's status from its
+  inventory): it drives the operations.
 - operations: what acts on a cluster - the scheduler service, the plan, the live-cluster
-  validation, bring-up, rollout, cost, the Lmod publisher's commands, remote execution on
-  a cluster's nodes (it reads the inventory).
+  validation, bring-up, rollout, cost, the Lmod publisher's commands and its build node
+  (it reads the inventory).
 - cluster: what is made of a spec - checks, inventory, rendered configs, the join program,
   the node image, Lmod modulefiles, secrets.
 - base: the spec's models, host names, errors, the contract with the roles, the service's
-  provider interface, tables, the package's own files, where state lives.
+  provider interface, the Slurm client, running a command on one machine (remote/), tables,
+  the package's own files, where state lives.
 
 Imports made only for type checking (`if TYPE_CHECKING:`) do not run and are not counted.
-Two imports run up: the service builds its provider by the target's kind
-(service.main.build_provider), and the AWS provider is imported by name there; the spec
-package hands on its loader (which runs the checks) on first use, so that importing the
-models alone loads nothing above them.
+One import runs up: the spec package hands on its loader (which runs the checks) on first
+use, so that importing the models alone loads nothing above them. A target's provider is
+built by the target's kind (provider.build_provider loads `slurmforge.<kind>.provider`), so
+neither the service nor the interface imports a target.
 """
 
 from __future__ import annotations
@@ -34,23 +38,23 @@ PACKAGE = "slurmforge"
 
 LAYERS: list[tuple[str, list[str]]] = [
     ("face", ["slurmforge.cli", "slurmforge.__main__"]),
-    ("targets", ["slurmforge.local", "slurmforge.aws", "slurmforge.remote.cluster"]),
+    ("targets", ["slurmforge.local", "slurmforge.aws", "slurmforge.cluster_status"]),
     ("operations", ["slurmforge.service", "slurmforge.plan", "slurmforge.validation", "slurmforge.bringup",
                     "slurmforge.rollout", "slurmforge.ui", "slurmforge.cost", "slurmforge.report",
-                    "slurmforge.lmod.cli", "slurmforge.remote.node", "slurmforge.fleet", "slurmforge.rotate",
+                    "slurmforge.lmod.cli", "slurmforge.lmod.node", "slurmforge.fleet", "slurmforge.rotate",
                     "slurmforge.drain"]),
     ("cluster", ["slurmforge.spec.checks", "slurmforge.spec.loader", "slurmforge.inventory", "slurmforge.join",
                  "slurmforge.render", "slurmforge.monitoring", "slurmforge.ceph", "slurmforge.accounting",
                  "slurmforge.image", "slurmforge.image_variant", "slurmforge.upgrade", "slurmforge.secrets",
-                 "slurmforge.lmod", "slurmforge.routing", "slurmforge.billing", "slurmforge.nodes"]),
+                 "slurmforge.lmod", "slurmforge.spec.routing", "slurmforge.billing", "slurmforge.spec.nodes"]),
     ("base", ["slurmforge.spec", "slurmforge.hosts", "slurmforge.errors", "slurmforge.contract",
               "slurmforge.distro", "slurmforge.instance_types", "slurmforge.provider", "slurmforge.package_data",
               "slurmforge.templating", "slurmforge.tables", "slurmforge.console", "slurmforge.connection",
               "slurmforge.hostlists", "slurmforge.state_dirs", "slurmforge.wheel", "slurmforge.remote",
-              "slurmforge.target", "slurmforge.confirm", "slurmforge.progress",
+              "slurmforge.target", "slurmforge.confirm", "slurmforge.progress", "slurmforge.slurm",
               "slurmforge"]),
 ]
-UPWARD = {("slurmforge.service.main", "slurmforge.aws.provider"), ("slurmforge.spec", "slurmforge.spec.loader")}
+UPWARD = {("slurmforge.spec", "slurmforge.spec.loader")}
 """Imports allowed to run up, each for the reason the module's docstring gives."""
 
 
@@ -148,12 +152,42 @@ def upward(edges: dict[str, set[str]]) -> list[str]:
                   if layer(dst) < layer(src) and (src, dst) not in UPWARD)
 
 
+def folder(module: str) -> str:
+    """The room a module is in: its sub-package of slurmforge/, or itself at the top."""
+    return ".".join(module.split(".")[:2])
+
+
+def folders(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The folder graph: an arrow between two rooms for every import between their modules."""
+    rooms: dict[str, set[str]] = {folder(m): set() for m in edges}
+    for src, targets in edges.items():
+        rooms[folder(src)] |= {folder(dst) for dst in targets} - {folder(src)}
+    return rooms
+
+
+def folder_upward(edges: dict[str, set[str]]) -> list[str]:
+    """Imports from a folder to one standing on a higher layer (a folder's layer: its highest module's)."""
+    top: dict[str, int] = {}
+    for module in edges:
+        top[folder(module)] = min(top.get(folder(module), len(LAYERS)), layer(module))
+    return sorted(f"{src} -> {dst}" for src, targets in edges.items() for dst in targets
+                  if (src, dst) not in UPWARD and top[folder(dst)] < top[folder(src)])
+
+
 def test_no_module_imports_itself_back() -> None:
     assert cycles(graph()) == []
 
 
 def test_no_import_runs_up_the_layers() -> None:
     assert upward(graph()) == []
+
+
+def test_no_folder_imports_itself_back() -> None:
+    assert cycles(folders(graph())) == []
+
+
+def test_no_import_runs_up_to_a_higher_folder() -> None:
+    assert folder_upward(graph()) == []
 
 
 def test_every_exception_is_still_needed() -> None:
@@ -179,3 +213,15 @@ def test_the_checks_find_a_cycle_and_an_upward_import() -> None:
     source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from slurmforge.spec import Cluster\n" \
              "def f():\n    from slurmforge.render import render_all\n"
     assert imports(source, {"slurmforge.spec", "slurmforge.render"}) == {"slurmforge.render"}
+
+
+def test_the_folder_checks_find_a_cycle_and_an_upward_import() -> None:
+    """What the package had before: remote/ holding both the executor every operation
+    uses and a target's status (a loop through local/), and join.py importing lmod/."""
+    edges = {"slurmforge.remote.cluster": {"slurmforge.local.up"}, "slurmforge.local.up": {"slurmforge.bringup"},
+             "slurmforge.bringup": {"slurmforge.remote.executor"}, "slurmforge.remote.executor": set(),
+             "slurmforge.join": {"slurmforge.lmod.tools"}, "slurmforge.lmod.cli": set(), "slurmforge.lmod.tools": set()}
+    assert cycles(edges) == []
+    assert cycles(folders(edges)) == [["slurmforge.bringup", "slurmforge.local", "slurmforge.remote"]]
+    assert folder_upward(edges) == ["slurmforge.join -> slurmforge.lmod.tools",
+                                    "slurmforge.remote.cluster -> slurmforge.local.up"]

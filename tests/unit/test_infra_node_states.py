@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from test_service_world import node
 
-from slurmforge.nodes import NodeHardware
+from slurmforge.spec.nodes import NodeHardware
 from slurmforge.validation.node_states import hardware_problem, state_problem
 
 pytestmark = pytest.mark.unit

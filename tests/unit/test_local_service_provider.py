@@ -25,8 +25,7 @@ from slurmforge.hosts import TAG_LINK, TAG_TOKEN
 from slurmforge.local.api import PodmanApi
 from slurmforge.local.container import compute_container
 from slurmforge.local.provider import STOP_GRACE, PoolMachines, service_provider
-from slurmforge.provider import CapacityError, Instance, InstanceState, LaunchRequest, Provisioner
-from slurmforge.service.main import build_provider
+from slurmforge.provider import CapacityError, Instance, InstanceState, LaunchRequest, Provisioner, build_provider
 from slurmforge.spec import load_spec
 
 pytestmark = pytest.mark.unit

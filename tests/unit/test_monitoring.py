@@ -18,8 +18,8 @@ from test_service_world import spec as aws_spec
 from slurmforge.contract import ALERT_RULES_FILE, ALERTMANAGER_PORT, TARGETS_FILE
 from slurmforge.hosts import Host, HostRole, controller_name, login_names
 from slurmforge.monitoring import alert_rules, render_monitoring, shared_mounts
-from slurmforge.nodes import node_sets, pool_hardware
 from slurmforge.spec import Cluster, load_spec, parse_spec
+from slurmforge.spec.nodes import node_sets, pool_hardware
 from tests.judge import Judge
 
 pytestmark = pytest.mark.unit

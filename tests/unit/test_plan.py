@@ -28,7 +28,7 @@ from slurmforge.plan.deployed import Deployed, LivePartition
 from slurmforge.plan.engine import CHANGES_EXIT, ClusterPlan, PlanError, Row, make_plan, node_places
 from slurmforge.plan.show import plan_table
 from slurmforge.render import render_all
-from slurmforge.service.slurm import Job, NodeState
+from slurmforge.slurm.client import Job, NodeState
 from slurmforge.spec import Cluster, validate_data
 from slurmforge.tables import Format, render
 

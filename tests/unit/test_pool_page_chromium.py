@@ -25,9 +25,9 @@ from slurmforge.cost import SACCT_FIELDS
 from slurmforge.hosts import TAG_CLUSTER
 from slurmforge.service import handoff
 from slurmforge.service.daemon import Daemon, DaemonConfig
-from slurmforge.service.slurm import SlurmClient
 from slurmforge.service.state import Store
 from slurmforge.service.web import serve
+from slurmforge.slurm.client import SlurmClient
 from slurmforge.spec import load_spec
 from tests.chromium import Chromium
 

@@ -14,8 +14,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from slurmforge.nodes import pool_hardware
 from slurmforge.spec.models import Pool
+from slurmforge.spec.nodes import pool_hardware
 from tests.harness.rehearsal.memory import (
     MEMTOTAL_FILE,
     PRELOAD,

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from slurmforge.errors import ModuleError, NeedsRoot, NoCluster, NodeUnreachable
 from slurmforge.hosts import Host, HostRole
 from slurmforge.lmod.cli import modules_app
-from slurmforge.remote.node import NodeExecutor, build_host, executor_for
+from slurmforge.lmod.node import build_host
+from slurmforge.remote.node import NodeExecutor, executor_for
 
 pytestmark = pytest.mark.unit
 
@@ -141,7 +142,8 @@ def test_the_lmod_role_and_the_cli_name_the_same_cache_and_libexec() -> None:
     the same tool: a drift would leave one of them refreshing a cache nobody reads."""
     from test_contract import role_default
 
-    from slurmforge.lmod.tools import DEBIAN_LIBEXEC, cluster_cache_dir
+    from slurmforge.contract import cluster_cache_dir
+    from slurmforge.lmod.tools import DEBIAN_LIBEXEC
 
     assert role_default("lmod", "lmod_libexec") == DEBIAN_LIBEXEC
     from slurmforge.join import lmod_paths

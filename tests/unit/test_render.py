@@ -13,8 +13,8 @@ import yaml
 
 from slurmforge import contract
 from slurmforge.render import CONFIG_FILES, render_all, slurm_kv
-from slurmforge.routing import JOB_SUBMIT_SCRIPT
 from slurmforge.spec import load_spec, parse_spec, validate_data
+from slurmforge.spec.routing import JOB_SUBMIT_SCRIPT
 
 pytestmark = pytest.mark.unit
 

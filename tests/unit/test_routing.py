@@ -12,9 +12,9 @@ import yaml
 
 from slurmforge.errors import SpecError
 from slurmforge.render import lua_string, render_all
-from slurmforge.routing import pool_partition, pool_partitions, routing
 from slurmforge.spec import validate_data
 from slurmforge.spec.models import Cluster
+from slurmforge.spec.routing import pool_partition, pool_partitions, routing
 
 pytestmark = pytest.mark.unit
 

@@ -56,9 +56,10 @@ from slurmforge.service.actions import (
     Terminate,
     Unbind,
 )
-from slurmforge.service.classify import STALE_RPC_WINDOW, NodeStatus, classify, launch_token
+from slurmforge.service.assess import NodeStatus
+from slurmforge.service.classify import classify
 from slurmforge.service.handoff import HandoffKind
-from slurmforge.service.slurm import Job
+from slurmforge.service.respond import STALE_RPC_WINDOW
 from slurmforge.service.slurmd_failures import SlurmdFailure, parse_failure, read_failures
 from slurmforge.service.state import (
     KEEP_ADDED,
@@ -71,6 +72,8 @@ from slurmforge.service.state import (
     ServiceState,
     SignalledJob,
 )
+from slurmforge.service.sweeps import launch_token
+from slurmforge.slurm.client import Job
 
 pytestmark = pytest.mark.unit
 
@@ -553,7 +556,7 @@ def test_node_state_x_cloud_state(name: str) -> None:
 
 
 def test_every_status_is_covered_by_the_table() -> None:
-    from slurmforge.service.classify import Context
+    from slurmforge.service.assess import Context
 
     seen = set()
     for builder, _ in CASES.values():
@@ -757,7 +760,7 @@ def test_signalled_jobs_not_read_is_no_decision() -> None:
 
 def test_a_lost_mount_waits_for_every_other_nodes_check() -> None:
     from slurmforge.render import HEALTH_CHECK_INTERVAL
-    from slurmforge.service.classify import MOUNT_GRACE
+    from slurmforge.service.assess import MOUNT_GRACE
 
     assert MOUNT_GRACE >= 2 * HEALTH_CHECK_INTERVAL
 

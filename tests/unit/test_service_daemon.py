@@ -19,8 +19,8 @@ from slurmforge.hosts import TAG_POOL
 from slurmforge.provider import Instance, InstanceState, Interruption, LaunchRequest, LaunchResult, Machines
 from slurmforge.service import handoff
 from slurmforge.service.daemon import Daemon, DaemonConfig
-from slurmforge.service.slurm import Job, NodeState, SlurmClient
 from slurmforge.service.state import Binding, Store
+from slurmforge.slurm.client import Job, NodeState, SlurmClient
 from slurmforge.spec import load_spec
 
 pytestmark = pytest.mark.unit
@@ -483,7 +483,7 @@ def test_service_entry_point_runs_one_loop(env: dict[str, Path], monkeypatch: py
 
 def test_unknown_target_has_no_service_provider() -> None:
     from slurmforge.errors import ProvisionError
-    from slurmforge.service.main import build_provider
+    from slurmforge.provider import build_provider
 
     lab = load_spec(Path(__file__).parents[2] / "examples" / "lab.yaml")
     with pytest.raises(ProvisionError, match="static"):

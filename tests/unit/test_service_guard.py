@@ -19,10 +19,10 @@ from slurmforge.provider import Instance, InstanceState
 from slurmforge.service.actions import MarkDown
 from slurmforge.service.applier import Applier
 from slurmforge.service.daemon import Daemon
-from slurmforge.service.slurm import Job, SlurmClient, parse_jobs, parse_nodes
 from slurmforge.service.state import Store
 from slurmforge.service.topology import topology
 from slurmforge.service.web import metrics_text, render_page
+from slurmforge.slurm.client import Job, SlurmClient, parse_jobs, parse_nodes
 from slurmforge.spec import load_spec
 
 pytestmark = pytest.mark.unit

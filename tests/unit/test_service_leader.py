@@ -12,7 +12,7 @@ from pathlib import Path
 
 from slurmforge.service.guard import HoldReason
 from slurmforge.service.leader import Leadership, in_control
-from slurmforge.service.slurm import SlurmClient, parse_ping
+from slurmforge.slurm.client import SlurmClient, parse_ping
 
 HOSTS = ["dev-controller", "dev-controller-backup"]
 # `scontrol ping --json` of Slurm 24.11 with the primary down (trimmed: meta, errors, warnings)

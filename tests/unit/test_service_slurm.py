@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurmforge.errors import SlurmAnswerError, SlurmCommandError
-from slurmforge.service.slurm import (
+from slurmforge.slurm.client import (
     SlurmClient,
     gres_count,
     hostlist_chunks,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from slurmforge.cost import SACCT_FIELDS, Period, month_start
-from slurmforge.service.slurm import SlurmClient
 from slurmforge.service.spend import SpendTracker
+from slurmforge.slurm.client import SlurmClient
 from slurmforge.spec import load_spec
 
 pytestmark = pytest.mark.unit

@@ -21,12 +21,12 @@ from test_service_world import NOW, Clock, node
 
 from slurmforge.errors import SlurmCommandError
 from slurmforge.provider import Instance, InstanceState, LaunchRequest, LaunchResult, Machines
-from slurmforge.service.classify import STALE_RPC_WINDOW
 from slurmforge.service.daemon import Daemon, DaemonConfig
 from slurmforge.service.leader import Leadership
-from slurmforge.service.slurm import Job, NodeState
+from slurmforge.service.respond import STALE_RPC_WINDOW
 from slurmforge.service.state import Store
 from slurmforge.service.web import metrics_text
+from slurmforge.slurm.client import Job, NodeState
 from slurmforge.spec import load_spec
 
 pytestmark = pytest.mark.unit

@@ -22,10 +22,10 @@ from test_service_world import (
     topo,
 )
 
-from slurmforge.service.slurm import Job, NodeState, Tres, parse_jobs, parse_nodes, parse_tres
 from slurmforge.service.targets import dynamic_targets, write_targets
 from slurmforge.service.topology import topology
 from slurmforge.service.usage import Row, usage_rows
+from slurmforge.slurm.client import Job, NodeState, Tres, parse_jobs, parse_nodes, parse_tres
 from slurmforge.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

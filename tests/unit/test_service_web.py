@@ -22,11 +22,11 @@ from test_service_world import (
 )
 
 from slurmforge.provider import Quota
-from slurmforge.service.slurm import Job
 from slurmforge.service.snapshot import ClusterSnapshot, build_snapshot, display_state
 from slurmforge.service.spend import Spend
 from slurmforge.service.state import Cooldown, Event
 from slurmforge.service.web import environment, metrics_text, pools_table, render_page, serve
+from slurmforge.slurm.client import Job
 from slurmforge.tables import Format, render
 
 pytestmark = pytest.mark.unit

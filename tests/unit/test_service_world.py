@@ -10,11 +10,11 @@ import pytest
 
 from slurmforge.hosts import TAG_CLUSTER, TAG_LINK, TAG_NODE, TAG_POOL
 from slurmforge.provider import Instance, InstanceState
-from slurmforge.service.classify import Tunables, World
-from slurmforge.service.slurm import NodeState
 from slurmforge.service.slurmd_failures import SlurmdFailure
 from slurmforge.service.state import ServiceState
 from slurmforge.service.topology import Topology, topology
+from slurmforge.service.world import Tunables, World
+from slurmforge.slurm.client import NodeState
 from slurmforge.spec import Cluster, parse_spec
 
 pytestmark = pytest.mark.unit

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from slurmforge.errors import Problem, SortedListing
 from slurmforge.instance_types import lookup
-from slurmforge.nodes import NodeHardware
 from slurmforge.spec.checks.registry import check, cycles, dupes, hardware, is_aws
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market
+from slurmforge.spec.nodes import NodeHardware
 
 # EC2 nodes take 2-6 minutes from RunInstances to a registered slurmd.
 MIN_AWS_RESUME_TIMEOUT = 300

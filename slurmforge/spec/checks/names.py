@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 from slurmforge.contract import SERVICE_USER, SLURMRESTD_USER
 from slurmforge.errors import Problem
-from slurmforge.nodes import index_width, node_index
 from slurmforge.spec.checks.registry import check, dupes, head_names
 from slurmforge.spec.models import ROOT_ACCOUNT, Cluster, StaticTarget
+from slurmforge.spec.nodes import index_width, node_index
 
 # Slurm's limit on a node name (hostnames longer than this break DNS as well).
 MAX_NODE_NAME = 63

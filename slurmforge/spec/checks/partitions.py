@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from slurmforge.errors import Problem, SortedListing, listing
-from slurmforge.routing import pool_partitions
 from slurmforge.spec.checks.registry import check, dupes, hardware, reaching_on_demand
 from slurmforge.spec.models import Cluster, Market, Pool, PoolKind
+from slurmforge.spec.routing import pool_partitions
 from slurmforge.spec.slurmtime import parse_slurm_time
 
 # Slurm's node Weight when none is set (man slurm.conf).

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 from slurmforge.errors import Problem
 from slurmforge.instance_types import InstanceType, load_instance_types, lookup
-from slurmforge.nodes import SCHEDULABLE_MEMORY
 from slurmforge.spec.checks.registry import check, dupes, hardware, is_aws
 from slurmforge.spec.models import MAX_SLURM_NODES, Cluster, LocalTarget, PoolKind
+from slurmforge.spec.nodes import SCHEDULABLE_MEMORY
 
 # A local node is a container on this machine; larger claims let Slurm place jobs the
 # machine cannot run (config_overrides makes slurmd trust the spec).

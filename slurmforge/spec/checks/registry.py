@@ -8,8 +8,8 @@ from typing import TypeVar
 
 from slurmforge.errors import Problem
 from slurmforge.hosts import login_names
-from slurmforge.nodes import NodeHardware, ceph_host_name, pool_hardware
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market, Pool, StaticHost, StaticTarget
+from slurmforge.spec.nodes import NodeHardware, ceph_host_name, pool_hardware
 
 Check = Callable[[Cluster], Iterator[Problem]]
 T = TypeVar("T", bound=Hashable)

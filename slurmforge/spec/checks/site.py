@@ -20,11 +20,11 @@ from slurmforge.hosts import (
     login_subnets,
 )
 from slurmforge.instance_types import lookup
-from slurmforge.nodes import node_names, pool_hostlist
 from slurmforge.spec.checks.addresses import daemon_ports, reached_hosts
 from slurmforge.spec.checks.people import mariadb_reserved_words
 from slurmforge.spec.checks.registry import check, dupes, is_aws, per_run, static_hosts
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, RestApi, StaticTarget, is_domain
+from slurmforge.spec.nodes import node_names, pool_hostlist
 
 # AWS accepts VPC and subnet netmasks from /16 to /28, and keeps 5 addresses of every subnet.
 AWS_PREFIXES = range(16, 29)

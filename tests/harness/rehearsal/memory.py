@@ -18,7 +18,7 @@ Each machine therefore gets, from outside its image as its drop-in for AWS's end
   `_SC_PHYS_PAGES` from the machine's figure; every other sysconf name is glibc's;
 - the figure, in KiB, in MEMTOTAL_FILE: the type's memory (EC2's DescribeInstanceTypes,
   `MemoryInfo.SizeInMiB`, as the stand-in's moto answers it) less what the kernel keeps, the
-  reserve slurmforge promises a pool node by (`slurmforge.nodes.SCHEDULABLE_MEMORY`,
+  reserve slurmforge promises a pool node by (`slurmforge.spec.nodes.SCHEDULABLE_MEMORY`,
   Karpenter's documented VM_MEMORY_OVERHEAD_PERCENT): a type's machine has exactly the default
   RealMemory slurmforge writes for it, and a node promised more is judged by slurmctld's own
   rule (`validate_node_specs`, src/slurmctld/node_mgr.c: drained when it registers less than
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmforge.errors import ProvisionError
-from slurmforge.nodes import SCHEDULABLE_MEMORY
+from slurmforge.spec.nodes import SCHEDULABLE_MEMORY
 
 SHIM_PATH = "/usr/lib/slurmforge-rehearsal/memtotal.so"
 """Where a machine sees the shim (outside ldconfig's directories)."""

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slurmforge.nodes import pool_hardware
 from slurmforge.spec.models import Cluster, Partition, PoolKind
+from slurmforge.spec.nodes import pool_hardware
 
 JOB_SUBMIT_SCRIPT = "job_submit.lua"
 """Slurm reads it from the directory slurm.conf is in (get_extra_conf_path)."""

@@ -1,4 +1,5 @@
-"""The service's Slurm client: argument lists (never shell strings), JSON where Slurm has it.
+"""slurmforge's Slurm client (the scheduler service's, the plan's, the drain's and the live-cluster
+validation's): argument lists (never shell strings), JSON where Slurm has it.
 
 Slurm 24.11 (Debian 13) facts this module relies on, checked against a running 24.11.5
 slurmctld (data_parser v0.0.42; samples in tests/unit/slurm_json):
