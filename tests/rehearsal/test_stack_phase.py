@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ import pytest
 from slurmforge.state_dirs import secrets_dir
 from tests.harness.rehearsal import stack_phase
 from tests.harness.rehearsal.machines import LABEL
+from tests.harness.rehearsal.memory import memtotal_kib, type_memory_mib
 from tests.harness.rehearsal.stack import DYNAMIC
 from tests.harness.rehearsal.stand_in import StandIn, stand_in
 
@@ -91,6 +93,24 @@ def _reads_as(aws: StandIn, role_name: str, secrets: dict[str, str]) -> dict[str
     return found
 
 
+def _measured_memory(aws: StandIn) -> dict[str, tuple[str, int]]:
+    """Each running pool machine: its instance type and the memory its slurmd measures
+    (`slurmd -C`'s RealMemory, what it registers with)."""
+    found = {}
+    for r in aws.session.client("ec2").describe_instances(Filters=[
+            {"Name": "tag:slurmforge:pool", "Values": ["cpu"]},
+            {"Name": "instance-state-name", "Values": ["running"]}])["Reservations"]:
+        for i in r["Instances"]:
+            machine = aws.machines.machines.get(i["InstanceId"])
+            if machine is None:
+                continue
+            said = subprocess.run(["podman", "exec", machine.container, "slurmd", "-C"], capture_output=True,
+                                  text=True).stdout
+            real = re.search(r"RealMemory=(\d+)", said)
+            found[i["InstanceId"]] = (i["InstanceType"], int(real.group(1)) if real else -1)
+    return found
+
+
 @pytest.fixture(scope="module")
 def rehearsed() -> Iterator[Rehearsed]:
     reuse = os.environ.get("SLURMFORGE_REHEARSAL_REBAKE") != "1"
@@ -115,6 +135,7 @@ def rehearsed() -> Iterator[Rehearsed]:
             "pool instances": [i for r in aws.session.client("ec2").describe_instances(Filters=[
                 {"Name": "tag:slurmforge:pool", "Values": ["cpu"]}])["Reservations"] for i in r["Instances"]],
             "fleets": aws.session.client("ec2").describe_fleets()["Fleets"],
+            "measured memory": _measured_memory(aws),
             "imds": list(aws.imds.answered),
         }
         found["compute reads"] = _reads_as(aws, f"{stack_phase.CLUSTER}-compute", phase.run.outputs["secret_arns"])
@@ -195,6 +216,18 @@ def test_a_first_job_launches_the_pool_through_ec2_fleet_and_its_ranks_find_each
     credentials = {who for who, method, path, status in found["imds"]
                    if path.endswith(f"security-credentials/{stack_phase.CLUSTER}-compute") and status == 200}
     assert credentials and credentials <= ids | by_pool
+
+
+def test_a_pool_machine_measures_the_memory_its_type_has_not_the_boxs(rehearsed: Rehearsed) -> None:
+    """slurmd on a pool machine registers its instance type's memory less the kernel's share
+    (the stand-in's shim), as on EC2 - not this box's 24 GiB, which would let a RealMemory
+    no instance of the type has pass here and drain the node there."""
+    ec2 = rehearsed.aws.session.client("ec2")
+    measured = rehearsed.before_destroy["measured memory"]
+    assert measured, "no running pool machine to measure"
+    for instance, (itype, real) in measured.items():
+        want = memtotal_kib(type_memory_mib(ec2, itype)) // 1024
+        assert real == want, f"{instance} ({itype}): slurmd measures {real} MiB, the type has {want}"
 
 
 def test_down_releases_every_pool_machine_and_no_head_node(rehearsed: Rehearsed) -> None:
