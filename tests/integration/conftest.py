@@ -131,7 +131,11 @@ def empty_queue(live: LiveCluster, after: str) -> None:
         warnings.warn(f"after {after}: could not empty the queue: {exc}", stacklevel=1)
 
 
-_QUEUE_CHECKED_AT_START: list[bool] = []
+@pytest.fixture(scope="session")
+def queue_empty_at_start(cluster: Cluster_) -> None:
+    """Jobs an earlier run left (a run killed half-way, a machine restored with jobs queued)
+    cancelled once, before the first live test."""
+    empty_queue(cluster.live(), "an earlier run")
 
 
 @pytest.fixture(autouse=True)
@@ -139,12 +143,10 @@ def no_job_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every live test leaves the queue as it found it: empty. A test that failed half-way
     (or forgot a job) has its jobs cancelled here, with a warning naming them, so the next
     test does not wait behind them for a node (a 30-minute job held the static node every
-    later test needs, and ten tests failed behind one). Before the first test, the same for
-    jobs an earlier run left (a run killed half-way, a machine restored with jobs queued)."""
+    later test needs, and ten tests failed behind one)."""
     uses_cluster = "cluster" in request.fixturenames
-    if uses_cluster and not _QUEUE_CHECKED_AT_START:
-        _QUEUE_CHECKED_AT_START.append(True)
-        empty_queue(request.getfixturevalue("cluster").live(), "an earlier run")
+    if uses_cluster:
+        request.getfixturevalue("queue_empty_at_start")
     yield
     if uses_cluster:
         empty_queue(request.getfixturevalue("cluster").live(), request.node.nodeid)
