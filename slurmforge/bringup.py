@@ -5,8 +5,10 @@ local container, ssh otherwise: `remote.node.executor_for`), never through a pro
 
 `slurmforge up --local` runs them around what only the local target does (image, containers,
 powered-down nodes); `slurmforge rollout --inventory` rolls out any inventory, an AWS stack's
-or a local cluster's, with the same skip. Writing the inventory (`inventory.write_inventory`)
-and validating the live cluster (`validation.validate_inventory`) are the other shared steps.
+or a local cluster's, with the same skip. Both end by waiting until the cluster answers
+(`await_ready`): a bring-up that returns 0 has a cluster that runs jobs. Writing the
+inventory (`inventory.write_inventory`) and validating the live cluster
+(`validation.validate_inventory`) are the other shared steps.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from slurmforge.rollout import (
     skipped_parts,
     stale_parts,
 )
+from slurmforge.slurm.reasons import HEALTH_REASON
 from slurmforge.spec import Cluster
 from slurmforge.state_dirs import default_inventory
 from slurmforge.state_dirs import log_dir as log_dir  # where rollouts log (bringup.log_dir)
@@ -112,6 +115,92 @@ def push_users(inventory: Path, ui: Phases) -> list[str]:
     if changed:
         ui.note(f"users and groups changed on the running dynamic node(s) {', '.join(changed)}")
     return changed
+
+
+READY_TIMEOUT = 180.0
+"""How long a bring-up waits for the cluster to answer: a node's health check runs every 30 s,
+and lifts a drain of its own once what it checks answers again."""
+IN_SERVICE = {"idle", "mixed", "allocated", "completing", "planned", "reserved"}
+"""sinfo's %T states of a node that takes jobs (its flag characters stripped)."""
+FLAGS = "*~#!%$@^-+"
+"""sinfo's state suffixes: * not responding, ~ powered down, # powering up, ! powering down,
+% powering down, $ maintenance, @ reboot pending, ^ rebooting, - planned, + several."""
+SINFO_READY = ["sinfo", "-N", "-h", "-o", "%N|%T|%E"]
+CEPH_HEALTH = ["timeout", "20", "ceph", "health", "--connect-timeout", "15"]
+CEPH_UNITS = ["systemctl", "list-units", "--failed", "--no-legend", "--plain", "ceph-*"]
+
+
+def node_problems(sinfo: str, static: Sequence[str]) -> tuple[list[str], list[str]]:
+    """`SINFO_READY`'s answer -> (problems, notes) for the static compute nodes: a node that
+    is not in service, or does not answer, is a problem unless an admin took it out (a drain
+    whose reason is not the health check's: left as it is, a note)."""
+    seen: dict[str, tuple[str, str]] = {}
+    for line in sinfo.splitlines():
+        name, _, rest = line.strip().partition("|")
+        state, _, reason = rest.partition("|")
+        seen.setdefault(name, (state, reason.strip()))
+    problems, notes = [], []
+    for name in static:
+        if name not in seen:
+            problems.append(f"{name}: not in Slurm's node list")
+            continue
+        state, reason = seen[name]
+        base = state.rstrip(FLAGS)
+        said = f"{name}: {state}" + (f" ({reason})" if reason and reason != "none" else "")
+        if base in IN_SERVICE and "*" not in state:
+            continue
+        if base.startswith("drain") and "*" not in state and not reason.startswith(HEALTH_REASON):
+            notes.append(f"{said}: taken out by an admin, left as it is")
+            continue
+        problems.append(said)
+    return problems, notes
+
+
+def ceph_problem(health: Completed | None, failed_units: str) -> str | None:
+    """What stops Ceph from serving CephFS, from `CEPH_HEALTH` on a Ceph host (None: it could
+    not be run) and that host's failed Ceph units; None when it serves."""
+    answer = health.stdout.strip() if health is not None and health.ok else ""
+    if answer.startswith(("HEALTH_OK", "HEALTH_WARN")):
+        return None
+    units = ", ".join(line.split()[0] for line in failed_units.splitlines() if line.split())
+    said = answer.splitlines()[0] if answer else "no answer from its monitors"
+    return f"Ceph: {said}" + (f" (failed: {units}; `journalctl -u` on the Ceph host says why)" if units else "")
+
+
+def await_ready(hosts: Sequence[Host], controller: Host, ui: Phases, timeout: float = READY_TIMEOUT,
+                every: float = 3.0) -> None:
+    """Wait until Ceph serves (when the cluster has it) and every static compute node is in
+    service; ProvisionError naming what is not after `timeout`. Dynamic nodes are the
+    scheduler service's: they have no machine until Slurm powers them up."""
+    static = [h.name for h in hosts if h.role is HostRole.COMPUTE and not h.dynamic]
+    ceph = next((h for h in hosts if h.role is HostRole.CEPH), None)
+    deadline = time.monotonic() + timeout
+    while True:
+        problems: list[str] = []
+        notes: list[str] = []
+        if ceph is not None:
+            node = executor_for(ceph)
+            try:
+                health = node.run(CEPH_HEALTH, timeout=30)
+                failed = "" if health.ok else node.run(CEPH_UNITS, timeout=30).stdout
+                if (said := ceph_problem(health, failed)) is not None:
+                    problems.append(said)
+            except ModuleError as exc:
+                problems.append(f"Ceph: {ceph.name} unreachable: {exc}")
+        if static:
+            try:
+                sinfo = executor_for(controller).run(SINFO_READY, timeout=30)
+                found, notes = node_problems(sinfo.stdout if sinfo.ok else "", static)
+                problems += found if sinfo.ok else [f"slurmctld: no answer ({sinfo.reason()})"]
+            except ModuleError as exc:
+                problems.append(f"{controller.name} unreachable: {exc}")
+        if not problems:
+            for note in notes:
+                ui.note(note)
+            return
+        if time.monotonic() > deadline:
+            raise ProvisionError(f"the cluster is not ready after {timeout:.0f} s: {'; '.join(problems)}")
+        time.sleep(every)
 
 
 def sample_job(login: Host, user: str, home: str) -> str:

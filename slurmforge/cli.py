@@ -449,7 +449,7 @@ def rollout(
     one, and a machine that starts gets its config from slurmctld (configless). So are the
     nodes whose last rollout was this one (each node's mark says), unless --full-rollout. A
     plan that drains nodes is shown and asked for first."""
-    from slurmforge.bringup import fixed_hosts, push_users, roll_out_changed
+    from slurmforge.bringup import await_ready, fixed_hosts, push_users, roll_out_changed
     from slurmforge.drain import JobPolicy, controller_client, drain, finish, replace
     from slurmforge.fleet import controller
     from slurmforge.inventory import read_inventory
@@ -481,6 +481,9 @@ def rollout(
             with display.phase("new machines for the rebuilt nodes, then resume"):
                 replace(client, drains)
                 finish(client, drains, drained.since, display.note)
+        if result.ok:
+            with display.phase("the cluster answers (Ceph, every static node in service)"):
+                await_ready(hosts, controller(spec, hosts), display)
         _print_accounting(result.accounting)
         say(f"rollout changed {result.total_changed} thing(s) in {result.seconds:.0f} s; log {log}")
 

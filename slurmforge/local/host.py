@@ -8,9 +8,11 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from slurmforge.errors import HostError, NeedsRoot
+from slurmforge.state_dirs import SECRETS_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,14 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 SYSCTLS = {"fs.inotify.max_user_instances": 1024, "fs.inotify.max_user_watches": 524288}
 SYSCTL_CONF = Path("/etc/sysctl.d/60-slurmforge.conf")
 PROC_SYS = Path("/proc/sys")
+# The local cluster writes to this machine's disk: the node image and containers (podman's
+# storage), and its NAS, database and Ceph (the state root). Ceph's monitor refuses to start
+# when its disk has less than mon_data_avail_crit percent free - the share an unprivileged
+# user may use (statfs f_bavail), not root's reserve - and the local ceph.conf sets that to
+# 1 % (templates/ceph.conf.j2); below these, `up` stops before a daemon does.
+DISK_PATHS = (Path("/var/lib/containers"), SECRETS_ROOT)
+MIN_FREE_BYTES = 5 * 2**30
+MIN_FREE_PERCENT = 2.0
 
 
 def require_root() -> None:
@@ -130,9 +140,31 @@ def raise_kernel_limits(proc_sys: Path = PROC_SYS, conf: Path = SYSCTL_CONF) -> 
     return raised
 
 
+def disk_free(path: Path) -> tuple[int, float]:
+    """(bytes, percent of the file system) an unprivileged process may still write where
+    `path` is (its nearest existing parent): what Ceph's monitor measures."""
+    while not path.exists():
+        path = path.parent
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize, 100.0 * st.f_bavail / st.f_blocks if st.f_blocks else 0.0
+
+
+def check_disk(paths: tuple[Path, ...] = DISK_PATHS,
+               free: Callable[[Path], tuple[int, float]] = disk_free) -> None:
+    """HostError, one line, when a disk the local cluster writes to is too full for it to run."""
+    for path in paths:
+        avail, percent = free(path)
+        if avail < MIN_FREE_BYTES or percent < MIN_FREE_PERCENT:
+            raise HostError(
+                f"the disk holding {path} has {avail / 2**30:.1f} GiB ({percent:.1f} %) free; the local "
+                f"cluster needs {MIN_FREE_BYTES // 2**30} GiB and {MIN_FREE_PERCENT:g} % (below 1 % Ceph's "
+                f"monitor refuses to start): free space (`podman image prune`, old clones) and run it again")
+
+
 def prepare_host() -> None:
     """Everything `up --local` needs from the machine, installed or fixed idempotently."""
     require_root()
+    check_disk()
     install_packages(missing_packages())
     if configure_podman():
         log.info("wrote podman settings to %s", CONTAINERS_CONF)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from slurmforge.bringup import (
     Phases,
+    await_ready,
     fixed_hosts,
     inventory_dir,
     log_path,
@@ -113,6 +114,8 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
         # one beside the slurmctld in control leads
         for controller in controller_names(spec):
             podman.exec(controller, ["systemctl", "start", SERVICE_UNIT], timeout=60)
+    with ui.phase("the cluster answers (Ceph, every static node in service)"):
+        await_ready(hosts, controller_host(spec, hosts), ui)
     if validate is not None:
         with ui.phase("validate the live cluster (testinfra)"):
             validate(report.inventory)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmforge.errors import ProvisionError
+from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.local.up import UpReport, up
 from slurmforge.rollout import Progress
 from slurmforge.spec import Cluster, load_spec
@@ -99,7 +99,12 @@ def cluster() -> Cluster_:
     reason = _usable()
     if reason:
         pytest.skip(reason)
-    report = up(SPEC, QuietPhases(), run_sample_job=False)
+    try:
+        report = up(SPEC, QuietPhases(), run_sample_job=False)
+    except SlurmforgeError as exc:
+        # a cluster that does not come up fails every live test after waiting out its timeout:
+        # stop the session now, with the reason (up's own: which daemon, which node)
+        pytest.exit(f"the live cluster did not come up: {exc}", returncode=3)
     return Cluster_(load_spec(SPEC), report)
 
 

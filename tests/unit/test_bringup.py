@@ -59,6 +59,19 @@ class Notes:
         self.notes.append(text)
 
 
+class MarkRead:
+    """A node whose rollout mark is read (`cat`): its name in `read`; its other commands in `calls`."""
+
+    def __init__(self, name: str, answers: dict[str, Completed | Exception], calls: list[list[str]],
+                 read: list[str]) -> None:
+        self.node, self.calls, self.read = Node(name, answers), calls, read
+        self.name = name
+
+    def run(self, argv: Sequence[str], env: Any = None, timeout: float = 0) -> Completed:
+        (self.read.append(self.name) if argv[0] == "cat" else self.calls.append(list(argv)))
+        return self.node.run(argv, env, timeout)
+
+
 class RollOut:
     """Stands in for `rollout.roll_out`: the calls, and a result with one change per host."""
 
@@ -66,6 +79,8 @@ class RollOut:
         self.calls: list[dict[str, Any]] = []
         self.fleet: list[tuple[str | None, list[str], float]] = []
         """What the rollout ran through slurmforge.fleet after Ansible."""
+        self.ready: list[list[str]] = []
+        """What the bring-up asked the cluster at its end (await_ready: Ceph's health, sinfo)."""
 
     def __call__(self, inventory: Path, ceph_hosts: Sequence[str], log_path: Path, on_event: Any = None,
                  extravars: dict[str, Any] | None = None, limit: Sequence[str] | None = None,
@@ -202,9 +217,13 @@ def rollout_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, current: set[st
     digests = rollout_digests(inventory.resolve(), listed)
     recorder, read = RollOut(), []
 
+    static = [h.name for h in listed if h.role is HostRole.COMPUTE and not h.dynamic]
+    answering = "".join(f"{name}|idle|none\n" for name in static)  # the cluster answers at the end (await_ready)
+
     def node(host: Host) -> Node:
-        read.append(host.name)
-        return Node(host.name, {"cat": done(mark_text(digests[host.name]) if host.name in current else OLD)})
+        mark = done(mark_text(digests[host.name]) if host.name in current else OLD)
+        answers = {"cat": mark, "ceph": done("HEALTH_OK\n"), "sinfo": done(answering)}
+        return MarkRead(host.name, answers, recorder.ready, read)
 
     def controller(controllers: list[Host]) -> Deployed:
         assert [h.name for h in controllers] == ["dev-controller", "dev-controller-backup"]
@@ -244,6 +263,10 @@ def test_rollout_inventory_skips_current_hosts_and_gives_dynamic_ones_only_the_u
     assert [argv for _, argv, _ in recorder.fleet if argv[0] == JOIN_PROGRAM] == [
         [JOIN_PROGRAM, "--steps", "kit", "dev-cpu-03"]]
     assert "users and groups changed on the running dynamic node(s) dev-cpu-03" in result.output
+    # and it ends once the cluster answers: Ceph serves, every static node in service
+    asked = [argv[2:4] if argv[0] == "timeout" else argv[:1] for argv in recorder.ready]
+    assert asked == [["ceph", "health"], ["sinfo"]]
+    assert "✓ the cluster answers (Ceph, every static node in service)" in result.output
 
 
 def test_rollout_inventory_prints_the_plan_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 import stat
 import struct
 import time
@@ -23,6 +24,7 @@ from slurmforge.ceph import (
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import HOSTS_FILE, VARS_FILE, read_inventory, write_inventory
+from slurmforge.local.host import MIN_FREE_PERCENT
 from slurmforge.local.provider import LocalProvider
 from slurmforge.secrets import CEPH_FSID, CEPH_SECRETS, cephx_key, ensure_ceph_secrets
 from slurmforge.spec import Cluster, load_spec
@@ -87,6 +89,7 @@ def test_aws_ceph_conf_keeps_cephs_memory_defaults_and_fails_over_hosts() -> Non
     assert "mon_host = [v2:10.0.0.1:3300,v1:10.0.0.1:6789],[v2:10.0.0.2:3300,v1:10.0.0.2:6789]," in conf
     assert "osd_crush_chooseleaf_type = 1\n" in conf and "osd_pool_default_min_size = 2\n" in conf
     assert "osd_memory_target" not in conf and "bluestore_block_size" not in conf and "[osd]" not in conf
+    assert "mon_data_avail" not in conf  # a monitor's own disk: Ceph's defaults
 
 
 def written_local(tmp_path: Path) -> tuple[Cluster, Path, Path]:
@@ -113,6 +116,11 @@ def test_local_inventory_has_ceph_groups_layout_and_conf(tmp_path: Path) -> None
     assert f"fsid = {(secrets / CEPH_FSID).read_text()}\n" in conf
     assert "osd_crush_chooseleaf_type = 0\n" in conf and f"osd_memory_target = {LOCAL_OSD_MEMORY_TARGET}\n" in conf
     assert f"bluestore_block_size = {4 * 2**30}\n" in conf
+    # the monitor shares this machine's disk: it must never refuse to start while `up` would
+    # start the cluster (slurmforge.local.host.check_disk), nor stay quiet until then
+    crit = float(re.search(r"^mon_data_avail_crit = (\S+)$", conf, re.M).group(1))  # type: ignore[union-attr]
+    warn = float(re.search(r"^mon_data_avail_warn = (\S+)$", conf, re.M).group(1))  # type: ignore[union-attr]
+    assert crit < warn <= MIN_FREE_PERCENT
     _, hosts = read_inventory(out)
     assert [h.name for h in hosts if h.role is HostRole.CEPH] == [name]
 

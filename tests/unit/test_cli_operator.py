@@ -321,7 +321,7 @@ def test_rollout_in_a_pipe_prints_its_plan_phases_notes_and_summary_on_stdout_an
     assert done.stderr == "plan for cluster dev: 2 change(s)\ndeployed state read from dev-controller\n"
     *said, summary = plan_rows_then(done.stdout)
     assert said == [f"users and groups changed on the running dynamic node(s) {slow_parts.SPOT_NODE}",
-                    "✓ roll out (Ansible) (T s)"]
+                    "✓ roll out (Ansible) (T s)", "✓ the cluster answers (Ceph, every static node in service) (T s)"]
     assert re.fullmatch(r"rollout changed 2 thing\(s\) in \d+ s; log /\S+/inv-rollout\.log", summary.replace(
         tmp_path.name, "inv")), summary
 

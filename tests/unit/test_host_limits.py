@@ -1,4 +1,5 @@
-"""prepare_host raises the inotify limits many systemd containers need, never lowers them."""
+"""prepare_host raises the inotify limits many systemd containers need, never lowers them, and
+refuses a disk too full for the cluster's daemons."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from slurmforge.errors import HostError
-from slurmforge.local.host import SYSCTLS, raise_kernel_limits
+from slurmforge.local.host import MIN_FREE_BYTES, SYSCTLS, check_disk, disk_free, raise_kernel_limits
 
 
 def fake_proc(tmp_path: Path, values: dict[str, str]) -> Path:
@@ -38,3 +39,30 @@ def test_never_lowers_a_higher_limit(tmp_path: Path) -> None:
 def test_unwritable_limit_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(HostError, match=r"cannot raise fs.inotify.max_user_instances .* sysctl -w"):
         raise_kernel_limits(tmp_path / "no-proc", tmp_path / "60.conf")
+
+
+GiB = 2**30
+
+
+@pytest.mark.parametrize(("avail", "percent", "fails"), [
+    (40 * GiB, 15.0, False),
+    (15 * GiB, 5.9, False),    # what failed CI's Ceph monitor under its 5 % default: fine at 1 %
+    (4 * GiB, 30.0, True),     # a small disk, nearly full: the node image alone does not fit
+    (6 * GiB, 1.5, True),      # a share below the monitor's margin
+])
+def test_a_disk_too_full_for_the_cluster_is_one_line_error(avail: int, percent: float, fails: bool) -> None:
+    paths = (Path("/var/lib/containers"), Path("/var/lib/slurmforge"))
+    if not fails:
+        check_disk(paths, lambda _: (avail, percent))
+        return
+    with pytest.raises(HostError) as err:
+        check_disk(paths, lambda _: (avail, percent))
+    message = str(err.value)
+    assert "\n" not in message and "/var/lib/containers" in message and "free space" in message
+    assert f"{avail / GiB:.1f} GiB" in message
+
+
+def test_disk_free_measures_the_nearest_existing_parent(tmp_path: Path) -> None:
+    avail, percent = disk_free(tmp_path / "not" / "made" / "yet")
+    assert avail == disk_free(tmp_path)[0] or abs(avail - disk_free(tmp_path)[0]) < 64 * 2**20
+    assert 0.0 <= percent <= 100.0 and avail > 0 and MIN_FREE_BYTES > 0
