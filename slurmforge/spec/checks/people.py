@@ -33,6 +33,35 @@ def external_db_needs_host(spec: Cluster) -> Iterator[Problem]:
         yield Problem("accounting.database.host", "host is only for kind: external", "remove host", db.host)
 
 
+# The accounts mariadb-install-db makes in a new data directory (MariaDB 11.8, Debian 13's):
+# root@localhost and mysql@localhost (unix_socket), and mariadb.sys@localhost, the definer of
+# mysql.user's view. MariaDB's own port, where the controller's MariaDB listens.
+MARIADB_OWN_USERS = frozenset({"root", "mysql", "mariadb.sys"})
+MARIADB_PORT = 3306
+
+
+@check
+def local_database_as_mariadb_runs(spec: Cluster) -> Iterator[Problem]:
+    """A local accounting database (MariaDB on the controller) keeps MariaDB's port and
+    does not take one of MariaDB's own accounts: slurmdbd.conf says StorageHost=localhost,
+    and the MariaDB client reaches localhost through the server's socket, ignoring the port
+    (MariaDB's mysql_real_connect), while the server listens on 3306: another port would be
+    written and never used. The rollout makes the user with the accounting database's
+    privileges only (community.mysql.mysql_user replaces a user's privileges), so root,
+    mysql or mariadb.sys would lose what MariaDB needs them for."""
+    db = spec.accounting.database
+    if not spec.accounting.enabled or db.kind != "local":
+        return
+    if db.port != MARIADB_PORT:
+        yield Problem("accounting.database.port", "a local database is the controller's MariaDB, which listens on "
+                      f"{MARIADB_PORT}, and slurmdbd reaches it through its socket (StorageHost=localhost): the port "
+                      "would never be used", "remove port, or set kind: external with the database's host", db.port)
+    if db.user in MARIADB_OWN_USERS:
+        yield Problem("accounting.database.user", "one of MariaDB's own accounts (mariadb-install-db makes root, "
+                      "mysql and mariadb.sys): the rollout would leave it the accounting database's privileges only",
+                      "use an account of its own, e.g. slurm", db.user)
+
+
 @cache
 def mariadb_reserved_words() -> frozenset[str]:
     """MariaDB's reserved words, lowercase (slurmforge/data/mariadb_reserved_words.txt)."""
