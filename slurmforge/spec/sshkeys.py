@@ -10,7 +10,8 @@ SSH strings (uint32 length, bytes) whose first is the key type again. OpenSSH 10
   SSH_ERR_KEY_LENGTH) or over 16384 bits (sshbuf.h's SSHBUF_MAX_BIGNUM);
 - an Ed25519 key that is not 32 bytes (crypto_api.h's crypto_sign_ed25519_PUBLICKEYBYTES);
 - an ECDSA key whose curve is not the label's (SSH_ERR_EC_CURVE_MISMATCH) or whose point is
-  not an uncompressed point of that curve (sshkey_ec_validate_public).
+  not an uncompressed point on that curve (OpenSSL's EC_POINT_oct2point), or has an x or y
+  of at most half the order's bits (sshkey_ec_validate_public): a mistyped ECDSA key.
 DSA keys are gone from OpenSSH 10 (release notes: "support for DSA keys has been removed").
 """
 
@@ -21,6 +22,17 @@ import binascii
 
 # The ECDSA curves OpenSSH knows, and their uncompressed point's length (0x04, x, y).
 ECDSA_POINT = {"nistp256": 65, "nistp384": 97, "nistp521": 133}
+# Each curve's y^2 = x^3 - 3x + b (mod p) and the bits of its order (SEC 2, FIPS 186-4 D.1.2).
+ECDSA_CURVE = {
+    "nistp256": (2**256 - 2**224 + 2**192 + 2**96 - 1,
+                 0x5AC635D8AA3A93E7B3EBBD55769886BC651D06B0CC53B0F63BCE3C3E27D2604B, 256),
+    "nistp384": (2**384 - 2**128 - 2**96 + 2**32 - 1,
+                 0xB3312FA7E23EE7E4988E056BE3F82D19181D9C6EFE8141120314088F5013875AC656398D8A2ED19D2A85C8EDD3EC2AEF,
+                 384),
+    "nistp521": (2**521 - 1,
+                 int("0051953EB9618E1C9A1F929A21A0B68540EEA2DA725B99B315F3B8B489918EF109E156193951EC7E937B1652C0"
+                     "BD3BB1BF073573DF883D2C34F1EF451FD46B503F00", 16), 521),
+}
 ED25519_KEY_BYTES = 32
 RSA_MIN_BITS = 1024
 RSA_MAX_BITS = 16384
@@ -97,6 +109,19 @@ def _body_problem(label: str, blob: _Blob) -> str | None:
         point = blob.string()
         if len(point) != ECDSA_POINT[curve] or not point.startswith(b"\x04"):
             return f"not a {curve} public point ({len(point)} bytes; an uncompressed one is {ECDSA_POINT[curve]})"
+        if not _on_curve(curve, point):
+            return f"not a point on {curve}: the key was mistyped"
     if label in (SK_ED25519, SK_ECDSA):
         blob.string()  # the security key's application, e.g. ssh:
     return None
+
+
+def _on_curve(curve: str, point: bytes) -> bool:
+    """Is this uncompressed point (0x04, x, y) on the curve, as OpenSSH takes it (x and y
+    below p, each of more than half the order's bits: sshkey_ec_validate_public)?"""
+    p, b, order_bits = ECDSA_CURVE[curve]
+    size = (len(point) - 1) // 2
+    x, y = int.from_bytes(point[1:1 + size], "big"), int.from_bytes(point[1 + size:], "big")
+    if x >= p or y >= p or min(x.bit_length(), y.bit_length()) <= order_bits // 2:
+        return False
+    return (y * y - (x * x * x - 3 * x + b)) % p == 0
