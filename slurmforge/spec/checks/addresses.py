@@ -94,7 +94,8 @@ def _ip_version(host: str) -> int | None:
 @check
 def addresses_reach_other_machines(spec: Cluster) -> Iterator[Problem]:
     """No host the cluster's machines connect to is a loopback address or name (127.0.0.0/8,
-    ::1, 0.0.0.0, localhost, *.localhost): each machine reads it as itself. So not a static
+    ::1, 0.0.0.0, either as IPv4-mapped IPv6 such as ::ffff:127.0.0.1, localhost, *.localhost):
+    each machine reads it as itself. So not a static
     machine's address (every other machine would reach itself), the NFS server (every node
     would mount from itself), an external database (slurmdbd on the controller, which has no
     MariaDB then), the mail relay (dma and Alertmanager on the controller: dma only sends,
