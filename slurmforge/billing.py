@@ -54,13 +54,13 @@ class PoolPrice:
 
 
 def pool_price(pool: Pool) -> PoolPrice | None:
-    """The spec's price_per_hour, else the catalog's price of the pool's first (preferred)
-    instance type in its market; None for a pool without either (explicit hardware)."""
+    """The spec's price_per_hour, else the catalog's price of the pool's preferred instance
+    type in its market; None for a pool without either (explicit hardware)."""
     if pool.price_per_hour is not None:
         return PoolPrice(pool.price_per_hour, "spec")
-    if not pool.instance_types:
+    if pool.preferred_type is None:
         return None
-    found = price(pool.instance_types[0], pool.market.value)
+    found = price(pool.preferred_type, pool.market.value)
     if found is None:
         return None
     return PoolPrice(found.dollars_per_hour, found.source, found.date, found.region, found.estimate,

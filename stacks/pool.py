@@ -3,8 +3,8 @@ launches and terminates each node by name (see docs/aws.md for why), with the po
 from the inventory (the spec and the provider settings slurmforge.aws.inventory writes).
 
 The launch template carries every secure default (IMDSv2 with hop limit 1, encrypted
-root volume, no public address), the pool's first instance type (the service overrides
-it for flexible pools), spot options for spot pools, the placement group and EFA
+root volume, no public address), the pool's preferred instance type (`Pool.preferred_type`;
+the service overrides it for flexible pools), spot options for spot pools, the placement group and EFA
 interface when asked for, and the join program as user data (slurmforge.join, the one
 program every target's nodes join with: node name from the instance's tag, munge key from
 Secrets Manager with the instance role, ...). Everything else is baked into the golden
@@ -126,7 +126,7 @@ class NodePool(pulumi.ComponentResource):
         program = pulumi.Output.from_input(args.join_program).apply(user_data)
         return aws.ec2.LaunchTemplate(
             f"{name}-template", description=f"slurmforge {args.cluster} pool {pool.name}",
-            image_id=pool_ami(pool, args.amis), instance_type=pool.instance_types[0],
+            image_id=pool_ami(pool, args.amis), instance_type=pool.preferred_type,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arn),
             metadata_options=launch_template_metadata(),
             network_interfaces=[network_interface(pool, args.security_group_ids)],

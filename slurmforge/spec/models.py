@@ -352,13 +352,20 @@ class Pool(Model):
     """Slurm node Weight: lower is allocated first."""
     price_per_hour: Dollars | None = None
     """US dollars one node costs per hour: TRES billing weights and `slurmforge cost`.
-    Default: the catalog's price of the first instance type in the pool's market
+    Default: the catalog's price of the pool's preferred type in its market
     (slurmforge/data/prices.yaml); pools with explicit hardware have none unless set."""
 
     @field_validator("instance_types", mode="before")
     @classmethod
     def _one_type_is_a_list(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
+
+    @property
+    def preferred_type(self) -> str | None:
+        """The instance type the pool asks for first (the head of `instance_types`): its
+        price, its launch template's type, the CPU layout and GPU model Slurm is told; None
+        for a pool with explicit hardware."""
+        return self.instance_types[0] if self.instance_types else None
 
 
 # --------------------------------------------------------------------------- partitions

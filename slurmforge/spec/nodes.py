@@ -73,18 +73,18 @@ def pool_hardware(pool: Pool) -> NodeHardware | None:
     if not types or any(t is None for t in types):
         return None
     known = [t for t in types if t is not None]
-    first = known[0]
+    preferred = known[0]  # lookup(pool.preferred_type): its layout and GPU model are the node line's
     # a flexible pool is as large as its smallest member
     memory = min(t.memory_mib for t in known)
     accel = min(t.accelerators for t in known)
     return NodeHardware(
-        sockets=first.sockets,
-        cores_per_socket=first.cores_per_socket,
-        threads_per_core=first.threads_per_core,
+        sockets=preferred.sockets,
+        cores_per_socket=preferred.cores_per_socket,
+        threads_per_core=preferred.threads_per_core,
         memory_mb=pool.memory_mb or int(memory * SCHEDULABLE_MEMORY),
         gpus=accel if pool.gpus is None else pool.gpus,
-        gpu_model=first.accelerator_model,
-        gpu_kind=first.accelerator_kind,
+        gpu_model=preferred.accelerator_model,
+        gpu_kind=preferred.accelerator_kind,
         uniform_layout=len({(t.sockets, t.cores_per_socket, t.threads_per_core) for t in known}) == 1,
     )
 

@@ -176,3 +176,20 @@ def test_docs_quote_the_catalogs_prices() -> None:
         for name, dollars_ in quoted:
             found = price(name)
             assert found is not None and found.dollars_per_hour == float(dollars_), (doc, name, dollars_)
+
+
+def test_the_preferred_type_is_the_head_of_the_list_and_names_the_price_and_the_layout() -> None:
+    """A flexible pool's price and the CPU layout Slurm is told are its preferred type's."""
+    spec = aws_spec([
+        {"name": "a", "kind": "cpu", "instance_types": ["t3.xlarge", "t2.xlarge"], "max_nodes": 2, "weight": 1},
+        {"name": "b", "kind": "cpu", "instance_types": ["t2.xlarge", "t3.xlarge"], "max_nodes": 2, "weight": 2},
+    ])
+    a, b = spec.pools
+    assert (a.preferred_type, b.preferred_type) == ("t3.xlarge", "t2.xlarge")
+    for pool in (a, b):
+        found, hw = pool_price(pool), pool_hardware(pool)
+        assert found is not None and found.instance_type == pool.preferred_type
+        assert found.dollars_per_hour == price(pool.preferred_type).dollars_per_hour  # type: ignore[arg-type, union-attr]
+        assert hw is not None and not hw.uniform_layout
+    assert (pool_hardware(a).cores_per_socket, pool_hardware(b).cores_per_socket) == (2, 4)  # type: ignore[union-attr]
+    assert load_spec(ROOT / "examples/lab.yaml").pools[0].preferred_type is None  # explicit hardware
