@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from slurmforge.contract import DIGEST_FILE
-from slurmforge.errors import ModuleError, ProvisionError
+from slurmforge.errors import ProvisionError, RemoteError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.remote.executor import Completed, Executor
 from slurmforge.remote.node import executor_for
@@ -65,7 +65,7 @@ def rollout_mark(host: Host) -> str:
     has none or it cannot be read: the host is then rolled out, and Ansible says what is wrong."""
     try:
         done = executor_for(host).run(["cat", DIGEST_FILE], timeout=30)
-    except ModuleError:  # podman or ssh could not reach it
+    except RemoteError:  # podman or ssh could not reach it
         return ""
     return done.stdout.strip() if done.ok else ""
 
@@ -185,14 +185,14 @@ def await_ready(hosts: Sequence[Host], controller: Host, ui: Phases, timeout: fl
                 failed = "" if health.ok else node.run(CEPH_UNITS, timeout=30).stdout
                 if (said := ceph_problem(health, failed)) is not None:
                     problems.append(said)
-            except ModuleError as exc:
+            except RemoteError as exc:
                 problems.append(f"Ceph: {ceph.name} unreachable: {exc}")
         if static:
             try:
                 sinfo = executor_for(controller).run(SINFO_READY, timeout=30)
                 found, notes = node_problems(sinfo.stdout if sinfo.ok else "", static)
                 problems += found if sinfo.ok else [f"slurmctld: no answer ({sinfo.reason()})"]
-            except ModuleError as exc:
+            except RemoteError as exc:
                 problems.append(f"{controller.name} unreachable: {exc}")
         if not problems:
             for note in notes:
@@ -221,7 +221,7 @@ def _on(node: Executor, argv: list[str], timeout: float = 120, check: bool = Tru
     command fails."""
     try:
         done = node.run(argv, timeout=timeout)
-    except ModuleError as exc:
+    except RemoteError as exc:
         raise ProvisionError(str(exc)) from None
     if check and not done.ok:
         raise ProvisionError(f"{' '.join(argv[:3])} on {node.name} failed: {done.reason()}")

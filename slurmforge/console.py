@@ -16,7 +16,7 @@ from typing import Annotated, NoReturn, TextIO, TypeVar
 
 import typer
 
-from slurmforge.errors import ModuleError, RolloutError, SlurmforgeError, SpecError
+from slurmforge.errors import ModuleError, RemoteError, RolloutError, SlurmforgeError, SpecError
 from slurmforge.tables import FORMAT_HELP, Format
 
 T = TypeVar("T")
@@ -69,7 +69,7 @@ def report_errors(fn: Callable[[], T], verbose: bool = False, interrupted: str =
         raise typer.Exit(exc.exit_code) from None
     except SlurmforgeError as exc:
         error(str(exc))
-        if verbose and isinstance(exc, ModuleError) and exc.detail:
+        if verbose and isinstance(exc, ModuleError | RemoteError) and exc.detail:
             note(exc.detail.rstrip())
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from slurmforge.errors import ModuleError, ProvisionError, SlurmCommandError, listing
+from slurmforge.errors import ProvisionError, RemoteError, SlurmCommandError, listing
 from slurmforge.hostlists import compress
 from slurmforge.hosts import Host
 from slurmforge.slurm.client import Job, NodeState, SlurmClient
@@ -131,7 +131,7 @@ def controller_client(host: Host) -> SlurmClient:
     def run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         try:
             done = node.run(list(argv), timeout=60)
-        except ModuleError as exc:
+        except RemoteError as exc:
             raise ProvisionError(str(exc)) from None
         return subprocess.CompletedProcess(list(argv), done.rc, done.stdout, done.stderr)
 

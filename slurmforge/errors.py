@@ -168,9 +168,21 @@ class ModuleError(SlurmforgeError):
         super().__init__(message)
 
 
-class NodeUnreachable(ModuleError):
+class RemoteError(SlurmforgeError):
+    """A command run on one machine (slurmforge.remote: here, or a node through podman or
+    ssh) failed, or a file there could not be read or written; `detail`: the command and its
+    output, which --verbose shows. Exit 8, as when the module tree's change failed on it."""
+
+    exit_code = 8
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        self.detail = detail
+        super().__init__(message)
+
+
+class NodeUnreachable(RemoteError):
     """podman or ssh could not reach a node at all (not the command on it failing): the
-    cluster is unreachable (exit 11), whichever command was reaching it. A ModuleError
+    cluster is unreachable (exit 11), whichever command was reaching it. A RemoteError
     still, for the callers that treat an unreachable node as "not known"."""
 
     exit_code = 11
@@ -223,7 +235,7 @@ EXIT_CODES = (
     ExitCode(5, "the live cluster failed its validation"),
     ExitCode(6, "a Slurm command failed or answered nonsense"),
     ExitCode(7, "not root for the local cluster (use sudo), podman missing"),
-    ExitCode(8, "the module tree refused or failed a change"),
+    ExitCode(8, "the module tree refused a change, or a command on a node failed"),
     ExitCode(9, "report: Prometheus has no data, or no report written"),
     ExitCode(10, "cost: sacct's output could not be read"),
     ExitCode(11, "the cluster cannot be reached (podman, ssh, no answer)"),

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from slurmforge.contract import JOIN_PROGRAM
-from slurmforge.errors import ModuleError, ProvisionError
+from slurmforge.errors import ProvisionError, RemoteError
 from slurmforge.hosts import Host, HostRole, controller_name
 from slurmforge.join import pool_hosts_file
 from slurmforge.remote.node import executor_for
@@ -33,7 +33,7 @@ def dynamic_nodes(spec: Cluster, hosts: Sequence[Host]) -> list[Host]:
     listed = {h.name: h for h in hosts}
     try:
         read = executor_for(head).run(["cat", pool_hosts_file(spec)], timeout=NODE_TIMEOUT)
-    except ModuleError as exc:
+    except RemoteError as exc:
         raise ProvisionError(str(exc)) from None
     found: list[Host] = []
     # no file: the scheduler service has written none yet, so it has no machine
@@ -115,7 +115,7 @@ def push_accounts(spec: Cluster, hosts: Sequence[Host]) -> list[str]:
     def apply(host: Host) -> None:
         try:
             done = executor_for(host).run([JOIN_PROGRAM, "--steps", "kit", host.name], timeout=NODE_TIMEOUT)
-        except ModuleError as exc:
+        except RemoteError as exc:
             raise ProvisionError(str(exc)) from None
         if not done.ok:
             raise ProvisionError(f"the spec's users did not reach {host.name}: {done.reason()}")

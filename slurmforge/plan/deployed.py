@@ -30,7 +30,7 @@ from typing import Any
 from slurmforge import accounting
 from slurmforge.connection import CONTAINER
 from slurmforge.contract import DIGEST_FILE, ETC_DIR
-from slurmforge.errors import ClusterUnreachable, ModuleError, SlurmAnswerError
+from slurmforge.errors import ClusterUnreachable, RemoteError, SlurmAnswerError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.slurm.client import Job, NodeState, answer_items, minutes, parse_jobs, parse_nodes
 from slurmforge.spec.routing import JOB_SUBMIT_SCRIPT
@@ -174,7 +174,7 @@ def read(controllers: Sequence[Host]) -> Deployed:
         try:
             done = executor_for(host).run(["python3", "-c", GATHER.read_text(), json.dumps(request)],
                                           timeout=READ_TIMEOUT)
-        except ModuleError as exc:
+        except RemoteError as exc:
             tried.append(f"{host.name}: {exc}")
             continue
         if not done.ok:

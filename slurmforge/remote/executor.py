@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from slurmforge.errors import ModuleError
+from slurmforge.errors import RemoteError
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +98,11 @@ class LocalExecutor:
 
 
 def check(ex: Executor, argv: Sequence[str], what: str, env: Mapping[str, str] | None = None) -> Completed:
-    """Run argv; a non-zero exit becomes a one-line ModuleError naming `what`."""
+    """Run argv; a non-zero exit becomes a one-line RemoteError naming `what`."""
     done = ex.run(argv, env=env)
     if not done.ok:
         detail = f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}"
-        raise ModuleError(f"{what} failed on {ex.name}: {done.reason()}", detail)
+        raise RemoteError(f"{what} failed on {ex.name}: {done.reason()}", detail)
     return done
 
 
@@ -117,7 +117,7 @@ def make_dirs(ex: Executor, *paths: str) -> None:
 def rename(ex: Executor, src: str, dst: str, replace: bool = False) -> None:
     """rename(2) on one filesystem: atomic. Without `replace`, an existing dst is an error."""
     if not replace and exists(ex, dst):
-        raise ModuleError(f"{dst} already exists on {ex.name}; refusing to replace it")
+        raise RemoteError(f"{dst} already exists on {ex.name}; refusing to replace it")
     check(ex, ["mv", "-f", "-T", "--", src, dst], f"moving {src} to {dst}")
 
 

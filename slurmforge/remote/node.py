@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmforge.connection import becomes_root, container, ssh_argv
-from slurmforge.errors import ModuleError, NeedsRoot, NodeUnreachable, one_line
+from slurmforge.errors import NeedsRoot, NodeUnreachable, RemoteError, one_line
 from slurmforge.hosts import Host
 from slurmforge.remote.executor import DEFAULT_TIMEOUT, Completed
 
@@ -62,13 +62,13 @@ class NodeExecutor:  # not frozen: Executor.name is a plain attribute
         if done.rc == MISSING:
             return None
         if not done.ok:
-            raise ModuleError(f"reading {path} failed on {self.name}: {done.reason()}")
+            raise RemoteError(f"reading {path} failed on {self.name}: {done.reason()}")
         return done.stdout
 
     def write_file(self, path: str, text: str) -> None:
         done = self._exec(["sh", "-c", WRITE_SCRIPT, "sh", path], None, 120, text)
         if not done.ok:
-            raise ModuleError(f"writing {path} failed on {self.name}: {done.reason()}")
+            raise RemoteError(f"writing {path} failed on {self.name}: {done.reason()}")
 
     def command(self, argv: Sequence[str], env: Mapping[str, str] | None, timeout: float) -> list[str]:
         """The full local argument list that runs argv on the node."""

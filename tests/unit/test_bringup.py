@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from slurmforge import bringup, fleet
 from slurmforge.cli import app
 from slurmforge.contract import DIGEST_FILE, JOIN_PROGRAM
-from slurmforge.errors import ClusterUnreachable, ModuleError, ProvisionError
+from slurmforge.errors import ClusterUnreachable, ProvisionError, RemoteError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.inventory import read_inventory, write_inventory
 from slurmforge.local import host
@@ -186,7 +186,7 @@ def test_full_rollout_reads_no_mark_and_takes_every_host(monkeypatch: pytest.Mon
 @pytest.mark.parametrize(("answer", "mark"), [
     (done(f"{DIGEST}\n"), DIGEST),
     (done("", rc=1, stderr="cat: /etc/slurmforge/rollout.digest: No such file or directory"), ""),
-    (ModuleError("cannot reach node-1 over ssh: Connection timed out"), ""),
+    (RemoteError("cannot reach node-1 over ssh: Connection timed out"), ""),
 ], ids=["marked", "no-mark", "unreachable"])
 def test_a_mark_is_read_over_the_hosts_own_connection(monkeypatch: pytest.MonkeyPatch,
                                                       answer: Completed | Exception, mark: str) -> None:
@@ -367,7 +367,7 @@ def test_sample_job_runs_as_the_user_and_reads_the_output_from_the_shared_home(
 @pytest.mark.parametrize(("answer", "message"), [
     (done("", rc=1, stderr="sbatch: error: Batch job submission failed: Invalid account"),
      "sbatch --wait --parsable on dev-login failed: sbatch: error: Batch job submission failed: Invalid account"),
-    (ModuleError("cannot reach dev-login through podman: Error: no container with name or ID"),
+    (RemoteError("cannot reach dev-login through podman: Error: no container with name or ID"),
      "cannot reach dev-login through podman: Error: no container with name or ID"),
 ], ids=["refused", "unreachable"])
 def test_a_sample_job_that_fails_is_a_provision_error(monkeypatch: pytest.MonkeyPatch,

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from lmod_node import PYTHON, check_syntax, in_judge, module, node_executor
 
-from slurmforge.errors import ModuleError
+from slurmforge.errors import ModuleError, RemoteError
 from slurmforge.lmod.catalog import Catalog, load_catalog
 from slurmforge.lmod.plan import StepKind
 from slurmforge.lmod.publisher import Actor, ModuleTree
@@ -248,7 +248,7 @@ def test_changed_definition_under_a_published_version_is_refused(published: Publ
 
 def test_failed_build_leaves_tree_and_manifest_byte_identical(published: Published) -> None:
     before = snapshot(published)
-    with pytest.raises(ModuleError, match=f"{BAD}: pip install failed on {published.judge.name}: "
+    with pytest.raises(RemoteError, match=f"{BAD}: pip install failed on {published.judge.name}: "
                                           ".*slurmforge-no-such-package"):
         published.tree.publish(published.catalog(), [BAD])
     assert snapshot(published) == before

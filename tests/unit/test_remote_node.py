@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from slurmforge.errors import ModuleError, NeedsRoot, NoCluster, NodeUnreachable
+from slurmforge.errors import ModuleError, NeedsRoot, NoCluster, NodeUnreachable, RemoteError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.lmod.cli import modules_app
 from slurmforge.lmod.node import build_host
@@ -92,7 +92,7 @@ def test_files_and_commands_through_the_transport(ex: NodeExecutor, tmp_path: Pa
 def test_unreachable_ssh_node_is_one_error() -> None:
     ex = NodeExecutor("gone", ("sh", "-c", "echo 'ssh: connect to host gone: No route' >&2; exit 255"),
                       remote_shell=True)
-    with pytest.raises(ModuleError, match="cannot reach gone over ssh: ssh: connect to host gone"):
+    with pytest.raises(RemoteError, match="cannot reach gone over ssh: ssh: connect to host gone"):
         ex.run(["true"])
 
 
