@@ -212,3 +212,30 @@ def test_a_failed_build_makes_no_ami_and_leaves_no_instance(account: dict[str, A
     ec2 = account["ec2"]
     assert state(ec2, machine.instance["InstanceId"]) == "terminated"
     assert ec2.describe_images(Owners=["self"])["Images"] == []
+
+
+def test_the_inputs_tarball_is_kept_by_its_content_and_leaves_nothing_in_tmp(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every program run once left a 45 MB temporary directory (800 of them filled a CI disk):
+    the tarball is now one file per content, the inputs' directory removed at once."""
+    import os
+
+    from slurmforge.image_variant import ImageVariant
+    from stacks.image import ImageArgs, inputs_tarball
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
+    cache = tmp_path / "image-inputs"
+    stale = cache / "base-0000.tar.gz"
+    cache.mkdir()
+    stale.write_bytes(b"old")
+    os.utime(stale, (time.time() - 8 * 86400,) * 2)
+    args = ImageArgs("c", "us-east-1", None, "vpc", "subnet", DEBIAN_13, ImageVariant.BASE)
+    first, digest = inputs_tarball(args, cache)
+    again, same = inputs_tarball(args, cache)
+    assert first == again == cache / f"base-{digest}.tar.gz" and same == digest
+    assert list(scratch.iterdir()) == [] and not stale.exists()
+    assert sorted(p.name for p in cache.iterdir()) == [first.name]
+    with tarfile.open(first) as tar:
+        assert BUILD_SCRIPT in tar.getnames() or any(n.endswith(BUILD_SCRIPT) for n in tar.getnames())
