@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from slurmforge.contract import DIGEST_FILE
-from slurmforge.errors import ProvisionError, RemoteError
+from slurmforge.errors import ProvisionError, RemoteError, SlurmAnswerError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.remote.executor import Completed, Executor
 from slurmforge.remote.node import executor_for
@@ -33,6 +33,7 @@ from slurmforge.rollout import (
     skipped_parts,
     stale_parts,
 )
+from slurmforge.slurm.client import NODES_COMMAND, NodeState, parse_nodes
 from slurmforge.slurm.reasons import HEALTH_REASON
 from slurmforge.spec import Cluster
 from slurmforge.state_dirs import default_inventory
@@ -120,36 +121,39 @@ def push_users(inventory: Path, ui: Phases) -> list[str]:
 READY_TIMEOUT = 180.0
 """How long a bring-up waits for the cluster to answer: a node's health check runs every 30 s,
 and lifts a drain of its own once what it checks answers again."""
-IN_SERVICE = {"idle", "mixed", "allocated", "completing", "planned", "reserved"}
-"""sinfo's %T states of a node that takes jobs (its flag characters stripped)."""
-FLAGS = "*~#!%$@^-+"
-"""sinfo's state suffixes: * not responding, ~ powered down, # powering up, ! powering down,
-% powering down, $ maintenance, @ reboot pending, ^ rebooting, - planned, + several."""
-SINFO_READY = ["sinfo", "-N", "-h", "-o", "%N|%T|%E"]
+IN_SERVICE = frozenset({"idle", "mixed", "allocated"})
+"""Base states of a node that takes jobs (`scontrol show nodes --json`; COMPLETING, PLANNED,
+RESERVED are flags beside them)."""
 CEPH_HEALTH = ["timeout", "20", "ceph", "health", "--connect-timeout", "15"]
 CEPH_UNITS = ["systemctl", "list-units", "--failed", "--no-legend", "--plain", "ceph-*"]
 
 
-def node_problems(sinfo: str, static: Sequence[str]) -> tuple[list[str], list[str]]:
-    """`SINFO_READY`'s answer -> (problems, notes) for the static compute nodes: a node that
-    is not in service, or does not answer, is a problem unless an admin took it out (a drain
-    whose reason is not the health check's: left as it is, a note)."""
-    seen: dict[str, tuple[str, str]] = {}
-    for line in sinfo.splitlines():
-        name, _, rest = line.strip().partition("|")
-        state, _, reason = rest.partition("|")
-        seen.setdefault(name, (state, reason.strip()))
+def node_label(node: NodeState) -> str:
+    """How a node out of service is said: its base state, then what keeps it out."""
+    words = ["drained" if node.is_drained() else "draining"] if node.is_drain() else [node.state]
+    if node.is_not_responding():
+        words.append("not responding")
+    if not node.is_powered():
+        words.append("powered down")
+    return ", ".join(words)
+
+
+def node_problems(nodes: Sequence[NodeState], static: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Slurm's nodes (`NODES_COMMAND`) -> (problems, notes) for the static compute nodes: a
+    node that is not in service, or does not answer, is a problem unless an admin took it out
+    (a drain whose reason is not the health check's: left as it is, a note)."""
+    seen = {node.name: node for node in nodes}
     problems, notes = [], []
     for name in static:
-        if name not in seen:
+        node = seen.get(name)
+        if node is None:
             problems.append(f"{name}: not in Slurm's node list")
             continue
-        state, reason = seen[name]
-        base = state.rstrip(FLAGS)
-        said = f"{name}: {state}" + (f" ({reason})" if reason and reason != "none" else "")
-        if base in IN_SERVICE and "*" not in state:
+        answering = not node.is_not_responding() and node.is_powered()
+        if node.state in IN_SERVICE and not node.is_drain() and answering:
             continue
-        if base.startswith("drain") and "*" not in state and not reason.startswith(HEALTH_REASON):
+        said = f"{name}: {node_label(node)}" + (f" ({node.reason})" if node.reason else "")
+        if node.is_drain() and answering and not node.reason.startswith(HEALTH_REASON):
             notes.append(f"{said}: taken out by an admin, left as it is")
             continue
         problems.append(said)
@@ -189,11 +193,16 @@ def await_ready(hosts: Sequence[Host], controller: Host, ui: Phases, timeout: fl
                 problems.append(f"Ceph: {ceph.name} unreachable: {exc}")
         if static:
             try:
-                sinfo = executor_for(controller).run(SINFO_READY, timeout=30)
-                found, notes = node_problems(sinfo.stdout if sinfo.ok else "", static)
-                problems += found if sinfo.ok else [f"slurmctld: no answer ({sinfo.reason()})"]
+                answer = executor_for(controller).run(list(NODES_COMMAND), timeout=30)
+                if answer.ok:
+                    found, notes = node_problems(parse_nodes(answer.stdout), static)
+                    problems += found
+                else:
+                    problems.append(f"slurmctld: no answer ({answer.reason()})")
             except RemoteError as exc:
                 problems.append(f"{controller.name} unreachable: {exc}")
+            except SlurmAnswerError as exc:
+                problems.append(f"slurmctld: {exc}")
         if not problems:
             for note in notes:
                 ui.note(note)

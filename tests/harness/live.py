@@ -10,6 +10,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from slurmforge.contract import SERVICE_PORT
@@ -23,6 +24,13 @@ from slurmforge.spec import Cluster
 T = TypeVar("T")
 
 IN_SERVICE = ("idle", "mixed", "allocated")
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+"""What this machine trusts (a TLS-intercepting proxy's CA, if any): a publish that pip-installs
+passes it to the build node (`modules publish --pip-cert`), as an admin behind such a proxy does."""
+
+
+def pip_cert_args() -> list[str]:
+    return ["--pip-cert", str(HOST_CA)] if HOST_CA.exists() else []
 """`sinfo %T` of a node that takes jobs."""
 
 

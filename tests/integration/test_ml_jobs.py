@@ -19,6 +19,7 @@ import pytest
 
 from slurmforge.slurm.client import SlurmClient
 from tests.harness import launches, mljobs
+from tests.harness.live import pip_cert_args
 from tests.integration.conftest import ROOT, Cluster_
 
 pytestmark = pytest.mark.integration
@@ -35,7 +36,7 @@ BORN_LATER = "dev-cpu-03"
 def publish_ml_modules(cluster: Cluster_, names: Sequence[str] = (OPENMPI, MPI4PY, TORCH), timeout: int = 900) -> None:
     """The ML modules published into the cluster's tree (a no-op when they are)."""
     argv = [sys.executable, "-m", "slurmforge.cli", "modules", "publish", *names,
-            "--inventory", str(cluster.report.inventory)]
+            "--inventory", str(cluster.report.inventory), *pip_cert_args()]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
     assert done.returncode == 0, done.stdout + done.stderr
 

@@ -23,11 +23,11 @@ from slurmforge.hosts import HostRole
 from slurmforge.inventory import read_inventory
 from slurmforge.lmod.node import open_inventory
 from slurmforge.remote.node import NodeExecutor
+from tests.harness.live import pip_cert_args
 from tests.integration.conftest import ROOT, Cluster_
 
 pytestmark = pytest.mark.integration
 
-HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 PYTHON = "apps/python/3.13"
 SIX = "libs/python/six/1.16.0-python-3.13"
 BROKEN = "libs/python/slurmforge-no-such-package/0.0.1-python-3.13"
@@ -54,8 +54,8 @@ class Published:
         argv = [sys.executable, "-m", "slurmforge.cli", "modules", *args, "--inventory", str(self.inventory)]
         if args[0] in ("plan", "publish"):
             argv += ["--modules", str(modules or self.modules)]
-        if args[0] == "publish" and HOST_CA.exists():
-            argv += ["--pip-cert", str(HOST_CA)]  # what this machine trusts (a TLS-intercepting proxy, if any)
+        if args[0] == "publish":
+            argv += pip_cert_args()
         return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=600)
 
     def everywhere(self, command: str) -> dict[str, str]:

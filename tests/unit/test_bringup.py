@@ -6,6 +6,7 @@ recorder in place of `roll_out`."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -80,7 +81,7 @@ class RollOut:
         self.fleet: list[tuple[str | None, list[str], float]] = []
         """What the rollout ran through slurmforge.fleet after Ansible."""
         self.ready: list[list[str]] = []
-        """What the bring-up asked the cluster at its end (await_ready: Ceph's health, sinfo)."""
+        """What the bring-up asked the cluster at its end (await_ready: Ceph's health, Slurm's nodes)."""
 
     def __call__(self, inventory: Path, ceph_hosts: Sequence[str], log_path: Path, on_event: Any = None,
                  extravars: dict[str, Any] | None = None, limit: Sequence[str] | None = None,
@@ -218,11 +219,12 @@ def rollout_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, current: set[st
     recorder, read = RollOut(), []
 
     static = [h.name for h in listed if h.role is HostRole.COMPUTE and not h.dynamic]
-    answering = "".join(f"{name}|idle|none\n" for name in static)  # the cluster answers at the end (await_ready)
+    # the cluster answers at the end (await_ready): scontrol show nodes --json
+    answering = json.dumps({"nodes": [{"name": name, "state": ["IDLE"]} for name in static]})
 
     def node(host: Host) -> Node:
         mark = done(mark_text(digests[host.name]) if host.name in current else OLD)
-        answers = {"cat": mark, "ceph": done("HEALTH_OK\n"), "sinfo": done(answering)}
+        answers = {"cat": mark, "ceph": done("HEALTH_OK\n"), "nodes": done(answering)}
         return MarkRead(host.name, answers, recorder.ready, read)
 
     def controller(controllers: list[Host]) -> Deployed:
@@ -264,8 +266,8 @@ def test_rollout_inventory_skips_current_hosts_and_gives_dynamic_ones_only_the_u
         [JOIN_PROGRAM, "--steps", "kit", "dev-cpu-03"]]
     assert "users and groups changed on the running dynamic node(s) dev-cpu-03" in result.output
     # and it ends once the cluster answers: Ceph serves, every static node in service
-    asked = [argv[2:4] if argv[0] == "timeout" else argv[:1] for argv in recorder.ready]
-    assert asked == [["ceph", "health"], ["sinfo"]]
+    asked = [argv[2:4] if argv[0] == "timeout" else argv[:3] for argv in recorder.ready]
+    assert asked == [["ceph", "health"], ["scontrol", "show", "nodes"]]
     assert "✓ the cluster answers (Ceph, every static node in service)" in result.output
 
 
