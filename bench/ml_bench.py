@@ -13,7 +13,7 @@
    machine's 2 cores: more nodes add no compute, so the efficiency falls as 1/N at best;
    what it shows is that the job spans the nodes (world size N, one rank a node) and that
    the allreduce between containers costs what it costs. Needs the ML modules published
-   (`slurmforge modules publish libs/python/torch/2.6.0-r2-python-3.13 ...`).
+   (`slurmforge modules publish libs/python/torch/2.6.0-r3-python-3.13 ...`).
 
 3. spot interruption, --runs times: a 1-node ddp_train.sbatch on the spot-like pool
    (partition ml-spot) past step 20, then a notice for its machine (the local provider's
@@ -26,7 +26,7 @@
 
 5. launch paths, --runs times each: tests/integration/upstream_jobs/train.py (written as
    PyTorch's docs write it) started the documented ways after `module load
-   libs/python/torch/2.6.0-r2-python-3.13` - srun with env:// on 2 nodes, srun torchrun with the
+   libs/python/torch/2.6.0-r3-python-3.13` - srun with env:// on 2 nodes, srun torchrun with the
    c10d rendezvous (1 and 2 processes a node), torch.distributed.run in the batch script;
    seconds from `sbatch` to the last rank's process group initialised (median, min, max). Needs
    the ML modules published, as the DDP part does.

@@ -67,10 +67,8 @@ wait "$rehearsal_pid" || rc=$?
 cat "$rehearsal_log"
 rm -f "$rehearsal_log"
 record "AWS rehearsal (side by side)" $(( $(date +%s) - rehearsal_start )) "$rc"
-if [ "$budget" -gt 0 ]; then
-  phase "live cluster" timeout -s INT -k 120 "$budget" "$VENV/bin/pytest" -q -m "$live" --durations=25 tests/integration
-  [ "${codes[-1]}" -ne 124 ] || echo "=== the live phase reached its budget of $budget s and was stopped"
-else
-  phase "live cluster" "$VENV/bin/pytest" -q -m "$live" --durations=25 tests/integration
-fi
+bounded=()
+[ "$budget" -le 0 ] || bounded=(timeout -s INT -k 120 "$budget")
+phase "live cluster" "${bounded[@]}" "$VENV/bin/pytest" -q -m "$live" --durations=25 tests/integration
+[ "${codes[-1]}" -ne 124 ] || echo "=== the live phase reached its budget of $budget s and was stopped"
 exit "$status"

@@ -25,7 +25,7 @@ PYTHON_RE = re.compile(r"^apps/python/(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)$"
 SCHEME_FIX = "name it apps/<name>/<version> or libs/python/<package>/<version>-python-<X.Y>"
 # A published version is immutable (lmod/plan.py refuses a changed definition under it), so a
 # changed definition of the same software is a new version: its revision, `-r<N>` after the
-# software's version (apps/openmpi/5.0-r2, libs/python/torch/2.6.0-r2-python-3.13).
+# software's version (apps/openmpi/5.0-r2, libs/python/torch/2.6.0-r3-python-3.13).
 REVISION_RE = re.compile(r"-r[0-9]+$")
 
 # What the checksum leaves out: tree state that `default`/`deprecate` change later.
@@ -97,7 +97,7 @@ def python_version(full: str) -> str | None:
 
 def software_version(full: str) -> str:
     """The version of the software a module is named after: `5.0` for apps/openmpi/5.0-r2,
-    `2.6.0` for libs/python/torch/2.6.0-r2-python-3.13 (a revision is the definition's own)."""
+    `2.6.0` for libs/python/torch/2.6.0-r3-python-3.13 (a revision is the definition's own)."""
     named = lib_package(full)
     return named[1] if named else REVISION_RE.sub("", full.rpartition("/")[2])
 

@@ -17,7 +17,7 @@ from tests.harness.live import LiveCluster
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "integration" / "upstream_jobs"
 DIR = "upstream"
-TORCH = "libs/python/torch/2.6.0-r2-python-3.13"
+TORCH = "libs/python/torch/2.6.0-r3-python-3.13"
 OPENMPI = "apps/openmpi/5.0-r2"
 HEAD = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
 

@@ -26,8 +26,8 @@ pytestmark = pytest.mark.integration
 
 OPENMPI = "apps/openmpi/5.0-r2"
 MPI4PY = "libs/python/mpi4py/4.0.3-r2-python-3.13"
-TORCH = "libs/python/torch/2.6.0-r2-python-3.13"
-TORCH_CUDA = "libs/python/torch/2.6.0-cuda-12.4-python-3.13"
+TORCH = "libs/python/torch/2.6.0-r3-python-3.13"
+TORCH_CUDA = "libs/python/torch/2.6.0-r2-cuda-12.4-python-3.13"
 GPU_NODE = "dev-gpu-01"
 BORN_LATER = "dev-cpu-03"
 """A node of the cpu pool beyond min_nodes: no machine until a job wants it."""
@@ -148,12 +148,15 @@ def test_a_users_mpi_program_compiled_with_mpicc_runs(cluster: Cluster_, upstrea
     assert launch.ok, launch.output
 
 
-GPU_CHECK = """import warnings, torch
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    available = torch.cuda.is_available()
+GPU_CHECK = """import torch
+available = torch.cuda.is_available()
 print("available", available, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())))
-print("reason", " ".join(str(w.message) for w in caught).replace(chr(10), " "))
+try:
+    torch.cuda.init()  # what a script that asks for a device meets: torch's own reason
+    print("reason none")
+except RuntimeError as exc:
+    print("reason", str(exc).replace(chr(10), " "))
+print("numpy", torch.arange(4).numpy().sum())  # NumPy is in the module, as in the CPU build
 print("lib", torch.__path__[0] + "/lib/libtorch_cuda.so")
 """
 
@@ -162,8 +165,8 @@ print("lib", torch.__path__[0] + "/lib/libtorch_cuda.so")
 def test_the_gpu_pools_cuda_build_resolves_its_libraries_and_nccl_and_says_why_no_gpu(cluster: Cluster_) -> None:
     """The CUDA build (PyPI's wheels, ~2.6 GB to download the first time) on the GPU node, which
     has device files but no NVIDIA driver here: every library of libtorch_cuda.so resolves, NCCL
-    is the module's own nvidia-nccl-cu12, and is_available() is False with torch's reason. What
-    needs a real GPU: docs/twin.md."""
+    is the module's own nvidia-nccl-cu12, is_available() is False with torch's reason, and
+    NumPy works as on the CPU build. What needs a real GPU: docs/twin.md."""
     publish_ml_modules(cluster, [TORCH_CUDA], timeout=2400)
     done = cluster.run(GPU_NODE, f"module load {TORCH_CUDA} && python - <<'EOF'\n{GPU_CHECK}EOF", user="alice",
                        timeout=300)
@@ -171,6 +174,7 @@ def test_the_gpu_pools_cuda_build_resolves_its_libraries_and_nccl_and_says_why_n
     out = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
     assert out["available"].split()[:5] == ["False", "cuda", "12.4", "nccl", "2.21.5"], done.stdout
     assert "NVIDIA driver" in out["reason"], done.stdout
+    assert out["numpy"] == "6", done.stdout
     ldd = cluster.run(GPU_NODE, f"module load {TORCH_CUDA} && ldd {out['lib']}", user="alice").stdout
     assert "not found" not in ldd, ldd
     nccl = [posixpath.normpath(line.split("=>")[1].split()[0]) for line in ldd.splitlines() if "libnccl.so.2" in line]

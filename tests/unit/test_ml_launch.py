@@ -43,7 +43,7 @@ from tests.judge import Judge
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-TORCH = "libs/python/torch/2.6.0-r2-python-3.13"
+TORCH = "libs/python/torch/2.6.0-r3-python-3.13"
 OPENMPI = "apps/openmpi/5.0-r2"
 TRAIN = ROOT / "tests/integration/upstream_jobs/train.py"
 ALLREDUCE = ROOT / "tests/integration/upstream_jobs/allreduce.c"

@@ -178,7 +178,7 @@ def test_a_cluster_that_published_every_version_takes_modules_as_they_are_now() 
 
 
 @pytest.mark.parametrize(("first", "now"), [
-    ("libs/python/torch/2.6.0-python-3.13", "libs/python/torch/2.6.0-r2-python-3.13"),
+    ("libs/python/torch/2.6.0-python-3.13", "libs/python/torch/2.6.0-r3-python-3.13"),
     ("apps/openmpi/5.0", "apps/openmpi/5.0-r2"),
     ("libs/python/mpi4py/4.0.3-python-3.13", "libs/python/mpi4py/4.0.3-r2-python-3.13"),
 ])
@@ -196,5 +196,5 @@ def test_a_revision_under_its_first_versions_name_would_be_refused(first: str, n
 def test_a_revision_names_the_same_software() -> None:
     """The build checks the first package's version against this: 5.0-r2 is Open MPI 5.0."""
     assert [software_version(full) for full in ("apps/openmpi/5.0-r2", "apps/openmpi/5.0", "apps/x/1.0-rc1",
-                                                "libs/python/torch/2.6.0-r2-python-3.13")] == [
+                                                "libs/python/torch/2.6.0-r3-python-3.13")] == [
         "5.0", "5.0", "1.0-rc1", "2.6.0"]

@@ -1,4 +1,4 @@
-"""The shim libs/python/torch/2.6.0-r2-python-3.13 ships (modules/, write_files): its code run
+"""The shim libs/python/torch/2.6.0-r3-python-3.13 ships (modules/, write_files): its code run
 against a stand-in TCPStore that refuses libuv exactly as TCPStore.cpp does in a build without
 it (the first thing the constructor checks, before any socket), and against one that has libuv.
 The real thing, on the node image's PyTorch: tests/unit/test_ml_launch.py."""
@@ -19,7 +19,7 @@ from slurmforge.lmod.definition import DebianModule
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-TORCH = "libs/python/torch/2.6.0-r2-python-3.13"
+TORCH = "libs/python/torch/2.6.0-r3-python-3.13"
 SHIM = "usr/lib/python3/dist-packages/slurmforge_tcpstore.py"
 ENTRY = "usr/lib/python3/dist-packages/slurmforge_tcpstore-1.0.dist-info/entry_points.txt"
 REFUSAL = "use_libuv was requested but PyTorch was build without libuv support"
