@@ -18,7 +18,11 @@ Cases:
   each at most 5 s and 400 MB (peak RSS of the process: VmHWM, which counts only its own
   pages, where getrusage would count the parent's from before exec).
 
-    .venv/bin/python bench/validate_bench.py [--quick]
+    .venv/bin/python bench/validate_bench.py [--quick] [--runs N]
+
+`--runs N` runs every case N times (each hostile input and the start-up in a new process
+each time, so each run includes its cold import) and reports the median run: seconds and
+CPU seconds are each the median of the N.
 
 `--quick` (CI: tests/unit/test_bench_quick.py) runs the spec cases at a tenth of their
 size and the hostile inputs at 100 kB, a few seconds in all, and checks only what does
@@ -33,11 +37,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -207,23 +213,40 @@ VALID_HOSTILE = frozenset({"account chain", "qos chain"})
 MAX_RSS_MB = 400
 
 
-def cases(quick: bool) -> list[tuple[Result, float | None, str]]:
-    """(result, budget in seconds or None, what must hold) for every case."""
+def median(results: list[Result]) -> Result:
+    """One result of several runs of a case: the median of their seconds and of their CPU
+    seconds (and of their memory); the problems are the same in every run."""
+    def mid(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if known else None
+
+    first = results[0]
+    return Result(first.name, statistics.median(r.seconds for r in results), first.problems, first.longest,
+                  mid([r.rss_mb for r in results]), mid([r.cpu for r in results]))
+
+
+def cases(quick: bool, runs: int = 1) -> list[tuple[Result, float | None, str]]:
+    """(result, budget in seconds or None, what must hold) for every case, each the median
+    of `runs` runs."""
     out: list[tuple[Result, float | None, str]] = []
     scale = 10 if quick else 1
-    r = startup()
+
+    def each(make: Callable[[], Result]) -> Result:
+        return median([make() for _ in range(runs)])
+
+    r = each(startup)
     out.append((r, None, "valid"))
-    r = run("small spec", (ROOT / "examples/local.yaml").read_text())
+    r = each(partial(run, "small spec", (ROOT / "examples/local.yaml").read_text()))
     out.append((r, 0.05, "valid" if r.problems == 0 else "REFUSED"))
     n_pools, n_users, size = 2000 // scale, 100_000 // scale, 10 * MB // (scale * scale)
-    r = run(f"{n_pools:,} pools", pools_spec(n_pools))
+    r = each(partial(run, f"{n_pools:,} pools", pools_spec(n_pools)))
     out.append((r, 0.5, "valid" if r.problems == 0 else "REFUSED"))
-    r = run(f"{n_pools:,} tied pools", tied_pools_spec(n_pools))
+    r = each(partial(run, f"{n_pools:,} tied pools", tied_pools_spec(n_pools)))
     out.append((r, 1.0, "linear" if 0 < r.problems <= 3 * n_pools else f"NOT LINEAR ({r.problems} lines)"))
-    r = run(f"{n_users:,} users", users_spec(n_users))
+    r = each(partial(run, f"{n_users:,} users", users_spec(n_users)))
     out.append((r, 3.0, "valid" if r.problems == 0 else "REFUSED"))
     for name in HOSTILE:
-        r = run_alone(name, size)
+        r = each(partial(run_alone, name, size))
         valid = name in VALID_HOSTILE
         out.append((r, 5.0, ("valid" if valid else "refused") if bool(r.problems) != valid
                     else ("REFUSED" if valid else "LOADED")))
@@ -233,6 +256,7 @@ def cases(quick: bool) -> list[tuple[Result, float | None, str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, outcomes only (a few seconds)")
+    parser.add_argument("--runs", type=int, default=1, help="run every case this many times; report the median")
     parser.add_argument("--one", choices=sorted(HOSTILE), help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, default=10 * MB, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -242,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     print(f"{'case':<22} {'seconds':>8} {'cpu':>6} {'budget':>7} {'MB RSS':>7} {'problems':>9} {'longest':>8}  "
           "outcome")
-    for r, budget, outcome in cases(args.quick):
+    if args.runs < 1:
+        parser.error("--runs: at least 1")
+    for r, budget, outcome in cases(args.quick, args.runs):
         slow = not args.quick and budget is not None and r.seconds > budget
         heavy = not args.quick and r.rss_mb is not None and r.rss_mb > MAX_RSS_MB
         bad = outcome.isupper() or slow or heavy

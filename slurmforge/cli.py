@@ -5,9 +5,13 @@ Each command imports what it uses when it runs: at start, this module imports on
 the standard library and slurmforge's light modules, so `--help` answers at once and
 `validate` pays for the spec's models but not for Ansible, Pulumi, boto3 or jinja2
 (tests/unit/test_startup.py; bench/startup_bench.py).
-"""
 
-from __future__ import annotations
+No `from __future__ import annotations` here (nor in lmod/cli.py): typer reads every
+command's parameters when it starts, whichever command runs, and evaluates string
+annotations twice per command (inspect.signature and get_type_hints). Annotations are
+objects, so the option types above the commands are defined before them; a name imported
+only for type checking is quoted.
+"""
 
 import os
 import sys
@@ -65,11 +69,27 @@ def _root(version: Annotated[bool, typer.Option(
         "--version", is_eager=True, callback=_version, help="Print slurmforge's version and exit.")] = False) -> None:
     """One cluster.yaml to a working Slurm cluster: validate, render, bring up, check."""
 
+
 SpecArg = Annotated[Path, typer.Argument(help="The cluster spec.", show_default=True)]
+LocalFlag = Annotated[bool, typer.Option(
+    "--local", help="The local cluster (podman containers on this machine): --local, or --local NAME when there "
+    "are several.")]
+FullRolloutFlag = Annotated[bool, typer.Option(
+    "--full-rollout", help="Run Ansible on every node, even those whose last rollout was this one.")]
+ClusterOpt = Annotated[str | None, typer.Option(
+    "--cluster", metavar="NAME", help="The local cluster's name, as --local NAME (default: the only one).")]
+InventoryOpt = Annotated[Path | None, typer.Option("--inventory", help="The cluster of this inventory (any target).")]
+RequeueFlag = Annotated[bool, typer.Option(
+    "--requeue", help="Requeue the jobs on nodes the rollout rebuilds or removes (drained first) instead of "
+    "waiting for them to end.")]
+DrainTimeoutOpt = Annotated[float | None, typer.Option(
+    "--drain-timeout", min=0, help="Seconds to wait for the jobs on drained nodes before giving up, changing "
+    "nothing (default: as long as they run).")]
+
 DEFAULT_SPEC = Path("cluster.yaml")
 
 
-def load(spec: Path) -> Cluster:
+def load(spec: Path) -> "Cluster":
     from slurmforge.spec import load_spec
 
     return report_errors(lambda: load_spec(spec))
@@ -113,7 +133,7 @@ def validate(
         fail(f"{len(problems)} problem(s) in {spec}", SpecError.exit_code)
 
 
-def _validate_live(target: Target, fmt: Format | None) -> None:
+def _validate_live(target: Target, fmt: "Format | None") -> None:
     """The live-cluster suite on the target's inventory; a line of progress on a terminal."""
     from slurmforge.findings import checks_table
     from slurmforge.inventory import read_inventory
@@ -172,21 +192,6 @@ def render_cmd(
         note(f"wrote {', '.join(CONFIG_FILES)} to {out_dir}")
 
 
-LocalFlag = Annotated[bool, typer.Option(
-    "--local", help="The local cluster (podman containers on this machine): --local, or --local NAME when there "
-    "are several.")]
-FullRolloutFlag = Annotated[bool, typer.Option(
-    "--full-rollout", help="Run Ansible on every node, even those whose last rollout was this one.")]
-ClusterOpt = Annotated[str | None, typer.Option(
-    "--cluster", metavar="NAME", help="The local cluster's name, as --local NAME (default: the only one).")]
-InventoryOpt = Annotated[Path | None, typer.Option("--inventory", help="The cluster of this inventory (any target).")]
-RequeueFlag = Annotated[bool, typer.Option(
-    "--requeue", help="Requeue the jobs on nodes the rollout rebuilds or removes (drained first) instead of "
-    "waiting for them to end.")]
-DrainTimeoutOpt = Annotated[float | None, typer.Option(
-    "--drain-timeout", min=0, help="Seconds to wait for the jobs on drained nodes before giving up, changing "
-    "nothing (default: as long as they run).")]
-
 
 def _need_local(local: bool, command: str) -> None:
     """`up` makes the local cluster only; an AWS cluster is made by `pulumi up` (docs/aws.md)."""
@@ -215,7 +220,7 @@ def _print_accounting(lines: list[str]) -> None:
         say(f"accounting: {line}")
 
 
-def _confirm_drains(shown: ClusterPlan | None, policy: JobPolicy, yes: bool) -> None:
+def _confirm_drains(shown: "ClusterPlan | None", policy: "JobPolicy", yes: bool) -> None:
     """An apply that drains nodes affects jobs: say which and how, then ask."""
     if shown is None or not shown.drains:
         return
@@ -491,7 +496,7 @@ def rollout(
 
 
 
-def _deployed(spec: Cluster, local: bool, inventory_dir: Path | None) -> Deployed:
+def _deployed(spec: "Cluster", local: bool, inventory_dir: Path | None) -> "Deployed":
     """What runs, read from the cluster's controller: the local one of the spec's name, or
     the inventory's."""
     from slurmforge.hosts import controller_names
@@ -549,7 +554,7 @@ def plan(
     raise typer.Exit(result.exit_code if detailed_exitcode else 0)
 
 
-def _show_plan(result: ClusterPlan, fmt: Format | None) -> None:
+def _show_plan(result: "ClusterPlan", fmt: "Format | None") -> None:
     """The plan's table on stdout; in the formats for programs, its title and notes on stderr."""
     from slurmforge.plan.show import plan_table
     from slurmforge.tables import Format, default_format, emit
@@ -566,7 +571,7 @@ def _show_plan(result: ClusterPlan, fmt: Format | None) -> None:
     emit(table, shown)
 
 
-def _plan_first(spec: Cluster, local: bool, inventory_dir: Path | None, policy: JobPolicy) -> ClusterPlan | None:
+def _plan_first(spec: "Cluster", local: bool, inventory_dir: Path | None, policy: "JobPolicy") -> "ClusterPlan | None":
     """What the apply that follows changes (`slurmforge plan`'s table), or why it cannot be
     told (a cluster not made yet); the apply goes on either way, draining what the plan says."""
     from slurmforge.errors import SlurmforgeError

@@ -5,10 +5,9 @@ Mounted into the main CLI as `slurmforge modules`. Every command works on a clus
 node through podman exec or ssh, with the spider cache the lmod role configures) or on
 a local tree (`--tree PATH`, through LocalExecutor). People-facing messages live here;
 errors become one line and an exit code. Like the main CLI, a command imports the
-publisher when it runs, not when `slurmforge` starts.
+publisher when it runs, not when `slurmforge` starts. Its annotations are objects, as the
+main CLI's are (slurmforge/cli.py says why).
 """
-
-from __future__ import annotations
 
 import getpass
 import os
@@ -92,7 +91,7 @@ class Where:
         target.require_access()
         return target.inventory_dir()
 
-    def open(self) -> ModuleTree:
+    def open(self) -> "ModuleTree":
         from slurmforge.lmod.node import open_inventory
         from slurmforge.lmod.publisher import Actor, ModuleTree
         from slurmforge.lmod.tools import Lmod
@@ -116,7 +115,7 @@ class Where:
         opened.cluster = name
         return opened
 
-    def _pip_env(self, ex: Executor, tree: Tree) -> dict[str, str]:
+    def _pip_env(self, ex: "Executor", tree: "Tree") -> dict[str, str]:
         """The CA bundle pip trusts, copied onto the build node (a public certificate,
         kept in the tree's state directory)."""
         from slurmforge.remote.executor import make_dirs
@@ -134,12 +133,12 @@ class Where:
         return {"PIP_CERT": target}
 
 
-def show(step: Step, width: int = 0) -> None:
+def show(step: "Step", width: int = 0) -> None:
     say(f"  {paint(f'{step.action.value:<10}', COLORS[step.action.value], sys.stdout)} "
         f"{step.module.ljust(width)}  {paint(step.detail, '2', sys.stdout)}")
 
 
-def _targets(catalog: Catalog, names: list[str] | None) -> list[str]:
+def _targets(catalog: "Catalog", names: list[str] | None) -> list[str]:
     return list(names) if names else catalog.names()
 
 
@@ -167,7 +166,7 @@ def plan(
     from slurmforge.lmod.catalog import load_catalog
     from slurmforge.lmod.plan import StepKind
 
-    def run() -> tuple[list[Step], str | None, str]:
+    def run() -> "tuple[list[Step], str | None, str]":
         catalog = load_catalog(modules)
         opened = Where(tree, inventory, node, local=local, cluster=cluster).open()
         return opened.plan(catalog, _targets(catalog, names)), opened.cluster, opened.tree.root
@@ -216,7 +215,7 @@ def publish(
     from slurmforge.lmod.catalog import load_catalog
     from slurmforge.lmod.plan import StepKind
 
-    def run() -> list[Step]:
+    def run() -> "list[Step]":
         catalog = load_catalog(modules)
         target = Where(tree, inventory, node, lmod_libexec, lmod_cache, pip_cert, local, cluster).open()
         return target.publish(catalog, _targets(catalog, names), on_step=show)
@@ -240,7 +239,7 @@ def list_cmd(tree: TreeOpt = None, inventory: InvOpt = None, local: LocalOpt = F
     """Every published version, with its default/deprecated flags and who published it."""
     where = Where(tree, inventory, node, local=local, cluster=cluster)
 
-    def run() -> tuple[list[Entry], str | None, str]:
+    def run() -> "tuple[list[Entry], str | None, str]":
         opened = where.open()
         return opened.entries(), opened.cluster, opened.tree.root
 

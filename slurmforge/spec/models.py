@@ -87,7 +87,7 @@ class Model(BaseModel):
     # the 35 models' validators was most of `slurmforge validate`'s start-up); a nested
     # model's default is a mapping its parent validates (nested_default), so that
     # validating a spec builds one validator, the Cluster's, with every model inline.
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 def new_list() -> list[Any]:
@@ -106,7 +106,7 @@ def nested_default(**values: object) -> Any:
     """A nested model's default: these values (else its own defaults), validated by the
     parent like any mapping. An instance as the default would build the nested model's own
     validator when this module is imported."""
-    return Field(default_factory=lambda: dict(values))
+    return Field(default_factory=lambda: dict(values), validate_default=True)
 
 
 def field_error(kind: str, message: str, fix: str) -> PydanticCustomError:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from slurmforge.errors import Problem, SortedListing
 from slurmforge.instance_types import lookup
-from slurmforge.spec.checks.registry import check, cycles, dupes, hardware, is_aws
+from slurmforge.spec.checks.registry import check, cycles, dupes, hardware_by_name, hardwares, is_aws, pool_names
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market
 from slurmforge.spec.nodes import NodeHardware
 
@@ -17,7 +17,7 @@ MIN_AWS_RESUME_TIMEOUT = 300
 @check
 def fallback_targets_exist(spec: Cluster) -> Iterator[Problem]:
     """Fallback names existing pools, not the pool itself, each once."""
-    names = {p.name for p in spec.pools}
+    names = pool_names(spec)
     known = SortedListing(names)
     for i, p in enumerate(spec.pools):
         for j, f in enumerate(p.fallback):
@@ -25,7 +25,7 @@ def fallback_targets_exist(spec: Cluster) -> Iterator[Problem]:
                 yield Problem(f"pools[{i}].fallback[{j}]", "unknown pool", f"use one of: {known}", f)
             elif f == p.name:
                 yield Problem(f"pools[{i}].fallback[{j}]", "a pool cannot fall back to itself", "remove it", f)
-        for f in sorted(dupes(p.fallback)):
+        for f in sorted(dupes(p.fallback)) if len(p.fallback) > 1 else ():
             yield Problem(f"pools[{i}].fallback", "pool listed twice", "list it once", f)
 
 
@@ -35,7 +35,7 @@ def fallback_same_kind(spec: Cluster) -> Iterator[Problem]:
     kinds = {p.name: p.kind for p in spec.pools}
     for i, p in enumerate(spec.pools):
         for j, f in enumerate(p.fallback):
-            if f in kinds and kinds[f] is not p.kind:
+            if kinds.get(f, p.kind) is not p.kind:
                 yield Problem(f"pools[{i}].fallback[{j}]", f"{p.kind.value} pool falls back to {kinds[f].value} pool",
                               f"fall back to a {p.kind.value} pool", f)
 
@@ -50,12 +50,14 @@ def fallback_same_hardware(spec: Cluster) -> Iterator[Problem]:
     """A fallback pool's nodes have the pool's CPUs and GPUs and at least its memory: the
     service launches the pool's nodes on the fallback's capacity, and Slurm keeps the pool's
     node line (a smaller node drains)."""
-    pools = {p.name: p for p in spec.pools}
-    for i, p in enumerate(spec.pools):
-        hw = hardware(p)
+    kinds = {p.name: p.kind for p in spec.pools}
+    shapes = hardware_by_name(spec)
+    for i, (p, hw) in enumerate(zip(spec.pools, hardwares(spec), strict=True)):
+        if hw is None or not p.fallback:
+            continue
         for j, f in enumerate(p.fallback):
-            other = hardware(pools[f]) if f in pools and f != p.name else None
-            if hw is None or other is None or pools[f].kind is not p.kind:
+            other = shapes.get(f) if f != p.name else None
+            if other is None or kinds[f] is not p.kind:
                 continue  # unknown, itself, or another kind: reported by the checks above
             if (other.cpus, other.gpus, other.gpu_model) != (hw.cpus, hw.gpus, hw.gpu_model):
                 yield Problem(f"pools[{i}].fallback[{j}]", f"nodes have {_shape(other)}, this pool's {_shape(hw)}",
@@ -69,8 +71,11 @@ def fallback_same_hardware(spec: Cluster) -> Iterator[Problem]:
 @check
 def fallback_acyclic(spec: Cluster) -> Iterator[Problem]:
     """Fallback chains have no cycles."""
+    graph = {p.name: p.fallback for p in spec.pools if p.fallback}
+    if not graph:
+        return
     index = {p.name: i for i, p in enumerate(spec.pools)}
-    for cycle in cycles({p.name: list(p.fallback) for p in spec.pools}):
+    for cycle in cycles(graph):
         yield Problem(f"pools[{index[cycle[0]]}].fallback", f"fallback cycle {' -> '.join(cycle)}",
                       "make the chain end at a pool without fallback", show_value=False)
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from slurmforge.contract import SERVICE_USER, SLURMRESTD_USER
 from slurmforge.errors import Problem
-from slurmforge.spec.checks.registry import check, dupes, head_names
+from slurmforge.spec.checks.registry import check, dupes, head_names, node_prefixes
 from slurmforge.spec.models import ROOT_ACCOUNT, Cluster, StaticTarget
 from slurmforge.spec.nodes import index_width, node_index
 
@@ -57,8 +57,7 @@ def unique_node_prefixes(spec: Cluster) -> Iterator[Problem]:
     """Two pools never produce the same node names."""
     same_name = dupes([p.name for p in spec.pools])
     seen: dict[str, str] = {}
-    for i, p in enumerate(spec.pools):
-        prefix = spec.node_prefix(p)
+    for i, (p, prefix) in enumerate(zip(spec.pools, node_prefixes(spec), strict=True)):
         if prefix in seen and not (p.name in same_name and p.node_prefix is None):  # reported as a duplicate name
             yield Problem(f"pools[{i}].node_prefix", f"pool '{p.name}' uses the same node prefix as pool "
                           f"'{seen[prefix]}'", "set a distinct node_prefix", prefix)
@@ -69,18 +68,20 @@ def unique_node_prefixes(spec: Cluster) -> Iterator[Problem]:
 def node_names_slurm_can_take(spec: Cluster) -> Iterator[Problem]:
     """Node names (`<node_prefix>-<index>`) are lowercase hostnames: a letter first, then
     letters, digits and '-', at most 63 characters."""
-    for i, p in enumerate(spec.pools):
-        prefix = spec.node_prefix(p)
-        path = f"pools[{i}].node_prefix"
-        if not HOST_LABEL.fullmatch(prefix):
-            yield Problem(path, "node names must start with a letter and hold only letters, digits and '-'",
-                          "use a prefix such as 'gpu-a100'", prefix)
-        elif prefix != prefix.lower():
-            yield Problem(path, "node names must be lowercase (hostnames)", "use a lowercase prefix", prefix)
-        length = len(prefix) + 1 + max(index_width(p), len(str(p.max_nodes)))
-        if length > MAX_NODE_NAME:
-            yield Problem(path, f"node names would be {length} characters, more than {MAX_NODE_NAME}",
-                          "shorten the prefix", prefix)
+    label = HOST_LABEL.fullmatch
+    for i, (p, prefix) in enumerate(zip(spec.pools, node_prefixes(spec), strict=True)):
+        if not label(prefix):
+            yield Problem(f"pools[{i}].node_prefix", "node names must start with a letter and hold only letters, "
+                          "digits and '-'", "use a prefix such as 'gpu-a100'", prefix)
+        elif not prefix.islower():
+            yield Problem(f"pools[{i}].node_prefix", "node names must be lowercase (hostnames)",
+                          "use a lowercase prefix", prefix)
+        # the longest index is at most 6 digits (index_width, max_nodes <= 65,536)
+        if len(prefix) + 7 > MAX_NODE_NAME:
+            length = len(prefix) + 1 + max(index_width(p), len(str(p.max_nodes)))
+            if length > MAX_NODE_NAME:
+                yield Problem(f"pools[{i}].node_prefix", f"node names would be {length} characters, more than "
+                              f"{MAX_NODE_NAME}", "shorten the prefix", prefix)
 
 
 @check
@@ -90,7 +91,7 @@ def reserved_host_names(spec: Cluster) -> Iterator[Problem]:
     (ignoring case). (A static target's own machines: static_target_hosts.)"""
     if isinstance(spec.target, StaticTarget):
         return  # machines you own: static_target_hosts names the machine used twice
-    pools = {spec.node_prefix(p).lower(): (i, p) for i, p in enumerate(spec.pools)}
+    pools = {prefix.lower(): (i, p) for i, (p, prefix) in enumerate(zip(spec.pools, node_prefixes(spec), strict=True))}
     reported: set[int] = set()
     for name, what in sorted(head_names(spec).items()):
         low = name.lower()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from slurmforge.errors import Problem, SortedListing, listing
-from slurmforge.spec.checks.registry import check, dupes, hardware, reaching_on_demand
+from slurmforge.spec.checks.registry import check, dupes, hardware_by_name, pool_names, reaching_on_demand
 from slurmforge.spec.models import Cluster, Market, Pool, PoolKind
 from slurmforge.spec.routing import pool_partitions
 from slurmforge.spec.slurmtime import parse_slurm_time
@@ -35,8 +35,10 @@ def default_pools(spec: Cluster) -> Iterator[Problem]:
 @check
 def default_pools_in_partitions(spec: Cluster) -> Iterator[Problem]:
     """A default pool is in some partition (a fallback-only pool cannot be the default)."""
+    if spec.scheduling.default_cpu_pool is None and spec.scheduling.default_gpu_pool is None:
+        return
     used = {name for part in spec.partitions for name in part.pools}
-    known = {p.name for p in spec.pools}
+    known = pool_names(spec)
     for field in ("default_cpu_pool", "default_gpu_pool"):
         name = getattr(spec.scheduling, field)
         if name in known and name not in used:
@@ -74,7 +76,7 @@ def pools_in_some_partition(spec: Cluster) -> Iterator[Problem]:
 @check
 def partitions_name_known_pools(spec: Cluster) -> Iterator[Problem]:
     """Partitions name existing pools, each once."""
-    names = {p.name for p in spec.pools}
+    names = pool_names(spec)
     known = SortedListing(names)
     for i, part in enumerate(spec.partitions):
         for j, pool in enumerate(part.pools):
@@ -152,7 +154,7 @@ def partition_pool_weights(spec: Cluster) -> Iterator[Problem]:
     """In a partition that mixes pools, GPU nodes weigh more than CPU nodes (or CPU-only jobs
     fill them), and a spot and an on-demand pool of the same hardware never tie on weight."""
     pools = {p.name: p for p in spec.pools}
-    shapes = {p.name: hardware(p) for p in spec.pools}
+    shapes = hardware_by_name(spec)
     for i, part in enumerate(spec.partitions):
         members = [pools[n] for n in dict.fromkeys(part.pools) if n in pools]
         cpu = [p for p in members if p.kind is PoolKind.CPU]
@@ -183,11 +185,13 @@ def partition_pool_weights(spec: Cluster) -> Iterator[Problem]:
 def default_partition_not_only_spot(spec: Cluster) -> Iterator[Problem]:
     """The default partition is not made only of spot pools without an on-demand fallback
     (every job submitted without -p could be interrupted)."""
-    pools = {p.name for p in spec.pools}
-    safe = reaching_on_demand(spec)
+    markets = {p.name: p.market for p in spec.pools}
     for i, part in enumerate(spec.partitions):
-        members = [n for n in part.pools if n in pools]
-        if part.default and members and not any(n in safe for n in members):
+        members = [n for n in part.pools if n in markets] if part.default else []
+        if not members or any(markets[n] is Market.ON_DEMAND for n in members):
+            continue
+        safe = reaching_on_demand(spec)  # only for a default partition of spot pools: a walk over all pools
+        if not any(n in safe for n in members):
             yield Problem(f"partitions[{i}].default", "only spot pools without an on-demand fallback: every job "
                           "submitted without -p could be interrupted", "make an on-demand partition the default, "
                           "or give the spot pools an on-demand fallback", show_value=False)

@@ -8,7 +8,7 @@ from functools import cache
 from slurmforge.contract import SERVICE_GID, SERVICE_UID
 from slurmforge.errors import Problem
 from slurmforge.package_data import data
-from slurmforge.spec.checks.registry import check, hardware, is_aws, parent_cycles
+from slurmforge.spec.checks.registry import check, hardwares, is_aws, parent_cycles
 from slurmforge.spec.models import Cluster
 from slurmforge.spec.slurmtime import parse_slurm_time
 from slurmforge.spec.sshkeys import key_problem
@@ -228,7 +228,7 @@ def limits_are_enforced(spec: Cluster) -> Iterator[Problem]:
 def gpu_limits_need_gpus(spec: Cluster) -> Iterator[Problem]:
     """A GPU limit (QoS max_gpus_per_user, budget gpu_hours) needs a pool with GPUs: Slurm
     counts GPUs only when some node has them (AccountingStorageTRES=gres/gpu)."""
-    if any((hw := hardware(p)) is not None and hw.gpus for p in spec.pools):
+    if any(hw is not None and hw.gpus for hw in hardwares(spec)):
         return
     for i, q in enumerate(spec.scheduling.qos):
         if q.max_gpus_per_user is not None:

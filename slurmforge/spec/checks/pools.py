@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from slurmforge.errors import Problem
 from slurmforge.instance_types import InstanceType, load_instance_types, lookup
-from slurmforge.spec.checks.registry import check, dupes, hardware, is_aws
+from slurmforge.spec.checks.registry import check, dupes, hardwares, is_aws
 from slurmforge.spec.models import MAX_SLURM_NODES, Cluster, LocalTarget, PoolKind
 from slurmforge.spec.nodes import SCHEDULABLE_MEMORY
 
@@ -84,7 +84,7 @@ def nvswitch_types_need_fabric_manager(spec: Cluster) -> Iterator[Problem]:
 def unique_instance_types(spec: Cluster) -> Iterator[Problem]:
     """A pool lists each instance type once."""
     for i, p in enumerate(spec.pools):
-        for t in sorted(dupes(p.instance_types)):
+        for t in sorted(dupes(p.instance_types)) if len(p.instance_types) > 1 else ():
             yield Problem(f"pools[{i}].instance_types", "instance type listed twice", "list it once", t)
 
 
@@ -160,8 +160,7 @@ def memory_fits_type(spec: Cluster) -> Iterator[Problem]:
 @check
 def kind_matches_hardware(spec: Cluster) -> Iterator[Problem]:
     """A gpu pool has GPUs; a cpu pool has none."""
-    for i, p in enumerate(spec.pools):
-        hw = hardware(p)
+    for i, (p, hw) in enumerate(zip(spec.pools, hardwares(spec), strict=True)):
         if hw is None:
             continue
         if p.kind is PoolKind.GPU and not hw.gpus:
@@ -197,10 +196,11 @@ def node_count_slurm_holds(spec: Cluster) -> Iterator[Problem]:
 @check
 def features_listed_once(spec: Cluster) -> Iterator[Problem]:
     """features never repeat, and never repeat the GPU model (it is added automatically)."""
-    for i, p in enumerate(spec.pools):
+    for i, (p, hw) in enumerate(zip(spec.pools, hardwares(spec), strict=True)):
+        if not p.features:
+            continue
         for f in sorted(dupes(p.features)):
             yield Problem(f"pools[{i}].features", "feature listed twice", "list it once", f)
-        hw = hardware(p)
         if hw and hw.gpus and hw.gpu_model in p.features:
             yield Problem(f"pools[{i}].features[{p.features.index(hw.gpu_model)}]",
                           "the GPU model is already a feature of every node", "remove it", hw.gpu_model)
@@ -212,14 +212,15 @@ def local_pools_fit_a_container(spec: Cluster) -> Iterator[Problem]:
     16 GiB of memory per node, so Slurm never places jobs the machine cannot run."""
     if not isinstance(spec.target, LocalTarget):
         return
-    for i, p in enumerate(spec.pools):
-        hw = hardware(p)
+    for i, (p, hw) in enumerate(zip(spec.pools, hardwares(spec), strict=True)):
+        if hw is None or (hw.cpus <= LOCAL_MAX_CPUS and hw.memory_mb <= LOCAL_MAX_MEMORY_MB):
+            continue
         where = f"pools[{i}].instance_types" if p.instance_types else f"pools[{i}].hardware"
-        if hw and hw.cpus > LOCAL_MAX_CPUS:
+        if hw.cpus > LOCAL_MAX_CPUS:
             yield Problem(where, f"{hw.cpus} CPUs per node; local nodes are containers sharing this machine",
                           f"use at most {LOCAL_MAX_CPUS} CPUs per node (e.g. hardware with cores_per_socket: 2)",
                           show_value=False)
-        if hw and hw.memory_mb > LOCAL_MAX_MEMORY_MB:
+        if hw.memory_mb > LOCAL_MAX_MEMORY_MB:
             yield Problem(where, f"{hw.memory_mb} MiB per node; local nodes are containers sharing this machine",
                           f"use at most {LOCAL_MAX_MEMORY_MB} MiB per node (memory_mb)", show_value=False)
 

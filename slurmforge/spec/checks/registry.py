@@ -8,7 +8,7 @@ from typing import TypeVar
 
 from slurmforge.errors import Problem
 from slurmforge.hosts import login_names
-from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market, Pool, StaticHost, StaticTarget
+from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market, StaticHost, StaticTarget
 from slurmforge.spec.nodes import NodeHardware, ceph_host_name, pool_hardware
 
 Check = Callable[[Cluster], Iterator[Problem]]
@@ -59,14 +59,31 @@ def per_run(fn: Callable[[Cluster], R]) -> Callable[[Cluster], R]:
     return cached
 
 
-def hardware(pool: Pool) -> NodeHardware | None:
-    """nodes.pool_hardware, worked out once per pool while run_checks runs."""
-    if _RUN is None:
-        return pool_hardware(pool)
-    key = id(pool)
-    if key not in _RUN:
-        _RUN[key] = pool_hardware(pool)
-    return _RUN[key]  # type: ignore[return-value]
+@per_run
+def hardwares(spec: Cluster) -> list[NodeHardware | None]:
+    """nodes.pool_hardware of every pool, in the pools' order (zip it with spec.pools):
+    worked out once while run_checks runs, and read as a list, not a call per pool (a dozen
+    checks read it; 88,000 pools made that a million calls)."""
+    return [pool_hardware(p) for p in spec.pools]
+
+
+@per_run
+def hardware_by_name(spec: Cluster) -> dict[str, NodeHardware | None]:
+    """hardwares by pool name (of pools named twice, the last, as {p.name: p} keeps)."""
+    return dict(zip((p.name for p in spec.pools), hardwares(spec), strict=True))
+
+
+@per_run
+def pool_names(spec: Cluster) -> frozenset[str]:
+    """The names of the pools."""
+    return frozenset(p.name for p in spec.pools)
+
+
+@per_run
+def node_prefixes(spec: Cluster) -> list[str]:
+    """Every pool's node prefix (Cluster.node_prefix), in the pools' order."""
+    default = f"{spec.name}-"
+    return [p.node_prefix or default + p.name for p in spec.pools]
 
 
 def dupes(names: Sequence[T]) -> set[T]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from slurmforge.errors import Problem
-from slurmforge.spec.checks.registry import check, hardware
+from slurmforge.spec.checks.registry import check, hardwares
 from slurmforge.spec.models import Cluster, Partition
 
 # Slurm's default partition PriorityTier (man slurm.conf).
@@ -102,7 +102,7 @@ def suspend_needs_gang(spec: Cluster) -> Iterator[Problem]:
 
 
 def _gpu_pools(spec: Cluster) -> set[str]:
-    return {p.name for p in spec.pools if (hw := hardware(p)) is not None and hw.gpus}
+    return {p.name for p, hw in zip(spec.pools, hardwares(spec), strict=True) if hw is not None and hw.gpus}
 
 
 @check
@@ -147,8 +147,10 @@ def suspend_needs_memory_room(spec: Cluster) -> Iterator[Problem]:
     its node's whole memory, or with a larger default, too much of it)."""
     sched = spec.scheduling
     found = suspending(spec) if sched.select_parameters.endswith("_Memory") else []
-    halves = [(p, hw, hw.memory_mb // (2 * hw.cpus)) for p in spec.pools for hw in [hardware(p)] if hw]
-    if not found or not halves:
+    if not found:
+        return
+    halves = [(p, hw, hw.memory_mb // (2 * hw.cpus)) for p, hw in zip(spec.pools, hardwares(spec), strict=True) if hw]
+    if not halves:
         return
     pool, hw, half = min(halves, key=lambda phh: phh[2])
     per_cpu = sched.default_mem_per_cpu_mb
@@ -171,7 +173,8 @@ def default_mem_per_cpu_fits(spec: Cluster) -> Iterator[Problem]:
     per_cpu = spec.scheduling.default_mem_per_cpu_mb
     if per_cpu is None:
         return
-    over = [(p, hw) for p in spec.pools for hw in [hardware(p)] if hw and per_cpu * hw.cpus > hw.memory_mb]
+    over = [(p, hw) for p, hw in zip(spec.pools, hardwares(spec), strict=True)
+            if hw and per_cpu * hw.cpus > hw.memory_mb]
     if over:
         pool, hw = min(over, key=lambda ph: ph[1].memory_mb // ph[1].cpus)
         yield Problem("scheduling.default_mem_per_cpu_mb", f"{per_cpu} MB x {hw.cpus} CPUs is more than pool "
