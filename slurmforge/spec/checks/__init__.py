@@ -12,8 +12,9 @@ from slurmforge.spec.checks.registry import CHECKS, Check, check, run_checks
 
 # importing a module registers its checks, in this order (the order problems are reported)
 # isort: off
-from slurmforge.spec.checks import names, pools, capacity, partitions, scheduling, people, storage, addresses, site
+from slurmforge.spec.checks import names, pools, capacity, partitions, scheduling, people, storage, addresses
+from slurmforge.spec.checks import network, site
 # isort: on
 
-__all__ = ["CHECKS", "Check", "addresses", "capacity", "check", "names", "partitions", "people", "pools", "run_checks",
-           "scheduling", "site", "storage"]
+__all__ = ["CHECKS", "Check", "addresses", "capacity", "check", "names", "network", "partitions", "people", "pools",
+           "run_checks", "scheduling", "site", "storage"]

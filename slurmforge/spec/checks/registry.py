@@ -96,6 +96,12 @@ def is_aws(spec: Cluster) -> bool:
     return isinstance(spec.target, AwsTarget)
 
 
+def stack_makes_rds(spec: Cluster) -> bool:
+    """stacks/database.py: RDS for an external accounting database on AWS."""
+    db = spec.accounting.database
+    return is_aws(spec) and spec.accounting.enabled and db.kind == "external"
+
+
 def head_names(spec: Cluster) -> dict[str, str]:
     """Every host name that is not a pool's node, and what it names: controller, login,
     database and Ceph hosts (as render and the providers name them)."""

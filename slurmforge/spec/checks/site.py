@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import socket
 import unicodedata
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from slurmforge.errors import Problem, SortedListing, listing
 from slurmforge.hosts import (
@@ -21,14 +19,12 @@ from slurmforge.hosts import (
 )
 from slurmforge.instance_types import lookup
 from slurmforge.spec.checks.addresses import daemon_ports, reached_hosts
+from slurmforge.spec.checks.network import no_host_range, zone_in
 from slurmforge.spec.checks.people import mariadb_reserved_words
-from slurmforge.spec.checks.registry import check, dupes, is_aws, per_run, static_hosts
+from slurmforge.spec.checks.registry import check, is_aws, stack_makes_rds, static_hosts
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, RestApi, StaticTarget, is_domain
 from slurmforge.spec.nodes import node_names, pool_hostlist
 
-# AWS accepts VPC and subnet netmasks from /16 to /28, and keeps 5 addresses of every subnet.
-AWS_PREFIXES = range(16, 29)
-AWS_RESERVED_PER_SUBNET = 5
 # podman's own default network; a local cluster network must not overlap it.
 PODMAN_DEFAULT = ipaddress.ip_network("10.88.0.0/16")
 LOCAL_MAX_NODES = 32
@@ -44,101 +40,6 @@ TAG_VALUE_PUNCTUATION = frozenset("_.:/=+-@")
 TAG_VALUE_ASCII = re.compile(r"[A-Za-z0-9 _.:/=+@-]*")  # the usual values, without a look per character
 METADATA_RESERVED_KEYS = (".", "..", "_index")
 MAX_USER_TAGS = TAGS_PER_RESOURCE - len(OWN_TAG_KEYS)
-
-
-@dataclass(frozen=True, slots=True)
-class _Net:
-    """A CIDR the models validated, as numbers (ipaddress's objects cost microseconds each:
-    seconds for the 200,000 subnets a 10 MB spec can list)."""
-
-    path: str
-    cidr: str
-    first: int
-    last: int
-    prefix: int
-
-    @classmethod
-    def of(cls, path: str, cidr: str) -> _Net:
-        address, _, prefix = cidr.partition("/")
-        first = int.from_bytes(socket.inet_aton(address), "big")
-        return cls(path, cidr, first, first + (1 << (32 - int(prefix))) - 1, int(prefix))
-
-    @property
-    def size(self) -> int:
-        return self.last - self.first + 1
-
-
-@per_run
-def _subnets(spec: Cluster) -> list[_Net]:
-    return [_Net.of(f"network.{kind}[{i}].cidr", s.cidr)
-            for kind in ("public_subnets", "private_subnets") for i, s in enumerate(getattr(spec.network, kind))]
-
-
-@check
-def subnets_inside_vpc(spec: Cluster) -> Iterator[Problem]:
-    """Subnets lie inside the VPC CIDR."""
-    vpc = _Net.of("network.vpc_cidr", spec.network.vpc_cidr)
-    for net in _subnets(spec):
-        if net.first < vpc.first or net.last > vpc.last:
-            yield Problem(net.path, f"outside vpc_cidr {vpc.cidr}", "pick a range inside the VPC", net.cidr)
-
-
-@check
-def subnets_do_not_overlap(spec: Cluster) -> Iterator[Problem]:
-    """No two subnets overlap (each subnet that overlaps another is named once, with the
-    widest one it overlaps)."""
-    # CIDR ranges either nest or are apart: in address order, a range overlaps an earlier
-    # one exactly when it starts before the furthest end seen so far.
-    widest: _Net | None = None
-    for net in sorted(_subnets(spec), key=lambda n: (n.first, n.prefix)):
-        if widest is not None and net.first <= widest.last:
-            yield Problem(net.path, f"overlaps {widest.path} ({widest.cidr})", "use disjoint ranges", net.cidr)
-        if widest is None or net.last > widest.last:
-            widest = net
-
-
-@check
-def aws_cidr_sizes(spec: Cluster) -> Iterator[Problem]:
-    """On AWS the VPC and every subnet are /16 to /28 (AWS refuses other sizes)."""
-    if not is_aws(spec):
-        return
-    for net in [_Net.of("network.vpc_cidr", spec.network.vpc_cidr), *_subnets(spec)]:
-        if net.prefix not in AWS_PREFIXES:
-            yield Problem(net.path, f"/{net.prefix}; AWS accepts /16 to /28", "use a size from /16 to /28", net.cidr)
-
-
-@check
-def private_subnets_fit_nodes(spec: Cluster) -> Iterator[Problem]:
-    """On AWS the private subnets have an address for every node the pools may start."""
-    if not is_aws(spec) or not spec.network.private_subnets:
-        return
-    usable = sum(_Net.of("", s.cidr).size - AWS_RESERVED_PER_SUBNET for s in spec.network.private_subnets)
-    nodes = sum(p.max_nodes for p in spec.pools)
-    if usable < nodes:
-        yield Problem("network.private_subnets", f"{usable:,} usable addresses for up to {nodes:,} nodes",
-                      "use larger private subnets (a /20 holds 4,091 nodes) or lower max_nodes", show_value=False)
-
-
-@check
-def private_subnets_distinct_zones(spec: Cluster) -> Iterator[Problem]:
-    """Private subnets sit in distinct zones, and on AWS there are at least two."""
-    zones = [s.zone for s in spec.network.private_subnets]
-    twice = dupes(zones)
-    for i, s in enumerate(spec.network.private_subnets):
-        if s.zone in twice:
-            yield Problem(f"network.private_subnets[{i}].zone", "duplicate zone",
-                          "one private subnet per zone", s.zone)
-    if is_aws(spec) and len(set(zones)) < 2:
-        yield Problem("network.private_subnets", f"{len(set(zones))} zone(s); AWS needs private subnets in >= 2",
-                      "add a private subnet in a second zone", show_value=False)
-
-
-@check
-def aws_needs_public_subnet(spec: Cluster) -> Iterator[Problem]:
-    """On AWS a public subnet carries the login node and the NAT gateway."""
-    if is_aws(spec) and not spec.network.public_subnets:
-        yield Problem("network.public_subnets", "none defined",
-                      "add one, e.g. {cidr: 10.0.0.0/24, zone: us-east-1a}", show_value=False)
 
 
 def _tag_path(key: str) -> str:
@@ -247,12 +148,6 @@ RDS_PORTS = range(1150, 65536)
 AWS_DOMAINS = ("amazonaws.com", "compute.internal", "ec2.internal")
 
 
-def _stack_makes_rds(spec: Cluster) -> bool:
-    """stacks/database.py: RDS for an external accounting database on AWS."""
-    db = spec.accounting.database
-    return is_aws(spec) and spec.accounting.enabled and db.kind == "external"
-
-
 @check
 def rds_database(spec: Cluster) -> Iterator[Problem]:
     """Where the stack makes the accounting database (target aws, database kind external),
@@ -262,7 +157,7 @@ def rds_database(spec: Cluster) -> Iterator[Problem]:
     the host is the DNS name the stack publishes RDS's address under in a private zone (the
     host minus its first label): not an IP address (RDS picks its own), not a bare name (no
     zone can hold it)."""
-    if not _stack_makes_rds(spec):
+    if not stack_makes_rds(spec):
         return
     db = spec.accounting.database
     if not RDS_USER.fullmatch(db.user):
@@ -306,7 +201,7 @@ def database_zone_shadows_nothing(spec: Cluster) -> Iterator[Problem]:
     AWS's own domains (amazonaws.com:
     EFS, SSM, RDS's address itself; compute.internal, ec2.internal: EC2's host names)."""
     host = spec.accounting.database.host or ""
-    if not _stack_makes_rds(spec) or "." not in host or _is_ip(host):
+    if not stack_makes_rds(spec) or "." not in host or _is_ip(host):
         return
     zone = host.split(".", 1)[1]
     outside = [(reached.path, reached.host) for reached in reached_hosts(spec) if reached.host != host]
@@ -343,45 +238,12 @@ def login_zones_reach_efs(spec: Cluster) -> Iterator[Problem]:
         logins.setdefault(index, []).append(name)
     for index, names in sorted(logins.items()):
         zone = spec.network.public_subnets[index].zone
-        if zone not in private and _zone_in(spec.target.region, zone):  # else: subnet_zones_in_region
+        if zone not in private and zone_in(spec.target.region, zone):  # else: subnet_zones_in_region
             nodes = f"login node {names[0]}" if len(names) == 1 else f"login nodes {listing(names)}"
             where = f"put this public subnet in {' or '.join(private)}" if private else "add private subnets"
             yield Problem(f"network.public_subnets[{index}].zone", f"holds {nodes} but no private subnet: EFS has "
                           f"no mount target in {zone}, and the login node mounts the NAS",
                           f"add a private subnet in {zone}, or {where}", zone)
-
-
-def _zone_in(region: str, zone: str) -> bool:
-    return zone.startswith(region) and len(zone) == len(region) + 1
-
-
-@check
-def subnet_zones_in_region(spec: Cluster) -> Iterator[Problem]:
-    """Subnet zones belong to the target region."""
-    if not isinstance(spec.target, AwsTarget):
-        return
-    region = spec.target.region
-    for kind in ("public_subnets", "private_subnets"):
-        for i, s in enumerate(getattr(spec.network, kind)):
-            if not _zone_in(region, s.zone):
-                yield Problem(f"network.{kind}[{i}].zone", f"not a zone of {region}", f"use {region}a", s.zone)
-
-
-@check
-def admin_cidrs_not_world(spec: Cluster) -> Iterator[Problem]:
-    """0.0.0.0/0 in admin_cidrs needs allow_ssh_from_anywhere: true."""
-    for i, c in enumerate(spec.network.admin_cidrs):
-        if ipaddress.ip_network(c).prefixlen == 0 and not spec.network.allow_ssh_from_anywhere:
-            yield Problem(f"network.admin_cidrs[{i}]", "opens SSH to the whole internet",
-                          "list your office/VPN ranges, or set network.allow_ssh_from_anywhere: true", c)
-
-
-@check
-def aws_needs_admin_cidrs(spec: Cluster) -> Iterator[Problem]:
-    """On AWS somebody must be able to reach the login node."""
-    if is_aws(spec) and not spec.network.admin_cidrs:
-        yield Problem("network.admin_cidrs", "empty: nobody could reach the login node over SSH",
-                      "add your office/VPN CIDR (e.g. 203.0.113.0/24)", show_value=False)
 
 
 @check
@@ -515,11 +377,18 @@ def local_target_size(spec: Cluster) -> Iterator[Problem]:
 
 @check
 def local_subnet_usable(spec: Cluster) -> Iterator[Problem]:
-    """The local network is a private range and does not overlap podman's default 10.88.0.0/16."""
+    """The local network is a private range no machine keeps for itself and does not overlap
+    podman's default 10.88.0.0/16: not loopback, link-local or 'this network' (Python counts
+    them private, but no container could use such an address: the kernel keeps 127.0.0.0/8
+    for the host's own lo, and routes neither of the others over a bridge)."""
     if not isinstance(spec.target, LocalTarget):
         return
     net = ipaddress.IPv4Network(spec.target.subnet)
-    if not net.is_private:
+    why = no_host_range(spec.target.subnet)
+    if why is not None:
+        yield Problem("target.subnet", f"{why}: the containers could not use it", "use a private range such as "
+                      "10.89.0.0/24", spec.target.subnet)
+    elif not net.is_private:
         yield Problem("target.subnet", "not a private range: containers would shadow real internet addresses",
                       "use a private range such as 10.89.0.0/24", spec.target.subnet)
     elif net.overlaps(PODMAN_DEFAULT):
