@@ -114,6 +114,8 @@ def zones_unique_and_in_region(spec: Cluster) -> Iterator[Problem]:
         for j, z in enumerate(p.zones):
             if not isinstance(target, AwsTarget):
                 yield Problem(f"pools[{i}].zones[{j}]", "zones only apply to target aws", "remove zones", z)
+            elif z != z.strip():
+                continue  # aws_names_as_written
             elif not z.startswith(target.region):
                 yield Problem(f"pools[{i}].zones[{j}]", f"not a zone of region {target.region}",
                               f"use {target.region}a, {target.region}b, ...", z)

@@ -172,7 +172,7 @@ def subnet_zones_in_region(spec: Cluster) -> Iterator[Problem]:
     region = spec.target.region
     for kind in ("public_subnets", "private_subnets"):
         for i, s in enumerate(getattr(spec.network, kind)):
-            if not zone_in(region, s.zone):
+            if not zone_in(region, s.zone) and s.zone == s.zone.strip():  # else: aws_names_as_written
                 yield Problem(f"network.{kind}[{i}].zone", f"not a zone of {region}", f"use {region}a", s.zone)
 
 

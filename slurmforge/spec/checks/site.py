@@ -119,9 +119,11 @@ def aws_tags(spec: Cluster) -> Iterator[Problem]:
 @check
 def aws_names_as_written(spec: Cluster) -> Iterator[Problem]:
     """Names AWS matches exactly carry no leading or trailing spaces: the EC2 key pair
-    (EC2 finds key pairs by their exact name, and ' ops' is not the key pair ops) and tag
+    (EC2 finds key pairs by their exact name, and ' ops' is not the key pair ops), tag
     values (EC2 keeps them as written: filters, IAM conditions and cost reports would see
-    'ml ' and 'ml' as two values)."""
+    'ml ' and 'ml' as two values) and availability zones (subnets' and pools': CreateSubnet
+    and CreateFleet take the zone's name as written, and 'us-east-1a ' is no zone). Instance
+    types are names of the catalog, which has none with spaces (known_instance_types)."""
     if not isinstance(spec.target, AwsTarget):
         return
     key = spec.target.key_name
@@ -132,6 +134,13 @@ def aws_names_as_written(spec: Cluster) -> Iterator[Problem]:
         if value != value.strip():
             yield Problem(_tag_path(tag), "spaces around the value: EC2 keeps them, and filters, IAM conditions and "
                           "cost reports match values exactly", f"write {value.strip()!r}", value)
+    zones = [(f"network.{kind}[{i}].zone", s.zone) for kind in ("public_subnets", "private_subnets")
+             for i, s in enumerate(getattr(spec.network, kind))]
+    zones += [(f"pools[{i}].zones[{j}]", z) for i, p in enumerate(spec.pools) if p.zones for j, z in enumerate(p.zones)]
+    for path, zone in zones:
+        if zone != zone.strip():
+            yield Problem(path, "spaces around the zone's name: EC2 takes it as written, and no zone is called so",
+                          f"write {zone.strip()!r}", zone)
 
 
 # RDS's master user name for MariaDB (Amazon RDS API Reference, CreateDBInstance,
