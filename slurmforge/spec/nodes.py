@@ -89,6 +89,16 @@ def pool_hardware(pool: Pool) -> NodeHardware | None:
     )
 
 
+def hardware_key(pool: Pool) -> tuple[object, ...]:
+    """Every field of the pool pool_hardware reads: pools with the same key have the same
+    hardware (the checks work it out once per key: 88,000 pools are a few shapes)."""
+    hw = pool.hardware
+    if hw is None:
+        return ("types", tuple(pool.instance_types), pool.memory_mb, pool.gpus)
+    gpus = (hw.gpus.count, hw.gpus.model, hw.gpus.kind) if hw.gpus else None
+    return ("hardware", hw.sockets, hw.cores_per_socket, hw.threads_per_core, hw.memory_mb, gpus, pool.memory_mb)
+
+
 def index_width(pool: Pool) -> int:
     return pool.index_width or max(2, len(str(pool.max_nodes)))
 

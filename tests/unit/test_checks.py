@@ -9,6 +9,7 @@ docs/spec.md lists every check.
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 import subprocess
 import sys
@@ -24,7 +25,9 @@ from slurmforge.cli import app
 from slurmforge.errors import Problem, SpecError
 from slurmforge.spec import load_spec, validate_data
 from slurmforge.spec.checks import CHECKS, Check
+from slurmforge.spec.checks.registry import hardwares
 from slurmforge.spec.models import Cluster
+from slurmforge.spec.nodes import hardware_key, pool_hardware
 
 pytestmark = pytest.mark.unit
 
@@ -74,6 +77,19 @@ def triggers(check: Check, path: Path) -> bool:
 
 
 # --------------------------------------------------------------------------- every check is tested
+
+
+def test_the_checks_hardware_is_each_pools_own() -> None:
+    """hardwares works each shape out once (nodes.hardware_key): every pool still gets what
+    pool_hardware says of it, and pools alike share one object (fallback_same_hardware's
+    fast path), pools unlike do not."""
+    specs = [load_spec(p) for p in [*sorted(SPECS.glob("valid-*.yaml")), *sorted((ROOT / "examples").glob("*.yaml"))]]
+    for spec in specs:
+        found = hardwares(spec)
+        assert found == [pool_hardware(p) for p in spec.pools]
+        for (p, a), (q, b) in itertools.combinations(zip(spec.pools, found, strict=True), 2):
+            assert (a is b) == (hardware_key(p) == hardware_key(q))
+    assert any(len(spec.pools) > len({hardware_key(p) for p in spec.pools}) for spec in specs)
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)

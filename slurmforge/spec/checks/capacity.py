@@ -57,7 +57,7 @@ def fallback_same_hardware(spec: Cluster) -> Iterator[Problem]:
             continue
         for j, f in enumerate(p.fallback):
             other = shapes.get(f) if f != p.name else None
-            if other is None or kinds[f] is not p.kind:
+            if other is hw or other is None or kinds[f] is not p.kind:
                 continue  # unknown, itself, or another kind: reported by the checks above
             if (other.cpus, other.gpus, other.gpu_model) != (hw.cpus, hw.gpus, hw.gpu_model):
                 yield Problem(f"pools[{i}].fallback[{j}]", f"nodes have {_shape(other)}, this pool's {_shape(hw)}",

@@ -9,7 +9,7 @@ from typing import TypeVar
 from slurmforge.errors import Problem
 from slurmforge.hosts import login_names
 from slurmforge.spec.models import AwsTarget, Cluster, LocalTarget, Market, StaticHost, StaticTarget
-from slurmforge.spec.nodes import NodeHardware, ceph_host_name, pool_hardware
+from slurmforge.spec.nodes import NodeHardware, ceph_host_name, hardware_key, pool_hardware
 
 Check = Callable[[Cluster], Iterator[Problem]]
 T = TypeVar("T", bound=Hashable)
@@ -64,7 +64,14 @@ def hardwares(spec: Cluster) -> list[NodeHardware | None]:
     """nodes.pool_hardware of every pool, in the pools' order (zip it with spec.pools):
     worked out once while run_checks runs, and read as a list, not a call per pool (a dozen
     checks read it; 88,000 pools made that a million calls)."""
-    return [pool_hardware(p) for p in spec.pools]
+    shapes: dict[tuple[object, ...], NodeHardware | None] = {}
+    found = []
+    for p in spec.pools:
+        key = hardware_key(p)
+        if key not in shapes:
+            shapes[key] = pool_hardware(p)
+        found.append(shapes[key])  # one object per shape: `is` tells two pools' hardware alike
+    return found
 
 
 @per_run
