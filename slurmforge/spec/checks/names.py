@@ -172,13 +172,16 @@ def slurm_reserved_names(spec: Cluster) -> Iterator[Problem]:
     """No object Slurm owns is redefined: no partition is called DEFAULT (Slurm reads it as
     defaults for the others), no account root (Slurm's top account; `parent: root` is the
     same as no parent), no QoS normal (slurmdbd's own, every association's), and no
-    allow_accounts or allow_groups entry is ALL (Slurm reads it as everyone)."""
+    allow_accounts or allow_groups is ALL alone, in any case (Slurm 24.11's read_config.c
+    compares the whole AllowAccounts= and AllowGroups= with ALL, ignoring case, and reads it
+    as everyone; in a list of several, all is the name of an account or group)."""
     for i, part in enumerate(spec.partitions):
         if part.name.lower() == "default":
             yield Problem(f"partitions[{i}].name", "Slurm reads PartitionName=DEFAULT as defaults for the other "
                           "partitions", "pick another name; mark the default partition with default: true", part.name)
         for key in ("allow_accounts", "allow_groups"):
-            for j, name in enumerate(getattr(part, key)):
+            names = getattr(part, key)
+            for j, name in enumerate(names if len(names) == 1 else []):
                 if name.lower() == SLURM_ALL:
                     yield Problem(f"partitions[{i}].{key}[{j}]", f"Slurm reads {key.title().replace('_', '')}=ALL "
                                   "as everyone", f"rename the {key.split('_')[1][:-1]}, or drop {key} to allow "
