@@ -32,7 +32,8 @@ def started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         calls.append("roll")
-        raise VersionOrderRefused("slurmd on dev-cpu-01 would run Slurm 24.11.6, newer than slurmctld on dev-controller")
+        raise VersionOrderRefused("slurmd on dev-cpu-01 would run Slurm 24.11.6, newer than slurmctld on "
+                                  "dev-controller")
 
     monkeypatch.setattr(start_mod, "aws_start", fake_start)
     monkeypatch.setattr("slurmforge.patch.engine.upgrade", refuse)
