@@ -515,15 +515,16 @@ def upgrade(
     from slurmforge.patch.engine import upgrade as roll
     from slurmforge.patch.plan import Kind, plan_table
     from slurmforge.patch.progress import load, progress_path
-    from slurmforge.patch.start import aws_start, local_start
     from slurmforge.tables import emit
     from slurmforge.ui import PhaseDisplay
+    from slurmforge.upgrade_start import aws_start, local_start
 
     target = _target(local, cluster, inventory_dir, "upgrade")
     where = _inventory_of(target)
     report_errors(lambda: require("ansible_runner", "deploy", "upgrade"))
     policy, display = JobPolicy(requeue, drain_timeout), PhaseDisplay()
-    start = report_errors(lambda: (local_start if target.local else aws_start)(where, display, policy))
+    start = report_errors(lambda: (local_start if target.local else aws_start)(where, display, policy,
+                                                                                       plan_only))
     record = progress_path(start.spec.name)
     emit(plan_table(start.plan, list(load(record, start.plan.image).done)))
     if plan_only:

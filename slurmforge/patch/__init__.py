@@ -8,5 +8,5 @@ no job lost (docs/upgrade.md, "Patch day").
 - dump: the accounting database's backup;
 - fleet: the steps on a cluster (head hosts upgraded in place, compute nodes replaced), local
   and AWS;
-- engine: the order, the guard, resume.
+- engine: the order, the guard, resume; where it starts per target: slurmforge.upgrade_start.
 """

@@ -38,7 +38,7 @@ PACKAGE = "slurmforge"
 
 LAYERS: list[tuple[str, list[str]]] = [
     ("face", ["slurmforge.cli", "slurmforge.__main__"]),
-    ("targets", ["slurmforge.local", "slurmforge.aws", "slurmforge.cluster_status"]),
+    ("targets", ["slurmforge.local", "slurmforge.aws", "slurmforge.cluster_status", "slurmforge.upgrade_start"]),
     ("operations", ["slurmforge.service", "slurmforge.plan", "slurmforge.validation", "slurmforge.bringup",
                     "slurmforge.rollout", "slurmforge.ui", "slurmforge.cost", "slurmforge.report",
                     "slurmforge.lmod.cli", "slurmforge.lmod.node", "slurmforge.fleet", "slurmforge.rotate",

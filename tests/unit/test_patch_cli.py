@@ -10,11 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from slurmforge import cli
+from slurmforge import upgrade_start as start_mod
 from slurmforge.drain import JobPolicy
 from slurmforge.errors import VersionOrderRefused
-from slurmforge.patch import start as start_mod
-from slurmforge.patch.start import Start
 from slurmforge.target import Target
+from slurmforge.upgrade_start import Start
 from tests.unit.test_patch_plan import hosts, spec
 
 pytestmark = pytest.mark.unit
@@ -27,7 +27,7 @@ def started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
     calls: list[str] = []
     plan = make_plan(spec(), hosts(), [], "abc123", "24.11.6", JobPolicy(), local=False)
 
-    def fake_start(where: Path, ui: Any, policy: JobPolicy) -> Start:
+    def fake_start(where: Path, ui: Any, policy: JobPolicy, plan_only: bool) -> Start:
         return Start(spec(), type("F", (), {"by_name": {h.name: h for h in hosts()}})(), plan)  # type: ignore[arg-type]
 
     def refuse(*args: Any, **kwargs: Any) -> None:

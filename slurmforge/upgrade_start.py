@@ -36,7 +36,8 @@ class Start:
     plan: UpgradePlan
 
 
-def local_start(inventory: Path, ui: Phases, policy: JobPolicy) -> Start:
+def local_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = False) -> Start:
+    """`plan_only`: the image is made (the plan names it), the inventory left as it is."""
     from slurmforge.contract import settings_json
     from slurmforge.image import RECORD
     from slurmforge.inventory import JOIN, RENDERED, SPEC_COPY, write_inventory
@@ -51,8 +52,9 @@ def local_start(inventory: Path, ui: Phases, policy: JobPolicy) -> Start:
         image = ensure_images(podman, log, os=distro(spec.images.base), on_wait=ui.note, on_step=ui.event)
         provider = LocalProvider(spec, image, podman, join_program=inventory / RENDERED / JOIN)
         text = podman.run(["run", "--rm", "--network", "none", "--entrypoint", "cat", image, RECORD], check=False)
-        write_inventory(spec, inventory / SPEC_COPY, provider.hosts(), inventory,
-                        provider_settings=settings_json(provider.service_settings()))
+        if not plan_only:
+            write_inventory(spec, inventory / SPEC_COPY, provider.hosts(), inventory,
+                            provider_settings=settings_json(provider.service_settings()))
     target = _target(text, image)
     client = controller_client(controller(spec, hosts))
     fleet = ClusterFleet(spec, hosts, inventory, client, target, log, ui, policy, local_remake(provider))
@@ -60,7 +62,7 @@ def local_start(inventory: Path, ui: Phases, policy: JobPolicy) -> Start:
     return Start(spec, fleet, plan)
 
 
-def aws_start(inventory: Path, ui: Phases, policy: JobPolicy) -> Start:
+def aws_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = False) -> Start:
     import json
 
     from slurmforge.image import prepare_inputs
