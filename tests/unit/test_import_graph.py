@@ -38,11 +38,11 @@ PACKAGE = "slurmforge"
 
 LAYERS: list[tuple[str, list[str]]] = [
     ("face", ["slurmforge.cli", "slurmforge.__main__"]),
-    ("targets", ["slurmforge.local", "slurmforge.aws", "slurmforge.cluster_status"]),
+    ("targets", ["slurmforge.local", "slurmforge.aws", "slurmforge.cluster_status", "slurmforge.upgrade_start"]),
     ("operations", ["slurmforge.service", "slurmforge.plan", "slurmforge.validation", "slurmforge.bringup",
                     "slurmforge.rollout", "slurmforge.ui", "slurmforge.cost", "slurmforge.report",
                     "slurmforge.lmod.cli", "slurmforge.lmod.node", "slurmforge.fleet", "slurmforge.rotate",
-                    "slurmforge.drain"]),
+                    "slurmforge.drain", "slurmforge.patch"]),
     ("cluster", ["slurmforge.spec.checks", "slurmforge.spec.loader", "slurmforge.inventory", "slurmforge.join",
                  "slurmforge.render", "slurmforge.monitoring", "slurmforge.ceph", "slurmforge.accounting",
                  "slurmforge.image", "slurmforge.image_variant", "slurmforge.upgrade", "slurmforge.secrets",
@@ -52,7 +52,7 @@ LAYERS: list[tuple[str, list[str]]] = [
               "slurmforge.templating", "slurmforge.tables", "slurmforge.console", "slurmforge.connection",
               "slurmforge.hostlists", "slurmforge.state_dirs", "slurmforge.wheel", "slurmforge.remote",
               "slurmforge.target", "slurmforge.confirm", "slurmforge.progress", "slurmforge.slurm",
-              "slurmforge"]),
+              "slurmforge.patch.hostimage", "slurmforge"]),
 ]
 UPWARD = {("slurmforge.spec", "slurmforge.spec.loader")}
 """Imports allowed to run up, each for the reason the module's docstring gives."""
