@@ -219,7 +219,7 @@ class NoCluster(SlurmforgeError):
 class VersionOrderRefused(SlurmforgeError):
     """An upgrade step would break Slurm's version order (a slurmd newer than its slurmctld,
     a slurmctld newer than slurmdbd, or a jump wider than Slurm's compatibility window):
-    refused before the step changes anything (slurmforge.patch.versions)."""
+    refused before the step changes anything (slurmforge.upgrade.versions)."""
 
     exit_code = 15
 

@@ -42,7 +42,7 @@ from slurmforge.render import CONFIG_FILES, SLURMCTLD_LOG, render_all, service_s
 from slurmforge.spec import Cluster, load_spec
 from slurmforge.spec.nodes import pool_hardware
 from slurmforge.state_dirs import secrets_dir
-from slurmforge.upgrade import BEFORE_MARKER, STATE_FILES, STATE_MARKER
+from slurmforge.takeover import BEFORE_MARKER, STATE_FILES, STATE_MARKER
 
 HOSTS_FILE = "hosts.yml"
 VARS_FILE = Path("group_vars/all/slurmforge.yml")
@@ -183,7 +183,7 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host],
         # what the image's install tasks got too (the venv's Python, paths, ports, requirements)
         **os.image_vars(),
         "slurmforge_service_provider_settings": provider_settings or {},
-        # what the node image runs and what it takes over (slurmforge/upgrade.py)
+        # what the node image runs and what it takes over (slurmforge/takeover.py)
         "slurmforge_slurm": {"release": os.slurm_release, "upgrades_from": os.upgrades_from,
                              "state_dir": state_save_location(spec), "state_marker": STATE_MARKER,
                              "before_marker": BEFORE_MARKER, "state_files": list(STATE_FILES),

@@ -22,9 +22,9 @@ from slurmforge.drain import JobPolicy, controller_client
 from slurmforge.errors import ProvisionError
 from slurmforge.fleet import controller
 from slurmforge.inventory import read_inventory
-from slurmforge.patch.fleet import ClusterFleet, TargetImage, aws_remake, local_remake
-from slurmforge.patch.hostimage import record_field
-from slurmforge.patch.plan import UpgradePlan, make_plan
+from slurmforge.upgrade.fleet import ClusterFleet, TargetImage, aws_remake, local_remake
+from slurmforge.upgrade.hostimage import record_field
+from slurmforge.upgrade.plan import UpgradePlan, make_plan
 from slurmforge.remote.node import executor_for
 from slurmforge.spec import Cluster
 

@@ -60,7 +60,7 @@ from slurmforge.local.container import (
     mac_address,
 )
 from slurmforge.local.podman import ContainerInfo, Podman
-from slurmforge.patch.hostimage import record_digest
+from slurmforge.upgrade.hostimage import record_digest
 from slurmforge.provider import (
     CapacityError,
     Instance,

@@ -45,7 +45,7 @@ from slurmforge.render import state_save_location
 from slurmforge.rollout import RolloutResult
 from slurmforge.secrets import ensure_secrets
 from slurmforge.spec import Cluster, load_spec
-from slurmforge.upgrade import BEFORE_MARKER, check_takeover, state_release
+from slurmforge.takeover import BEFORE_MARKER, check_takeover, state_release
 
 CEPH_PLAY = "Ceph"
 """playbooks/site.yml's Ceph play starts with this."""

@@ -42,17 +42,17 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("operations", ["slurmforge.service", "slurmforge.plan", "slurmforge.validation", "slurmforge.bringup",
                     "slurmforge.rollout", "slurmforge.ui", "slurmforge.cost", "slurmforge.report",
                     "slurmforge.lmod.cli", "slurmforge.lmod.node", "slurmforge.fleet", "slurmforge.rotate",
-                    "slurmforge.drain", "slurmforge.patch"]),
+                    "slurmforge.drain", "slurmforge.upgrade"]),
     ("cluster", ["slurmforge.spec.checks", "slurmforge.spec.loader", "slurmforge.inventory", "slurmforge.join",
                  "slurmforge.render", "slurmforge.monitoring", "slurmforge.ceph", "slurmforge.accounting",
-                 "slurmforge.image", "slurmforge.image_variant", "slurmforge.upgrade", "slurmforge.secrets",
+                 "slurmforge.image", "slurmforge.image_variant", "slurmforge.takeover", "slurmforge.secrets",
                  "slurmforge.lmod", "slurmforge.spec.routing", "slurmforge.billing", "slurmforge.spec.nodes"]),
     ("base", ["slurmforge.spec", "slurmforge.hosts", "slurmforge.errors", "slurmforge.contract",
               "slurmforge.distro", "slurmforge.instance_types", "slurmforge.provider", "slurmforge.package_data",
               "slurmforge.templating", "slurmforge.tables", "slurmforge.console", "slurmforge.connection",
               "slurmforge.hostlists", "slurmforge.state_dirs", "slurmforge.wheel", "slurmforge.remote",
               "slurmforge.target", "slurmforge.confirm", "slurmforge.progress", "slurmforge.slurm",
-              "slurmforge.patch.hostimage", "slurmforge"]),
+              "slurmforge.upgrade.hostimage", "slurmforge"]),
 ]
 UPWARD = {("slurmforge.spec", "slurmforge.spec.loader")}
 """Imports allowed to run up, each for the reason the module's docstring gives."""

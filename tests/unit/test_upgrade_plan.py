@@ -1,4 +1,4 @@
-"""The upgrade's plan (slurmforge.patch.plan): Slurm's order, slurmdbd's step on the primary
+"""The upgrade's plan (slurmforge.upgrade.plan): Slurm's order, slurmdbd's step on the primary
 controller, static batches from maintenance.max_unavailable, idle and busy dynamic nodes; the
 spec field's validation; and the record that lets an interrupted upgrade go on."""
 
@@ -12,9 +12,9 @@ from slurmforge.drain import JobPolicy
 from slurmforge.errors import SpecError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.package_data import examples
-from slurmforge.patch import progress
-from slurmforge.patch.plan import Kind, batches, make_plan, plan_table, unavailable_count
-from slurmforge.patch.versions import CTLD, DBD, SACKD, SLURMD
+from slurmforge.upgrade import progress
+from slurmforge.upgrade.plan import Kind, batches, make_plan, plan_table, unavailable_count
+from slurmforge.upgrade.versions import CTLD, DBD, SACKD, SLURMD
 from slurmforge.slurm.client import NodeState
 from slurmforge.spec import Cluster
 from slurmforge.spec.loader import parse_spec

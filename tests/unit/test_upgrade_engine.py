@@ -1,4 +1,4 @@
-"""The upgrade's order, guard and resume (slurmforge.patch.engine) against a fake cluster that
+"""The upgrade's order, guard and resume (slurmforge.upgrade.engine) against a fake cluster that
 records every call: steps whose hosts already run the new image are skipped (the hosts are
 asked; the record is a hint), a different image starts over, a step out of Slurm's order is
 refused before it changes anything."""
@@ -12,12 +12,12 @@ import pytest
 
 from slurmforge.drain import JobPolicy
 from slurmforge.errors import VersionOrderRefused
-from slurmforge.patch import progress
-from slurmforge.patch.engine import upgrade
-from slurmforge.patch.plan import Kind, Step, make_plan
-from slurmforge.patch.versions import CTLD, DBD, SACKD, SLURMD, Versions
+from slurmforge.upgrade import progress
+from slurmforge.upgrade.engine import upgrade
+from slurmforge.upgrade.plan import Kind, Step, make_plan
+from slurmforge.upgrade.versions import CTLD, DBD, SACKD, SLURMD, Versions
 from tests.unit.test_bringup import Notes
-from tests.unit.test_patch_plan import hosts, node, spec
+from tests.unit.test_upgrade_plan import hosts, node, spec
 
 pytestmark = pytest.mark.unit
 

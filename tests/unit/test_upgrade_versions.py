@@ -1,4 +1,4 @@
-"""Slurm's version order at every upgrade step (slurmforge.patch.versions): every allowed and
+"""Slurm's version order at every upgrade step (slurmforge.upgrade.versions): every allowed and
 refused pair - a slurmd never newer than its slurmctld, a slurmctld never newer than slurmdbd,
 no move backwards, no jump wider than Slurm's compatibility window (upgrades.shtml)."""
 
@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from slurmforge.errors import VersionOrderRefused
-from slurmforge.patch.versions import (
+from slurmforge.upgrade.versions import (
     CTLD,
     DBD,
     SACKD,

@@ -2,7 +2,7 @@
 
 Each step of the plan is a phase of the CLI's display. Before a step: is it done already (its
 hosts report the new image - the record in upgrade.json is only a hint), then Slurm's version
-order with the cluster as it runs now (slurmforge.patch.versions: refused in one line, nothing
+order with the cluster as it runs now (slurmforge.upgrade.versions: refused in one line, nothing
 changed), then the step, then the record. A step that fails leaves the cluster working:
 everything before it is on the new image in Slurm's order, everything after on the old.
 """
@@ -17,9 +17,9 @@ from typing import Protocol
 
 from slurmforge.bringup import Phases
 from slurmforge.hostlists import compress
-from slurmforge.patch import progress
-from slurmforge.patch.plan import Kind, Step, UpgradePlan
-from slurmforge.patch.versions import CTLD, DBD, SACKD, Versions, check_move
+from slurmforge.upgrade import progress
+from slurmforge.upgrade.plan import Kind, Step, UpgradePlan
+from slurmforge.upgrade.versions import CTLD, DBD, SACKD, Versions, check_move
 
 RESTARTS = {Kind.DBD: (DBD,), Kind.BACKUP: (CTLD,), Kind.PRIMARY: (DBD, CTLD), Kind.LOGIN: (SACKD,)}
 """The daemons each in-place step restarts, in Slurm's order (the primary's slurmdbd again
@@ -27,7 +27,7 @@ only when its binary was replaced after the slurmdbd step: a resumed run)."""
 
 
 class Fleet(Protocol):
-    """The steps on a cluster (slurmforge.patch.fleet.ClusterFleet)."""
+    """The steps on a cluster (slurmforge.upgrade.fleet.ClusterFleet)."""
 
     def host_image(self, name: str) -> str | None: ...
     def versions(self, before: dict[str, dict[str, str]]) -> Versions: ...

@@ -15,14 +15,14 @@ from slurmforge.drain import JobPolicy
 from slurmforge.errors import VersionOrderRefused
 from slurmforge.target import Target
 from slurmforge.upgrade_start import Start
-from tests.unit.test_patch_plan import hosts, spec
+from tests.unit.test_upgrade_plan import hosts, spec
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
 def started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
-    from slurmforge.patch.plan import make_plan
+    from slurmforge.upgrade.plan import make_plan
 
     calls: list[str] = []
     plan = make_plan(spec(), hosts(), [], "abc123", "24.11.6", JobPolicy(), local=False)
@@ -36,7 +36,7 @@ def started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
                                   "dev-controller")
 
     monkeypatch.setattr(start_mod, "aws_start", fake_start)
-    monkeypatch.setattr("slurmforge.patch.engine.upgrade", refuse)
+    monkeypatch.setattr("slurmforge.upgrade.engine.upgrade", refuse)
     monkeypatch.setattr(cli, "_target", lambda *a: Target(False, None, tmp_path))
     monkeypatch.setattr(cli, "_inventory_of", lambda target: tmp_path)
     monkeypatch.setattr("slurmforge.package_data.require", lambda *a: None)

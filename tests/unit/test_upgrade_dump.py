@@ -1,4 +1,4 @@
-"""The accounting database's dump before an upgrade (slurmforge.patch.dump): the password from
+"""The accounting database's dump before an upgrade (slurmforge.upgrade.dump): the password from
 slurmdbd.conf's Include reaches mysqldump only through a 0600 defaults file, removed after;
 never an argument; the dump lands 0600, whole or not at all."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from slurmforge.errors import ProvisionError
-from slurmforge.patch.dump import DUMP_SCRIPT, backups_dir, dump_argv, write_dump
+from slurmforge.upgrade.dump import DUMP_SCRIPT, backups_dir, dump_argv, write_dump
 
 pytestmark = pytest.mark.unit
 
