@@ -511,12 +511,12 @@ def upgrade(
     interrupted upgrade goes on where it stopped (docs/upgrade.md, "Patch day")."""
     from slurmforge.drain import JobPolicy
     from slurmforge.package_data import require
+    from slurmforge.tables import emit
+    from slurmforge.ui import PhaseDisplay
     from slurmforge.upgrade.dump import dump_accounting
     from slurmforge.upgrade.engine import upgrade as roll
     from slurmforge.upgrade.plan import Kind, plan_table
     from slurmforge.upgrade.progress import load, progress_path
-    from slurmforge.tables import emit
-    from slurmforge.ui import PhaseDisplay
     from slurmforge.upgrade_start import aws_start, local_start
 
     target = _target(local, cluster, inventory_dir, "upgrade")

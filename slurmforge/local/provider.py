@@ -60,7 +60,6 @@ from slurmforge.local.container import (
     mac_address,
 )
 from slurmforge.local.podman import ContainerInfo, Podman
-from slurmforge.upgrade.hostimage import record_digest
 from slurmforge.provider import (
     CapacityError,
     Instance,
@@ -76,6 +75,7 @@ from slurmforge.spec import Cluster
 from slurmforge.spec.models import LocalTarget, Market
 from slurmforge.spec.nodes import ceph_host_name, node_sets
 from slurmforge.state_dirs import SECRETS_ROOT
+from slurmforge.upgrade.hostimage import record_digest
 
 __all__ = ["LABEL", "MARIADB_DATADIR", "LocalProvider", "PoolMachines",
            "mac_address", "service_provider"]

@@ -32,12 +32,12 @@ from slurmforge.drain import REBUILD, ROLLOUT_REASON, Drain, JobPolicy, drain, f
 from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.hosts import Host
 from slurmforge.image import PACKAGES, RECORD, WORKDIR, playbook_vars
-from slurmforge.upgrade.hostimage import record_digest
-from slurmforge.upgrade.plan import Step
-from slurmforge.upgrade.versions import CTLD, DBD, SACKD, SLURMD, Versions
 from slurmforge.remote.node import executor_for
 from slurmforge.slurm.client import SlurmClient
 from slurmforge.spec import Cluster
+from slurmforge.upgrade.hostimage import record_digest
+from slurmforge.upgrade.plan import Step
+from slurmforge.upgrade.versions import CTLD, DBD, SACKD, SLURMD, Versions
 
 if TYPE_CHECKING:
     from slurmforge.local.provider import LocalProvider

@@ -22,10 +22,10 @@ from enum import StrEnum
 from slurmforge.drain import JobPolicy
 from slurmforge.hostlists import compress
 from slurmforge.hosts import Host, HostRole, controller_names
-from slurmforge.upgrade.versions import CTLD, DBD, SACKD, SLURMD
 from slurmforge.slurm.client import NodeState
 from slurmforge.spec import Cluster
 from slurmforge.tables import Column, Table
+from slurmforge.upgrade.versions import CTLD, DBD, SACKD, SLURMD
 
 
 class Kind(StrEnum):

@@ -12,12 +12,12 @@ from slurmforge.drain import JobPolicy
 from slurmforge.errors import SpecError
 from slurmforge.hosts import Host, HostRole
 from slurmforge.package_data import examples
-from slurmforge.upgrade import progress
-from slurmforge.upgrade.plan import Kind, batches, make_plan, plan_table, unavailable_count
-from slurmforge.upgrade.versions import CTLD, DBD, SACKD, SLURMD
 from slurmforge.slurm.client import NodeState
 from slurmforge.spec import Cluster
 from slurmforge.spec.loader import parse_spec
+from slurmforge.upgrade import progress
+from slurmforge.upgrade.plan import Kind, batches, make_plan, plan_table, unavailable_count
+from slurmforge.upgrade.versions import CTLD, DBD, SACKD, SLURMD
 
 pytestmark = pytest.mark.unit
 
