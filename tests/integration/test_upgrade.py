@@ -71,7 +71,7 @@ class Load:
 
 
 def test_a_new_image_rolls_through_a_busy_cluster_and_nothing_is_lost(cluster: Cluster_, tmp_path: Path) -> None:
-    long_job = cluster.login("sbatch --parsable -A research -N 2 -t 60 --wrap 'srun sleep 1500'")
+    long_job = cluster.login("sbatch --parsable -A research -N 2 -t 20 --wrap 'srun sleep 420'")
     assert long_job.returncode == 0, long_job.stderr
     spanning = int(long_job.stdout.strip().split(";")[0])
     load = Load(cluster)
