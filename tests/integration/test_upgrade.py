@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmforge.package_data import SHIPPED
 from tests.integration.conftest import ROOT, Cluster_
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
@@ -37,9 +38,8 @@ EXTRA_TASK = """    - name: One more Debian package (the upgrade test's changed 
 def changed_tree(tmp: Path) -> Path:
     tree = tmp / "tree"
     shutil.copytree(ROOT / "slurmforge", tree / "slurmforge", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("playbooks", "roles", "templates", "examples"):
-        if (ROOT / name).exists():
-            shutil.copytree(ROOT / name, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in SHIPPED:  # what package_data.root() needs beside the package
+        shutil.copytree(ROOT / name, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
     image = tree / "playbooks" / "image.yml"
     text = image.read_text()
@@ -76,10 +76,14 @@ def test_a_new_image_rolls_through_a_busy_cluster_and_nothing_is_lost(cluster: C
     spanning = int(long_job.stdout.strip().split(";")[0])
     load = Load(cluster)
     load.thread.start()
-    env = {**os.environ, "PYTHONPATH": str(changed_tree(tmp_path))}
-    try:
+    controller = f"{cluster.spec.name}-controller"
+    before = json.loads(cluster.run(controller, "cat /usr/share/slurmforge/image.json").stdout)["inputs"]
+    tree = changed_tree(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    try:  # from the copy (python -m puts the working directory first on sys.path)
         done = subprocess.run([sys.executable, "-m", "slurmforge.cli", "upgrade", "--local", cluster.spec.name,
-                               "--yes"], capture_output=True, text=True, env=env, timeout=7200, check=False)
+                               "--yes"], capture_output=True, text=True, env=env, cwd=tree, timeout=7200,
+                              check=False)
     finally:
         load.stop.set()
         load.thread.join(timeout=600)
@@ -91,7 +95,8 @@ def test_a_new_image_rolls_through_a_busy_cluster_and_nothing_is_lost(cluster: C
     lost = {j: s for j, s in states.items() if s not in ("COMPLETED", "RUNNING", "PENDING", "REQUEUED")}
     assert lost == {} and len(states) == len(load.ids) + 1, sacct.stdout
     digest = re.search(r"runs image (\w+)", done.stdout)
-    assert digest is not None, done.stdout
+    assert digest is not None and digest[1] != before, done.stdout  # a new image, rolled
+    assert "(done)" not in done.stdout, done.stdout  # every step ran
     for name in cluster.rolled_out_hosts():
         record = json.loads(cluster.run(name, "cat /usr/share/slurmforge/image.json").stdout)
         assert record["inputs"] == digest[1], name
