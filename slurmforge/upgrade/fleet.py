@@ -46,9 +46,11 @@ Remake = Callable[[list[str], list[Drain]], None]
 """Makes drained static nodes' machines again from the new image (the target's own way)."""
 UPGRADE_PLAYBOOK = "upgrade.yml"
 ANSWER_TIMEOUT = 180.0
-# `sh -c RUNNING sh DAEMON`: the daemon's installed version, then what its process runs: a
-# binary the upgrade replaced under it reads "... (deleted)" (Linux's /proc/<pid>/exe)
-RUNNING = ('pid=$(systemctl show -p MainPID --value "$1".service 2>/dev/null); "$1" -V 2>/dev/null | head -1; '
+# `sh -c RUNNING sh DAEMON`: the daemon's installed version (its Debian package, named as the
+# daemon: `-V` says "slurm-wlm 24.11.5" for the servers and sackd has no -V at all), then what
+# its process runs: a binary the upgrade replaced under it reads "... (deleted)" (/proc/<pid>/exe)
+RUNNING = ('pid=$(systemctl show -p MainPID --value "$1".service 2>/dev/null); '
+           'echo "slurm $(dpkg-query -W -f=\'${Version}\' "$1" 2>/dev/null)"; '
            '[ -n "$pid" ] && [ "$pid" != 0 ] && readlink "/proc/$pid/exe" || echo not-running')
 PACKAGES_SCRIPT = "dpkg-query -W -f='${Package} ${Version}\\n' | sort"
 

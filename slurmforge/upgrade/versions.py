@@ -33,8 +33,9 @@ _VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 def version_tuple(version: str) -> tuple[int, int, int]:
-    """'24.11.5-1' (Debian's), 'slurm 24.11.5' (-V's), '24.11' -> (24, 11, 5) / (24, 11, 0)."""
-    text = version.strip().removeprefix("slurm").strip()
+    """'24.11.5-1' (Debian's), 'slurm 24.11.5' (-V's), 'slurm-wlm 24.11.5' (Debian's -V), '24.11'
+    -> (24, 11, 5) / (24, 11, 0)."""
+    text = version.strip().removeprefix("slurm").removeprefix("-wlm").strip()
     found = _VERSION.match(text)
     if found is None:
         raise VersionOrderRefused(f"{version!r} is not a Slurm version")

@@ -164,3 +164,12 @@ def test_the_primary_restarts_a_slurmdbd_still_on_a_replaced_binary(tmp_path: Pa
     upgrade(fleet, plan, record, Notes(), lambda: dump_to(tmp_path))  # type: ignore[arg-type]
     assert fleet.calls[:2] == [("in_place", ("dev-controller",), (DBD,), False),
                                ("in_place", ("dev-controller",), (CTLD,), True)]
+
+
+def test_a_daemons_version_is_its_packages_and_a_replaced_binary_is_seen() -> None:
+    """RUNNING's answer as Debian 13's hosts give it (sackd has no -V; dpkg-query names every daemon)."""
+    from slurmforge.upgrade.fleet import daemon_state
+
+    assert daemon_state("slurm 24.11.5-4+deb13u1\n/usr/sbin/sackd\n") == ("24.11.5-4+deb13u1", False)
+    assert daemon_state("slurm 24.11.6-1\n/usr/sbin/slurmctld (deleted)\n") == ("24.11.6-1", True)
+    assert daemon_state("slurm \nnot-running\n") == ("", False)

@@ -33,6 +33,8 @@ def cluster(dbd: str = "24.11.5", ctld: str = "24.11.5", slurmd: str = "24.11.5"
 def test_versions_read_debians_and_slurms_own_forms() -> None:
     assert version_tuple("24.11.5-1") == (24, 11, 5)
     assert version_tuple("slurm 24.11.6") == (24, 11, 6)
+    assert version_tuple("slurm-wlm 24.11.5") == (24, 11, 5)  # Debian's `slurmdbd -V`
+    assert version_tuple("24.11.5-4+deb13u1") == (24, 11, 5)  # dpkg-query
     assert version_tuple("24.11") == (24, 11, 0)
     with pytest.raises(VersionOrderRefused, match="not a Slurm version"):
         version_tuple("latest")
