@@ -19,6 +19,7 @@ from testinfra.backend.base import BaseBackend, CommandResult  # type: ignore[im
 from slurmforge.connection import becomes_root, close_control, container, ssh_argv
 from slurmforge.contract import JWT_KEY_FILE
 from slurmforge.hosts import Host, HostRole, controller_name
+from slurmforge.image import RECORD
 from slurmforge.render import MAIL_PROGRAM
 from slurmforge.spec import Cluster
 from slurmforge.spec.models import Ceph
@@ -114,6 +115,7 @@ class CheckedCluster:
     hosts: list[Host]
     control_dir: Path | None = None
     """Where the ssh connections shared by the run's commands live."""
+    inventory: Path | None = None
 
     @property
     def up_hosts(self) -> list[Host]:
@@ -144,7 +146,7 @@ def live(request: pytest.FixtureRequest) -> Iterator[CheckedCluster]:
         pytest.skip("no --inventory given: the live-cluster suite needs a running cluster")
     spec, hosts = read_inventory(Path(inventory))
     with tempfile.TemporaryDirectory(prefix="sf-ssh-") as control:
-        yield CheckedCluster(spec, hosts, Path(control))
+        yield CheckedCluster(spec, hosts, Path(control), Path(inventory))
         for host in hosts:  # end the shared connections this run opened
             if not container(host):
                 subprocess.run(close_control(ssh_argv(host, Path(control))), capture_output=True, check=False)
@@ -220,7 +222,7 @@ def host_items(live: CheckedCluster, host: Host) -> list[tuple[str, str]]:
         asked = [shell(f"ceph {c}", f"timeout 60 ceph {c} -f json 2>/dev/null") for c in ceph_commands(ceph)] \
             if ceph is not None and index == 0 else []
         return [LISTENING, *(active(u) for u in units), *(enabled(u) for u in units), *asked]
-    items = [LISTENING, *(active(d) for d in DAEMONS), *(restart(d) for d in RESTARTED), stat(MUNGE_KEY),
+    items = [LISTENING, read(RECORD), *(active(d) for d in DAEMONS), *(restart(d) for d in RESTARTED), stat(MUNGE_KEY),
              stat(JWT_KEY_FILE), shell("failed units", FAILED_UNITS), read(LMODRC), shell("modules", MODULES),
              shell("modules walked", MODULES_WALKED), shell("packages", PACKAGES), stat(SLURM_CONF)]
     if host.role is HostRole.LOGIN:

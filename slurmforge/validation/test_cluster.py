@@ -39,6 +39,7 @@ from slurmforge.validation.conftest import (
     shared_paths,
 )
 from slurmforge.validation.facts import found_wanted, listening, listens
+from slurmforge.validation.images import image_problems, upgrade_fix
 from slurmforge.validation.node_states import hardware_problem, state_problem
 
 
@@ -291,6 +292,21 @@ def test_accounting_is_what_the_spec_says(live: CheckedCluster) -> None:
     left = [*plan["changes"], *plan["deferred"]]
     assert not left, found_wanted(name, "slurmdbd's accounting", f"changes left: {'; '.join(left)}",
                                   "the spec's (fix: slurmforge rollout)")
+
+
+def test_every_host_runs_the_clusters_current_image(live: CheckedCluster, facts: Facts) -> None:
+    """Each running Slurm host's RECORD names the node image the cluster runs now
+    (slurmforge.upgrade_start.current_image): a host left on another is named with the fix
+    (docs/upgrade.md, "Patch day"). Powered-down dynamic nodes boot the current one."""
+    from slurmforge.upgrade_start import current_image
+
+    assert live.inventory is not None
+    current = current_image(live.spec, live.inventory)
+    if current is None:
+        pytest.skip(f"target {live.spec.target.kind}: its machines are not made from the node image")
+    fix = upgrade_fix(live.spec.target.kind == "local", live.spec.name, str(live.inventory))
+    wrong = image_problems(live.up_hosts, facts.hosts, current, fix)
+    assert not wrong, "\n".join(wrong)
 
 
 def test_the_local_database_runs_as_slurmdbd_needs(live: CheckedCluster) -> None:
