@@ -14,7 +14,7 @@ from slurmforge.local.up import SINFO_NODES, node_states
 from slurmforge.remote.node import executor_for
 from slurmforge.service.snapshot import ClusterSnapshot
 from slurmforge.tables import Table
-from slurmforge.upgrade.hostimage import Reader, read_record, read_records
+from slurmforge.upgrade.hostimage import Reader, read_records
 
 FETCH = ("import sys, urllib.request; "
          "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())")
@@ -22,12 +22,12 @@ FETCH = ("import sys, urllib.request; "
 reachable from outside a VPC, so the fetch happens where it is."""
 
 
-def inventory_status(inventory: Path, reader: Reader = read_record) -> Table:
+def inventory_status(inventory: Path, reader: Reader | None = None) -> Table:
     """Every host of the inventory with its role, pool, address, Slurm state (sinfo on the
     controller), node image and Slurm version (its RECORD, read on every host that has a
     machine - all at once; a powered-down dynamic node has none); the machine column is the
     local target's alone."""
-    from slurmforge.local.manage import node_table
+    from slurmforge.local.manage import node_table, read_record
 
     spec, hosts = read_inventory(inventory)
     head = controller(spec, hosts)
@@ -37,7 +37,7 @@ def inventory_status(inventory: Path, reader: Reader = read_record) -> Table:
                                  f"there? (`systemctl status slurmctld` on {head.name})")
     states = node_states(done.stdout)
     up = [h for h in hosts if not (h.dynamic and states.get(h.name, "").endswith("~"))]  # sinfo(1): ~ powered off
-    table = node_table(spec.name, hosts, None, done.stdout, read_records(up, reader))
+    table = node_table(spec.name, hosts, None, done.stdout, read_records(up, reader or read_record))
     table.title = f"cluster {spec.name} ({spec.target.kind}, inventory {inventory})"
     return table
 

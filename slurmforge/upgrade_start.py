@@ -88,7 +88,7 @@ def inputs_digest(spec: Cluster) -> str:
         return prepare_inputs(Path(tmp) / "inputs", distro(spec.images.base))
 
 
-def current_image(spec: Cluster, inventory: Path) -> str | None:
+def current_image(inventory: Path) -> str | None:
     """The inputs digest of the image the cluster's hosts should run (what `validate` holds
     each host's RECORD to): local, the node image the inventory's provider settings name
     (`up` and `slurmforge upgrade` write it), as its RECORD says; AWS, the AMI's (inputs_digest,
@@ -100,6 +100,7 @@ def current_image(spec: Cluster, inventory: Path) -> str | None:
     from slurmforge.local.image_cache import image_record
     from slurmforge.local.podman import Podman
 
+    spec, _ = read_inventory(inventory)
     if spec.target.kind == "aws":
         return inputs_digest(spec)
     if spec.target.kind != "local":

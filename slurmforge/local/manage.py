@@ -4,29 +4,50 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from slurmforge.errors import HostError, ProvisionError
 from slurmforge.hosts import Host, HostRole, controller_name
+from slurmforge.image import RECORD
 from slurmforge.inventory import read_inventory
 from slurmforge.local.host import require_root
 from slurmforge.local.image_cache import purge_images
 from slurmforge.local.podman import Podman
 from slurmforge.local.provider import LABEL, LocalProvider
 from slurmforge.local.up import node_states, node_versions, sinfo_nodes
+from slurmforge.remote.node import MISSING, READ_SCRIPT, executor_for
 from slurmforge.service.snapshot import ClusterSnapshot
 from slurmforge.spec import Cluster
 from slurmforge.state_dirs import SECRETS_ROOT, default_inventory
 from slurmforge.tables import Column, Table
 from slurmforge.target import Target
-from slurmforge.upgrade.hostimage import UNREAD, Reader, image_cell, read_record, read_records, record_field
+from slurmforge.upgrade.hostimage import UNREAD, Reader, image_cell, read_records, record_field
 
 
 def find_cluster(name: str | None) -> tuple[Cluster, list[Host]]:
     """The local cluster of that name (None: the only one), from its inventory."""
     return read_inventory(Target(True, name).inventory_dir())
+
+
+READ_TIMEOUT = 5.0
+"""One host's RECORD read, at most: a `podman exec` answers in a fraction of a second, an ssh
+connection in one or two; a host that does not answer in this is shown as unread."""
+
+
+def read_record(host: Host, timeout: float = READ_TIMEOUT) -> str | None:
+    """The host's RECORD as every command reaches it (slurmforge.remote.node: podman exec,
+    ssh), the whole exchange bounded by `timeout`: the process is killed past it."""
+    argv = executor_for(host).command(["sh", "-c", READ_SCRIPT, "sh", RECORD], None, timeout)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    if done.returncode == 0:
+        return done.stdout
+    return "" if done.returncode == MISSING else None
 
 
 STATUS_COLUMNS = (Column("node", "Node"), Column("role", "Role", drop=2), Column("pool", "Pool"),

@@ -5,7 +5,6 @@ inputs digest. Light: the local provider, `status` and `validate` read it too.""
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -35,9 +34,6 @@ def record_digest(text: str | None) -> str | None:
 UNREAD = "?"
 """`status`'s image and version cells for a host whose RECORD could not be read (no answer
 in time, no RECORD); a host with no machine shows nothing ('-')."""
-READ_TIMEOUT = 5.0
-"""One host's read, at most: a `podman exec` answers in a fraction of a second, an ssh
-connection in one or two; a host that does not answer in this is shown as unread."""
 PARALLEL = 16
 """Hosts read at once: each read is a process waiting on its host, not work here."""
 
@@ -45,23 +41,7 @@ Reader = Callable[[Host], str | None]
 """A host's RECORD text ('' when it has none), or None when it could not be read."""
 
 
-def read_record(host: Host, timeout: float = READ_TIMEOUT) -> str | None:
-    """The host's RECORD as every command reaches it (slurmforge.remote.node: podman exec,
-    ssh), the whole exchange bounded by `timeout`: the process is killed past it."""
-    from slurmforge.image import RECORD
-    from slurmforge.remote.node import MISSING, READ_SCRIPT, executor_for
-
-    argv = executor_for(host).command(["sh", "-c", READ_SCRIPT, "sh", RECORD], None, timeout)
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except (subprocess.TimeoutExpired, OSError):
-        return None
-    if done.returncode == 0:
-        return done.stdout
-    return "" if done.returncode == MISSING else None
-
-
-def read_records(hosts: Sequence[Host], reader: Reader = read_record) -> dict[str, str | None]:
+def read_records(hosts: Sequence[Host], reader: Reader) -> dict[str, str | None]:
     """Every host's RECORD (see Reader), read concurrently: the whole costs about the slowest
     host's read, not their sum."""
     if not hosts:

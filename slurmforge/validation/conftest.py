@@ -23,6 +23,7 @@ from slurmforge.image import RECORD
 from slurmforge.render import MAIL_PROGRAM
 from slurmforge.spec import Cluster
 from slurmforge.spec.models import Ceph
+from slurmforge.validation import CURRENT_IMAGE
 from slurmforge.validation.facts import (
     LISTENING,
     HostFacts,
@@ -45,6 +46,8 @@ SSH_TIMEOUT = 600
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--inventory", action="store", default=None, help="a slurmforge inventory directory")
+    parser.addoption(CURRENT_IMAGE, action="store", default=None,
+                     help="the inputs digest of the cluster's current node image")
 
 
 class InventorySsh(BaseBackend):  # type: ignore[misc]
@@ -283,6 +286,13 @@ def write_probes(live: CheckedCluster, paths: list[SharedPath], remove: bool = F
         answer = answers.answers.get(shared.probe)
         out[shared.probe] = answers.error if answer is None else (None if answer.rc == 0 else answer.out.strip())
     return out
+
+
+@pytest.fixture(scope="session")
+def current_image(request: pytest.FixtureRequest) -> str | None:
+    """The inputs digest every running host's RECORD should name (validation.image_args)."""
+    found = request.config.getoption(CURRENT_IMAGE)
+    return str(found) if found else None
 
 
 @pytest.fixture(scope="session")

@@ -294,18 +294,17 @@ def test_accounting_is_what_the_spec_says(live: CheckedCluster) -> None:
                                   "the spec's (fix: slurmforge rollout)")
 
 
-def test_every_host_runs_the_clusters_current_image(live: CheckedCluster, facts: Facts) -> None:
-    """Each running Slurm host's RECORD names the node image the cluster runs now
-    (slurmforge.upgrade_start.current_image): a host left on another is named with the fix
-    (docs/upgrade.md, "Patch day"). Powered-down dynamic nodes boot the current one."""
-    from slurmforge.upgrade_start import current_image
-
-    assert live.inventory is not None
-    current = current_image(live.spec, live.inventory)
-    if current is None:
-        pytest.skip(f"target {live.spec.target.kind}: its machines are not made from the node image")
+def test_every_host_runs_the_clusters_current_image(live: CheckedCluster, facts: Facts,
+                                                   current_image: str | None) -> None:
+    """Each running Slurm host's RECORD names the node image the cluster runs now (given by
+    the command line: slurmforge.upgrade_start.current_image): a host left on another is
+    named with the fix (docs/upgrade.md, "Which hosts run which image"). Powered-down dynamic
+    nodes boot the current one."""
+    if current_image is None:
+        pytest.skip(f"no current image to hold the hosts to (target {live.spec.target.kind}: machines you own "
+                    "are not made from the node image; slurmforge validate gives it on the others)")
     fix = upgrade_fix(live.spec.target.kind == "local", live.spec.name, str(live.inventory))
-    wrong = image_problems(live.up_hosts, facts.hosts, current, fix)
+    wrong = image_problems(live.up_hosts, facts.hosts, current_image, fix)
     assert not wrong, "\n".join(wrong)
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from test_validation_facts import gathered, local_cluster
 
-import slurmforge.upgrade_start
 from slurmforge.errors import NodeUnreachable
 from slurmforge.hosts import Host
 from slurmforge.local import manage
 from slurmforge.local.podman import ContainerInfo
 from slurmforge.upgrade.hostimage import UNREAD, image_cell, read_records
+from slurmforge.validation import image_args
 from slurmforge.validation import test_cluster as checks
 from slurmforge.validation.facts import Answer
 from slurmforge.validation.images import READ, image_problems, upgrade_fix
@@ -61,26 +61,21 @@ def test_a_host_without_a_record_and_one_that_cannot_be_asked_are_each_named() -
         "dev-cpu-01: its node image could not be read (no such container)"]
 
 
-def test_the_check_holds_every_running_host_to_the_inventorys_image(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_check_holds_every_running_host_to_the_current_image() -> None:
     live = replace(local_cluster(), inventory=Path("/inv"))
-    asked: list[tuple[str, Path]] = []
-
-    def current(spec: object, inventory: Path) -> str:
-        asked.append((getattr(spec, "name", ""), inventory))
-        return CURRENT
-
-    monkeypatch.setattr(slurmforge.upgrade_start, "current_image", current)
     facts = gathered(live, lambda host, key: Answer(0, record(OLD if host == "dev-gpu-01" else CURRENT))
                      if key == READ else Answer(0, ""))
     with pytest.raises(AssertionError) as failed:
-        checks.test_every_host_runs_the_clusters_current_image(live, facts)
+        checks.test_every_host_runs_the_clusters_current_image(live, facts, CURRENT)
     assert str(failed.value).split("\nassert ")[0] == (
         "dev-gpu-01: node image found 01d01d000000, wanted c0ffee00c0ff (the cluster's current image); "
         "fix: sudo slurmforge upgrade --local dev")
-    assert asked == [("dev", Path("/inv"))]
-    monkeypatch.setattr(slurmforge.upgrade_start, "current_image", lambda spec, inventory: None)
-    with pytest.raises(pytest.skip.Exception, match="target local"):
-        checks.test_every_host_runs_the_clusters_current_image(live, facts)
+    with pytest.raises(pytest.skip.Exception, match="target local"):  # none given: nothing to hold them to
+        checks.test_every_host_runs_the_clusters_current_image(live, facts, None)
+
+
+def test_the_command_line_hands_the_current_image_to_the_suite() -> None:
+    assert image_args("c0ffee00c0ffee00") == ["--current-image=c0ffee00c0ffee00"] and image_args(None) == []
 
 
 def test_the_fix_names_the_target() -> None:
