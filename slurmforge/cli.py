@@ -119,14 +119,15 @@ def _validate_live(target: Target, fmt: Format | None) -> None:
     from slurmforge.inventory import read_inventory
     from slurmforge.progress import ProgressLine
     from slurmforge.tables import emit
-    from slurmforge.validation import SuiteRun, run_checks
+    from slurmforge.upgrade_start import current_image
+    from slurmforge.validation import SuiteRun, image_args, run_checks
 
     where = _inventory_of(target)
 
     def run() -> SuiteRun:
         line = ProgressLine(f"validate {where.name}")
         try:
-            return run_checks(where, on_progress=line.update)
+            return run_checks(where, image_args(current_image(where)), on_progress=line.update)
         finally:
             line.done()
 
@@ -247,7 +248,8 @@ def up(
     from slurmforge.local.up import up as local_up
     from slurmforge.package_data import examples, require
     from slurmforge.ui import PhaseDisplay
-    from slurmforge.validation import validate_inventory
+    from slurmforge.upgrade_start import current_image
+    from slurmforge.validation import image_args, validate_inventory
 
     report_errors(lambda: require("ansible_runner", "deploy", "up"))
     report_errors(Target(True).require_access)
@@ -258,7 +260,8 @@ def up(
     display = PhaseDisplay()
     report = report_errors(lambda: local_up(chosen, display, run_sample_job=not no_job,
                                             validate=None if no_validate else
-                                            lambda where: validate_inventory(where, on_progress=display.event),
+                                            lambda where: validate_inventory(where, image_args(current_image(where)),
+                                                                               on_progress=display.event),
                                             full_rollout=full_rollout, drains=shown.drains if shown else [],
                                             policy=policy),
                            interrupted="interrupted; what was created stays: `slurmforge down --local` removes it")
@@ -312,12 +315,12 @@ def down(
     say(f"removed {report_errors(lambda: local_down(spec, hosts, purge))}")
 
 
-@app.command(short_help="Nodes, their roles and Slurm state.", epilog=example(
+@app.command(short_help="Nodes, their roles, Slurm state, node image and Slurm version.", epilog=example(
     "sudo slurmforge status --local", "slurmforge status --inventory DIR --format json"))
 def status(local: LocalFlag = False, cluster: ClusterOpt = None, inventory_dir: InventoryOpt = None,
            fmt: FormatOpt = None) -> None:
-    """Nodes, their roles and Slurm state, on any cluster: the local one also shows each
-    node's container."""
+    """Nodes, their roles, Slurm state, node image (its record's digest) and Slurm version, on
+    any cluster: the local one also shows each node's container."""
     from slurmforge.tables import emit
 
     target = _target(local, cluster, inventory_dir, "status")

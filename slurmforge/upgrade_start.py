@@ -39,9 +39,8 @@ class Start:
 def local_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = False) -> Start:
     """`plan_only`: the image is made (the plan names it), the inventory left as it is."""
     from slurmforge.contract import settings_json
-    from slurmforge.image import RECORD
     from slurmforge.inventory import JOIN, RENDERED, SPEC_COPY, write_inventory
-    from slurmforge.local.image_cache import ensure_images
+    from slurmforge.local.image_cache import ensure_images, image_record
     from slurmforge.local.podman import Podman
     from slurmforge.local.provider import LocalProvider
 
@@ -51,7 +50,7 @@ def local_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool 
     with ui.phase("step 1: the new node image (the one pipeline, current packages)"):
         image = ensure_images(podman, log, os=distro(spec.images.base), on_wait=ui.note, on_step=ui.event)
         provider = LocalProvider(spec, image, podman, join_program=inventory / RENDERED / JOIN)
-        text = podman.run(["run", "--rm", "--network", "none", "--entrypoint", "cat", image, RECORD], check=False)
+        text = image_record(podman, image)
         if not plan_only:
             write_inventory(spec, inventory / SPEC_COPY, provider.hosts(), inventory,
                             provider_settings=settings_json(provider.service_settings()))
@@ -65,14 +64,11 @@ def local_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool 
 def aws_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = False) -> Start:
     import json
 
-    from slurmforge.image import prepare_inputs
-
     spec, hosts = read_inventory(inventory)
     log = log_path(spec.name, "upgrade")
     head = controller(spec, hosts)
     with ui.phase("step 1: the AMI `pulumi up` baked (its inputs, the release's Slurm)"):
-        with tempfile.TemporaryDirectory(prefix="slurmforge-upgrade-") as tmp:
-            digest = prepare_inputs(Path(tmp) / "inputs", distro(spec.images.base))
+        digest = inputs_digest(spec)
         answer = executor_for(head).run(["sh", "-c", "apt-get update -q >/dev/null; "
                                          "apt-cache policy slurm-client | sed -n 's/ *Candidate: //p'"], timeout=600)
         slurm = answer.stdout.strip()
@@ -81,6 +77,37 @@ def aws_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = 
     fleet = ClusterFleet(spec, hosts, inventory, client, target, log, ui, policy, aws_remake(client))
     plan = make_plan(spec, hosts, client.nodes(), target.digest, target.slurm, policy, local=False)
     return Start(spec, fleet, plan)
+
+
+def inputs_digest(spec: Cluster) -> str:
+    """The inputs digest of the node image this slurmforge builds for the spec (an AMI's: the
+    stack bakes it from these inputs; slurmforge.image.prepare_inputs)."""
+    from slurmforge.image import prepare_inputs
+
+    with tempfile.TemporaryDirectory(prefix="slurmforge-inputs-") as tmp:
+        return prepare_inputs(Path(tmp) / "inputs", distro(spec.images.base))
+
+
+def current_image(inventory: Path) -> str | None:
+    """The inputs digest of the image the cluster's hosts should run (what `validate` holds
+    each host's RECORD to): local, the node image the inventory's provider settings name
+    (`up` and `slurmforge upgrade` write it), as its RECORD says; AWS, the AMI's (inputs_digest,
+    as aws_start takes it). None for machines you own (target static: not made from an image)."""
+    import yaml
+
+    from slurmforge.contract import LocalProviderSettings, read_settings
+    from slurmforge.inventory import VARS_FILE
+    from slurmforge.local.image_cache import image_record
+    from slurmforge.local.podman import Podman
+
+    spec, _ = read_inventory(inventory)
+    if spec.target.kind == "aws":
+        return inputs_digest(spec)
+    if spec.target.kind != "local":
+        return None
+    found = yaml.safe_load((inventory / VARS_FILE).read_text()) or {}
+    image = read_settings(LocalProviderSettings, found.get("slurmforge_service_provider_settings")).image
+    return _target(image_record(Podman(), image), image).digest
 
 
 def _target(record_text: str, image: str) -> TargetImage:

@@ -273,6 +273,12 @@ def holder_text(tag: str) -> str:
     return f"slurmforge pid {os_.getpid()}, since {time.strftime('%H:%M:%S')}, for {tag}"
 
 
+def image_record(podman: Podman, tag: str) -> str:
+    """The node image's RECORD as it holds it ('' when it has none): read from a throwaway
+    container of it, no network."""
+    return podman.run(["run", "--rm", "--network", "none", "--entrypoint", "cat", tag, RECORD], check=False)
+
+
 def slurm_version(podman: Podman, tag: str) -> str:
     """The exact Slurm version a node image holds (its label; '' for an image built before
     slurmforge recorded it, which were all Debian 12 images with Slurm 22.05)."""

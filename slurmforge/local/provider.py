@@ -297,8 +297,9 @@ class LocalProvider(Provisioner):
     @functools.cached_property
     def image_digest(self) -> str | None:
         """The node image's inputs digest (its RECORD's `inputs`), read once from the image."""
-        return record_digest(self.podman.run(
-            ["run", "--rm", "--network", "none", "--entrypoint", "cat", self.image, RECORD], check=False))
+        from slurmforge.local.image_cache import image_record
+
+        return record_digest(image_record(self.podman, self.image))
 
     def _upgraded_in_place(self, name: str) -> bool:
         res = self.podman.exec(name, ["cat", RECORD], timeout=30, check=False)
