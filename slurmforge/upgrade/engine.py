@@ -21,7 +21,8 @@ from slurmforge.upgrade import progress
 from slurmforge.upgrade.plan import Kind, Step, UpgradePlan
 from slurmforge.upgrade.versions import CTLD, DBD, SACKD, Versions, check_move
 
-RESTARTS = {Kind.DBD: (DBD,), Kind.BACKUP: (CTLD,), Kind.PRIMARY: (DBD, CTLD), Kind.LOGIN: (SACKD,)}
+RESTARTS = {Kind.DBD: (DBD,), Kind.BACKUP: (CTLD,), Kind.PRIMARY: (DBD, CTLD), Kind.LOGIN: (SACKD,),
+            Kind.CEPH: ()}
 """The daemons each in-place step restarts, in Slurm's order (the primary's slurmdbd again
 only when its binary was replaced after the slurmdbd step: a resumed run)."""
 

@@ -31,7 +31,7 @@ from slurmforge.bringup import Phases, roll_out_changed
 from slurmforge.drain import REBUILD, ROLLOUT_REASON, Drain, JobPolicy, drain, finish, replace
 from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.hosts import Host
-from slurmforge.image import PACKAGES, RECORD, WORKDIR, playbook_vars
+from slurmforge.image import PACKAGES, RECORD, playbook_vars
 from slurmforge.remote.node import executor_for
 from slurmforge.slurm.client import SlurmClient
 from slurmforge.spec import Cluster
@@ -126,8 +126,8 @@ class ClusterFleet:
                 from slurmforge.image import service_wheels
 
                 os_ = distro(self.spec.images.base)
-                extravars = {**playbook_vars(os_), "slurmforge_image_wheels": f"{WORKDIR}/wheels",
-                             "slurmforge_upgrade_wheels": str(service_wheels(os_))}
+                # the install tasks copy the locked wheels from this machine (the build's inputs)
+                extravars = {**playbook_vars(os_), "slurmforge_image_wheels": str(service_wheels(os_))}
                 run_playbook(UPGRADE_PLAYBOOK, str(self.inventory / "hosts.yml"), self.log, self.ui.event,
                              extravars, limit=name, phase=f"upgrade {name} in place")
             for daemon in restart:

@@ -35,11 +35,12 @@ class Kind(StrEnum):
     BACKUP = "backup controller"
     PRIMARY = "primary controller"
     LOGIN = "login"
+    CEPH = "ceph host"
     STATIC = "static nodes"
     DYNAMIC = "dynamic nodes"
 
 
-IN_PLACE = frozenset({Kind.DBD, Kind.BACKUP, Kind.PRIMARY, Kind.LOGIN})
+IN_PLACE = frozenset({Kind.DBD, Kind.BACKUP, Kind.PRIMARY, Kind.LOGIN, Kind.CEPH})
 """Head hosts are upgraded where they are (pets: their disks and addresses stay)."""
 
 
@@ -118,6 +119,11 @@ def make_plan(spec: Cluster, hosts: Sequence[Host], nodes: Sequence[NodeState], 
         plan.steps.append(Step(Kind.LOGIN, (login.name,), "upgrade the host in place, restart sackd",
                                "none: jobs run on compute nodes; a shell there keeps its session",
                                ((SACKD, (login.name,)),)))
+    for ceph in (h for h in hosts if h.role is HostRole.CEPH):
+        # no Slurm daemon: Ceph's keep the binaries they started with (policy-rc.d), so CephFS
+        # serves throughout; a Ceph point release takes effect when they restart (docs/upgrade.md)
+        plan.steps.append(Step(Kind.CEPH, (ceph.name,), "upgrade the host in place; Ceph's daemons go on running",
+                               "none: CephFS keeps serving"))
     plan.steps += static_steps(spec, hosts, policy)
     plan.steps += dynamic_steps(hosts, nodes)
     return plan

@@ -89,7 +89,8 @@ def test_every_step_in_order_then_a_rerun_does_nothing(tmp_path: Path) -> None:
                                ("in_place", ("dev-controller-backup",), (CTLD,), True),
                                ("in_place", ("dev-controller",), (CTLD,), True),
                                ("in_place", ("dev-login",), (SACKD,), True)]
-    assert [c[0] for c in fleet.calls[4:]] == ["replace", "replace", "replace", "replace", "replace", "release"]
+    assert fleet.calls[4] == ("in_place", ("dev-ceph-01",), (), True)  # no Slurm daemon there
+    assert [c[0] for c in fleet.calls[5:]] == ["replace", "replace", "replace", "replace", "replace", "release"]
     assert fleet.calls[-1] == ("release", ("dev-cpu-05", "dev-cpu-06"), ("dev-cpu-05",))
     assert report.requeued == [7] and report.dump.endswith("dev.sql.gz")
     assert ui.phases[2] == f"step 3/{len(plan.steps)}: slurmdbd dev-controller"  # type: ignore[attr-defined]
@@ -108,7 +109,7 @@ def test_an_interrupted_upgrade_goes_on_from_where_it_stopped(tmp_path: Path) ->
     saved = progress.load(record, "new")
     assert "login:dev-login" in saved.done and not any(k.startswith("static") for k in saved.done)
     # the hosts are asked: the heads say they run the new image, so only the nodes are left
-    resumed = FakeFleet(on_new=["dev-controller", "dev-controller-backup", "dev-login"])
+    resumed = FakeFleet(on_new=["dev-controller", "dev-controller-backup", "dev-login", "dev-ceph-01"])
     resumed.running = {d: {h: NEW for h in v} for d, v in resumed.running.items()}
     resumed.running[SLURMD] = {h: OLD for h in resumed.running[SLURMD]}
     upgrade(resumed, plan, record, Notes(), lambda: dump_to(tmp_path))  # type: ignore[arg-type]
@@ -121,7 +122,7 @@ def test_the_record_is_a_hint_a_host_not_on_the_image_is_done_again(tmp_path: Pa
     saved.done = {s.key: 1.0 for s in plan.steps}  # type: ignore[attr-defined]
     progress.save(record, saved)
     fleet = FakeFleet(on_new=["dev-controller", "dev-controller-backup", "dev-cpu-01", "dev-cpu-02", "dev-cpu-03",
-                              "dev-cpu-04", "dev-gpu-01"])
+                              "dev-cpu-04", "dev-gpu-01", "dev-ceph-01"])
     fleet.running = {d: {h: NEW for h in v} for d, v in fleet.running.items()}
     fleet.running[SACKD] = {"dev-login": OLD}
     fleet.dynamic_released = True

@@ -32,7 +32,7 @@ def spec(maintenance: str = "", text: str = LOCAL) -> Cluster:
 def hosts(static: int = 4, backup: bool = True) -> list[Host]:
     out = [Host("dev-controller", "10.0.0.10", HostRole.CONTROLLER)]
     out += [Host("dev-controller-backup", "10.0.0.11", HostRole.CONTROLLER)] if backup else []
-    out += [Host("dev-login", "10.0.0.12", HostRole.LOGIN)]
+    out += [Host("dev-login", "10.0.0.12", HostRole.LOGIN), Host("dev-ceph-01", "10.0.0.13", HostRole.CEPH)]
     out += [Host(f"dev-cpu-{i:02d}", f"10.0.1.{i}", HostRole.COMPUTE, "cpu") for i in range(1, static + 1)]
     out += [Host("dev-gpu-01", "10.0.2.1", HostRole.COMPUTE, "gpu"),
             Host("dev-cpu-05", "10.0.1.5", HostRole.COMPUTE, "cpu", dynamic=True),
@@ -48,7 +48,9 @@ def node(name: str, state: str = "idle", *flags: str) -> NodeState:
 def test_the_steps_follow_slurms_order() -> None:
     plan = make_plan(spec(), hosts(), [], "abc", "24.11.6", JobPolicy(), local=True)
     assert [s.kind for s in plan.steps] == [Kind.IMAGE, Kind.DUMP, Kind.DBD, Kind.BACKUP, Kind.PRIMARY, Kind.LOGIN,
-                                            Kind.STATIC, Kind.STATIC, Kind.STATIC, Kind.STATIC, Kind.STATIC]
+                                            Kind.CEPH, Kind.STATIC, Kind.STATIC, Kind.STATIC, Kind.STATIC, Kind.STATIC]
+    ceph = next(s for s in plan.steps if s.kind is Kind.CEPH)  # every host ends on the image; no Slurm daemon moves
+    assert ceph.hosts == ("dev-ceph-01",) and ceph.moves == () and "CephFS keeps serving" in ceph.jobs
     moved = [(d, h) for s in plan.steps for d, h in s.moves]
     assert moved[:4] == [(DBD, ("dev-controller",)), (CTLD, ("dev-controller-backup",)), (CTLD, ("dev-controller",)),
                          (SACKD, ("dev-login",))]
