@@ -28,7 +28,8 @@ from slurmforge.contract import DIGEST_FILE, JWT_KEY_FILE, SLURMRESTD_USER
 from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole, controller_name, controller_names
-from slurmforge.join import (
+from slurmforge.monitoring import render_monitoring
+from slurmforge.node.program import (
     kit_dir,
     kit_files,
     lmod_paths,
@@ -37,7 +38,6 @@ from slurmforge.join import (
     render_join,
     slurmd_failures_dir,
 )
-from slurmforge.monitoring import render_monitoring
 from slurmforge.render import CONFIG_FILES, SLURMCTLD_LOG, render_all, service_shared_dir, state_save_location
 from slurmforge.spec import Cluster, load_spec
 from slurmforge.spec.nodes import pool_hardware

@@ -1,4 +1,4 @@
-"""The join program (slurmforge.join, templates/join.sh.j2): rendered for every example and
+"""The join program (slurmforge.node.program, templates/node/join.sh.j2): rendered for every example and
 target it is valid bash that shellcheck passes, carries each target's inputs, and its
 node-kit steps do what the kit says. Its whole run is proven on the live local cluster: the
 rollout runs it on every compute node (roles/slurm_node), tests/integration checks the
@@ -17,8 +17,8 @@ import yaml
 from slurmforge.contract import HOSTS_REFRESH, JOIN_PROGRAM, JOIN_UNIT, KIT_POOL_HOSTS, NFS_OPTIONS
 from slurmforge.hosts import Host, HostRole, controller_names
 from slurmforge.inventory import JOIN, KIT, RENDERED, write_inventory
-from slurmforge.join import STEPS, JoinSettings, kit_files, local_settings, render_join
 from slurmforge.local.provider import LocalProvider
+from slurmforge.node.program import STEPS, JoinSettings, kit_files, local_settings, render_join
 from slurmforge.spec import Cluster, load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

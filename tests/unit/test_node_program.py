@@ -1,4 +1,4 @@
-"""Every step a compute node needs to serve jobs is the join program's (templates/join.sh.j2),
+"""Every step a compute node needs to serve jobs is the join program's (templates/node/join.sh.j2),
 so a machine the scheduler service makes - a replacement, a power-up - is the node the rollout
 made. Held here at two levels:
 
@@ -26,9 +26,9 @@ import yaml
 from test_join import sourced as join_sourced
 
 from slurmforge.contract import JOIN_PROGRAM, JOIN_STEPS_FILE, NVIDIA_DEVICES_UNIT, PATHS
-from slurmforge.join import STEPS, JoinSettings, local_settings, render_join
 from slurmforge.local.container import compute_container
 from slurmforge.local.provider import LocalProvider
+from slurmforge.node.program import STEPS, JoinSettings, local_settings, render_join
 from slurmforge.spec import Cluster, load_spec
 
 pytestmark = pytest.mark.unit

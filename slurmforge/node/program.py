@@ -1,5 +1,5 @@
 """The join program: what a machine booted from the node image runs to become a Slurm node
-of the cluster (templates/join.sh.j2), rendered once per cluster through the one template
+of the cluster (templates/node/join.sh.j2), rendered once per cluster through the one template
 environment, and the node kit it reads from the NAS.
 
 One program on every target, only its inputs differ (`JoinSettings`):
@@ -61,7 +61,7 @@ from slurmforge.spec import Cluster
 from slurmforge.spec.nodes import pool_hardware
 from slurmforge.templating import make_environment
 
-TEMPLATE = "join.sh.j2"
+TEMPLATE = "node/join.sh.j2"
 NODE_TAG_WAIT = 300
 """Seconds a new instance waits for its node tag (the service tags it just after launch);
 Slurm's ResumeTimeout then marks the node down and the service retries elsewhere."""
