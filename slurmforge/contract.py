@@ -111,12 +111,12 @@ JOIN_SECRETS_DIR = "/etc/slurmforge/secrets"
 """Where the join program reads the munge key on the local target (the host's 0600 file,
 mounted read-only) and on machines you own (the munge role's copy)."""
 KIT_SUBDIR = ".slurmforge/kit"
-"""The node kit, under the NAS's software mount (slurmforge.node.program.kit_dir)."""
+"""The node kit, under the NAS's software mount (slurmforge.node.kit.kit_dir)."""
 KIT_POOL_HOSTS = "pool/hosts"
 """In the node kit: `address name` of every pool node the scheduler service has a machine
 for (service.pool_hosts), which the join program's hosts step adds to /etc/hosts. In a
 directory of the service's own: the service's user may replace this file, not the kit's
-accounts (slurmforge.node.program.pool_hosts_file)."""
+accounts (slurmforge.node.kit.pool_hosts_file)."""
 KIT_SLURMD_FAILURES = "slurmd"
 """In the node kit: one file per node whose slurmd stopped on an error, `<epoch> <its last
 fatal or error line>`, written by the node (the join program's ExecStopPost of slurmd) and

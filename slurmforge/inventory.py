@@ -29,15 +29,8 @@ from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole, controller_name, controller_names
 from slurmforge.monitoring import render_monitoring
-from slurmforge.node.program import (
-    kit_dir,
-    kit_files,
-    lmod_paths,
-    local_settings,
-    pool_hosts_file,
-    render_join,
-    slurmd_failures_dir,
-)
+from slurmforge.node.kit import kit_dir, kit_files, pool_hosts_file, slurmd_failures_dir
+from slurmforge.node.program import lmod_paths, local_settings, render_join
 from slurmforge.render import CONFIG_FILES, SLURMCTLD_LOG, render_all, service_shared_dir, state_save_location
 from slurmforge.spec import Cluster, load_spec
 from slurmforge.spec.nodes import pool_hardware

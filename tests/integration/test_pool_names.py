@@ -30,7 +30,7 @@ from slurmforge.hosts import controller_name
 from slurmforge.inventory import read_inventory
 from slurmforge.local.container import ADDRESS_LABEL
 from slurmforge.local.provider import LocalProvider
-from slurmforge.node.program import kit_dir, pool_hosts_file
+from slurmforge.node.kit import kit_dir, pool_hosts_file
 from tests.harness.live import LiveCluster, wait_until
 from tests.integration.conftest import Cluster_
 

@@ -18,7 +18,8 @@ from slurmforge.contract import HOSTS_REFRESH, JOIN_PROGRAM, JOIN_UNIT, KIT_POOL
 from slurmforge.hosts import Host, HostRole, controller_names
 from slurmforge.inventory import JOIN, KIT, RENDERED, write_inventory
 from slurmforge.local.provider import LocalProvider
-from slurmforge.node.program import STEPS, JoinSettings, kit_files, local_settings, render_join
+from slurmforge.node.kit import kit_files
+from slurmforge.node.program import STEPS, JoinSettings, local_settings, render_join
 from slurmforge.spec import Cluster, load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
