@@ -54,6 +54,7 @@ from slurmforge.contract import (
 )
 from slurmforge.hosts import TAG_NODE, Host
 from slurmforge.node.kit import kit_dir, pool_hosts_file, slurmd_failures_dir
+from slurmforge.node.steps import STEPS
 from slurmforge.render import HEALTH_CHECK_INTERVAL
 from slurmforge.spec import Cluster
 from slurmforge.spec.nodes import pool_hardware
@@ -98,12 +99,6 @@ class JoinSettings:
 @cache
 def environment() -> jinja2.Environment:
     return make_environment(quote=shlex.quote)
-
-
-STEPS = ("identity", "munge", "nas", "kit", "hosts", "cephfs", "lmod", "exporter", "gpus", "slurmd")
-"""The program's steps, in its order: every one a compute node needs to serve jobs, on every
-target (a machine the service makes runs exactly these; tests/unit/test_node_program.py holds
-the rollout's plays to them)."""
 
 
 def stand_in_gpus(spec: Cluster) -> tuple[tuple[str, int], ...]:
@@ -169,7 +164,7 @@ def render_join(spec: Cluster, settings: JoinSettings, source: str = "cluster.ya
         "join_lock": JOIN_LOCK,
         "join_steps_file": JOIN_STEPS_FILE,
         "hosts_refresh": HOSTS_REFRESH,
-        "steps": STEPS,
+        "steps": STEPS,  # the one table (slurmforge.node.steps): the parts, their order, the header
         "slurmd_failures": slurmd_failures_dir(spec),
         "gpu_stand_ins_file": GPU_STAND_INS_FILE,
         "nvidia_devices_unit": NVIDIA_DEVICES_UNIT,
