@@ -2,15 +2,41 @@
 software mount every node has. The rollout publishes the spec's users and groups, every fixed
 host's address (`kit_files`), the CephFS client's ceph.conf and (root only) keyring; the
 scheduler service keeps the pool hosts there (`pool_hosts_file`), and a node whose slurmd
-stopped on an error leaves its reason (`slurmd_failures_dir`)."""
+stopped on an error leaves its reason (`slurmd_failures_dir`). KIT_FILES lists every one."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from slurmforge.contract import KIT_POOL_HOSTS, KIT_SLURMD_FAILURES, KIT_SUBDIR
 from slurmforge.hosts import Host
 from slurmforge.spec import Cluster
+
+
+@dataclass(frozen=True)
+class KitFile:
+    path: str
+    """Under the kit; <client> and <node> stand for the CephFS client's and a node's name."""
+    writer: str
+    readers: str
+
+
+ACCOUNTS = "accounts"
+HOSTS = "hosts"
+KIT_FILES: tuple[KitFile, ...] = (
+    KitFile(ACCOUNTS, "the rollout (kit_files, roles/storage_client)", "the join's kit step"),
+    KitFile(HOSTS, "the rollout (kit_files, roles/storage_client)",
+            "the join's hosts step, Slurm's Prolog, the 30 s timer"),
+    KitFile("ceph.conf", "the rollout (roles/storage_client, with storage.ceph)", "the join's cephfs step"),
+    KitFile("private/ceph.client.<client>.keyring", "the rollout (roles/storage_client; root only)",
+            "the join's cephfs step"),
+    KitFile(KIT_POOL_HOSTS, "the scheduler service (service.pool_hosts)",
+            "the join's hosts step, Slurm's Prolog, the 30 s timer"),
+    KitFile(f"{KIT_SLURMD_FAILURES}/<node>", "a node whose slurmd stopped on an error (slurmd's ExecStopPost)",
+            "the scheduler service (service.slurmd_failures)"),
+)
+"""Every file of the node kit: who writes it, who reads it."""
 
 
 def kit_dir(spec: Cluster) -> str:
@@ -31,8 +57,8 @@ def slurmd_failures_dir(spec: Cluster) -> str:
 
 
 def kit_files(spec: Cluster, hosts: Sequence[Host]) -> Mapping[str, str]:
-    """The node kit's public files (accounts, hosts), by name; the rollout adds ceph.conf and
-    the keyring."""
+    """The kit's files the rollout renders (accounts, hosts), by name; roles/storage_client
+    publishes them, with ceph.conf and the keyring (KIT_FILES)."""
     accounts = ["# slurmforge node kit: groups and users of the spec (the join program applies them)"]
     accounts += [f"group {g.name} {g.gid}" for g in spec.groups]
     for u in spec.users:
@@ -40,4 +66,4 @@ def kit_files(spec: Cluster, hosts: Sequence[Host]) -> Mapping[str, str]:
         accounts.append(f"user {u.name} {u.uid} {','.join(groups)}".rstrip())
     # fixed hosts only: a pool node's address is known once its machine is (the pool hosts)
     host_lines = [f"{h.address} {h.name}" for h in sorted(hosts, key=lambda h: h.name) if h.address and not h.dynamic]
-    return {"accounts": "\n".join(accounts) + "\n", "hosts": "\n".join(host_lines) + "\n"}
+    return {ACCOUNTS: "\n".join(accounts) + "\n", HOSTS: "\n".join(host_lines) + "\n"}

@@ -1,6 +1,7 @@
 """The join program's steps have one source, slurmforge/node/steps.py: each row is one part of
 templates/node/steps/ holding its function, the program runs them in the table's order, and no
-role or playbook names a step (the inventory hands every host its steps)."""
+role or playbook names a step (the inventory hands every host its steps). The node kit's files
+are one list too (slurmforge/node/kit.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 import pytest
 from test_join import hosts_of
 
+from slurmforge.contract import KIT_POOL_HOSTS, KIT_SLURMD_FAILURES
 from slurmforge.hosts import HostRole
+from slurmforge.node.kit import KIT_FILES, kit_files
 from slurmforge.node.program import local_settings, render_join
 from slurmforge.node.steps import HEADS, PARTS, STEPS, join_vars, names
 from slurmforge.spec import load_spec
@@ -65,3 +68,21 @@ def test_the_check_finds_what_the_role_and_the_playbook_spelled_before() -> None
     assert spelled_steps('''vars: {slurm_node_first_steps: "munge,nas"}''') == ["munge,nas"]
     assert spelled_steps("{{ 'munge' in slurm_node_join_steps.split(',') }}") == ["'munge' in "]
     assert spelled_steps("hosts: slurm_cluster:!slurm_compute\nroles: [munge, nas]") == []
+
+
+def kit_path(written: str) -> str:
+    """A kit path as a template or a role writes it, with a name in it made <client> or <node>."""
+    written = re.sub(r"\$\(basename \"\$keyring\"\)", "ceph.client.<client>.keyring", written)
+    return re.sub(r"\{\{ slurmforge_ceph\.client \}\}", "<client>", written)
+
+
+def test_every_kit_file_the_program_reads_or_the_rollout_publishes_is_in_the_one_list() -> None:
+    listed = {f.path for f in KIT_FILES}
+    read = {kit_path(m) for part in (ROOT / "templates" / "node").rglob("*.j2")
+            for m in re.findall(r'\$KIT/([\w./-]+(?:\$\(basename "\$keyring"\))?)', part.read_text())}
+    kit_yml = (ROOT / "roles" / "storage_client" / "tasks" / "kit.yml").read_text()
+    published = {kit_path(m) for m in re.findall(r'slurmforge_kit_dir \}\}/([^"]+)"', kit_yml)} - {"private"}
+    assert read == {"accounts", "hosts", "ceph.conf", "private/ceph.client.<client>.keyring"}  # the check reads them
+    assert read <= listed and published <= listed
+    assert {KIT_POOL_HOSTS, f"{KIT_SLURMD_FAILURES}/<node>"} <= listed
+    assert set(kit_files(load_spec(ROOT / "examples" / "lab.yaml"), [])) <= listed
