@@ -9,12 +9,12 @@ from pathlib import Path
 
 from slurmforge.errors import ClusterUnreachable
 from slurmforge.fleet import controller
+from slurmforge.image_record import Reader, read_records
 from slurmforge.inventory import read_inventory
 from slurmforge.local.up import SINFO_NODES, node_states
 from slurmforge.remote.node import executor_for
 from slurmforge.service.snapshot import ClusterSnapshot
 from slurmforge.tables import Table
-from slurmforge.upgrade.hostimage import Reader, read_records
 
 FETCH = ("import sys, urllib.request; "
          "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())")

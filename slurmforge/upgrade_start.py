@@ -21,11 +21,11 @@ from slurmforge.distro import distro
 from slurmforge.drain import JobPolicy, controller_client
 from slurmforge.errors import ProvisionError
 from slurmforge.fleet import controller
+from slurmforge.image_record import record_field
 from slurmforge.inventory import read_inventory
 from slurmforge.remote.node import executor_for
 from slurmforge.spec import Cluster
 from slurmforge.upgrade.fleet import ClusterFleet, TargetImage, aws_remake, local_remake
-from slurmforge.upgrade.hostimage import record_field
 from slurmforge.upgrade.plan import UpgradePlan, make_plan
 
 

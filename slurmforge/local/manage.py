@@ -12,6 +12,7 @@ from pathlib import Path
 from slurmforge.errors import HostError, ProvisionError
 from slurmforge.hosts import Host, HostRole, controller_name
 from slurmforge.image import RECORD
+from slurmforge.image_record import UNREAD, Reader, image_cell, read_records, record_field
 from slurmforge.inventory import read_inventory
 from slurmforge.local.host import require_root
 from slurmforge.local.image_cache import purge_images
@@ -24,7 +25,6 @@ from slurmforge.spec import Cluster
 from slurmforge.state_dirs import SECRETS_ROOT, default_inventory
 from slurmforge.tables import Column, Table
 from slurmforge.target import Target
-from slurmforge.upgrade.hostimage import UNREAD, Reader, image_cell, read_records, record_field
 
 
 def find_cluster(name: str | None) -> tuple[Cluster, list[Host]]:

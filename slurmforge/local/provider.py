@@ -47,6 +47,7 @@ from slurmforge.hosts import (
     login_names,
 )
 from slurmforge.image import RECORD
+from slurmforge.image_record import record_digest
 from slurmforge.local.api import PodmanApi
 from slurmforge.local.container import (
     ADDRESS_LABEL,
@@ -75,7 +76,6 @@ from slurmforge.spec import Cluster
 from slurmforge.spec.models import LocalTarget, Market
 from slurmforge.spec.nodes import ceph_host_name, node_sets
 from slurmforge.state_dirs import SECRETS_ROOT
-from slurmforge.upgrade.hostimage import record_digest
 
 __all__ = ["LABEL", "MARIADB_DATADIR", "LocalProvider", "PoolMachines",
            "mac_address", "service_provider"]

@@ -32,10 +32,10 @@ from slurmforge.drain import REBUILD, ROLLOUT_REASON, Drain, JobPolicy, drain, f
 from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.hosts import Host
 from slurmforge.image import PACKAGES, RECORD, playbook_vars
+from slurmforge.image_record import record_digest
 from slurmforge.remote.node import executor_for
 from slurmforge.slurm.client import SlurmClient
 from slurmforge.spec import Cluster
-from slurmforge.upgrade.hostimage import record_digest
 from slurmforge.upgrade.plan import Step
 from slurmforge.upgrade.versions import CTLD, DBD, SACKD, SLURMD, Versions
 

@@ -1,6 +1,6 @@
 """Which node image each host runs, against the cluster's current one: one line per host on
 another image (or whose image cannot be told), naming the host, its image, the current one
-and the fix. A host's image is its RECORD's inputs digest (slurmforge.upgrade.hostimage);
+and the fix. A host's image is its RECORD's inputs digest (slurmforge.image_record);
 the current one is slurmforge.upgrade_start.current_image's."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from slurmforge.hosts import Host
 from slurmforge.image import RECORD
-from slurmforge.upgrade.hostimage import SHORT, record_digest
+from slurmforge.image_record import SHORT, record_digest
 from slurmforge.validation.facts import HostFacts, found_wanted
 
 READ = f"read {RECORD}"

@@ -43,7 +43,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                     "slurmforge.rollout", "slurmforge.ui", "slurmforge.cost", "slurmforge.report",
                     "slurmforge.lmod.cli", "slurmforge.lmod.node", "slurmforge.fleet", "slurmforge.rotate",
                     "slurmforge.drain", "slurmforge.upgrade"]),
-    ("cluster", ["slurmforge.spec.checks", "slurmforge.spec.loader", "slurmforge.inventory", "slurmforge.join",
+    ("cluster", ["slurmforge.spec.checks", "slurmforge.spec.loader", "slurmforge.inventory", "slurmforge.node",
                  "slurmforge.render", "slurmforge.monitoring", "slurmforge.ceph", "slurmforge.accounting",
                  "slurmforge.image", "slurmforge.image_variant", "slurmforge.takeover", "slurmforge.secrets",
                  "slurmforge.lmod", "slurmforge.spec.routing", "slurmforge.billing", "slurmforge.spec.nodes"]),
@@ -52,7 +52,7 @@ LAYERS: list[tuple[str, list[str]]] = [
               "slurmforge.templating", "slurmforge.tables", "slurmforge.console", "slurmforge.connection",
               "slurmforge.hostlists", "slurmforge.state_dirs", "slurmforge.wheel", "slurmforge.remote",
               "slurmforge.target", "slurmforge.confirm", "slurmforge.progress", "slurmforge.slurm",
-              "slurmforge.upgrade.hostimage", "slurmforge"]),
+              "slurmforge.image_record", "slurmforge"]),
 ]
 UPWARD = {("slurmforge.spec", "slurmforge.spec.loader")}
 """Imports allowed to run up, each for the reason the module's docstring gives."""
@@ -220,8 +220,9 @@ def test_the_folder_checks_find_a_cycle_and_an_upward_import() -> None:
     uses and a target's status (a loop through local/), and join.py importing lmod/."""
     edges = {"slurmforge.remote.cluster": {"slurmforge.local.up"}, "slurmforge.local.up": {"slurmforge.bringup"},
              "slurmforge.bringup": {"slurmforge.remote.executor"}, "slurmforge.remote.executor": set(),
-             "slurmforge.join": {"slurmforge.lmod.tools"}, "slurmforge.lmod.cli": set(), "slurmforge.lmod.tools": set()}
+             "slurmforge.node.program": {"slurmforge.lmod.tools"}, "slurmforge.lmod.cli": set(),
+             "slurmforge.lmod.tools": set()}
     assert cycles(edges) == []
     assert cycles(folders(edges)) == [["slurmforge.bringup", "slurmforge.local", "slurmforge.remote"]]
-    assert folder_upward(edges) == ["slurmforge.join -> slurmforge.lmod.tools",
+    assert folder_upward(edges) == ["slurmforge.node.program -> slurmforge.lmod.tools",
                                     "slurmforge.remote.cluster -> slurmforge.local.up"]

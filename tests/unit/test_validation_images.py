@@ -1,7 +1,7 @@
 """Which node image each host runs: `validate --inventory` names a host on another image than
 the cluster's current one (slurmforge/validation/images.py, test_cluster's check over the
 facts every host answered), `status` reads every host's RECORD at once
-(slurmforge/upgrade/hostimage.py read_records)."""
+(slurmforge/image_record.py read_records)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from test_validation_facts import gathered, local_cluster
 
 from slurmforge.errors import NodeUnreachable
 from slurmforge.hosts import Host
+from slurmforge.image_record import UNREAD, image_cell, read_records
 from slurmforge.local import manage
 from slurmforge.local.podman import ContainerInfo
-from slurmforge.upgrade.hostimage import UNREAD, image_cell, read_records
 from slurmforge.validation import image_args
 from slurmforge.validation import test_cluster as checks
 from slurmforge.validation.facts import Answer
