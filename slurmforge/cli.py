@@ -139,14 +139,15 @@ def _validate_live(target: Target, fmt: "Format | None") -> None:
     from slurmforge.inventory import read_inventory
     from slurmforge.progress import ProgressLine
     from slurmforge.tables import emit
-    from slurmforge.validation import SuiteRun, run_checks
+    from slurmforge.upgrade_start import current_image
+    from slurmforge.validation import SuiteRun, image_args, run_checks
 
     where = _inventory_of(target)
 
     def run() -> SuiteRun:
         line = ProgressLine(f"validate {where.name}")
         try:
-            return run_checks(where, on_progress=line.update)
+            return run_checks(where, image_args(current_image(where)), on_progress=line.update)
         finally:
             line.done()
 
@@ -252,7 +253,8 @@ def up(
     from slurmforge.local.up import up as local_up
     from slurmforge.package_data import examples, require
     from slurmforge.ui import PhaseDisplay
-    from slurmforge.validation import validate_inventory
+    from slurmforge.upgrade_start import current_image
+    from slurmforge.validation import image_args, validate_inventory
 
     report_errors(lambda: require("ansible_runner", "deploy", "up"))
     report_errors(Target(True).require_access)
@@ -263,7 +265,8 @@ def up(
     display = PhaseDisplay()
     report = report_errors(lambda: local_up(chosen, display, run_sample_job=not no_job,
                                             validate=None if no_validate else
-                                            lambda where: validate_inventory(where, on_progress=display.event),
+                                            lambda where: validate_inventory(where, image_args(current_image(where)),
+                                                                               on_progress=display.event),
                                             full_rollout=full_rollout, drains=shown.drains if shown else [],
                                             policy=policy),
                            interrupted="interrupted; what was created stays: `slurmforge down --local` removes it")
@@ -317,12 +320,12 @@ def down(
     say(f"removed {report_errors(lambda: local_down(spec, hosts, purge))}")
 
 
-@app.command(short_help="Nodes, their roles and Slurm state.", epilog=example(
+@app.command(short_help="Nodes, their roles, Slurm state, node image and Slurm version.", epilog=example(
     "sudo slurmforge status --local", "slurmforge status --inventory DIR --format json"))
 def status(local: LocalFlag = False, cluster: ClusterOpt = None, inventory_dir: InventoryOpt = None,
            fmt: FormatOpt = None) -> None:
-    """Nodes, their roles and Slurm state, on any cluster: the local one also shows each
-    node's container."""
+    """Nodes, their roles, Slurm state, node image (its record's digest) and Slurm version, on
+    any cluster: the local one also shows each node's container."""
     from slurmforge.tables import emit
 
     target = _target(local, cluster, inventory_dir, "status")
@@ -494,6 +497,61 @@ def rollout(
 
     report_errors(run)
 
+
+
+@app.command(short_help="Roll a new node image through the cluster, no job lost.", epilog=example(
+    "sudo slurmforge upgrade --local --plan", "sudo slurmforge upgrade --local --yes",
+    "slurmforge upgrade --inventory DIR --requeue --drain-timeout 3600 --yes"))
+def upgrade(
+    local: LocalFlag = False,
+    cluster: ClusterOpt = None,
+    inventory_dir: InventoryOpt = None,
+    plan_only: Annotated[bool, typer.Option("--plan", help="Show the plan only; change nothing.")] = False,
+    requeue: RequeueFlag = False,
+    drain_timeout: DrainTimeoutOpt = None,
+    yes: YesOpt = False,
+) -> None:
+    """Patch day: the node image from the current packages of the pinned release (the AMI `pulumi
+    up` baked, on AWS), rolled through the running cluster in Slurm's order - a dump of the
+    accounting database, slurmdbd, the backup controller, the primary, the login nodes (in
+    place), the static nodes in batches of maintenance.max_unavailable (drained, replaced,
+    resumed), the dynamic ones as they power down. Shows the plan first, then asks. An
+    interrupted upgrade goes on where it stopped (docs/upgrade.md, "Patch day")."""
+    from slurmforge.drain import JobPolicy
+    from slurmforge.package_data import require
+    from slurmforge.tables import emit
+    from slurmforge.ui import PhaseDisplay
+    from slurmforge.upgrade.dump import dump_accounting
+    from slurmforge.upgrade.engine import upgrade as roll
+    from slurmforge.upgrade.plan import Kind, plan_table
+    from slurmforge.upgrade.progress import load, progress_path
+    from slurmforge.upgrade_start import aws_start, local_start
+
+    target = _target(local, cluster, inventory_dir, "upgrade")
+    where = _inventory_of(target)
+    report_errors(lambda: require("ansible_runner", "deploy", "upgrade"))
+    policy, display = JobPolicy(requeue, drain_timeout), PhaseDisplay()
+    start = report_errors(lambda: (local_start if target.local else aws_start)(where, display, policy,
+                                                                                       plan_only))
+    record = progress_path(start.spec.name)
+    emit(plan_table(start.plan, list(load(record, start.plan.image).done)))
+    if plan_only:
+        return
+    report_errors(lambda: confirm("upgrade it", [
+        f"upgrade: roll image {start.plan.image} (Slurm {start.plan.slurm}) through cluster {start.spec.name}, "
+        f"{len(start.plan.steps)} steps; jobs on drained nodes are "
+        f"{'requeued (--requeue)' if requeue else 'left to end first'}"], yes))
+    primary = next((start.fleet.by_name[s.hosts[0]] for s in start.plan.steps if s.kind is Kind.DUMP), None)
+    done = report_errors(lambda: roll(start.fleet, start.plan, record, display,
+                                      lambda: dump_accounting(primary, start.spec.name) if primary else Path()),
+                         interrupted="interrupted: every step done so far stays done; run `slurmforge upgrade` "
+                                     "again to go on")
+    for key, seconds in done.steps:
+        say(f"{key}: {seconds:.0f} s")
+    say(f"cluster {start.spec.name} runs image {start.plan.image} (Slurm {start.plan.slurm}) - "
+        f"{len(done.steps)} step(s) in {done.seconds:.0f} s, {len(done.skipped)} already done"
+        + (f"; requeued job(s) {', '.join(map(str, done.requeued))}" if done.requeued else "")
+        + (f"; accounting dump {done.dump}" if done.dump else ""))
 
 
 def _deployed(spec: "Cluster", local: bool, inventory_dir: Path | None) -> "Deployed":

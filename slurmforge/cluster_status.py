@@ -9,8 +9,9 @@ from pathlib import Path
 
 from slurmforge.errors import ClusterUnreachable
 from slurmforge.fleet import controller
+from slurmforge.image_record import Reader, read_records
 from slurmforge.inventory import read_inventory
-from slurmforge.local.up import node_states
+from slurmforge.local.up import SINFO_NODES, node_states
 from slurmforge.remote.node import executor_for
 from slurmforge.service.snapshot import ClusterSnapshot
 from slurmforge.tables import Table
@@ -21,18 +22,22 @@ FETCH = ("import sys, urllib.request; "
 reachable from outside a VPC, so the fetch happens where it is."""
 
 
-def inventory_status(inventory: Path) -> Table:
-    """Every host of the inventory with its role, pool, address and Slurm state (sinfo on
-    the controller); the machine column is the local target's alone."""
-    from slurmforge.local.manage import node_table
+def inventory_status(inventory: Path, reader: Reader | None = None) -> Table:
+    """Every host of the inventory with its role, pool, address, Slurm state (sinfo on the
+    controller), node image and Slurm version (its RECORD, read on every host that has a
+    machine - all at once; a powered-down dynamic node has none); the machine column is the
+    local target's alone."""
+    from slurmforge.local.manage import node_table, read_record
 
     spec, hosts = read_inventory(inventory)
     head = controller(spec, hosts)
-    done = executor_for(head).run(["sinfo", "-N", "-h", "-o", "%N %T"], timeout=20)
+    done = executor_for(head).run(list(SINFO_NODES), timeout=20)
     if not done.ok:
         raise ClusterUnreachable(f"sinfo on {head.name} failed: {done.reason()}; fix: is slurmctld running "
                                  f"there? (`systemctl status slurmctld` on {head.name})")
-    table = node_table(spec.name, hosts, None, node_states(done.stdout))
+    states = node_states(done.stdout)
+    up = [h for h in hosts if not (h.dynamic and states.get(h.name, "").endswith("~"))]  # sinfo(1): ~ powered off
+    table = node_table(spec.name, hosts, None, done.stdout, read_records(up, reader or read_record))
     table.title = f"cluster {spec.name} ({spec.target.kind}, inventory {inventory})"
     return table
 

@@ -87,11 +87,11 @@ CTLD_STANDBY_PROGRAM = "/usr/local/sbin/slurmforge-ctld-standby"
 """SlurmctldPrimaryOffProg with a backup controller: a backup that held control and went back
 to standby asks systemd to restart it (roles/slurm_controller/files/slurmforge-ctld-standby)."""
 JOIN_PROGRAM = "/usr/local/sbin/slurmforge-join"
-"""The join program on a node (slurmforge.join: templates/join.sh.j2)."""
+"""The join program on a node (slurmforge.node.program: templates/node/join.sh.j2)."""
 HEALTH_PROGRAM = "/usr/local/sbin/slurmforge-health"
 """slurm.conf's HealthCheckProgram on every node with a slurmd: a link to the join program
 (its slurmd step makes it), which checks what the join set up and drains the node with a
-`health:` reason when something is broken (templates/join.sh.j2, "health")."""
+`health:` reason when something is broken (templates/node/join.sh.j2, "health")."""
 JOINED_MARK = "/run/slurmforge-joined"
 """Written when a node's join ran to the end (in /run: gone at reboot); until then the
 health check has nothing to judge (mounts and munge are the join's to make)."""
@@ -111,12 +111,12 @@ JOIN_SECRETS_DIR = "/etc/slurmforge/secrets"
 """Where the join program reads the munge key on the local target (the host's 0600 file,
 mounted read-only) and on machines you own (the munge role's copy)."""
 KIT_SUBDIR = ".slurmforge/kit"
-"""The node kit, under the NAS's software mount (slurmforge.join.kit_dir)."""
+"""The node kit, under the NAS's software mount (slurmforge.node.kit.kit_dir)."""
 KIT_POOL_HOSTS = "pool/hosts"
 """In the node kit: `address name` of every pool node the scheduler service has a machine
 for (service.pool_hosts), which the join program's hosts step adds to /etc/hosts. In a
 directory of the service's own: the service's user may replace this file, not the kit's
-accounts (slurmforge.join.pool_hosts_file)."""
+accounts (slurmforge.node.kit.pool_hosts_file)."""
 KIT_SLURMD_FAILURES = "slurmd"
 """In the node kit: one file per node whose slurmd stopped on an error, `<epoch> <its last
 fatal or error line>`, written by the node (the join program's ExecStopPost of slurmd) and

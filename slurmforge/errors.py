@@ -216,6 +216,14 @@ class NoCluster(SlurmforgeError):
     exit_code = 14
 
 
+class VersionOrderRefused(SlurmforgeError):
+    """An upgrade step would break Slurm's version order (a slurmd newer than its slurmctld,
+    a slurmctld newer than slurmdbd, or a jump wider than Slurm's compatibility window):
+    refused before the step changes anything (slurmforge.upgrade.versions)."""
+
+    exit_code = 15
+
+
 PLAN_CHANGES_EXIT = 12
 """`plan --detailed-exitcode` (and `modules plan`'s): the plan has changes."""
 
@@ -242,6 +250,7 @@ EXIT_CODES = (
     ExitCode(PLAN_CHANGES_EXIT, "plan --detailed-exitcode: the plan has changes"),
     ExitCode(13, "not confirmed: declined, or no terminal and no --yes"),
     ExitCode(14, "no cluster: none named or remembered, or no such one"),
+    ExitCode(15, "upgrade: a step would break Slurm's version order (refused)"),
     ExitCode(130, "interrupted (Ctrl-C)"),
 )
 """Every exit code of the command line, one cause each (`slurmforge --help`, docs/cli.md)."""

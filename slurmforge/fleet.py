@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from slurmforge.contract import JOIN_PROGRAM
 from slurmforge.errors import ProvisionError, RemoteError
 from slurmforge.hosts import Host, HostRole, controller_name
-from slurmforge.join import pool_hosts_file
+from slurmforge.node.kit import pool_hosts_file
 from slurmforge.remote.node import executor_for
 from slurmforge.spec import Cluster
 

@@ -15,7 +15,8 @@ and ansible-core:
 
 So every local image build runs the AMI's recipe: same commands, same working directory,
 same inputs. The build checks its Slurm release and records what it made in `RECORD` and
-`PACKAGES`, which both targets read back the same way.
+`PACKAGES`, which both targets read back the same way. `image_key` is the pipeline's one
+change key: the local node image's tag and the AMI's inputs digest.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from functools import cache
 from pathlib import Path
 
 import jinja2
+import yaml
 
 from slurmforge.distro import Distro
 from slurmforge.errors import ProvisionError
@@ -169,17 +171,51 @@ def prepare_inputs(dest: Path, os: Distro, variant: ImageVariant = ImageVariant.
     script = dest / BUILD_SCRIPT
     script.write_text(build_script(os, variant))
     script.chmod(0o755)
-    digest = inputs_digest(dest)[:16]
+    digest = image_key(os, variant, root)[:16]
     (dest / DIGEST_FILE).write_text(digest + "\n")
     return digest
 
 
-def inputs_digest(inputs: Path) -> str:
-    """The sha256 of a directory of inputs: every file's path and bytes (its digest file aside)."""
+_JINJA_NAME = re.compile(r"{{\s*([A-Za-z_][A-Za-z0-9_]*)")
+_COPIED = re.compile(r"^\s*src:\s*[\"']?([^\"'{\s]+)", re.MULTILINE)
+"""A task's literal `src:`: a file of the role's files/ that the task copies."""
+
+
+def image_key(os: Distro, variant: ImageVariant = ImageVariant.BASE, root: Path | None = None) -> str:
+    """The image pipeline's one change key, on every target (the local node image's tag, the
+    AMI's inputs digest, which a change of rebakes): the sha256 of what a build reads and
+    nothing else - build.sh and the playbook's variables (`playbook_vars`: the contract's
+    paths, the service venv's requirements), the image playbook with its config and library,
+    every role's install tasks, the files of the role's files/ they copy, the role defaults
+    they use (directly or through another default), and the service lock (the wheels' names,
+    versions and sha256: the wheels themselves). Every other role file is configuration
+    applied at rollout: changing it rebuilds no image. `root`: where playbooks/ and roles/
+    are (default: slurmforge's own)."""
+    root = root or package_root()
+    installs = sorted((root / "roles").glob("*/tasks/install.yml"))
+    playbooks = root / IMAGE_PLAYBOOK.parent
+    copied = [install.parents[1] / "files" / name for install in installs
+              for name in _COPIED.findall(install.read_text())]
+    files = [root / IMAGE_PLAYBOOK, playbooks / "ansible.cfg", *sorted((playbooks / "library").glob("*.py")),
+             *installs, *sorted(path for path in copied if path.is_file())]
+    parts = [json.dumps(playbook_vars(os, variant), sort_keys=True).encode(), build_script(os, variant).encode(),
+             service_lock().read_bytes()]
+    parts += [f.relative_to(root).as_posix().encode() + f.read_bytes() for f in files]
+    defaults: dict[str, object] = {}
+    for path in sorted((root / "roles").glob("*/defaults/main.yml")):
+        defaults.update(yaml.safe_load(path.read_text()) or {})
+    used = {name for f in installs for name in _JINJA_NAME.findall(f.read_text())}
+    pending = set(used)
+    while pending:  # a used default may name another
+        value = json.dumps(defaults.get(pending.pop()), sort_keys=True)
+        found = set(_JINJA_NAME.findall(value)) - used
+        used |= found
+        pending |= found
+    parts += [f"{name}={json.dumps(defaults[name], sort_keys=True)}".encode()
+              for name in sorted(used) if name in defaults]
     h = hashlib.sha256()
-    for path in _files(inputs):
-        if path.relative_to(inputs).as_posix() != DIGEST_FILE:
-            h.update(path.relative_to(inputs).as_posix().encode() + b"\0" + path.read_bytes())
+    for part in parts:
+        h.update(hashlib.sha256(part).digest())
     return h.hexdigest()
 
 

@@ -28,21 +28,15 @@ from slurmforge.contract import DIGEST_FILE, JWT_KEY_FILE, SLURMRESTD_USER
 from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole, controller_name, controller_names
-from slurmforge.join import (
-    kit_dir,
-    kit_files,
-    lmod_paths,
-    local_settings,
-    pool_hosts_file,
-    render_join,
-    slurmd_failures_dir,
-)
 from slurmforge.monitoring import render_monitoring
+from slurmforge.node.kit import kit_dir, kit_files, pool_hosts_file, slurmd_failures_dir
+from slurmforge.node.program import lmod_paths, local_settings, render_join
+from slurmforge.node.steps import join_vars
 from slurmforge.render import CONFIG_FILES, SLURMCTLD_LOG, render_all, service_shared_dir, state_save_location
 from slurmforge.spec import Cluster, load_spec
 from slurmforge.spec.nodes import pool_hardware
 from slurmforge.state_dirs import secrets_dir
-from slurmforge.upgrade import BEFORE_MARKER, STATE_FILES, STATE_MARKER
+from slurmforge.takeover import BEFORE_MARKER, STATE_FILES, STATE_MARKER
 
 HOSTS_FILE = "hosts.yml"
 VARS_FILE = Path("group_vars/all/slurmforge.yml")
@@ -98,7 +92,9 @@ def group_name(pool: str) -> str:
 
 def host_vars(spec: Cluster, host: Host) -> dict[str, Any]:
     hv: dict[str, Any] = {"ansible_host": host.address, "slurmforge_address": host.address,
-                          "slurmforge_role": host.role.value, **host.connection}
+                          "slurmforge_role": host.role.value, **host.connection,
+                          # what the host's join runs, from the one table (roles/slurm_node)
+                          "slurmforge_join": join_vars(host.role)}
     if host.pool is not None:
         hw = pool_hardware(spec.pool(host.pool))
         hv |= {"slurmforge_pool": host.pool, "slurmforge_dynamic": host.dynamic,
@@ -183,7 +179,7 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host],
         # what the image's install tasks got too (the venv's Python, paths, ports, requirements)
         **os.image_vars(),
         "slurmforge_service_provider_settings": provider_settings or {},
-        # what the node image runs and what it takes over (slurmforge/upgrade.py)
+        # what the node image runs and what it takes over (slurmforge/takeover.py)
         "slurmforge_slurm": {"release": os.slurm_release, "upgrades_from": os.upgrades_from,
                              "state_dir": state_save_location(spec), "state_marker": STATE_MARKER,
                              "before_marker": BEFORE_MARKER, "state_files": list(STATE_FILES),

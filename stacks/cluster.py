@@ -19,7 +19,7 @@ from slurmforge.distro import distro
 from slurmforge.errors import Problem, SpecError
 from slurmforge.hosts import controller_name, controller_names, login_subnets
 from slurmforge.image_variant import ImageVariant, image_variants
-from slurmforge.join import JoinSettings, nas_source, render_join
+from slurmforge.node.program import JoinSettings, nas_source, render_join
 from slurmforge.spec.models import AwsTarget, Cluster
 
 from .ceph import CephStorage, CephStorageArgs

@@ -5,7 +5,7 @@ from the inventory (the spec and the provider settings slurmforge.aws.inventory 
 The launch template carries every secure default (IMDSv2 with hop limit 1, encrypted
 root volume, no public address), the pool's preferred instance type (`Pool.preferred_type`;
 the service overrides it for flexible pools), spot options for spot pools, the placement group and EFA
-interface when asked for, and the join program as user data (slurmforge.join, the one
+interface when asked for, and the join program as user data (slurmforge.node.program, the one
 program every target's nodes join with: node name from the instance's tag, munge key from
 Secrets Manager with the instance role, ...). Everything else is baked into the golden
 image or comes from the node kit on the NAS.
@@ -102,7 +102,7 @@ class PoolArgs:
     instance_profile_arn: pulumi.Input[str]
     """The pool nodes' instance profile."""
     join_program: pulumi.Input[str]
-    """The join program (slurmforge.join.render_join): the user data."""
+    """The join program (slurmforge.node.program.render_join): the user data."""
 
 
 class NodePool(pulumi.ComponentResource):

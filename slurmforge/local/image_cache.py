@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import logging
 import os as os_
 import re
@@ -25,8 +24,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-
 from slurmforge.distro import DEBIAN_13, Distro
 from slurmforge.errors import ProvisionError
 from slurmforge.image import (
@@ -35,8 +32,7 @@ from slurmforge.image import (
     PACKAGES,
     RECORD,
     WORKDIR,
-    build_script,
-    playbook_vars,
+    image_key,
     prepare_inputs,
     read_record,
 )
@@ -72,35 +68,10 @@ def base_tag(namespace: str = NAMESPACE, os: Distro = DEBIAN_13) -> str:
     return f"localhost/{namespace}-base:{digest}"
 
 
-_JINJA_NAME = re.compile(r"{{\s*([A-Za-z_][A-Za-z0-9_]*)")
-
-
 def node_tag(base: str, namespace: str = NAMESPACE, root: Path | None = None, os: Distro = DEBIAN_13) -> str:
-    """Hash of the base tag, the build script, the image playbook (its config and library)
-    and its variables (`playbook_vars`: the contract's paths, the service venv's
-    requirements), every role's install tasks and the role defaults those tasks use
-    (directly or through another default). Other defaults are configuration applied at
-    rollout: changing them must not rebuild the image."""
-    root = root or package_root()
-    installs = sorted((root / "roles").glob("*/tasks/install.yml"))
-    playbooks = root / IMAGE_PLAYBOOK.parent
-    files = [root / IMAGE_PLAYBOOK, playbooks / "ansible.cfg", *sorted((playbooks / "library").glob("*.py")),
-             *installs]
-    parts = [base.encode(), json.dumps(playbook_vars(os), sort_keys=True).encode(), build_script(os).encode()]
-    parts += [f.relative_to(root).as_posix().encode() + f.read_bytes() for f in files]
-    defaults: dict[str, object] = {}
-    for path in sorted((root / "roles").glob("*/defaults/main.yml")):
-        defaults.update(yaml.safe_load(path.read_text()) or {})
-    used = {name for f in installs for name in _JINJA_NAME.findall(f.read_text())}
-    pending = set(used)
-    while pending:  # a used default may name another
-        value = json.dumps(defaults.get(pending.pop()), sort_keys=True)
-        found = set(_JINJA_NAME.findall(value)) - used
-        used |= found
-        pending |= found
-    parts += [f"{name}={json.dumps(defaults[name], sort_keys=True)}".encode()
-              for name in sorted(used) if name in defaults]
-    return f"localhost/{namespace}-node:{_digest(parts)}"
+    """The base image's tag and the image pipeline's change key (slurmforge.image.image_key:
+    what the build reads, the AMI's key too): a rollout's configuration rebuilds nothing."""
+    return f"localhost/{namespace}-node:{_digest([base.encode(), image_key(os, root=root).encode()])}"
 
 
 OnStep = Callable[[Progress], None]
@@ -271,6 +242,12 @@ def ensure_images(podman: Podman, log_path: Path, namespace: str = NAMESPACE,
 def holder_text(tag: str) -> str:
     """What the image lock says about the build holding it: `slurmforge pid 4242, since 12:03:07, for <tag>`."""
     return f"slurmforge pid {os_.getpid()}, since {time.strftime('%H:%M:%S')}, for {tag}"
+
+
+def image_record(podman: Podman, tag: str) -> str:
+    """The node image's RECORD as it holds it ('' when it has none): read from a throwaway
+    container of it, no network."""
+    return podman.run(["run", "--rm", "--network", "none", "--entrypoint", "cat", tag, RECORD], check=False)
 
 
 def slurm_version(podman: Podman, tag: str) -> str:

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from slurmforge.errors import HostError, ProvisionError
 from slurmforge.hosts import Host, HostRole, controller_name
+from slurmforge.image import RECORD
+from slurmforge.image_record import UNREAD, Reader, image_cell, read_records, record_field
 from slurmforge.inventory import read_inventory
 from slurmforge.local.host import require_root
 from slurmforge.local.image_cache import purge_images
 from slurmforge.local.podman import Podman
 from slurmforge.local.provider import LABEL, LocalProvider
-from slurmforge.local.up import slurm_states
+from slurmforge.local.up import node_states, node_versions, sinfo_nodes
+from slurmforge.remote.node import MISSING, READ_SCRIPT, executor_for
 from slurmforge.service.snapshot import ClusterSnapshot
 from slurmforge.spec import Cluster
 from slurmforge.state_dirs import SECRETS_ROOT, default_inventory
@@ -28,30 +32,63 @@ def find_cluster(name: str | None) -> tuple[Cluster, list[Host]]:
     return read_inventory(Target(True, name).inventory_dir())
 
 
+READ_TIMEOUT = 5.0
+"""One host's RECORD read, at most: a `podman exec` answers in a fraction of a second, an ssh
+connection in one or two; a host that does not answer in this is shown as unread."""
+
+
+def read_record(host: Host, timeout: float = READ_TIMEOUT) -> str | None:
+    """The host's RECORD as every command reaches it (slurmforge.remote.node: podman exec,
+    ssh), the whole exchange bounded by `timeout`: the process is killed past it."""
+    argv = executor_for(host).command(["sh", "-c", READ_SCRIPT, "sh", RECORD], None, timeout)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    if done.returncode == 0:
+        return done.stdout
+    return "" if done.returncode == MISSING else None
+
+
 STATUS_COLUMNS = (Column("node", "Node"), Column("role", "Role", drop=2), Column("pool", "Pool"),
                   Column("address", "Address", drop=1), Column("container", "Container"),
-                  Column("slurm", "Slurm"))
+                  Column("slurm", "Slurm"), Column("image", "Image", drop=1), Column("version", "Version", drop=3),
+                  Column("slurmd", "Slurmd", scope="data"))
 
 
-def status_table(name: str | None) -> Table:
+def status_table(name: str | None, reader: Reader = read_record) -> Table:
     require_root()
     spec, hosts = find_cluster(name)
     podman = Podman()
     running = {c.name: c.is_running for c in podman.containers(f"{LABEL}={spec.name}")}
-    states = slurm_states(podman, spec) if running.get(controller_name(spec)) else {}
-    return node_table(spec.name, hosts, running, states)
+    sinfo = sinfo_nodes(podman, spec) if running.get(controller_name(spec)) else ""
+    # a stopped container has a machine whose RECORD podman exec cannot read: unread
+    records = {**{h.name: None for h in hosts if h.name in running},
+               **read_records([h for h in hosts if running.get(h.name)], reader)}
+    return node_table(spec.name, hosts, running, sinfo, records)
 
 
-def node_table(cluster: str, hosts: list[Host], running: dict[str, bool] | None, states: dict[str, str]) -> Table:
+def node_table(cluster: str, hosts: list[Host], running: dict[str, bool] | None, sinfo: str,
+               records: dict[str, str | None]) -> Table:
     """`slurmforge status`: every host with its role, pool, address, container (running,
-    stopped; none for a powered-down dynamic node, missing for a fixed one) and Slurm
-    state (sinfo's: idle, idle~ when powered down, ...; '?' when slurmctld does not say).
-    running None: no containers (a cluster of machines: the column stays empty)."""
+    stopped; none for a powered-down dynamic node, missing for a fixed one), Slurm state
+    (sinfo's: idle, idle~ when powered down, ...; '?' when slurmctld does not say), node
+    image (its RECORD's inputs digest, short) and Slurm version (its slurmd's as it
+    registered, else its image's). running None: no containers (a cluster of machines: the
+    column stays empty). `records`: the RECORD of every host that has a machine (None:
+    unread, '?'); a host without one (not in it) shows '-' for its image and version."""
     table = Table(f"cluster {cluster} (local)", STATUS_COLUMNS, meta={"cluster": cluster})
+    states, versions = node_states(sinfo), node_versions(sinfo)
     for host in hosts:
         container = None if running is None else _container_state(host, running)
         slurm = states.get(host.name, None if host.role is not HostRole.COMPUTE else "?")
-        table.rows.append((host.name, host.role.value, host.pool, host.address, container, slurm))
+        image = version = None
+        if host.name in records:
+            text = records[host.name]
+            image = image_cell(text)
+            version = record_field(text, "slurm") or versions.get(host.name) or UNREAD
+        table.rows.append((host.name, host.role.value, host.pool, host.address, container, slurm, image, version,
+                           versions.get(host.name)))
     return table
 
 

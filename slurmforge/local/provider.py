@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import ipaddress
 import json
 import logging
@@ -45,6 +46,8 @@ from slurmforge.hosts import (
     controller_names,
     login_names,
 )
+from slurmforge.image import RECORD
+from slurmforge.image_record import record_digest
 from slurmforge.local.api import PodmanApi
 from slurmforge.local.container import (
     ADDRESS_LABEL,
@@ -284,7 +287,33 @@ class LocalProvider(Provisioner):
                 and self._stale(info, self.container(h, hosts))]
 
     def _stale(self, info: ContainerInfo, wanted: NodeContainer) -> bool:
-        return info.image != self.image or info.labels.get(DESCRIPTION_LABEL) != wanted.digest
+        if info.labels.get(DESCRIPTION_LABEL) != wanted.digest:
+            return True
+        if info.image == self.image:
+            return False
+        # a head host `slurmforge upgrade` brought to this image in place says so in its RECORD
+        return wanted.role is HostRole.COMPUTE or not self._upgraded_in_place(info.name)
+
+    @functools.cached_property
+    def image_digest(self) -> str | None:
+        """The node image's inputs digest (its RECORD's `inputs`), read once from the image."""
+        from slurmforge.local.image_cache import image_record
+
+        return record_digest(image_record(self.podman, self.image))
+
+    def _upgraded_in_place(self, name: str) -> bool:
+        res = self.podman.exec(name, ["cat", RECORD], timeout=30, check=False)
+        mine = record_digest(res.stdout if res.returncode == 0 else None)
+        return mine is not None and mine == self.image_digest
+
+    def remake(self, names: Sequence[str]) -> None:
+        """These hosts' containers made again from the current image (the upgrade's replacement
+        of drained static nodes), booted; a compute node joins at boot."""
+        hosts = self.hosts()
+        for host in (h for h in hosts if h.name in names):
+            self.podman.remove_container(host.name)
+            self._ensure_container(host, hosts, None)
+        self.wait_booted(list(names))
 
     def _settle(self, role: HostRole, names: list[str], timeout: float = 120) -> None:
         """Once these hosts, started again with their disks, have booted: until their service

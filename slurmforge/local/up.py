@@ -45,7 +45,7 @@ from slurmforge.render import state_save_location
 from slurmforge.rollout import RolloutResult
 from slurmforge.secrets import ensure_secrets
 from slurmforge.spec import Cluster, load_spec
-from slurmforge.upgrade import BEFORE_MARKER, check_takeover, state_release
+from slurmforge.takeover import BEFORE_MARKER, check_takeover, state_release
 
 CEPH_PLAY = "Ceph"
 """playbooks/site.yml's Ceph play starts with this."""
@@ -138,15 +138,26 @@ def with_stale(drains: list[Drain], stale: list[str]) -> list[Drain]:
                      if extra else [])
 
 
-def slurm_states(podman: Podman, spec: Cluster) -> dict[str, str]:
-    """node -> Slurm state (sinfo -N: 'idle', 'idle~' when powered down, ...)."""
-    res = podman.exec(controller_name(spec), ["sinfo", "-N", "-h", "-o", "%N %T"], check=False, timeout=20)
-    return node_states(res.stdout)
+SINFO_NODES = ("sinfo", "-N", "-h", "-o", "%N %T %v")
+"""Every node (once per partition), its state and its slurmd's version as it registered
+(sinfo(1): `%v` "the version of the running slurmd daemon"; N/A before one has)."""
+
+
+def sinfo_nodes(podman: Podman, spec: Cluster) -> str:
+    """SINFO_NODES' answer on the controller ('' when it does not answer): node_states and
+    node_versions read it."""
+    return podman.exec(controller_name(spec), list(SINFO_NODES), check=False, timeout=20).stdout
 
 
 def node_states(sinfo: str) -> dict[str, str]:
-    """`sinfo -N -h -o '%N %T'` (a node once per partition) -> node -> state."""
-    return {node: state for node, _, state in (line.partition(" ") for line in sinfo.splitlines())}
+    """SINFO_NODES' answer -> node -> state ('idle', 'idle~' when powered down, ...)."""
+    return {cols[0]: cols[1] for cols in (line.split() for line in sinfo.splitlines()) if len(cols) >= 2}
+
+
+def node_versions(sinfo: str) -> dict[str, str]:
+    """SINFO_NODES' answer -> node -> its slurmd's version, for the nodes whose slurmd registered."""
+    return {cols[0]: cols[2] for cols in (line.split() for line in sinfo.splitlines())
+            if len(cols) >= 3 and cols[2][:1].isdigit()}
 
 
 def cluster_release(podman: Podman, provider: LocalProvider) -> str | None:

@@ -99,6 +99,8 @@ class NodeState:
     alloc_memory_mb: int = 0
     slurmd_started_at: float = 0.0
     """When the node's slurmd started (it says so when it registers); 0 before any has."""
+    version: str = ""
+    """Its slurmd's Slurm version, as it registered ("24.11.5"); "" before any has."""
 
     def is_cloud(self) -> bool:
         return "CLOUD" in self.flags
@@ -191,6 +193,7 @@ def node_from_json(item: Mapping[str, Any]) -> NodeState:
         memory_mb=_count(item.get("real_memory")),
         alloc_memory_mb=_count(item.get("alloc_memory")),
         slurmd_started_at=_number(item.get("slurmd_start_time")),
+        version=str(item.get("version") or ""),
     )
 
 

@@ -634,6 +634,25 @@ class Head(Model):
     backup_controller: bool = False
 
 
+def _max_unavailable(value: object) -> object:
+    """A count (at least 1) or a percentage ("25%", 1-100) of a pool's static nodes."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str) and value.endswith("%") and value[:-1].isdigit() and 1 <= int(value[:-1]) <= 100:
+        return value
+    raise field_error("max_unavailable", "not a node count or a percentage",
+                      "a whole number of nodes, at least 1 (max_unavailable: 2), or a share of each pool's static "
+                      "nodes from 1% to 100% (max_unavailable: 25%); it is never less than one node")
+
+
+class Maintenance(Model):
+    """How `slurmforge upgrade` rolls a new node image through the cluster (docs/upgrade.md)."""
+
+    max_unavailable: Annotated[int | str, BeforeValidator(_max_unavailable)] = 1
+    """Static nodes of a pool replaced at once: a count, or a percentage of the pool's static
+    nodes (rounded down, at least one)."""
+
+
 class RestApi(Model):
     """Slurm's REST API (slurmrestd, JWT authentication) on the login node(s)."""
 
@@ -703,6 +722,7 @@ class Cluster(Model):
     modules: Modules = nested_default()
     monitoring: Monitoring = nested_default()
     rest_api: RestApi = nested_default()
+    maintenance: Maintenance = nested_default()
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:

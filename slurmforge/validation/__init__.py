@@ -53,6 +53,17 @@ class SuiteRun:
         return ValidationFailed("\n  ".join([f"live-cluster validation failed: {self.summary}", *shown]))
 
 
+CURRENT_IMAGE = "--current-image"
+"""The suite's option naming the inputs digest every running host's image should have
+(slurmforge.upgrade_start.current_image, which the command line works out: the suite stands
+below the targets)."""
+
+
+def image_args(digest: str | None) -> list[str]:
+    """The suite's arguments for the cluster's current image (none: that check is skipped)."""
+    return [f"{CURRENT_IMAGE}={digest}"] if digest else []
+
+
 def validate_inventory(inventory: Path, extra: list[str] | None = None,
                        on_progress: Callable[[Progress], None] | None = None) -> None:
     """Run the suite (run_checks); raise ValidationFailed naming every problem the failed

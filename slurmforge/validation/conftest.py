@@ -19,9 +19,11 @@ from testinfra.backend.base import BaseBackend, CommandResult  # type: ignore[im
 from slurmforge.connection import becomes_root, close_control, container, ssh_argv
 from slurmforge.contract import JWT_KEY_FILE
 from slurmforge.hosts import Host, HostRole, controller_name
+from slurmforge.image import RECORD
 from slurmforge.render import MAIL_PROGRAM
 from slurmforge.spec import Cluster
 from slurmforge.spec.models import Ceph
+from slurmforge.validation import CURRENT_IMAGE
 from slurmforge.validation.facts import (
     LISTENING,
     HostFacts,
@@ -44,6 +46,8 @@ SSH_TIMEOUT = 600
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--inventory", action="store", default=None, help="a slurmforge inventory directory")
+    parser.addoption(CURRENT_IMAGE, action="store", default=None,
+                     help="the inputs digest of the cluster's current node image")
 
 
 class InventorySsh(BaseBackend):  # type: ignore[misc]
@@ -114,6 +118,7 @@ class CheckedCluster:
     hosts: list[Host]
     control_dir: Path | None = None
     """Where the ssh connections shared by the run's commands live."""
+    inventory: Path | None = None
 
     @property
     def up_hosts(self) -> list[Host]:
@@ -144,7 +149,7 @@ def live(request: pytest.FixtureRequest) -> Iterator[CheckedCluster]:
         pytest.skip("no --inventory given: the live-cluster suite needs a running cluster")
     spec, hosts = read_inventory(Path(inventory))
     with tempfile.TemporaryDirectory(prefix="sf-ssh-") as control:
-        yield CheckedCluster(spec, hosts, Path(control))
+        yield CheckedCluster(spec, hosts, Path(control), Path(inventory))
         for host in hosts:  # end the shared connections this run opened
             if not container(host):
                 subprocess.run(close_control(ssh_argv(host, Path(control))), capture_output=True, check=False)
@@ -220,7 +225,7 @@ def host_items(live: CheckedCluster, host: Host) -> list[tuple[str, str]]:
         asked = [shell(f"ceph {c}", f"timeout 60 ceph {c} -f json 2>/dev/null") for c in ceph_commands(ceph)] \
             if ceph is not None and index == 0 else []
         return [LISTENING, *(active(u) for u in units), *(enabled(u) for u in units), *asked]
-    items = [LISTENING, *(active(d) for d in DAEMONS), *(restart(d) for d in RESTARTED), stat(MUNGE_KEY),
+    items = [LISTENING, read(RECORD), *(active(d) for d in DAEMONS), *(restart(d) for d in RESTARTED), stat(MUNGE_KEY),
              stat(JWT_KEY_FILE), shell("failed units", FAILED_UNITS), read(LMODRC), shell("modules", MODULES),
              shell("modules walked", MODULES_WALKED), shell("packages", PACKAGES), stat(SLURM_CONF)]
     if host.role is HostRole.LOGIN:
@@ -281,6 +286,13 @@ def write_probes(live: CheckedCluster, paths: list[SharedPath], remove: bool = F
         answer = answers.answers.get(shared.probe)
         out[shared.probe] = answers.error if answer is None else (None if answer.rc == 0 else answer.out.strip())
     return out
+
+
+@pytest.fixture(scope="session")
+def current_image(request: pytest.FixtureRequest) -> str | None:
+    """The inputs digest every running host's RECORD should name (validation.image_args)."""
+    found = request.config.getoption(CURRENT_IMAGE)
+    return str(found) if found else None
 
 
 @pytest.fixture(scope="session")

@@ -39,6 +39,7 @@ from slurmforge.validation.conftest import (
     shared_paths,
 )
 from slurmforge.validation.facts import found_wanted, listening, listens
+from slurmforge.validation.images import image_problems, upgrade_fix
 from slurmforge.validation.node_states import hardware_problem, state_problem
 
 
@@ -291,6 +292,20 @@ def test_accounting_is_what_the_spec_says(live: CheckedCluster) -> None:
     left = [*plan["changes"], *plan["deferred"]]
     assert not left, found_wanted(name, "slurmdbd's accounting", f"changes left: {'; '.join(left)}",
                                   "the spec's (fix: slurmforge rollout)")
+
+
+def test_every_host_runs_the_clusters_current_image(live: CheckedCluster, facts: Facts,
+                                                   current_image: str | None) -> None:
+    """Each running Slurm host's RECORD names the node image the cluster runs now (given by
+    the command line: slurmforge.upgrade_start.current_image): a host left on another is
+    named with the fix (docs/upgrade.md, "Which hosts run which image"). Powered-down dynamic
+    nodes boot the current one."""
+    if current_image is None:
+        pytest.skip(f"no current image to hold the hosts to (target {live.spec.target.kind}: machines you own "
+                    "are not made from the node image; slurmforge validate gives it on the others)")
+    fix = upgrade_fix(live.spec.target.kind == "local", live.spec.name, str(live.inventory))
+    wrong = image_problems(live.up_hosts, facts.hosts, current_image, fix)
+    assert not wrong, "\n".join(wrong)
 
 
 def test_the_local_database_runs_as_slurmdbd_needs(live: CheckedCluster) -> None:

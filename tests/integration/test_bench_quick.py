@@ -38,6 +38,7 @@ def quick_args(cluster: Cluster_, bench: str) -> list[str]:
         "restd": ["--cluster", cluster.spec.name],
         "validate_inventory": ["--inventory", str(cluster.report.inventory)],
         "failover": ["--cluster", cluster.spec.name, "--partition", "ml-cpu"],
+        "upgrade": ["--cluster", cluster.spec.name],
     }[bench]
 
 
@@ -55,7 +56,7 @@ unnoticed."""
 @pytest.mark.parametrize("bench", [pytest.param("local", marks=LONG), "monitoring", "coldstart",
                                    pytest.param("ceph", marks=LONG), pytest.param("never_down", marks=LONG),
                                    "plan", "ml", "rotate", "restd", "validate_inventory",
-                                   pytest.param("failover", marks=LONG)])
+                                   pytest.param("failover", marks=LONG), pytest.param("upgrade", marks=LONG)])
 def test_live_bench_quick_mode_passes(cluster: Cluster_, bench: str) -> None:
     argv = [sys.executable, str(ROOT / "bench" / f"{bench}_bench.py"), "--quick", *quick_args(cluster, bench)]
     timeout = 3 * QUICK_TIMEOUT if bench in ("never_down", "failover") else QUICK_TIMEOUT

@@ -10,7 +10,7 @@ import pytest
 
 from slurmforge.contract import JOIN_UNIT
 from slurmforge.hosts import controller_name
-from slurmforge.join import kit_dir
+from slurmforge.node.kit import kit_dir
 from slurmforge.render import state_save_location
 from tests.integration.conftest import Cluster_
 from tests.integration.test_elastic import root, wait_until

@@ -28,9 +28,9 @@ import pytest
 from slurmforge.contract import HOSTS_REFRESH
 from slurmforge.hosts import controller_name
 from slurmforge.inventory import read_inventory
-from slurmforge.join import kit_dir, pool_hosts_file
 from slurmforge.local.container import ADDRESS_LABEL
 from slurmforge.local.provider import LocalProvider
+from slurmforge.node.kit import kit_dir, pool_hosts_file
 from tests.harness.live import LiveCluster, wait_until
 from tests.integration.conftest import Cluster_
 
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.integration
 PEERS = ("dev-cpu-03", "dev-cpu-04")
 DOWN = "dev-cpu-fallback-01"
 TIMER_PERIOD = 30
-"""slurmforge-hosts.timer's period (templates/join.sh.j2: OnUnitActiveSec)."""
+"""slurmforge-hosts.timer's period (templates/node/join.sh.j2: OnUnitActiveSec)."""
 SLACK = 5
 
 

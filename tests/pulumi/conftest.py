@@ -28,7 +28,7 @@ from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks
 from pulumi.runtime.mocks import MockMonitor
 
 from slurmforge.distro import DEBIAN_13
-from slurmforge.join import JoinSettings
+from slurmforge.node.program import JoinSettings
 from slurmforge.spec import Cluster, load_spec, validate_data
 from stacks.cluster import build_cluster
 from tests.harness.rehearsal import stack

@@ -39,7 +39,7 @@ from moto.secretsmanager.responses import SecretsManagerResponse
 from slurmforge.aws.provider import AwsProvider
 from slurmforge.contract import AwsProviderSettings
 from slurmforge.hosts import TAG_NODE
-from slurmforge.join import render_join
+from slurmforge.node.program import render_join
 from slurmforge.provider import LaunchRequest
 from slurmforge.spec import load_spec
 from tests.harness.rehearsal.imds import Imds, service_session

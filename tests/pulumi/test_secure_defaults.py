@@ -11,7 +11,7 @@ import pytest
 
 from slurmforge.contract import NFS_OPTIONS
 from slurmforge.hosts import TAG_CLUSTER, TAG_POOL, login_names
-from slurmforge.join import render_join
+from slurmforge.node.program import render_join
 from slurmforge.secrets import CLUSTER_SECRETS
 from tests.pulumi.conftest import (
     DB_PASSWORD,

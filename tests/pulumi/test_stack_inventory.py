@@ -24,7 +24,7 @@ from slurmforge.contract import AwsProviderSettings, read_settings
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import HostRole, controller_name, controller_names
 from slurmforge.inventory import HOSTS_FILE, VARS_FILE, read_inventory
-from slurmforge.join import render_join
+from slurmforge.node.program import render_join
 from slurmforge.spec import load_spec
 from slurmforge.validation.conftest import InventorySsh, connect
 from tests.pulumi.conftest import (

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from slurmforge.contract import JOIN_PROGRAM
 from slurmforge.hosts import controller_names
-from slurmforge.join import JoinSettings, render_join
+from slurmforge.node.program import JoinSettings, render_join
 from slurmforge.spec import Cluster
 from slurmforge.spec.nodes import node_names
 from slurmforge.spec.routing import JOB_SUBMIT_SCRIPT

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from slurmforge.ceph import client_name, monitors, render_ceph_conf
-from slurmforge.join import local_settings, render_join
 from slurmforge.local.provider import LocalProvider
+from slurmforge.node.program import local_settings, render_join
 from slurmforge.spec import load_spec
 from tests.judge import node_image
 

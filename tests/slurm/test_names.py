@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from slurmforge.contract import JOIN_PROGRAM
-from slurmforge.join import kit_dir, kit_files, pool_hosts_file
 from slurmforge.local.provider import LocalProvider
+from slurmforge.node.kit import kit_dir, kit_files, pool_hosts_file
 from slurmforge.render import render_all
 from slurmforge.spec import load_spec
 from tests.slurm.daemons import SlurmInJudge, parse_oneliner, running_slurmctld

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmforge import image as pipeline
 from slurmforge.contract import SERVICE_VENV
 from slurmforge.distro import DEBIAN_13
 from slurmforge.errors import ProvisionError
@@ -26,11 +27,14 @@ from slurmforge.image import (
     WORKDIR,
     aws_user_data,
     build_script,
+    image_key,
     package_differences,
     prepare_inputs,
     read_record,
     tarball,
 )
+from slurmforge.image_variant import ImageVariant
+from slurmforge.local.image_cache import node_tag
 from slurmforge.package_data import root as package_root
 
 pytestmark = pytest.mark.unit
@@ -64,6 +68,51 @@ def test_the_digest_follows_what_the_build_receives(inputs: Path, tmp_path: Path
     task = repo / "roles/storage_client/tasks/install.yml"
     task.write_text(task.read_text().replace("ceph-fuse", "ceph-fuse, sshfs"))
     assert prepare_inputs(tmp_path / "changed", DEBIAN_13, root=repo) != same
+
+
+def test_one_change_key_for_the_ami_and_the_local_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The AMI's inputs digest and the local node image's tag are one key (image_key): a role's
+    configuration changes neither, a file an install task copies or the service lock both."""
+    repo = tmp_path / "repo"
+    for name in ("playbooks", "roles"):
+        shutil.copytree(package_root() / name, repo / name)
+
+    def keys() -> tuple[str, str]:
+        return image_key(DEBIAN_13, root=repo), node_tag("localhost/slurmforge-base:x", root=repo)
+
+    before = keys()
+    assert image_key(DEBIAN_13, ImageVariant.GPU, root=repo) != before[0]
+    template = repo / "roles/slurm_controller/files/slurmforge-nodes-ready"  # copied by a rollout task
+    template.write_text(template.read_text() + "\n# a comment\n")
+    handlers = next((repo / "roles").glob("*/handlers/main.yml"))
+    handlers.write_text(handlers.read_text() + "\n")
+    assert keys() == before
+    copied = repo / "roles/gpu/files/slurmforge-nvidia-devices"  # copied by the gpu install task
+    copied.write_text(copied.read_text() + "\n# a comment\n")
+    changed = keys()
+    assert changed[0] != before[0] and changed[1] != before[1]
+    lock = tmp_path / "service.lock"
+    lock.write_text(pipeline.service_lock().read_text() + "# another pin\n")
+    monkeypatch.setattr(pipeline, "service_lock", lambda: lock)
+    assert all(new != old for new, old in zip(keys(), changed, strict=True))
+
+
+def test_install_tasks_read_only_what_the_change_key_covers() -> None:
+    """image_key follows each role's tasks/install.yml, the files of files/ it copies by a
+    literal name and the defaults it names: an install task that includes other tasks,
+    renders a template, notifies a handler or copies a computed name would escape it."""
+    for install in sorted((package_root() / "roles").glob("*/tasks/install.yml")):
+        text = install.read_text()
+        for word in ("include_tasks", "import_tasks", "include_role", "import_role", "template:", "notify:"):
+            assert word not in text, f"{install}: {word}"
+        for line in text.splitlines():
+            if not line.strip().startswith("src:"):
+                continue
+            if "{{" in line:  # the one computed source: the wheels, which the service lock pins
+                assert "slurmforge_image_wheels" in line, f"{install}: {line.strip()}"
+                continue
+            name = line.split(":", 1)[1].strip().strip("'\"")
+            assert (install.parents[1] / "files" / name).is_file(), f"{install}: src {name}"
 
 
 def test_the_tarball_is_reproducible_and_holds_the_inputs(inputs: Path) -> None:

@@ -38,21 +38,21 @@ PACKAGE = "slurmforge"
 
 LAYERS: list[tuple[str, list[str]]] = [
     ("face", ["slurmforge.cli", "slurmforge.__main__"]),
-    ("targets", ["slurmforge.local", "slurmforge.aws", "slurmforge.cluster_status"]),
+    ("targets", ["slurmforge.local", "slurmforge.aws", "slurmforge.cluster_status", "slurmforge.upgrade_start"]),
     ("operations", ["slurmforge.service", "slurmforge.plan", "slurmforge.validation", "slurmforge.bringup",
                     "slurmforge.rollout", "slurmforge.ui", "slurmforge.cost", "slurmforge.report",
                     "slurmforge.lmod.cli", "slurmforge.lmod.node", "slurmforge.fleet", "slurmforge.rotate",
-                    "slurmforge.drain"]),
-    ("cluster", ["slurmforge.spec.checks", "slurmforge.spec.loader", "slurmforge.inventory", "slurmforge.join",
+                    "slurmforge.drain", "slurmforge.upgrade"]),
+    ("cluster", ["slurmforge.spec.checks", "slurmforge.spec.loader", "slurmforge.inventory", "slurmforge.node",
                  "slurmforge.render", "slurmforge.monitoring", "slurmforge.ceph", "slurmforge.accounting",
-                 "slurmforge.image", "slurmforge.image_variant", "slurmforge.upgrade", "slurmforge.secrets",
+                 "slurmforge.image", "slurmforge.image_variant", "slurmforge.takeover", "slurmforge.secrets",
                  "slurmforge.lmod", "slurmforge.spec.routing", "slurmforge.billing", "slurmforge.spec.nodes"]),
     ("base", ["slurmforge.spec", "slurmforge.hosts", "slurmforge.errors", "slurmforge.contract",
               "slurmforge.distro", "slurmforge.instance_types", "slurmforge.provider", "slurmforge.package_data",
               "slurmforge.templating", "slurmforge.tables", "slurmforge.console", "slurmforge.connection",
               "slurmforge.hostlists", "slurmforge.state_dirs", "slurmforge.wheel", "slurmforge.remote",
               "slurmforge.target", "slurmforge.confirm", "slurmforge.progress", "slurmforge.slurm",
-              "slurmforge"]),
+              "slurmforge.image_record", "slurmforge"]),
 ]
 UPWARD = {("slurmforge.spec", "slurmforge.spec.loader")}
 """Imports allowed to run up, each for the reason the module's docstring gives."""
@@ -220,8 +220,9 @@ def test_the_folder_checks_find_a_cycle_and_an_upward_import() -> None:
     uses and a target's status (a loop through local/), and join.py importing lmod/."""
     edges = {"slurmforge.remote.cluster": {"slurmforge.local.up"}, "slurmforge.local.up": {"slurmforge.bringup"},
              "slurmforge.bringup": {"slurmforge.remote.executor"}, "slurmforge.remote.executor": set(),
-             "slurmforge.join": {"slurmforge.lmod.tools"}, "slurmforge.lmod.cli": set(), "slurmforge.lmod.tools": set()}
+             "slurmforge.node.program": {"slurmforge.lmod.tools"}, "slurmforge.lmod.cli": set(),
+             "slurmforge.lmod.tools": set()}
     assert cycles(edges) == []
     assert cycles(folders(edges)) == [["slurmforge.bringup", "slurmforge.local", "slurmforge.remote"]]
-    assert folder_upward(edges) == ["slurmforge.join -> slurmforge.lmod.tools",
+    assert folder_upward(edges) == ["slurmforge.node.program -> slurmforge.lmod.tools",
                                     "slurmforge.remote.cluster -> slurmforge.local.up"]

@@ -1,4 +1,4 @@
-"""The join program (slurmforge.join, templates/join.sh.j2): rendered for every example and
+"""The join program (slurmforge.node.program, templates/node/join.sh.j2): rendered for every example and
 target it is valid bash that shellcheck passes, carries each target's inputs, and its
 node-kit steps do what the kit says. Its whole run is proven on the live local cluster: the
 rollout runs it on every compute node (roles/slurm_node), tests/integration checks the
@@ -17,8 +17,10 @@ import yaml
 from slurmforge.contract import HOSTS_REFRESH, JOIN_PROGRAM, JOIN_UNIT, KIT_POOL_HOSTS, NFS_OPTIONS
 from slurmforge.hosts import Host, HostRole, controller_names
 from slurmforge.inventory import JOIN, KIT, RENDERED, write_inventory
-from slurmforge.join import STEPS, JoinSettings, kit_files, local_settings, render_join
 from slurmforge.local.provider import LocalProvider
+from slurmforge.node.kit import kit_files
+from slurmforge.node.program import JoinSettings, local_settings, render_join
+from slurmforge.node.steps import names
 from slurmforge.spec import Cluster, load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -221,11 +223,8 @@ def test_the_hosts_step_rewrites_its_block_only_whole_and_only_when_it_changes(t
     assert sorted(p.name for p in etc_hosts.parent.iterdir()) == ["hosts"]
 
 
-JOIN_STEPS = ["identity", "munge", "nas", "kit", "hosts", "cephfs", "lmod", "exporter", "slurmd"]
-
-
 def recorded_steps(tmp_path: Path) -> str:
-    return "; ".join(f"step_{step}() {{ echo step {step} >> {tmp_path}/calls.log; }}" for step in JOIN_STEPS) + "; "
+    return "; ".join(f"step_{step}() {{ echo step {step} >> {tmp_path}/calls.log; }}" for step in names()) + "; "
 
 
 @pytest.mark.parametrize("how", ["prolog", "only"])
@@ -307,12 +306,12 @@ def test_the_inventory_carries_the_program_and_the_kit(tmp_path: Path) -> None:
 def test_its_last_line_says_how_long_each_step_took(tmp_path: Path) -> None:
     spec = load_spec(ROOT / "examples/local.yaml")
     program = render_join(spec, local_settings(spec, LocalProvider(spec, "img").hosts()))
-    steps = list(STEPS)
+    steps = list(names())
     noop = "; ".join(f"step_{step}() {{ :; }}" for step in steps if step != "identity")
     done = sourced(program, tmp_path, f'{noop}; step_identity() {{ NODE=$1; }}; main dev-cpu-01', {"install": ""})
     assert done.returncode == 0, done.stderr
     last = done.stdout.splitlines()[-1]
-    pattern = r"slurmforge-join: dev-cpu-01 joined in \d+\.\d{3} s \((\w+ \d+ ms(, )?){" + str(len(STEPS)) + r"}\)"
+    pattern = r"slurmforge-join: dev-cpu-01 joined in \d+\.\d{3} s \((\w+ \d+ ms(, )?){" + str(len(names())) + r"}\)"
     assert re.fullmatch(pattern, last), last
     assert [part.split()[0] for part in last.split("(", 1)[1].rstrip(")").split(", ")] == steps
 
@@ -323,7 +322,7 @@ def test_as_user_data_it_installs_itself_and_joins_in_its_unit(tmp_path: Path, l
     tries again until it succeeds (as at every boot); with no such unit it joins itself."""
     spec = load_spec(ROOT / "examples/local.yaml")
     program = render_join(spec, aws_settings(spec))
-    steps = list(STEPS)
+    steps = list(names())
     noop = "; ".join(f"step_{step}() {{ echo step {step} >> {tmp_path}/calls.log; }}" for step in steps)
     done = sourced(program, tmp_path, f"{noop}; NODE=t-cpu-01; main", {
         "install": "", "flock": "",
@@ -367,7 +366,7 @@ def test_steps_run_only_what_is_asked(tmp_path: Path) -> None:
     a step that does not exist stops the join before any step runs."""
     spec = load_spec(ROOT / "examples/local.yaml")
     program = render_join(spec, local_settings(spec, LocalProvider(spec, "img").hosts()))
-    steps = list(STEPS)
+    steps = list(names())
     record = "; ".join(f"step_{s}() {{ echo step {s} >> {tmp_path}/calls.log; }}" for s in steps)
     record += f"; step_identity() {{ NODE=$1; echo step identity >> {tmp_path}/calls.log; }}"
     stubs = {"install": "", "flock": ""}

@@ -29,6 +29,8 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
         self.revivable = True
+        self.records: dict[str, str] = {}
+        """RECORD's text in each container (an in-place upgrade's) and in the image ("img")."""
 
     def remove_container(self, name: str) -> None:
         self.calls.append(["rm", name])
@@ -38,7 +40,34 @@ class Recorder:
 
     def run(self, args: list[str], check: bool = True) -> str:
         self.calls.append(args)
-        return ""
+        return self.records.get("img", "") if args[:2] == ["run", "--rm"] else ""
+
+    def exec(self, name: str, argv: list[str], timeout: float = 120,
+             check: bool = True) -> subprocess.CompletedProcess[str]:
+        text = self.records.get(name)
+        return subprocess.CompletedProcess(argv, 0 if text else 1, text or "", "")
+
+
+def test_a_head_host_upgraded_in_place_to_the_image_is_kept(tmp_path: Path) -> None:
+    """`slurmforge upgrade` brought the controller to the current image in place: its container
+    still names the old podman image, but its RECORD says the image's inputs digest, so `up`
+    keeps it (and its disk); a static node on the old image is made again whatever it says."""
+    spec = load_spec(LOCAL)
+    recorder = Recorder()
+    provider = LocalProvider(spec, "img", podman=recorder, state_root=tmp_path,  # type: ignore[arg-type]
+                             join_program=tmp_path / "join.sh")
+    hosts = provider.hosts()
+    head = next(h for h in hosts if h.role is HostRole.CONTROLLER)
+    static = next(h for h in hosts if h.role is HostRole.COMPUTE and not h.dynamic)
+    recorder.records = {"img": '{"inputs": "new"}', head.name: '{"inputs": "new", "in_place": "x"}',
+                        static.name: '{"inputs": "new"}'}
+    for host, kept in ((head, True), (static, False)):
+        wanted = provider.container(host, hosts)
+        info = ContainerInfo(host.name, "running", os.getpid(), wanted.all_labels(), "old-tag")
+        assert provider._stale(info, wanted) is not kept, host.name
+    recorder.records[head.name] = '{"inputs": "older"}'
+    wanted = provider.container(head, hosts)
+    assert provider._stale(ContainerInfo(head.name, "running", os.getpid(), wanted.all_labels(), "old-tag"), wanted)
 
 
 def _controller(provider: LocalProvider) -> tuple[Any, list[Any]]:

@@ -1,4 +1,4 @@
-"""Every step a compute node needs to serve jobs is the join program's (templates/join.sh.j2),
+"""Every step a compute node needs to serve jobs is the join program's (templates/node/join.sh.j2),
 so a machine the scheduler service makes - a replacement, a power-up - is the node the rollout
 made. Held here at two levels:
 
@@ -16,6 +16,7 @@ The live comparison of a service-made and a rollout-made node (packages, units, 
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,12 @@ import yaml
 from test_join import sourced as join_sourced
 
 from slurmforge.contract import JOIN_PROGRAM, JOIN_STEPS_FILE, NVIDIA_DEVICES_UNIT, PATHS
-from slurmforge.join import STEPS, JoinSettings, local_settings, render_join
+from slurmforge.hosts import HostRole
+from slurmforge.inventory import hosts_document
 from slurmforge.local.container import compute_container
 from slurmforge.local.provider import LocalProvider
+from slurmforge.node.program import JoinSettings, local_settings, render_join
+from slurmforge.node.steps import names
 from slurmforge.spec import Cluster, load_spec
 
 pytestmark = pytest.mark.unit
@@ -89,7 +93,7 @@ def runs_join_program(task: dict[str, Any]) -> bool:
     argv = command.get("argv") if isinstance(command, dict) else None
     if isinstance(argv, list):  # the program first
         return bool(argv) and "slurmforge_paths.join_program" in str(argv[0])
-    return isinstance(argv, str) and argv.strip().startswith("{{ [slurmforge_paths.join_program]")
+    return isinstance(argv, str) and re.match(r"\{\{ *\[ *slurmforge_paths\.join_program\b", argv.strip()) is not None
 
 
 def hands_inputs(task: dict[str, Any]) -> bool:
@@ -148,17 +152,49 @@ def test_the_audit_catches_a_role_that_configures_a_node_itself() -> None:
     assert not reaches_compute("slurm_cluster:!slurm_compute") and not reaches_compute("slurm_controller")
 
 
-def test_a_compute_node_runs_every_step_at_rollout_and_at_boot() -> None:
-    """The rollout runs the program on a compute node with no --steps and writes no steps file
-    (slurm_node's defaults); a machine the service makes runs it at boot with no arguments."""
-    defaults = yaml.safe_load((ROOT / "roles" / "slurm_node" / "defaults" / "main.yml").read_text())
+def host_joins(spec: Cluster) -> dict[HostRole, dict[str, Any]]:
+    """The inventory's slurmforge_join of one host per role (the local example's hosts)."""
+    top = hosts_document(spec, LocalProvider(spec, "img").hosts())["all"]["children"]
+    groups = top["slurm_cluster"]["children"]
+    first = {role: next(iter(hosts.values()))["slurmforge_join"] for role, hosts in (
+        (HostRole.CONTROLLER, groups["slurm_controller"]["hosts"]), (HostRole.LOGIN, groups["slurm_login"]["hosts"]),
+        (HostRole.COMPUTE, groups["slurm_compute"]["hosts"]), (HostRole.CEPH, top["ceph"]["hosts"]))}
+    return first
+
+
+def role_task(name: str) -> dict[str, Any]:
+    tasks = yaml.safe_load((ROOT / "roles" / "slurm_node" / "tasks" / "configure.yml").read_text())
+    return next(task for task in tasks if task.get("name", "").startswith(name))
+
+
+def rollout_run(join: dict[str, Any], node: str, slurm_node_pass: str = "steps") -> tuple[list[str], str]:
+    """What roles/slurm_node does with a host's join: (the command it runs, the steps file's state)."""
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    head = defaults["slurm_node_head_steps"]
-    compute_steps = env.from_string(defaults["slurm_node_join_steps"]).render(
-        slurmforge_role="compute", slurm_node_head_steps=head)
-    assert compute_steps == ""  # every step
-    assert "gpus" not in head.split(",") and "slurmd" not in head.split(",")  # head nodes: no GPUs, no slurmd
-    assert set(head.split(",")) < set(STEPS)
+    names_ = {"slurmforge_join": join, "slurm_node_pass": slurm_node_pass, "inventory_hostname": node,
+              "slurmforge_paths": PATHS}
+    argv = env.compile_expression(role_task("The host joins")["ansible.builtin.command"]["argv"].strip("{} "))(**names_)
+    state = env.from_string(role_task("The steps this host's join runs at boot")["slurmforge_files"]["entries"][0]
+                            ["state"]).render(**names_)
+    return argv, state
+
+
+def test_the_inventory_hands_each_host_its_steps_and_the_rollout_runs_them() -> None:
+    """A compute node runs every step at rollout and keeps no steps file: a machine the service
+    makes runs the program with no arguments at boot, every step; a head node all but the GPUs
+    and slurmd (its roles run slurmctld or sackd), munge key and NAS first, before the rollout
+    publishes the kit; a Ceph host, no Slurm node, the node exporter alone."""
+    joins = host_joins(load_spec(LOCAL))
+    compute = joins[HostRole.COMPUTE]
+    assert compute == {"steps": list(names()[1:]), "before_kit": [], "at_boot": None, "secrets": ["munge.key"]}
+    assert rollout_run(compute, "dev-cpu-01") == ([JOIN_PROGRAM, "--steps", ",".join(names()[1:]), "dev-cpu-01"],
+                                                  "absent")
+    head = ["munge", "nas", "kit", "hosts", "cephfs", "lmod", "exporter"]
+    for role in (HostRole.CONTROLLER, HostRole.LOGIN):
+        assert joins[role] == {"steps": head, "before_kit": ["munge", "nas"], "at_boot": ",".join(head),
+                               "secrets": ["munge.key"]}
+    assert rollout_run(joins[HostRole.LOGIN], "dev-login", "before_kit") == (
+        [JOIN_PROGRAM, "--steps", "munge,nas", "dev-login"], "file")
+    assert joins[HostRole.CEPH] == {"steps": ["exporter"], "before_kit": [], "at_boot": "exporter", "secrets": []}
     assert PATHS["join_program"] == JOIN_PROGRAM and PATHS["join_steps"] == JOIN_STEPS_FILE
 
 
@@ -171,14 +207,14 @@ def local_program(spec: Cluster) -> str:
 def run_main(program: str, tmp_path: Path, node: str, at_boot: bool) -> tuple[list[str], list[str]]:
     """The program's main on `node` with every step recorded: (steps run, the gpus step's
     device lines). At boot (the unit) it has no argument and takes the host name; at rollout
-    (slurm_node) it is given the node's name. The gpus step runs for real, against a
-    tmpfiles stand-in."""
-    record = "; ".join(f"step_{s}() {{ echo step {s} >> {tmp_path}/steps; }}" for s in STEPS
+    (slurm_node) it is given the node's steps and name, as the inventory has them. The gpus
+    step runs for real, against a tmpfiles stand-in."""
+    record = "; ".join(f"step_{s}() {{ echo step {s} >> {tmp_path}/steps; }}" for s in names()
                        if s not in ("identity", "gpus"))
     script = (f"{record}; eval \"real_$(declare -f step_identity)\"; eval \"real_$(declare -f step_gpus)\"; "
               f"step_identity() {{ echo step identity >> {tmp_path}/steps; real_step_identity \"$@\"; }}; "
               f"step_gpus() {{ echo step gpus >> {tmp_path}/steps; real_step_gpus; }}; "
-              f"GPU_STAND_INS_FILE={tmp_path}/gpus.conf; main {'' if at_boot else node}")
+              f"GPU_STAND_INS_FILE={tmp_path}/gpus.conf; main {'' if at_boot else ' '.join(rollout_args(node))}")
     hostname = f'[ "$1" = -s ] && echo {node}; [ "$1" = -I ] && echo 10.0.0.9; true'
     out = sourced(program, tmp_path, script, {"hostname": hostname})
     assert out.returncode == 0, out.stderr
@@ -186,6 +222,11 @@ def run_main(program: str, tmp_path: Path, node: str, at_boot: bool) -> tuple[li
     conf = tmp_path / "gpus.conf"
     devices = [line for line in conf.read_text().splitlines() if line.startswith("c ")] if conf.exists() else []
     return steps, devices
+
+
+def rollout_args(node: str) -> list[str]:
+    """The program's arguments when roles/slurm_node runs it on a compute node (from the inventory)."""
+    return rollout_run(host_joins(load_spec(LOCAL))[HostRole.COMPUTE], node)[0][1:]
 
 
 def sourced(program: str, tmp_path: Path, script: str, stubs: dict[str, str] | None = None
@@ -211,7 +252,7 @@ def test_a_replaced_node_and_a_rolled_out_one_run_the_same_program_and_steps(
     (tmp_path / "rollout").mkdir()
     at_boot, boot_devices = run_main(program, tmp_path / "boot", node, at_boot=True)  # the unit's run: no arguments
     at_rollout, rollout_devices = run_main(program, tmp_path / "rollout", node, at_boot=False)  # slurm_node's: the name
-    assert at_boot == at_rollout == list(STEPS)
+    assert at_boot == at_rollout == list(names())
     assert boot_devices == rollout_devices == [f"c /dev/nvidia{i} 0666 root root - 195:{i}" for i in range(devices)]
 
 

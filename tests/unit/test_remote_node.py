@@ -146,7 +146,7 @@ def test_the_lmod_role_and_the_cli_name_the_same_cache_and_libexec() -> None:
     from slurmforge.lmod.tools import DEBIAN_LIBEXEC
 
     assert role_default("lmod", "lmod_libexec") == DEBIAN_LIBEXEC
-    from slurmforge.join import lmod_paths
+    from slurmforge.node.program import lmod_paths
     from slurmforge.spec import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "local.yaml")

@@ -14,8 +14,8 @@ from test_service_daemon import OD1, S1, S2, FakeCloud, FakeSlurm, all_nodes, re
 from test_service_world import NOW, POWERED_DOWN, POWERING_UP, Clock, instance
 
 from slurmforge.inventory import cluster_vars
-from slurmforge.join import kit_dir, pool_hosts_file
 from slurmforge.local.provider import LocalProvider
+from slurmforge.node.kit import kit_dir, pool_hosts_file
 from slurmforge.provider import Instance, InstanceState, LaunchRequest, LaunchResult
 from slurmforge.service import actions as a
 from slurmforge.service.applier import Applier

@@ -81,7 +81,7 @@ def test_the_wheel_is_the_same_bytes_every_time_and_says_what_it_holds(tmp_path:
         record = z.read("slurmforge-0.1.0.dist-info/RECORD").decode().splitlines()
         entry_points = z.read("slurmforge-0.1.0.dist-info/entry_points.txt").decode()
     assert {"slurmforge/cli.py", "slurmforge/roles/scheduler_service/tasks/configure.yml",
-            "slurmforge/playbooks/site.yml", "slurmforge/templates/join.sh.j2", "slurmforge/validation/conftest.py",
-            "slurmforge/stacks/program.py"} <= set(names)
+            "slurmforge/playbooks/site.yml", "slurmforge/templates/node/join.sh.j2",
+            "slurmforge/validation/conftest.py", "slurmforge/stacks/program.py"} <= set(names)
     assert sorted(line.split(",")[0] for line in record) == sorted(names)
     assert "slurmforge-service = slurmforge.service.main:main" in entry_points

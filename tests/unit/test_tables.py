@@ -1,6 +1,7 @@
 """Every table the CLI prints, readable at 80 columns and when piped: `status` and `pools`
 from what the local cluster "dev" answered (tests/unit/dev_cluster: the scheduler
-service's /pools.json, `sinfo -N -h -o '%N %T'` on its controller; hosts from
+service's /pools.json, `sinfo -N -h -o '%N %T'` on its controller (with `%v`'s slurmd
+version added); hosts from
 examples/local.yaml as the local provider lays them out), `cost` through the real
 command, in a pipe and in an 80-column terminal (a pty)."""
 
@@ -27,7 +28,6 @@ from test_service_web import snapshot as page_snapshot
 from slurmforge.hosts import HostRole
 from slurmforge.local.manage import node_table
 from slurmforge.local.provider import LocalProvider
-from slurmforge.local.up import node_states
 from slurmforge.service.snapshot import ClusterSnapshot
 from slurmforge.service.web import pools_table
 from slurmforge.spec import load_spec
@@ -57,11 +57,22 @@ def plain_rows(text: str) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+RECORD = json.dumps({"inputs": "0123456789abcdef", "slurm": "24.11.5-4+deb13u1"})
+
+
+def sinfo_with_versions() -> str:
+    """sinfo.txt as SINFO_NODES answers: `%v` N/A for a node whose slurmd never registered."""
+    return "".join(f"{ln} {'N/A' if ln.endswith('~') else '24.11.5'}\n"
+                   for ln in (DEV / "sinfo.txt").read_text().splitlines())
+
+
 def status(tmp_path: Path) -> Table:
     spec = load_spec(LOCAL)
     hosts = LocalProvider(spec, "", state_root=tmp_path).hosts()
     running = {h.name: True for h in hosts if not h.dynamic}
-    return node_table(spec.name, hosts, running, node_states((DEV / "sinfo.txt").read_text()))
+    records: dict[str, str | None] = {h.name: RECORD for h in hosts if not h.dynamic}
+    records["dev-cpu-02"] = None  # its read did not answer in time
+    return node_table(spec.name, hosts, running, sinfo_with_versions(), records)
 
 
 def test_status_at_80_columns_names_every_node_in_full(tmp_path: Path) -> None:
@@ -69,32 +80,38 @@ def test_status_at_80_columns_names_every_node_in_full(tmp_path: Path) -> None:
     names = [row[0] for row in table.rows]
     assert "dev-controller-backup" in names and "dev-cpu-fallback-01" in names
     lines = fits(render(table, Format.TABLE, 80))
-    assert lines[0] == "cluster dev (local)" and lines[1].split() == ["Node", "Role", "Pool", "Address",
-                                                                         "Container", "Slurm"]
-    shown = {ln.split()[0]: ln.split() for ln in lines[2:]}
+    assert lines[0] == "cluster dev (local)" and lines[1].split() == ["Node", "Pool", "Address", "Container",
+                                                                         "Slurm", "Image"]
+    shown = {ln.split()[0]: ln.split() for ln in lines[2:-2]}  # the note that names what is left out is 2 lines
     assert set(shown) == set(names)
     fallback = shown["dev-cpu-fallback-01"]
-    assert fallback[1:3] == ["compute", "cpu-fallback"] and fallback[-1] == "idle~"
-    assert shown["dev-controller-backup"][1] == "controller"
+    assert fallback[1:] == ["cpu-fallback", "10.89.7.20", "none", "idle~", "-"]  # powered down: no machine
+    assert shown["dev-cpu-01"][-1] == "0123456789ab" and shown["dev-cpu-02"][-1] == "?"
+    assert "not shown at 80 columns: Role, Version" in words(lines)
     # narrower still: columns give way, names never
     narrow = fits(render(table, Format.TABLE, 60), 60)
     assert {ln.split()[0] for ln in narrow[2:-2]} == set(names)
-    assert "not shown at 60 columns: Role, Address" in words(narrow)
+    assert "not shown at 60 columns: Role, Address, Image, Version" in words(narrow)
 
 
 def test_status_piped_is_one_parseable_row_per_node(tmp_path: Path) -> None:
     table = status(tmp_path)
     header, rows = plain_rows(render(table, Format.PLAIN))
-    assert header == ["node", "role", "pool", "address", "container", "slurm"]
-    assert all(len(r) == 6 for r in rows)
+    keys = ["node", "role", "pool", "address", "container", "slurm", "image", "version", "slurmd"]
+    assert header == keys
+    assert all(len(r) == 9 for r in rows)
     by_name = {r[0]: r for r in rows}
     assert by_name["dev-cpu-fallback-01"] == ["dev-cpu-fallback-01", "compute", "cpu-fallback", "10.89.7.20", "none",
-                                              "idle~"]
+                                              "idle~", "-", "-", "-"]
+    # the image's package version (Debian's revision shows a security fix); the registered slurmd's
+    assert by_name["dev-cpu-01"][-3:] == ["0123456789ab", "24.11.5-4+deb13u1", "24.11.5"]
+    assert by_name["dev-cpu-02"][-3:] == ["?", "24.11.5", "24.11.5"]  # unread: what its slurmd says
+    assert by_name["dev-login"][-3:] == ["0123456789ab", "24.11.5-4+deb13u1", "-"]  # no slurmd there
     assert by_name["dev-controller-backup"][1:3] == ["controller", "-"]
     assert [r["node"] for r in csv.DictReader(io.StringIO(render(table, Format.CSV)))] == [r[0] for r in rows]
     shown = json.loads(render(table, Format.JSON))
     items = shown["rows"]
-    assert shown["cluster"] == "dev" and items[0].keys() == {"node", "role", "pool", "address", "container", "slurm"}
+    assert shown["cluster"] == "dev" and list(items[0]) == keys
     assert next(i for i in items if i["node"] == "dev-login")["pool"] is None
     assert {i["role"] for i in items} == {r.value for r in HostRole}
 

@@ -1,5 +1,5 @@
 """A cluster that ran a Slurm the node image cannot take over is refused before anything
-changes, with one line naming the choices: by `up --local` (Python, slurmforge/upgrade.py)
+changes, with one line naming the choices: by `up --local` (Python, slurmforge/takeover.py)
 and by the first play of cluster.yml on every target (playbooks/slurm_takeover.yml, run
 here for real by ansible-runner with the inventory's own `slurmforge_slurm` vars)."""
 
@@ -18,7 +18,7 @@ from slurmforge.inventory import cluster_vars
 from slurmforge.package_data import playbooks
 from slurmforge.rollout import run_playbook
 from slurmforge.spec import load_spec
-from slurmforge.upgrade import STATE_MARKER, check_takeover, refusal, state_release
+from slurmforge.takeover import STATE_MARKER, check_takeover, refusal, state_release
 
 pytestmark = pytest.mark.unit
 

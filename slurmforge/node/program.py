@@ -1,5 +1,5 @@
 """The join program: what a machine booted from the node image runs to become a Slurm node
-of the cluster (templates/join.sh.j2), rendered once per cluster through the one template
+of the cluster (templates/node/join.sh.j2), rendered once per cluster through the one template
 environment, and the node kit it reads from the NAS.
 
 One program on every target, only its inputs differ (`JoinSettings`):
@@ -14,7 +14,7 @@ One program on every target, only its inputs differ (`JoinSettings`):
   and runs it with the node's name, the munge key copied by the munge role.
 
 What changes without a new program lives in the node kit on the NAS, which every rollout
-publishes (`kit_files`): the users and groups as the spec has them now, every fixed host's
+publishes (slurmforge.node.kit): the users and groups as the spec has them now, every fixed host's
 address, the CephFS client's ceph.conf and (root only) keyring. Beside them the scheduler
 service keeps the pool hosts (`pool_hosts_file`): the address of every pool node it has a
 machine for, which the program's hosts step adds to /etc/hosts at the join, in Slurm's
@@ -27,7 +27,7 @@ alive and a kit is one more file on storage every node mounts already.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Literal
@@ -47,21 +47,20 @@ from slurmforge.contract import (
     JOIN_STEPS_FILE,
     JOIN_UNIT,
     JOINED_MARK,
-    KIT_POOL_HOSTS,
-    KIT_SLURMD_FAILURES,
-    KIT_SUBDIR,
     NFS_OPTIONS,
     NODE_EXPORTER_PORT,
     NVIDIA_DEVICES_UNIT,
     cluster_cache_dir,
 )
 from slurmforge.hosts import TAG_NODE, Host
+from slurmforge.node.kit import kit_dir, pool_hosts_file, slurmd_failures_dir
+from slurmforge.node.steps import STEPS
 from slurmforge.render import HEALTH_CHECK_INTERVAL
 from slurmforge.spec import Cluster
 from slurmforge.spec.nodes import pool_hardware
 from slurmforge.templating import make_environment
 
-TEMPLATE = "join.sh.j2"
+TEMPLATE = "node/join.sh.j2"
 NODE_TAG_WAIT = 300
 """Seconds a new instance waits for its node tag (the service tags it just after launch);
 Slurm's ResumeTimeout then marks the node down and the service retries elsewhere."""
@@ -100,29 +99,6 @@ class JoinSettings:
 @cache
 def environment() -> jinja2.Environment:
     return make_environment(quote=shlex.quote)
-
-
-def kit_dir(spec: Cluster) -> str:
-    """The node kit on the NAS (under the software mount every node has)."""
-    return f"{spec.storage.nas.mounts.software.rstrip('/')}/{KIT_SUBDIR}"
-
-
-def pool_hosts_file(spec: Cluster) -> str:
-    """The kit's pool hosts: every pool node's address while the scheduler service has a
-    machine for it (service.pool_hosts writes it, the join program's hosts step reads it)."""
-    return f"{kit_dir(spec)}/{KIT_POOL_HOSTS}"
-
-
-def slurmd_failures_dir(spec: Cluster) -> str:
-    """The kit's slurmd failures: a node whose slurmd stopped on an error writes its reason
-    there (the join program), the scheduler service reads it (service.slurmd_failures)."""
-    return f"{kit_dir(spec)}/{KIT_SLURMD_FAILURES}"
-
-
-STEPS = ("identity", "munge", "nas", "kit", "hosts", "cephfs", "lmod", "exporter", "gpus", "slurmd")
-"""The program's steps, in its order: every one a compute node needs to serve jobs, on every
-target (a machine the service makes runs exactly these; tests/unit/test_node_program.py holds
-the rollout's plays to them)."""
 
 
 def stand_in_gpus(spec: Cluster) -> tuple[tuple[str, int], ...]:
@@ -188,7 +164,7 @@ def render_join(spec: Cluster, settings: JoinSettings, source: str = "cluster.ya
         "join_lock": JOIN_LOCK,
         "join_steps_file": JOIN_STEPS_FILE,
         "hosts_refresh": HOSTS_REFRESH,
-        "steps": STEPS,
+        "steps": STEPS,  # the one table (slurmforge.node.steps): the parts, their order, the header
         "slurmd_failures": slurmd_failures_dir(spec),
         "gpu_stand_ins_file": GPU_STAND_INS_FILE,
         "nvidia_devices_unit": NVIDIA_DEVICES_UNIT,
@@ -221,16 +197,3 @@ def local_settings(spec: Cluster, hosts: Sequence[Host], efs_dns: str | None = N
     return JoinSettings(target=target, controllers=controllers, nas_source=nas_source(spec, efs_dns),
                         slurmd_flags=("-b",) if kind == "local" else (),
                         stand_in_gpus=stand_in_gpus(spec) if kind == "local" else ())
-
-
-def kit_files(spec: Cluster, hosts: Sequence[Host]) -> Mapping[str, str]:
-    """The node kit's public files (accounts, hosts), by name; the rollout adds ceph.conf and
-    the keyring."""
-    accounts = ["# slurmforge node kit: groups and users of the spec (the join program applies them)"]
-    accounts += [f"group {g.name} {g.gid}" for g in spec.groups]
-    for u in spec.users:
-        groups = [*u.groups, *(["sudo"] if u.admin else [])]
-        accounts.append(f"user {u.name} {u.uid} {','.join(groups)}".rstrip())
-    # fixed hosts only: a pool node's address is known once its machine is (the pool hosts)
-    host_lines = [f"{h.address} {h.name}" for h in sorted(hosts, key=lambda h: h.name) if h.address and not h.dynamic]
-    return {"accounts": "\n".join(accounts) + "\n", "hosts": "\n".join(host_lines) + "\n"}

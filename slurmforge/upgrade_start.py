@@ -1,0 +1,120 @@
+"""What `slurmforge upgrade` starts from, per target: the new image (step 1), the fleet that
+runs the steps, the plan as the cluster is now.
+
+- local: the node image from the current packages (slurmforge.local.image_cache.ensure_images,
+  the one pipeline), the inventory written again with it (the scheduler service's provider
+  settings carry the image: the controllers' rollout hands it on, so a dynamic node's next
+  power-up boots it);
+- AWS: the AMI `pulumi up` baked (the inventory names it); its inputs digest is this
+  slurmforge's (slurmforge.image.prepare_inputs: the stack made the AMI from the same inputs),
+  its Slurm the release's current package as the primary controller's apt sees it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmforge.bringup import Phases, log_path
+from slurmforge.distro import distro
+from slurmforge.drain import JobPolicy, controller_client
+from slurmforge.errors import ProvisionError
+from slurmforge.fleet import controller
+from slurmforge.image_record import record_field
+from slurmforge.inventory import read_inventory
+from slurmforge.remote.node import executor_for
+from slurmforge.spec import Cluster
+from slurmforge.upgrade.fleet import ClusterFleet, TargetImage, aws_remake, local_remake
+from slurmforge.upgrade.plan import UpgradePlan, make_plan
+
+
+@dataclass
+class Start:
+    spec: Cluster
+    fleet: ClusterFleet
+    plan: UpgradePlan
+
+
+def local_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = False) -> Start:
+    """`plan_only`: the image is made (the plan names it), the inventory left as it is."""
+    from slurmforge.contract import settings_json
+    from slurmforge.inventory import JOIN, RENDERED, SPEC_COPY, write_inventory
+    from slurmforge.local.image_cache import ensure_images, image_record
+    from slurmforge.local.podman import Podman
+    from slurmforge.local.provider import LocalProvider
+
+    spec, hosts = read_inventory(inventory)
+    log = log_path(spec.name, "upgrade")
+    podman = Podman()
+    with ui.phase("step 1: the new node image (the one pipeline, current packages)"):
+        image = ensure_images(podman, log, os=distro(spec.images.base), on_wait=ui.note, on_step=ui.event)
+        provider = LocalProvider(spec, image, podman, join_program=inventory / RENDERED / JOIN)
+        text = image_record(podman, image)
+        if not plan_only:
+            write_inventory(spec, inventory / SPEC_COPY, provider.hosts(), inventory,
+                            provider_settings=settings_json(provider.service_settings()))
+    target = _target(text, image)
+    client = controller_client(controller(spec, hosts))
+    fleet = ClusterFleet(spec, hosts, inventory, client, target, log, ui, policy, local_remake(provider))
+    plan = make_plan(spec, hosts, client.nodes(), target.digest, target.slurm, policy, local=True)
+    return Start(spec, fleet, plan)
+
+
+def aws_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = False) -> Start:
+    import json
+
+    spec, hosts = read_inventory(inventory)
+    log = log_path(spec.name, "upgrade")
+    head = controller(spec, hosts)
+    with ui.phase("step 1: the AMI `pulumi up` baked (its inputs, the release's Slurm)"):
+        digest = inputs_digest(spec)
+        answer = executor_for(head).run(["sh", "-c", "apt-get update -q >/dev/null; "
+                                         "apt-cache policy slurm-client | sed -n 's/ *Candidate: //p'"], timeout=600)
+        slurm = answer.stdout.strip()
+    target = _target(json.dumps({"inputs": digest, "slurm": slurm, "base": spec.images.base}), digest)
+    client = controller_client(head)
+    fleet = ClusterFleet(spec, hosts, inventory, client, target, log, ui, policy, aws_remake(client))
+    plan = make_plan(spec, hosts, client.nodes(), target.digest, target.slurm, policy, local=False)
+    return Start(spec, fleet, plan)
+
+
+def inputs_digest(spec: Cluster) -> str:
+    """The inputs digest of the node image this slurmforge builds for the spec (an AMI's: the
+    stack bakes it from these inputs; slurmforge.image.prepare_inputs)."""
+    from slurmforge.image import prepare_inputs
+
+    with tempfile.TemporaryDirectory(prefix="slurmforge-inputs-") as tmp:
+        return prepare_inputs(Path(tmp) / "inputs", distro(spec.images.base))
+
+
+def current_image(inventory: Path) -> str | None:
+    """The inputs digest of the image the cluster's hosts should run (what `validate` holds
+    each host's RECORD to): local, the node image the inventory's provider settings name
+    (`up` and `slurmforge upgrade` write it), as its RECORD says; AWS, the AMI's (inputs_digest,
+    as aws_start takes it). None for machines you own (target static: not made from an image)."""
+    import yaml
+
+    from slurmforge.contract import LocalProviderSettings, read_settings
+    from slurmforge.inventory import VARS_FILE
+    from slurmforge.local.image_cache import image_record
+    from slurmforge.local.podman import Podman
+
+    spec, _ = read_inventory(inventory)
+    if spec.target.kind == "aws":
+        return inputs_digest(spec)
+    if spec.target.kind != "local":
+        return None
+    found = yaml.safe_load((inventory / VARS_FILE).read_text()) or {}
+    image = read_settings(LocalProviderSettings, found.get("slurmforge_service_provider_settings")).image
+    return _target(image_record(Podman(), image), image).digest
+
+
+def _target(record_text: str, image: str) -> TargetImage:
+    import json
+
+    digest, slurm = record_field(record_text, "inputs"), record_field(record_text, "slurm")
+    if digest is None or slurm is None:
+        raise ProvisionError(f"the node image {image} has no record of what it holds ({'/usr/share/slurmforge'}"
+                             "/image.json): build it again with this slurmforge")
+    return TargetImage(digest, slurm, json.loads(record_text))
