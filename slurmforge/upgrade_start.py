@@ -92,7 +92,8 @@ def current_image(inventory: Path) -> str | None:
     """The inputs digest of the image the cluster's hosts should run (what `validate` holds
     each host's RECORD to): local, the node image the inventory's provider settings name
     (`up` and `slurmforge upgrade` write it), as its RECORD says; AWS, the AMI's (inputs_digest,
-    as aws_start takes it). None for machines you own (target static: not made from an image)."""
+    as aws_start takes it). None for machines you own (target static: not made from an image)
+    and for a local inventory that names no image (its hosts and spec alone)."""
     import yaml
 
     from slurmforge.contract import LocalProviderSettings, read_settings
@@ -105,7 +106,10 @@ def current_image(inventory: Path) -> str | None:
         return inputs_digest(spec)
     if spec.target.kind != "local":
         return None
-    found = yaml.safe_load((inventory / VARS_FILE).read_text()) or {}
+    vars_file = inventory / VARS_FILE
+    found = (yaml.safe_load(vars_file.read_text()) or {}) if vars_file.is_file() else {}
+    if not found.get("slurmforge_service_provider_settings"):
+        return None  # an inventory of hosts and spec alone (written by hand, a jump host's): no image named
     image = read_settings(LocalProviderSettings, found.get("slurmforge_service_provider_settings")).image
     return _target(image_record(Podman(), image), image).digest
 

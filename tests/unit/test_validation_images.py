@@ -12,10 +12,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from test_validation_facts import gathered, local_cluster
 
 from slurmforge.errors import NodeUnreachable
-from slurmforge.hosts import Host
+from slurmforge.hosts import Host, HostRole
 from slurmforge.image_record import UNREAD, image_cell, read_records
 from slurmforge.local import manage
 from slurmforge.local.podman import ContainerInfo
@@ -153,3 +154,19 @@ def test_status_local_costs_one_read_more_than_before(monkeypatch: pytest.Monkey
     shown = {row[0]: row for row in table.rows}
     assert {row[6] for row in table.rows} == {CURRENT[:12]}
     assert shown["dev-cpu-01"][7:] == ("24.11.5-4+deb13u1", "24.11.5")
+
+
+def test_an_inventory_of_hosts_and_spec_alone_names_no_current_image(tmp_path: Path) -> None:
+    """A hand-written inventory (a jump host's: hosts.yml and the spec, no group_vars) is
+    validated without the image check, not stopped by a traceback (the live suite's jump host
+    test met it)."""
+    from slurmforge.inventory import HOSTS_FILE, SPEC_COPY, hosts_document
+    from slurmforge.package_data import examples
+    from slurmforge.spec import load_spec
+    from slurmforge.upgrade_start import current_image
+
+    spec = load_spec(examples() / "local.yaml")
+    (tmp_path / SPEC_COPY).write_text((examples() / "local.yaml").read_text())
+    (tmp_path / HOSTS_FILE).write_text(yaml.safe_dump(hosts_document(spec, [Host("dev-login", "10.0.0.2",
+                                                                            HostRole.LOGIN)]), sort_keys=False))
+    assert current_image(tmp_path) is None
