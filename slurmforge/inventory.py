@@ -245,6 +245,16 @@ def write_inventory(spec: Cluster, spec_path: Path, hosts: list[Host], inventory
     return inventory_dir
 
 
+def read_provider_settings(inventory_dir: Path) -> dict[str, Any] | None:
+    """The scheduler service's provider settings the inventory hands the controllers (VARS_FILE's
+    `slurmforge_service_provider_settings`); None when the inventory names none (no such file:
+    an inventory of hosts and spec alone)."""
+    path = inventory_dir / VARS_FILE
+    data = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+    settings = data.get("slurmforge_service_provider_settings")
+    return settings if isinstance(settings, dict) and settings else None
+
+
 def read_inventory(inventory_dir: Path) -> tuple[Cluster, list[Host]]:
     """The spec and hosts an inventory was written from."""
     return load_spec(inventory_dir / SPEC_COPY), read_hosts(inventory_dir)

@@ -94,10 +94,9 @@ def current_image(inventory: Path) -> str | None:
     (`up` and `slurmforge upgrade` write it), as its RECORD says; AWS, the AMI's (inputs_digest,
     as aws_start takes it). None for machines you own (target static: not made from an image)
     and for a local inventory that names no image (its hosts and spec alone)."""
-    import yaml
 
     from slurmforge.contract import LocalProviderSettings, read_settings
-    from slurmforge.inventory import VARS_FILE
+    from slurmforge.inventory import read_provider_settings
     from slurmforge.local.image_cache import image_record
     from slurmforge.local.podman import Podman
 
@@ -106,11 +105,10 @@ def current_image(inventory: Path) -> str | None:
         return inputs_digest(spec)
     if spec.target.kind != "local":
         return None
-    vars_file = inventory / VARS_FILE
-    found = (yaml.safe_load(vars_file.read_text()) or {}) if vars_file.is_file() else {}
-    if not found.get("slurmforge_service_provider_settings"):
+    settings = read_provider_settings(inventory)
+    if settings is None:
         return None  # an inventory of hosts and spec alone (written by hand, a jump host's): no image named
-    image = read_settings(LocalProviderSettings, found.get("slurmforge_service_provider_settings")).image
+    image = read_settings(LocalProviderSettings, settings).image
     return _target(image_record(Podman(), image), image).digest
 
 

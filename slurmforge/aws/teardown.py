@@ -26,12 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from slurmforge.contract import SERVICE_UNIT
 from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.hosts import Host, HostRole
-from slurmforge.inventory import VARS_FILE, read_inventory
+from slurmforge.inventory import VARS_FILE, read_inventory, read_provider_settings
 from slurmforge.provider import Instance, InstanceState, Machines, build_provider
 
 ALIVE = frozenset({InstanceState.PENDING, InstanceState.RUNNING, InstanceState.STOPPING, InstanceState.STOPPED})
@@ -64,9 +62,8 @@ def stop_service_over_connection(host: Host) -> str | None:
 
 def provider_settings(inventory_dir: Path) -> dict[str, Any]:
     """The scheduler service's provider settings the inventory hands its role."""
-    data = yaml.safe_load((inventory_dir / VARS_FILE).read_text()) or {}
-    settings = data.get("slurmforge_service_provider_settings")
-    if not isinstance(settings, dict):
+    settings = read_provider_settings(inventory_dir)
+    if settings is None:
         raise ProvisionError(f"{inventory_dir / VARS_FILE} has no scheduler service provider settings; "
                              "fix: regenerate the inventory (`slurmforge inventory`)")
     return settings
