@@ -31,12 +31,16 @@ class Distro:
     """The system Python's version: the scheduler service's venv and its offline wheels."""
     upgrades_from: str
     """The oldest Slurm release whose state and accounting database this Slurm takes over."""
+    refresh: str = ""
+    """The spec's `images.refresh`: a label of the image's build, part of its change key, so a
+    new one builds the image again from the release's current packages (patch day)."""
 
     def image_vars(self) -> dict[str, Any]:
         """What the image playbook's install tasks need (every target; the inventory holds
         the same): the distribution's Python, and the on-node paths, ports and the service
-        venv's requirements of slurmforge.contract."""
-        return {"slurmforge_python_version": self.python, **node_vars()}
+        venv's requirements of slurmforge.contract; the refresh label when there is one."""
+        refresh = {"slurmforge_image_refresh": self.refresh} if self.refresh else {}
+        return {"slurmforge_python_version": self.python, **node_vars(), **refresh}
 
 
 DEBIAN_13 = Distro(base="debian-13", suite="trixie", parent_ami="debian-13-amd64-20251117-2299", slurm_release="24.11",

@@ -25,7 +25,6 @@ import yaml
 from slurmforge.accounting import desired_state
 from slurmforge.ceph import CEPH_CONF, ceph_hosts, ceph_vars, mds_hosts, monitors, render_ceph_conf
 from slurmforge.contract import DIGEST_FILE, JWT_KEY_FILE, SLURMRESTD_USER
-from slurmforge.distro import distro
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host, HostRole, controller_name, controller_names
 from slurmforge.monitoring import render_monitoring
@@ -146,7 +145,7 @@ def cluster_vars(spec: Cluster, inventory_dir: Path, hosts: list[Host],
     AWS stack's outputs -; none: empty, which the service's loader refuses for a target
     that needs them)."""
     nas = spec.storage.nas
-    os = distro(spec.images.base)
+    os = spec.images.distro()
     return {
         "slurmforge_cluster_name": spec.name,
         "slurmforge_target": spec.target.kind,

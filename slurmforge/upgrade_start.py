@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmforge.bringup import Phases, log_path
-from slurmforge.distro import distro
 from slurmforge.drain import JobPolicy, controller_client
 from slurmforge.errors import ProvisionError
 from slurmforge.fleet import controller
@@ -48,7 +47,7 @@ def local_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool 
     log = log_path(spec.name, "upgrade")
     podman = Podman()
     with ui.phase("step 1: the new node image (the one pipeline, current packages)"):
-        image = ensure_images(podman, log, os=distro(spec.images.base), on_wait=ui.note, on_step=ui.event)
+        image = ensure_images(podman, log, os=spec.images.distro(), on_wait=ui.note, on_step=ui.event)
         provider = LocalProvider(spec, image, podman, join_program=inventory / RENDERED / JOIN)
         text = image_record(podman, image)
         if not plan_only:
@@ -85,7 +84,7 @@ def inputs_digest(spec: Cluster) -> str:
     from slurmforge.image import prepare_inputs
 
     with tempfile.TemporaryDirectory(prefix="slurmforge-inputs-") as tmp:
-        return prepare_inputs(Path(tmp) / "inputs", distro(spec.images.base))
+        return prepare_inputs(Path(tmp) / "inputs", spec.images.distro())
 
 
 def current_image(inventory: Path) -> str | None:

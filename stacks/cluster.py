@@ -15,7 +15,6 @@ import pulumi
 import pulumi_aws as aws
 
 from slurmforge.aws import inventory as out
-from slurmforge.distro import distro
 from slurmforge.errors import Problem, SpecError
 from slurmforge.hosts import controller_name, controller_names, login_subnets
 from slurmforge.image_variant import ImageVariant, image_variants
@@ -116,7 +115,7 @@ def _foundation(spec: Cluster, target: AwsTarget, opts: pulumi.ResourceOptions) 
     first_private = next(iter(net.private_subnet_ids.values()))
     images = {variant: Image(name if variant is ImageVariant.BASE else f"{name}-image-{variant}",
                              ImageArgs(name, target.region, spec.images.ami, net.vpc_id, first_private,
-                                       distro(spec.images.base), variant),
+                                       spec.images.distro(), variant),
                              opts)
               for variant in image_variants(spec)}
     return Foundation(net, secrets, iam, images)

@@ -31,7 +31,7 @@ from slurmforge.bringup import (
     sample_job,
 )
 from slurmforge.contract import SERVICE_UNIT, settings_json
-from slurmforge.distro import distro, release_tuple
+from slurmforge.distro import release_tuple
 from slurmforge.drain import REBUILD, Drain, JobPolicy, controller_client, drain, finish
 from slurmforge.fleet import controller as controller_host
 from slurmforge.hosts import HostRole, controller_name, controller_names
@@ -77,7 +77,7 @@ def up(spec_path: Path, ui: Phases, run_sample_job: bool = True,
         prepare_host()
     podman = Podman()
     with ui.phase("node image (built once, cached by content hash)"):
-        os = distro(spec.images.base)
+        os = spec.images.distro()
         image = ensure_images(podman, log, image_namespace, os=os, on_wait=ui.note, on_step=ui.event)
         # the scheduler service in the controller starts nodes through it: one that cannot is replaced
         ensure_api_service(probe_image=image)

@@ -12,13 +12,14 @@ passed along.
 import ipaddress
 import math
 import re
+from dataclasses import replace
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from slurmforge.distro import DEFAULT_BASE, RETIRED
+from slurmforge.distro import DEFAULT_BASE, RETIRED, Distro, distro
 from slurmforge.spec.slurmtime import SLURM_MAX_SECONDS, parse_slurm_time
 
 API_VERSION = "slurmforge/v1"
@@ -112,6 +113,23 @@ def nested_default(**values: object) -> Any:
 def field_error(kind: str, message: str, fix: str) -> PydanticCustomError:
     """A field-level error that carries its fix (the loader shows it after 'fix:')."""
     return PydanticCustomError(kind, message.replace("{", "(").replace("}", ")"), {"fix": fix})
+
+
+REFRESH_RE = r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,63}$"
+"""images.refresh: a label (a date, a ticket) that goes into the image's record and change key."""
+
+
+def _refresh_label(value: object) -> object:
+    """images.refresh as users write it: YAML reads an unquoted date as a date and 3 as an
+    int; both are the label they look like. A boolean or a float (1.10 reads as 1.1) is not."""
+    import datetime
+
+    if isinstance(value, bool | float):
+        raise field_error("refresh_label", f"a {'boolean' if isinstance(value, bool) else 'number'}, not a label",
+                          'quote it, e.g. refresh: "2026-11-29"')
+    if isinstance(value, datetime.date | int):
+        return value.isoformat() if isinstance(value, datetime.date) else str(value)
+    return value
 
 
 def _not_a_boolean(value: object) -> object:
@@ -620,6 +638,15 @@ class Images(Model):
         return value
     ami: Annotated[str | None, Field(pattern=AMI_RE)] = None
     """Pin an already baked golden image instead of building one."""
+    refresh: Annotated[str | None, BeforeValidator(_refresh_label), Field(pattern=REFRESH_RE)] = None
+    """A label of the node image's build (patch day: a date): changing it builds the image
+    again from the current packages of the release - the local image, the AMI - which
+    `slurmforge upgrade` then rolls through the cluster (docs/upgrade.md)."""
+
+    def distro(self) -> Distro:
+        """The distribution the node image is built from, with this refresh label (part of
+        the image's change key: slurmforge.image.image_key)."""
+        return replace(distro(self.base), refresh=self.refresh or "")
 
 
 class HeadNode(Model):

@@ -122,10 +122,9 @@ class ClusterFleet:
 
         for name in step.hosts:
             if self.host_image(name) != self.target.digest:
-                from slurmforge.distro import distro
                 from slurmforge.image import service_wheels
 
-                os_ = distro(self.spec.images.base)
+                os_ = self.spec.images.distro()
                 # the install tasks copy the locked wheels from this machine (the build's inputs)
                 extravars = {**playbook_vars(os_), "slurmforge_image_wheels": str(service_wheels(os_))}
                 run_playbook(UPGRADE_PLAYBOOK, str(self.inventory / "hosts.yml"), self.log, self.ui.event,

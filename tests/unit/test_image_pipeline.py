@@ -97,6 +97,28 @@ def test_one_change_key_for_the_ami_and_the_local_image(tmp_path: Path, monkeypa
     assert all(new != old for new, old in zip(keys(), changed, strict=True))
 
 
+def test_a_refresh_label_is_a_new_image_on_every_target(tmp_path: Path) -> None:
+    """images.refresh (patch day): a new label is a new change key - the local tag, the AMI's
+    inputs digest - and the build gets it (vars.json) and records it; the same label, the same
+    key; no label, the key of a spec without images.refresh."""
+    from dataclasses import replace
+
+    from slurmforge.spec.models import Images
+
+    fresh = Images(refresh="2026-11-29").distro()
+    assert Images().distro() == DEBIAN_13 and fresh == replace(DEBIAN_13, refresh="2026-11-29")
+    assert image_key(fresh) != image_key(DEBIAN_13)
+    assert image_key(fresh) == image_key(Images(refresh="2026-11-29").distro())
+    assert node_tag("localhost/slurmforge-base:x", os=fresh) != node_tag("localhost/slurmforge-base:x")
+    assert prepare_inputs(tmp_path / "fresh", fresh) != prepare_inputs(tmp_path / "plain", DEBIAN_13)
+    assert json.loads((tmp_path / "fresh" / "vars.json").read_text())["slurmforge_image_refresh"] == "2026-11-29"
+    assert "slurmforge_image_refresh" not in json.loads((tmp_path / "plain" / "vars.json").read_text())
+    script = (tmp_path / "fresh" / BUILD_SCRIPT).read_text()
+    assert '"refresh": "%s"' in script and "2026-11-29" in script
+    # every build takes the release's current packages, whatever the machine it starts from holds
+    assert script.index("dist-upgrade") < script.index("ansible-playbook")
+
+
 def test_install_tasks_read_only_what_the_change_key_covers() -> None:
     """image_key follows each role's tasks/install.yml, the files of files/ it copies by a
     literal name and the defaults it names: an install task that includes other tasks,

@@ -443,6 +443,16 @@ def images_ami_only_on_aws(spec: Cluster) -> Iterator[Problem]:
 
 
 @check
+def images_refresh_needs_a_built_image(spec: Cluster) -> Iterator[Problem]:
+    """images.refresh builds the node image again: not with images.ami, an image slurmforge
+    does not build."""
+    if spec.images.refresh and spec.images.ami:
+        yield Problem("images.refresh", "refreshes an image slurmforge builds, and images.ami pins one it does not",
+                      "bake the pinned AMI again from the current packages and pin the new id, or remove images.ami",
+                      spec.images.refresh)
+
+
+@check
 def rest_api_port_free(spec: Cluster) -> Iterator[Problem]:
     """rest_api.port is none of the ports the cluster's own daemons listen on (Slurm's,
     Prometheus', the exporters', the scheduler service's)."""
