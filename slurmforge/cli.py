@@ -500,9 +500,12 @@ def rollout(
 
 
 @app.command(short_help="Roll a new node image through the cluster, no job lost.", epilog=example(
-    "sudo slurmforge upgrade --local --plan", "sudo slurmforge upgrade --local --yes",
+    "sudo slurmforge upgrade --local --plan",
+    "sudo slurmforge upgrade cluster.yaml --local --yes   # a new images.refresh",
     "slurmforge upgrade --inventory DIR --requeue --drain-timeout 3600 --yes"))
 def upgrade(
+    spec: Annotated[Path | None, typer.Argument(
+        help="A spec whose images changed (a new images.refresh: patch day); default: the cluster's own.")] = None,
     local: LocalFlag = False,
     cluster: ClusterOpt = None,
     inventory_dir: InventoryOpt = None,
@@ -511,12 +514,13 @@ def upgrade(
     drain_timeout: DrainTimeoutOpt = None,
     yes: YesOpt = False,
 ) -> None:
-    """Patch day: the node image from the current packages of the pinned release (the AMI `pulumi
-    up` baked, on AWS), rolled through the running cluster in Slurm's order - a dump of the
-    accounting database, slurmdbd, the backup controller, the primary, the login nodes (in
-    place), the static nodes in batches of maintenance.max_unavailable (drained, replaced,
-    resumed), the dynamic ones as they power down. Shows the plan first, then asks. An
-    interrupted upgrade goes on where it stopped (docs/upgrade.md, "Patch day")."""
+    """Patch day: the node image from the current packages of the pinned release (a new
+    images.refresh builds it again; the AMI `pulumi up` baked, on AWS), rolled through the
+    running cluster in Slurm's order - a dump of the accounting database, slurmdbd, the backup
+    controller, the primary, the login nodes (in place), the static nodes in batches of
+    maintenance.max_unavailable (drained, replaced, resumed), the dynamic ones as they power
+    down. Shows the plan first, then asks. An interrupted upgrade goes on where it stopped
+    (docs/upgrade.md, "Patch day")."""
     from slurmforge.drain import JobPolicy
     from slurmforge.package_data import require
     from slurmforge.tables import emit
@@ -532,9 +536,10 @@ def upgrade(
     report_errors(lambda: require("ansible_runner", "deploy", "upgrade"))
     policy, display = JobPolicy(requeue, drain_timeout), PhaseDisplay()
     start = report_errors(lambda: (local_start if target.local else aws_start)(where, display, policy,
-                                                                                       plan_only))
+                                                                                       plan_only, spec))
     record = progress_path(start.spec.name)
     emit(plan_table(start.plan, list(load(record, start.plan.image).done)))
+    say(start.archive)
     if plan_only:
         return
     report_errors(lambda: confirm("upgrade it", [

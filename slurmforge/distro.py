@@ -37,10 +37,11 @@ class Distro:
 
     def image_vars(self) -> dict[str, Any]:
         """What the image playbook's install tasks need (every target; the inventory holds
-        the same): the distribution's Python, and the on-node paths, ports and the service
+        the same): the distribution's Python and suite, and the on-node paths, ports and the service
         venv's requirements of slurmforge.contract; the refresh label when there is one."""
         refresh = {"slurmforge_image_refresh": self.refresh} if self.refresh else {}
-        return {"slurmforge_python_version": self.python, **node_vars(), **refresh}
+        return {"slurmforge_python_version": self.python, "slurmforge_debian_suite": self.suite, **node_vars(),
+                **refresh}
 
 
 DEBIAN_13 = Distro(base="debian-13", suite="trixie", parent_ami="debian-13-amd64-20251117-2299", slurm_release="24.11",

@@ -24,7 +24,7 @@ CURRENT_FILE = "current-cluster.json"
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
 """A token that can be a cluster's name (the spec's `name` rule); a path or a spec file cannot."""
 POSITIONAL_COMMANDS = frozenset({"up", "plan", "validate", "render", "cost", "ssh", "inventory", "modules",
-                                 "completion", "preflight"})
+                                 "completion", "preflight", "upgrade"})
 """Commands with a positional argument: there `--local X` takes X as the cluster's name only
 when X is a local cluster on this machine (tests/unit/test_cli_target.py keeps this true)."""
 

@@ -20,10 +20,12 @@ from slurmforge.bringup import Phases, log_path
 from slurmforge.drain import JobPolicy, controller_client
 from slurmforge.errors import ProvisionError
 from slurmforge.fleet import controller
-from slurmforge.image_record import record_field
+from slurmforge.image_record import SHORT, record_field
 from slurmforge.inventory import read_inventory
+from slurmforge.remote.executor import Completed
 from slurmforge.remote.node import executor_for
 from slurmforge.spec import Cluster
+from slurmforge.upgrade.archive import archive_line
 from slurmforge.upgrade.fleet import ClusterFleet, TargetImage, aws_remake, local_remake
 from slurmforge.upgrade.plan import UpgradePlan, make_plan
 
@@ -33,17 +35,52 @@ class Start:
     spec: Cluster
     fleet: ClusterFleet
     plan: UpgradePlan
+    archive: str
+    """The one line on the new image and Debian's archive (slurmforge.upgrade.archive)."""
 
 
-def local_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = False) -> Start:
-    """`plan_only`: the image is made (the plan names it), the inventory left as it is."""
+def adopt_spec(inventory: Path, spec_path: Path | None, local: bool) -> tuple[Cluster, Path]:
+    """The spec the upgrade builds its image from, and its file: the inventory's own, or the
+    user's `spec_path`, which may change `images` (a new images.refresh: patch day) and
+    nothing else - anything more is `up`'s or `rollout`'s to apply. On AWS the stack bakes the
+    AMI from the spec it was given: a spec that differs from the inventory's is for `pulumi up`
+    first."""
+    from slurmforge.inventory import SPEC_COPY
+    from slurmforge.spec import load_spec
+
+    current = load_spec(inventory / SPEC_COPY)
+    if spec_path is None:
+        return current, inventory / SPEC_COPY
+    wanted = load_spec(spec_path)
+    if wanted.name != current.name:
+        raise ProvisionError(f"{spec_path} is cluster {wanted.name}'s spec, and the inventory {inventory} holds "
+                             f"cluster {current.name}: name the inventory of {wanted.name}")
+    old, new = current.model_dump(mode="json"), wanted.model_dump(mode="json")
+    others = sorted(key for key in old.keys() | new.keys() if key != "images" and old.get(key) != new.get(key))
+    if others:
+        apply = "sudo slurmforge up --local " + str(spec_path) if local else "slurmforge rollout --inventory DIR"
+        raise ProvisionError(f"{spec_path} changes more than images ({', '.join(others)}): `slurmforge upgrade` rolls "
+                             f"a new node image and nothing else; apply the rest with `{apply}` first")
+    if not local and old != new:
+        raise ProvisionError(f"{spec_path} changes images, and on AWS the stack bakes the AMI from its own spec: run "
+                             "`pulumi up` with it, then `slurmforge inventory --from-stack-outputs FILE --out "
+                             f"{inventory}`, then `slurmforge upgrade --inventory {inventory}`")
+    return wanted, spec_path
+
+
+def local_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = False,
+                spec_path: Path | None = None) -> Start:
+    """`plan_only`: the image is made (the plan names it), the inventory left as it is;
+    `spec_path`: a spec with new `images` (adopt_spec), written into the inventory with the
+    image unless `plan_only`."""
     from slurmforge.contract import settings_json
-    from slurmforge.inventory import JOIN, RENDERED, SPEC_COPY, write_inventory
+    from slurmforge.inventory import JOIN, RENDERED, write_inventory
     from slurmforge.local.image_cache import ensure_images, image_record
     from slurmforge.local.podman import Podman
     from slurmforge.local.provider import LocalProvider
 
-    spec, hosts = read_inventory(inventory)
+    spec, source = adopt_spec(inventory, spec_path, local=True)
+    hosts = read_inventory(inventory)[1]
     log = log_path(spec.name, "upgrade")
     podman = Podman()
     with ui.phase("step 1: the new node image (the one pipeline, current packages)"):
@@ -51,31 +88,53 @@ def local_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool 
         provider = LocalProvider(spec, image, podman, join_program=inventory / RENDERED / JOIN)
         text = image_record(podman, image)
         if not plan_only:
-            write_inventory(spec, inventory / SPEC_COPY, provider.hosts(), inventory,
+            write_inventory(spec, source, provider.hosts(), inventory,
                             provider_settings=settings_json(provider.service_settings()))
     target = _target(text, image)
+    with ui.phase("the new image and Debian's archive (apt's simulation in a throwaway container)"):
+        archive = archive_line(target.digest[:SHORT], lambda script: podman.run(
+            ["run", "--rm", "--entrypoint", "sh", image, "-c", script], timeout=ARCHIVE_TIMEOUT))
     client = controller_client(controller(spec, hosts))
     fleet = ClusterFleet(spec, hosts, inventory, client, target, log, ui, policy, local_remake(provider))
     plan = make_plan(spec, hosts, client.nodes(), target.digest, target.slurm, policy, local=True)
-    return Start(spec, fleet, plan)
+    return Start(spec, fleet, plan, archive)
 
 
-def aws_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = False) -> Start:
+def aws_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = False,
+              spec_path: Path | None = None) -> Start:
     import json
 
-    spec, hosts = read_inventory(inventory)
+    spec, _ = adopt_spec(inventory, spec_path, local=False)
+    hosts = read_inventory(inventory)[1]
     log = log_path(spec.name, "upgrade")
     head = controller(spec, hosts)
+    node = executor_for(head)
     with ui.phase("step 1: the AMI `pulumi up` baked (its inputs, the release's Slurm)"):
         digest = inputs_digest(spec)
-        answer = executor_for(head).run(["sh", "-c", "apt-get update -q >/dev/null; "
-                                         "apt-cache policy slurm-client | sed -n 's/ *Candidate: //p'"], timeout=600)
+        answer = node.run(["sh", "-c", "apt-get update -q >/dev/null; "
+                                       "apt-cache policy slurm-client | sed -n 's/ *Candidate: //p'"], timeout=600)
         slurm = answer.stdout.strip()
     target = _target(json.dumps({"inputs": digest, "slurm": slurm, "base": spec.images.base}), digest)
-    client = controller_client(head)
-    fleet = ClusterFleet(spec, hosts, inventory, client, target, log, ui, policy, aws_remake(client))
-    plan = make_plan(spec, hosts, client.nodes(), target.digest, target.slurm, policy, local=False)
-    return Start(spec, fleet, plan)
+    fleet_client = controller_client(head)
+    fleet = ClusterFleet(spec, hosts, inventory, fleet_client, target, log, ui, policy, aws_remake(fleet_client))
+    if fleet.host_image(head.name) == digest:  # the primary runs the AMI's packages: ask it
+        with ui.phase("the AMI and Debian's archive (apt's simulation on the primary controller)"):
+            archive = archive_line(digest[:SHORT], lambda script: _answer(node.run(["sh", "-c", script],
+                                                                                   timeout=ARCHIVE_TIMEOUT)))
+    else:
+        archive = (f"node image {digest[:SHORT]}: Debian's archive is asked once the primary controller runs it "
+                   "(apt's simulation there), after this upgrade")
+    plan = make_plan(spec, hosts, fleet_client.nodes(), target.digest, target.slurm, policy, local=False)
+    return Start(spec, fleet, plan, archive)
+
+
+ARCHIVE_TIMEOUT = 300
+
+
+def _answer(done: Completed) -> str:
+    if not done.ok:
+        raise ProvisionError(done.reason())
+    return str(done.stdout)
 
 
 def inputs_digest(spec: Cluster) -> str:

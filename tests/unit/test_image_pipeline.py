@@ -115,8 +115,25 @@ def test_a_refresh_label_is_a_new_image_on_every_target(tmp_path: Path) -> None:
     assert "slurmforge_image_refresh" not in json.loads((tmp_path / "plain" / "vars.json").read_text())
     script = (tmp_path / "fresh" / BUILD_SCRIPT).read_text()
     assert '"refresh": "%s"' in script and "2026-11-29" in script
-    # every build takes the release's current packages, whatever the machine it starts from holds
-    assert script.index("dist-upgrade") < script.index("ansible-playbook")
+
+
+def test_every_image_takes_the_releases_current_packages_with_its_security_suite() -> None:
+    """The image playbook's first tasks (every build, every in-place upgrade: upgrade.yml is
+    image.yml) name Debian's release, its updates and its security suite, then dist-upgrade -
+    before any role installs a package."""
+    import yaml
+
+    tasks = yaml.safe_load((package_root() / "roles/common/tasks/install.yml").read_text())
+    sources = tasks[0]["ansible.builtin.copy"]
+    assert sources["dest"] == "/etc/apt/sources.list.d/debian.sources"
+    assert "{{ slurmforge_debian_suite }}-security" in sources["content"]
+    assert "{{ slurmforge_debian_suite }}-updates" in sources["content"]
+    assert DEBIAN_13.image_vars()["slurmforge_debian_suite"] == "trixie"
+    upgrade = next(i for i, t in enumerate(tasks) if t.get("ansible.builtin.apt", {}).get("upgrade") == "dist")
+    installs = [i for i, t in enumerate(tasks) if t.get("ansible.builtin.apt", {}).get("name")]
+    assert upgrade < min(installs)
+    playbook = yaml.safe_load((package_root() / "playbooks/upgrade.yml").read_text())
+    assert playbook == [{"name": playbook[0]["name"], "ansible.builtin.import_playbook": "image.yml"}]
 
 
 def test_install_tasks_read_only_what_the_change_key_covers() -> None:

@@ -27,8 +27,9 @@ def started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
     calls: list[str] = []
     plan = make_plan(spec(), hosts(), [], "abc123", "24.11.6", JobPolicy(), local=False)
 
-    def fake_start(where: Path, ui: Any, policy: JobPolicy, plan_only: bool) -> Start:
-        return Start(spec(), type("F", (), {"by_name": {h.name: h for h in hosts()}})(), plan)  # type: ignore[arg-type]
+    def fake_start(where: Path, ui: Any, policy: JobPolicy, plan_only: bool, spec_path: Path | None) -> Start:
+        return Start(spec(), type("F", (), {"by_name": {h.name: h for h in hosts()}})(), plan,  # type: ignore[arg-type]
+                     "node image abc123: Debian's archive has nothing newer for it")
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         calls.append("roll")
@@ -48,6 +49,7 @@ def test_plan_only_shows_the_steps_and_changes_nothing(started: list[str]) -> No
     res = CliRunner().invoke(cli.app, ["upgrade", "--inventory", "x", "--plan"])
     assert res.exit_code == 0, res.output
     assert "slurmdbd" in res.output and "primary_controller" in res.output and started == []  # plain: piped
+    assert "node image abc123: Debian's archive has nothing newer for it" in res.output
 
 
 def test_a_refused_step_is_one_line_and_exit_15(started: list[str]) -> None:
