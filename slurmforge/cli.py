@@ -526,6 +526,7 @@ def upgrade(
     from slurmforge.tables import emit
     from slurmforge.ui import PhaseDisplay
     from slurmforge.upgrade.dump import dump_accounting
+    from slurmforge.upgrade.engine import finished
     from slurmforge.upgrade.engine import upgrade as roll
     from slurmforge.upgrade.plan import Kind, plan_table
     from slurmforge.upgrade.progress import load, progress_path
@@ -538,8 +539,13 @@ def upgrade(
     start = report_errors(lambda: (local_start if target.local else aws_start)(where, display, policy,
                                                                                        plan_only, spec))
     record = progress_path(start.spec.name)
-    emit(plan_table(start.plan, list(load(record, start.plan.image).done)))
+    done = report_errors(lambda: finished(start.fleet, start.plan, load(record, start.plan.image)))
+    emit(plan_table(start.plan, done))
     say(start.archive)
+    if all(s.key in done for s in start.plan.steps if s.kind not in (Kind.IMAGE, Kind.DUMP)):
+        say(f"cluster {start.spec.name}: every host runs image {start.plan.image} (Slurm {start.plan.slurm}) - "
+            "nothing to roll")
+        return
     if plan_only:
         return
     report_errors(lambda: confirm("upgrade it", [
@@ -547,16 +553,16 @@ def upgrade(
         f"{len(start.plan.steps)} steps; jobs on drained nodes are "
         f"{'requeued (--requeue)' if requeue else 'left to end first'}"], yes))
     primary = next((start.fleet.by_name[s.hosts[0]] for s in start.plan.steps if s.kind is Kind.DUMP), None)
-    done = report_errors(lambda: roll(start.fleet, start.plan, record, display,
+    rolled = report_errors(lambda: roll(start.fleet, start.plan, record, display,
                                       lambda: dump_accounting(primary, start.spec.name) if primary else Path()),
                          interrupted="interrupted: every step done so far stays done; run `slurmforge upgrade` "
                                      "again to go on")
-    for key, seconds in done.steps:
+    for key, seconds in rolled.steps:
         say(f"{key}: {seconds:.0f} s")
     say(f"cluster {start.spec.name} runs image {start.plan.image} (Slurm {start.plan.slurm}) - "
-        f"{len(done.steps)} step(s) in {done.seconds:.0f} s, {len(done.skipped)} already done"
-        + (f"; requeued job(s) {', '.join(map(str, done.requeued))}" if done.requeued else "")
-        + (f"; accounting dump {done.dump}" if done.dump else ""))
+        f"{len(rolled.steps)} step(s) in {rolled.seconds:.0f} s, {len(rolled.skipped)} already done"
+        + (f"; requeued job(s) {', '.join(map(str, rolled.requeued))}" if rolled.requeued else "")
+        + (f"; accounting dump {rolled.dump}" if rolled.dump else ""))
 
 
 def _deployed(spec: "Cluster", local: bool, inventory_dir: Path | None) -> "Deployed":

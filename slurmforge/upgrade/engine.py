@@ -55,14 +55,27 @@ def is_done(fleet: Fleet, step: Step, record: progress.Progress, shares_dbd: boo
         return True  # made before the plan: the plan names its digest
     if step.kind is Kind.DUMP:
         return bool(record.dump) and Path(record.dump).is_file()
-    if step.kind is Kind.DYNAMIC:
-        return step.key in record.done and fleet.dynamic_done(step)
+    if step.kind is Kind.DYNAMIC:  # each powered down, going down, or on the image
+        return fleet.dynamic_done(step)
     on_image = all(fleet.host_image(h) == record.image for h in step.hosts)
     if step.kind is Kind.DBD and shares_dbd and not on_image:
         # the primary's RECORD comes with its own step: slurmdbd's is done when the record says
         # so and slurmdbd no longer runs a binary the upgrade replaced
         return step.key in record.done and not fleet.stale_daemons(step.hosts[0], [DBD])
     return on_image and not any(fleet.stale_daemons(h, RESTARTS.get(step.kind, ())) for h in step.hosts)
+
+
+def shares_slurmdbd(plan: UpgradePlan) -> bool:
+    """Does slurmdbd run on the primary controller (one host, two steps)?"""
+    primary = next((s.hosts for s in plan.steps if s.kind is Kind.PRIMARY), ())
+    return any(s.kind is Kind.DBD and s.hosts == primary for s in plan.steps)
+
+
+def finished(fleet: Fleet, plan: UpgradePlan, record: progress.Progress) -> list[str]:
+    """The steps whose hosts already run the new image (asked, as the run asks them): what
+    the plan marks done, and all of them when there is nothing to roll."""
+    shares = shares_slurmdbd(plan)
+    return [step.key for step in plan.steps if is_done(fleet, step, record, shares)]
 
 
 def run_step(fleet: Fleet, step: Step, plan: UpgradePlan, dump: Callable[[], Path], shares_dbd: bool,
@@ -92,8 +105,7 @@ def upgrade(fleet: Fleet, plan: UpgradePlan, record_path: Path, ui: Phases, dump
     if not record.before:
         record.before = fleet.versions({}).running
         progress.save(record_path, record)
-    primary = next((s.hosts for s in plan.steps if s.kind is Kind.PRIMARY), ())
-    shares_dbd = any(s.kind is Kind.DBD and s.hosts == primary for s in plan.steps)
+    shares_dbd = shares_slurmdbd(plan)
     for number, step in enumerate(plan.steps, 1):
         where = f" {compress(list(step.hosts))}" if step.hosts else ""
         with ui.phase(f"step {number}/{len(plan.steps)}: {step.kind.value}{where}"):

@@ -1,19 +1,13 @@
-"""Patch day on the live local cluster (long: `./dev.sh test-all`): a new node image - one with
-a changed package input - rolled through the cluster under load by `slurmforge upgrade --local
---yes`, then counted in sacct: 0 jobs lost, 0 submissions refused, every host's RECORD on the
-new image, Slurm's versions in order.
-
-The changed input, without a test hook in slurmforge: the upgrade runs from a copy of this
-source tree (PYTHONPATH) whose image playbook installs one more Debian package (`hello`).
-package_data.root() is the copy's, so the image's inputs - and their digest - differ, and the
-one pipeline builds that image as it would a real patch day's."""
+"""Patch day on the live local cluster (long: `./dev.sh test-all`), the user's way: the
+cluster's spec with a new `images.refresh` (so the node image is built again from the
+release's current packages), rolled through the cluster under load by `slurmforge upgrade
+SPEC --local --yes`, then counted in sacct: 0 jobs lost, 0 submissions refused, every host's
+RECORD on the new image, Slurm's versions in order."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -21,31 +15,22 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from slurmforge.package_data import SHIPPED
+from slurmforge.inventory import SPEC_COPY
 from tests.integration.conftest import ROOT, Cluster_
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 SUBMIT_EVERY = 3.0
-EXTRA_TASK = """    - name: One more Debian package (the upgrade test's changed input)
-      ansible.builtin.apt:
-        name: hello
-        state: present
-"""
 
 
-def changed_tree(tmp: Path) -> Path:
-    tree = tmp / "tree"
-    shutil.copytree(ROOT / "slurmforge", tree / "slurmforge", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in SHIPPED:  # what package_data.root() needs beside the package
-        shutil.copytree(ROOT / name, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
-    image = tree / "playbooks" / "image.yml"
-    text = image.read_text()
-    image.write_text(text.replace("    - name: No daemon enabled in the image", EXTRA_TASK +
-                                  "    - name: No daemon enabled in the image", 1))
-    return tree
+def refreshed_spec(cluster: Cluster_, tmp: Path) -> Path:
+    data = yaml.safe_load((cluster.report.inventory / SPEC_COPY).read_text())
+    data["images"] = {**(data.get("images") or {}), "refresh": f"test-{time.strftime('%Y%m%dT%H%M%S')}"}
+    path = tmp / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 class Load:
@@ -78,11 +63,10 @@ def test_a_new_image_rolls_through_a_busy_cluster_and_nothing_is_lost(cluster: C
     load.thread.start()
     controller = f"{cluster.spec.name}-controller"
     before = json.loads(cluster.run(controller, "cat /usr/share/slurmforge/image.json").stdout)["inputs"]
-    tree = changed_tree(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    try:  # from the copy (python -m puts the working directory first on sys.path)
-        done = subprocess.run([sys.executable, "-m", "slurmforge.cli", "upgrade", "--local", cluster.spec.name,
-                               "--yes"], capture_output=True, text=True, env=env, cwd=tree, timeout=7200,
+    spec = refreshed_spec(cluster, tmp_path)
+    try:
+        done = subprocess.run([sys.executable, "-m", "slurmforge.cli", "upgrade", str(spec), "--local",
+                               cluster.spec.name, "--yes"], capture_output=True, text=True, cwd=ROOT, timeout=7200,
                               check=False)
     finally:
         load.stop.set()

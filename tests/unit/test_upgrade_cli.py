@@ -19,12 +19,16 @@ from tests.unit.test_upgrade_plan import hosts, spec
 
 pytestmark = pytest.mark.unit
 
+finished: list[str] = []
+"""The steps the fake fleet's hosts report done."""
+
 
 @pytest.fixture
 def started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
     from slurmforge.upgrade.plan import make_plan
 
     calls: list[str] = []
+    finished.clear()
     plan = make_plan(spec(), hosts(), [], "abc123", "24.11.6", JobPolicy(), local=False)
 
     def fake_start(where: Path, ui: Any, policy: JobPolicy, plan_only: bool, spec_path: Path | None) -> Start:
@@ -37,6 +41,7 @@ def started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
                                   "dev-controller")
 
     monkeypatch.setattr(start_mod, "aws_start", fake_start)
+    monkeypatch.setattr("slurmforge.upgrade.engine.finished", lambda fleet, plan, record: list(finished))
     monkeypatch.setattr("slurmforge.upgrade.engine.upgrade", refuse)
     monkeypatch.setattr(cli, "_target", lambda *a: Target(False, None, tmp_path))
     monkeypatch.setattr(cli, "_inventory_of", lambda target: tmp_path)
@@ -62,3 +67,14 @@ def test_a_refused_step_is_one_line_and_exit_15(started: list[str]) -> None:
 def test_no_terminal_and_no_yes_is_not_confirmed(started: list[str]) -> None:
     res = CliRunner().invoke(cli.app, ["upgrade", "--inventory", "x"])
     assert res.exit_code == 13 and started == []
+
+
+def test_a_cluster_on_the_image_everywhere_has_nothing_to_roll(started: list[str]) -> None:
+    from slurmforge.upgrade.plan import Kind, make_plan
+
+    plan = make_plan(spec(), hosts(), [], "abc123", "24.11.6", JobPolicy(), local=False)
+    finished.extend(s.key for s in plan.steps if s.kind is not Kind.DUMP)  # no dump needed: nothing moves
+    res = CliRunner().invoke(cli.app, ["upgrade", "--inventory", "x"])  # no --yes, no terminal: not asked
+    assert res.exit_code == 0 and started == [], res.output
+    assert res.output.strip().splitlines()[-1] == "cluster dev: every host runs image abc123 (Slurm 24.11.6) - " \
+                                                  "nothing to roll"
