@@ -525,7 +525,7 @@ def upgrade(
     from slurmforge.package_data import require
     from slurmforge.tables import emit
     from slurmforge.ui import PhaseDisplay
-    from slurmforge.upgrade.dump import dump_accounting
+    from slurmforge.upgrade.dump import take_backups
     from slurmforge.upgrade.engine import finished
     from slurmforge.upgrade.engine import upgrade as roll
     from slurmforge.upgrade.plan import Kind, plan_table
@@ -542,7 +542,7 @@ def upgrade(
     done = report_errors(lambda: finished(start.fleet, start.plan, load(record, start.plan.image)))
     emit(plan_table(start.plan, done))
     say(start.archive)
-    if all(s.key in done for s in start.plan.steps if s.kind not in (Kind.IMAGE, Kind.DUMP)):
+    if all(s.key in done for s in start.plan.steps if s.kind not in (Kind.IMAGE, Kind.BACKUPS)):
         say(f"cluster {start.spec.name}: every host runs image {start.plan.image} (Slurm {start.plan.slurm}) - "
             "nothing to roll")
         return
@@ -552,9 +552,9 @@ def upgrade(
         f"upgrade: roll image {start.plan.image} (Slurm {start.plan.slurm}) through cluster {start.spec.name}, "
         f"{len(start.plan.steps)} steps; jobs on drained nodes are "
         f"{'requeued (--requeue)' if requeue else 'left to end first'}"], yes))
-    primary = next((start.fleet.by_name[s.hosts[0]] for s in start.plan.steps if s.kind is Kind.DUMP), None)
+    primary = next((start.fleet.by_name[s.hosts[0]] for s in start.plan.steps if s.kind is Kind.BACKUPS), None)
     rolled = report_errors(lambda: roll(start.fleet, start.plan, record, display,
-                                      lambda: dump_accounting(primary, start.spec.name) if primary else Path()),
+                                      lambda: take_backups(primary, start.spec) if primary else Path()),
                          interrupted="interrupted: every step done so far stays done; run `slurmforge upgrade` "
                                      "again to go on")
     for key, seconds in rolled.steps:
@@ -562,7 +562,7 @@ def upgrade(
     say(f"cluster {start.spec.name} runs image {start.plan.image} (Slurm {start.plan.slurm}) - "
         f"{len(rolled.steps)} step(s) in {rolled.seconds:.0f} s, {len(rolled.skipped)} already done"
         + (f"; requeued job(s) {', '.join(map(str, rolled.requeued))}" if rolled.requeued else "")
-        + (f"; accounting dump {rolled.dump}" if rolled.dump else ""))
+        + (f"; backups in {rolled.dump}" if rolled.dump else ""))
 
 
 def _deployed(spec: "Cluster", local: bool, inventory_dir: Path | None) -> "Deployed":

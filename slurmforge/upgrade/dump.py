@@ -1,12 +1,18 @@
-"""A dump of the accounting database before an upgrade touches slurmdbd (Slurm's upgrade guide,
-"Create Backups": "MySQL database (if slurmdbd is configured)").
+"""The backups Slurm's upgrade guide asks for before an upgrade ("Create Backups": "At a minimum,
+back up the following: StateSaveLocation ..., Entire slurm configuration directory ..., MySQL
+database (if slurmdbd is configured)"), taken on the primary controller and kept 0600 in one
+directory per upgrade under <state root>/<cluster>/backups/:
 
-`mysqldump --single-transaction` (a consistent snapshot of InnoDB tables without locking
-slurmdbd out) of slurmdbd's StorageLoc runs on the slurmdbd host, with the credentials
-slurmdbd.conf (and its Include, where slurmforge keeps StoragePass) holds: the script reads
-them there and hands them to mysqldump in a 0600 `--defaults-extra-file` it removes after,
-so the password is never in an argument list, a log or this machine's files. The gzipped dump
-streams back and is written 0600 under <state root>/<cluster>/backups/.
+- `slurm-state.tar.gz`: StateSaveLocation and /etc/slurm, with GNU tar while slurmctld runs
+  (slurmctld writes each state file whole and renames it into place, so every file in the
+  archive is one it wrote; a file changed while tar read it is a warning, not a failure);
+- `accounting.sql.gz` when accounting is on: `mysqldump --single-transaction` (a consistent
+  snapshot of InnoDB tables without locking slurmdbd out) of slurmdbd's StorageLoc, with the
+  credentials slurmdbd.conf (and its Include, where slurmforge keeps StoragePass) holds: the
+  script reads them there and hands them to mysqldump in a 0600 `--defaults-extra-file` it
+  removes after, so the password is never in an argument list, a log or this machine's files.
+
+Each streams back gzipped and is written 0600 from its first byte; a failed one leaves no file.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from pathlib import Path
 
 from slurmforge.errors import ProvisionError
 from slurmforge.hosts import Host
+from slurmforge.spec import Cluster
 from slurmforge.state_dirs import state_root
 
 SLURMDBD_CONF = "/etc/slurm/slurmdbd.conf"
@@ -69,32 +76,53 @@ def dump_argv() -> list[str]:
     return ["python3", "-c", DUMP_SCRIPT, SLURMDBD_CONF]
 
 
-def dump_accounting(host: Host, cluster: str, root: Path | None = None, now: float | None = None) -> Path:
-    """The accounting database of `cluster`, dumped on `host` (slurmdbd's) into a 0600
-    `<cluster>-accounting-<time>.sql.gz` under backups_dir; its path."""
+SLURM_CONFIG = "/etc/slurm"
+STATE = "slurm-state.tar.gz"
+ACCOUNTING = "accounting.sql.gz"
+
+
+def state_argv(state_save_location: str) -> list[str]:
+    """GNU tar of StateSaveLocation and the configuration directory to stdout; exit 1 is
+    tar's "some files differ" (changed while read), which the caller takes."""
+    return ["tar", "--create", "--gzip", "--file=-", "--warning=no-file-changed", "--directory=/",
+            state_save_location.lstrip("/"), SLURM_CONFIG.lstrip("/")]
+
+
+def take_backups(host: Host, spec: Cluster, root: Path | None = None, now: float | None = None) -> Path:
+    """Slurm's state and configuration, and the accounting database when accounting is on, from
+    `host` (the primary controller, slurmdbd's host) into a new 0700 directory
+    `<cluster>-<time>` under backups_dir; its path."""
     from slurmforge.remote.node import executor_for
+    from slurmforge.render import state_save_location
 
-    argv = executor_for(host).command(dump_argv(), None, TIMEOUT)
-    return write_dump(argv, backups_dir(cluster, root), f"{cluster}-accounting-"
-                      f"{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}.sql.gz", host.name)
+    node = executor_for(host)
+    directory = backups_dir(spec.name, root) / f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}"
+    write_dump(node.command(state_argv(state_save_location(spec)), None, TIMEOUT), directory, STATE, host.name,
+               "Slurm's state directory and configuration", ok=(0, 1))
+    if spec.accounting.enabled:
+        write_dump(node.command(dump_argv(), None, TIMEOUT), directory, ACCOUNTING, host.name,
+                   "the accounting database")
+    return directory
 
 
-def write_dump(argv: list[str], directory: Path, name: str, where: str) -> Path:
+def write_dump(argv: list[str], directory: Path, name: str, where: str, what: str = "the accounting database",
+               ok: tuple[int, ...] = (0,)) -> Path:
     """Run `argv` (the dump on its host), its output into directory/name, 0600 from its first
-    byte (the directory 0700); a failed dump leaves no file."""
+    byte (the directory and its parent 0700); a failed dump (an exit code not in `ok`) leaves
+    no file."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(directory, 0o700)
+    for made in (directory.parent, directory):
+        os.chmod(made, 0o700)
     target = directory / name
     partial = directory / f".{name}.partial"
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as out:
             proc = subprocess.run(argv, stdout=out, stderr=subprocess.PIPE, timeout=TIMEOUT + 60, check=False)
-        if proc.returncode != 0:
-            said = [ln for ln in proc.stderr.decode(errors="replace").splitlines() if ln.strip()][-1:] or \
-                [f"exit code {proc.returncode}"]
-            raise ProvisionError(f"the accounting database's dump on {where} failed: {said[0][:300]}; nothing was "
-                                 "upgraded (is mysqldump installed there, does slurmdbd.conf name the database?)")
+        if proc.returncode not in ok:
+            said = [ln for ln in proc.stderr.decode(errors="replace").splitlines()  # tar's trailer says nothing
+                    if ln.strip() and "Exiting with failure status" not in ln][-1:] or [f"exit code {proc.returncode}"]
+            raise ProvisionError(f"the backup of {what} on {where} failed: {said[0][:300]}; nothing was upgraded")
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)

@@ -53,8 +53,8 @@ def is_done(fleet: Fleet, step: Step, record: progress.Progress, shares_dbd: boo
     """Do the step's hosts already run the new image (asked, not taken from the record)?"""
     if step.kind is Kind.IMAGE:
         return True  # made before the plan: the plan names its digest
-    if step.kind is Kind.DUMP:
-        return bool(record.dump) and Path(record.dump).is_file()
+    if step.kind is Kind.BACKUPS:
+        return bool(record.dump) and Path(record.dump).is_dir()
     if step.kind is Kind.DYNAMIC:  # each powered down, going down, or on the image
         return fleet.dynamic_done(step)
     on_image = all(fleet.host_image(h) == record.image for h in step.hosts)
@@ -81,7 +81,7 @@ def finished(fleet: Fleet, plan: UpgradePlan, record: progress.Progress) -> list
 def run_step(fleet: Fleet, step: Step, plan: UpgradePlan, dump: Callable[[], Path], shares_dbd: bool,
              record: progress.Progress) -> list[int]:
     """The step itself; the jobs it requeued."""
-    if step.kind is Kind.DUMP:
+    if step.kind is Kind.BACKUPS:
         record.dump = str(dump())
     elif step.kind in RESTARTS:
         restart = RESTARTS[step.kind]

@@ -30,7 +30,7 @@ from slurmforge.upgrade.versions import CTLD, DBD, SACKD, SLURMD
 
 class Kind(StrEnum):
     IMAGE = "image"
-    DUMP = "dump"
+    BACKUPS = "backups"
     DBD = "slurmdbd"
     BACKUP = "backup controller"
     PRIMARY = "primary controller"
@@ -99,9 +99,10 @@ def make_plan(spec: Cluster, hosts: Sequence[Host], nodes: Sequence[NodeState], 
     build = "build it from the current packages of the pinned release (the one image pipeline)" if local else \
         "the AMI `pulumi up` baked from the current packages (the inventory names it)"
     plan.steps.append(Step(Kind.IMAGE, (), build, "none"))
+    plan.steps.append(Step(Kind.BACKUPS, (primary,), "Slurm's state directory and configuration (tar)"
+                           + (", the accounting database (mysqldump --single-transaction)" if spec.accounting.enabled
+                              else "") + ", kept 0600 under slurmforge's state directory", "none"))
     if spec.accounting.enabled:
-        plan.steps.append(Step(Kind.DUMP, (primary,), "mysqldump --single-transaction of the accounting database, "
-                               "gzip, kept 0600 under slurmforge's state directory", "none"))
         plan.steps.append(Step(Kind.DBD, (primary,), "upgrade the host in place (the image's steps, apt within the "
                                "release), restart slurmdbd; slurmctld there keeps its running binary until step 5",
                                "none: slurmctld keeps accounting messages while slurmdbd restarts",

@@ -19,8 +19,8 @@ from tests.integration.conftest import ROOT, Cluster_
 
 pytestmark = pytest.mark.integration
 
-ORDER = ("image", "dump", "slurmdbd", "backup_controller", "primary_controller", "login", "ceph_host", "static_nodes",
-         "dynamic_nodes")
+ORDER = ("image", "backups", "slurmdbd", "backup_controller", "primary_controller", "login", "ceph_host",
+         "static_nodes", "dynamic_nodes")
 """Slurm's order, as the plan's plain table names the steps."""
 
 

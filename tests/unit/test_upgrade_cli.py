@@ -73,7 +73,7 @@ def test_a_cluster_on_the_image_everywhere_has_nothing_to_roll(started: list[str
     from slurmforge.upgrade.plan import Kind, make_plan
 
     plan = make_plan(spec(), hosts(), [], "abc123", "24.11.6", JobPolicy(), local=False)
-    finished.extend(s.key for s in plan.steps if s.kind is not Kind.DUMP)  # no dump needed: nothing moves
+    finished.extend(s.key for s in plan.steps if s.kind is not Kind.BACKUPS)  # no dump needed: nothing moves
     res = CliRunner().invoke(cli.app, ["upgrade", "--inventory", "x"])  # no --yes, no terminal: not asked
     assert res.exit_code == 0 and started == [], res.output
     assert res.output.strip().splitlines()[-1] == "cluster dev: every host runs image abc123 (Slurm 24.11.6) - " \

@@ -63,7 +63,38 @@ def test_a_failed_dump_leaves_no_file(host_side: Path, tmp_path: Path, monkeypat
     monkeypatch.setenv("FAIL", "2")
     where = backups_dir("dev", tmp_path / "state")
     argv = [sys.executable, "-c", DUMP_SCRIPT, str(host_side / "slurmdbd.conf")]
-    with pytest.raises(ProvisionError, match="dump on dev-controller failed"):
+    with pytest.raises(ProvisionError, match="the backup of the accounting database on dev-controller failed"):
         write_dump(argv, where, "dev.sql.gz", "dev-controller")
     assert list(where.iterdir()) == []
     assert not any(p.name.startswith("slurmforge-dump-") for p in host_side.iterdir())
+
+
+def test_slurms_state_and_configuration_are_archived_by_tar_while_slurmctld_writes(tmp_path: Path) -> None:
+    """Slurm's upgrade guide's minimum: StateSaveLocation and the configuration directory, beside
+    the database. GNU tar's exit 1 (a file changed while read: slurmctld saving state) is taken;
+    a missing directory (exit 2) is the backup's one-line failure, leaving no file."""
+    import subprocess
+    import tarfile
+
+    from slurmforge.upgrade.dump import SLURM_CONFIG, state_argv
+
+    argv = state_argv("/srv/slurm/slurmctld")
+    assert argv[-2:] == ["srv/slurm/slurmctld", SLURM_CONFIG.lstrip("/")] and "--directory=/" in argv
+    root = tmp_path / "root"
+    (root / "srv/slurm/slurmctld").mkdir(parents=True)
+    (root / "srv/slurm/slurmctld/job_state").write_text("state")
+    (root / "etc/slurm").mkdir(parents=True)
+    (root / "etc/slurm/slurm.conf").write_text("ClusterName=dev\n")
+    here = [a.replace("--directory=/", f"--directory={root}") for a in argv]
+    out = write_dump(here, tmp_path / "backups" / "dev-1", "slurm-state.tar.gz", "dev-controller", ok=(0, 1))
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(out.parent).st_mode) == stat.S_IMODE(os.stat(out.parent.parent).st_mode) == 0o700
+    with tarfile.open(out) as archive:
+        assert {"srv/slurm/slurmctld/job_state", "etc/slurm/slurm.conf"} <= set(archive.getnames())
+    assert subprocess.run(["tar", "--version"], capture_output=True, text=True).stdout.startswith("tar (GNU tar)")
+    (root / "etc/slurm/slurm.conf").unlink()
+    (root / "etc/slurm").rmdir()
+    with pytest.raises(ProvisionError, match=r"the backup of Slurm's state on dev-controller failed: .*etc/slurm"):
+        write_dump(here, tmp_path / "backups" / "dev-2", "slurm-state.tar.gz", "dev-controller", "Slurm's state",
+                   ok=(0, 1))
+    assert list((tmp_path / "backups" / "dev-2").iterdir()) == []

@@ -75,9 +75,9 @@ def plan_of(**kw: object) -> object:
 
 
 def dump_to(tmp_path: Path) -> Path:
-    out = tmp_path / "backups" / "dev.sql.gz"
-    out.parent.mkdir(exist_ok=True)
-    out.write_bytes(b"x")
+    out = tmp_path / "backups" / "dev-20261129-041500"  # take_backups' directory
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "slurm-state.tar.gz").write_bytes(b"x")
     return out
 
 
@@ -92,7 +92,7 @@ def test_every_step_in_order_then_a_rerun_does_nothing(tmp_path: Path) -> None:
     assert fleet.calls[4] == ("in_place", ("dev-ceph-01",), (), True)  # no Slurm daemon there
     assert [c[0] for c in fleet.calls[5:]] == ["replace", "replace", "replace", "replace", "replace", "release"]
     assert fleet.calls[-1] == ("release", ("dev-cpu-05", "dev-cpu-06"), ("dev-cpu-05",))
-    assert report.requeued == [7] and report.dump.endswith("dev.sql.gz")
+    assert report.requeued == [7] and report.dump.endswith("dev-20261129-041500")
     assert ui.phases[2] == f"step 3/{len(plan.steps)}: slurmdbd dev-controller"  # type: ignore[attr-defined]
     again = FakeFleet(on_new=[h.name for h in hosts()])
     again.dynamic_released = True

@@ -47,7 +47,7 @@ def node(name: str, state: str = "idle", *flags: str) -> NodeState:
 
 def test_the_steps_follow_slurms_order() -> None:
     plan = make_plan(spec(), hosts(), [], "abc", "24.11.6", JobPolicy(), local=True)
-    assert [s.kind for s in plan.steps] == [Kind.IMAGE, Kind.DUMP, Kind.DBD, Kind.BACKUP, Kind.PRIMARY, Kind.LOGIN,
+    assert [s.kind for s in plan.steps] == [Kind.IMAGE, Kind.BACKUPS, Kind.DBD, Kind.BACKUP, Kind.PRIMARY, Kind.LOGIN,
                                             Kind.CEPH, Kind.STATIC, Kind.STATIC, Kind.STATIC, Kind.STATIC, Kind.STATIC]
     ceph = next(s for s in plan.steps if s.kind is Kind.CEPH)  # every host ends on the image; no Slurm daemon moves
     assert ceph.hosts == ("dev-ceph-01",) and ceph.moves == () and "CephFS keeps serving" in ceph.jobs
@@ -64,11 +64,13 @@ def test_slurmdbd_on_the_primary_controller_is_said_in_the_plan() -> None:
     assert any("slurmdbd runs on the primary controller dev-controller" in n for n in plan.notes)
 
 
-def test_without_accounting_there_is_no_dump_nor_slurmdbd_step() -> None:
+def test_without_accounting_the_backups_are_slurms_state_alone_and_there_is_no_slurmdbd_step() -> None:
     text = LOCAL.replace("accounting:\n", "accounting:\n  enabled: false\n", 1) if "accounting:\n" in LOCAL else \
         LOCAL + "\naccounting:\n  enabled: false\n"
     plan = make_plan(spec(text=text), hosts(backup=False), [], "abc", "24.11.6", JobPolicy(), local=True)
-    assert Kind.DUMP not in [s.kind for s in plan.steps] and Kind.DBD not in [s.kind for s in plan.steps]
+    backups = [s for s in plan.steps if s.kind is Kind.BACKUPS]
+    assert len(backups) == 1 and "state directory" in backups[0].does and "mysqldump" not in backups[0].does
+    assert Kind.DBD not in [s.kind for s in plan.steps]
 
 
 @pytest.mark.parametrize("setting,static,size", [(1, 4, 1), (2, 4, 2), (10, 4, 10), ("50%", 4, 2), ("25%", 4, 1),
