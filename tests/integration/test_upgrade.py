@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -78,6 +79,14 @@ def test_a_new_image_rolls_through_a_busy_cluster_and_nothing_is_lost(cluster: C
     states = dict(line.split("|", 1) for line in sacct.stdout.split() if "|" in line)
     lost = {j: s for j, s in states.items() if s not in ("COMPLETED", "RUNNING", "PENDING", "REQUEUED")}
     assert lost == {} and len(states) == len(load.ids) + 1, sacct.stdout
+    backups = re.search(r"backups in (\S+)$", done.stdout, re.M)  # Slurm's guide's minimum, 0600 each
+    assert backups is not None, done.stdout
+    kept = {path.name: path for path in Path(backups[1]).iterdir()}
+    assert set(kept) == {"slurm-state.tar.gz", "accounting.sql.gz"} and all(
+        path.stat().st_mode & 0o777 == 0o600 for path in kept.values())
+    with tarfile.open(kept["slurm-state.tar.gz"]) as archive:
+        names = archive.getnames()
+    assert any(n.endswith("/job_state") for n in names) and "etc/slurm/slurm.conf" in names, names[:20]
     digest = re.search(r"runs image (\w+)", done.stdout)
     assert digest is not None and digest[1] != before, done.stdout  # a new image, rolled
     assert "(done)" not in done.stdout, done.stdout  # every step ran
