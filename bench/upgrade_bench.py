@@ -89,7 +89,7 @@ def main() -> int:
                             "--format=JobID,State"], capture_output=True, text=True, check=False).stdout
     states = dict(line.split("|", 1) for line in sacct.split() if "|" in line)
     lost = {j: s for j, s in states.items() if s not in ("COMPLETED", "RUNNING", "PENDING", "REQUEUED")}
-    steps = re.findall(r"^(\S+): (\d+) s$", done.stdout, re.M)
+    steps = re.findall(r"^([a-z ]+:\S+): (\d+) s$", done.stdout, re.M)
     requeued = re.search(r"requeued job\(s\) ([\d, ]+)", done.stdout)
     print(f"wall time {wall:.0f} s; submissions {len(waits)}, refused {len(refused)}, longest wait "
           f"{max(waits, default=0):.1f} s; jobs requeued {len(requeued[1].split(',')) if requeued else 0}; "
