@@ -638,7 +638,7 @@ class Images(Model):
         return value
     ami: Annotated[str | None, Field(pattern=AMI_RE)] = None
     """Pin an already baked golden image instead of building one."""
-    refresh: Annotated[str | None, BeforeValidator(_refresh_label), Field(pattern=REFRESH_RE)] = None
+    refresh: Annotated[Annotated[str, Field(pattern=REFRESH_RE)] | None, BeforeValidator(_refresh_label)] = None
     """A label of the node image's build (patch day: a date): changing it builds the image
     again from the current packages of the release - the local image, the AMI - which
     `slurmforge upgrade` then rolls through the cluster (docs/upgrade.md)."""

@@ -97,3 +97,14 @@ def test_on_aws_a_new_refresh_is_for_pulumi_first(tmp_path: Path) -> None:
     with pytest.raises(SlurmforgeError, match=r"run `pulumi up` with it, then `slurmforge inventory "
                                               r"--from-stack-outputs"):
         adopt_spec(inventory, refreshed, local=False)
+
+
+@pytest.mark.parametrize("written,label", [("2026-11-29", "2026-11-29"), ("'2026-11-29'", "2026-11-29"), ("3", "3"),
+                                           ("~", None), ("", None), ("null", None), ("r2.1+sec", "r2.1+sec")])
+def test_images_refresh_as_users_write_it(written: str, label: str | None, tmp_path: Path) -> None:
+    """YAML reads an unquoted date as a date and 3 as a number; ~, null and nothing are no label."""
+    from slurmforge.spec import load_spec
+
+    text = (ROOT / "examples/local.yaml").read_text() + f"\nimages:\n  refresh: {written}\n"
+    (tmp_path / "c.yaml").write_text(text)
+    assert load_spec(tmp_path / "c.yaml").images.refresh == label
