@@ -22,6 +22,7 @@ from slurmforge.errors import ProvisionError
 from slurmforge.fleet import controller
 from slurmforge.image_record import SHORT, record_field
 from slurmforge.inventory import read_inventory
+from slurmforge.local.podman import Podman
 from slurmforge.remote.executor import Completed
 from slurmforge.remote.node import executor_for
 from slurmforge.spec import Cluster
@@ -76,13 +77,13 @@ def local_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool 
     from slurmforge.contract import settings_json
     from slurmforge.inventory import JOIN, RENDERED, write_inventory
     from slurmforge.local.image_cache import ensure_images, image_record
-    from slurmforge.local.podman import Podman
     from slurmforge.local.provider import LocalProvider
 
     spec, source = adopt_spec(inventory, spec_path, local=True)
     hosts = read_inventory(inventory)[1]
     log = log_path(spec.name, "upgrade")
     podman = Podman()
+    _require_running(podman, spec.name, controller(spec, hosts).name)
     with ui.phase("step 1: the new node image (the one pipeline, current packages)"):
         image = ensure_images(podman, log, os=spec.images.distro(), on_wait=ui.note, on_step=ui.event)
         provider = LocalProvider(spec, image, podman, join_program=inventory / RENDERED / JOIN)
@@ -98,6 +99,17 @@ def local_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool 
     fleet = ClusterFleet(spec, hosts, inventory, client, target, log, ui, policy, local_remake(provider))
     plan = make_plan(spec, hosts, client.nodes(), target.digest, target.slurm, policy, local=True)
     return Start(spec, fleet, plan, archive)
+
+
+def _require_running(podman: Podman, cluster: str, name: str) -> None:
+    """An upgrade rolls a running cluster: a controller whose processes died with the host (a
+    restart, a restored machine) is `up`'s to start again, before anything is built."""
+    info = podman.container(name)
+    if info is None or not info.is_running or info.is_dead:
+        state = "does not exist" if info is None else "is not running" + (" (its processes died with the host)"
+                                                                          if info.is_dead else "")
+        raise ProvisionError(f"cluster {cluster}'s controller {name} {state}: start the cluster with "
+                             f"`sudo slurmforge up --local` first, then upgrade it")
 
 
 def aws_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = False,

@@ -4,6 +4,7 @@ Debian's archive holds that the image does not (apt's own simulation, parsed).""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,28 @@ def test_images_refresh_as_users_write_it(written: str, label: str | None, tmp_p
     text = (ROOT / "examples/local.yaml").read_text() + f"\nimages:\n  refresh: {written}\n"
     (tmp_path / "c.yaml").write_text(text)
     assert load_spec(tmp_path / "c.yaml").images.refresh == label
+
+
+def test_a_controller_whose_processes_died_with_the_host_is_ups_to_start_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a host restart podman still lists the containers as running; exec in one fails
+    with an OCI error. The upgrade says what to do instead, before building anything."""
+    from slurmforge.local.podman import ContainerInfo
+    from slurmforge.upgrade_start import _require_running
+
+    class Listing:
+        def __init__(self, info: ContainerInfo | None) -> None:
+            self.info = info
+
+        def container(self, name: str) -> ContainerInfo | None:
+            return self.info
+
+    monkeypatch.setattr("slurmforge.local.podman.runs_in", lambda ident, pid: pid == 42)
+    alive = ContainerInfo("dev-controller", "running", 42, {}, "img", "id")
+    _require_running(Listing(alive), "dev", "dev-controller")  # type: ignore[arg-type]
+    for info, said in ((ContainerInfo("dev-controller", "running", 7, {}, "img", "id"),
+                        "is not running (its processes died with the host)"),
+                       (ContainerInfo("dev-controller", "exited", 0, {}, "img", "id"), "is not running"),
+                       (None, "does not exist")):
+        with pytest.raises(ProvisionError, match=rf"cluster dev's controller dev-controller {re.escape(said)}: start "
+                                                 r"the cluster with `sudo slurmforge up --local` first"):
+            _require_running(Listing(info), "dev", "dev-controller")  # type: ignore[arg-type]
