@@ -15,6 +15,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from slurmforge.bringup import Phases, log_path
 from slurmforge.drain import JobPolicy, controller_client
@@ -22,9 +23,10 @@ from slurmforge.errors import ProvisionError
 from slurmforge.fleet import controller
 from slurmforge.image_record import record_field
 from slurmforge.inventory import read_inventory
+from slurmforge.provider import Machines
 from slurmforge.remote.node import executor_for
 from slurmforge.spec import Cluster
-from slurmforge.upgrade.fleet import ClusterFleet, TargetImage, aws_remake, local_remake
+from slurmforge.upgrade.fleet import ClusterFleet, TargetImage, aws_machine_image, aws_remake, local_remake
 from slurmforge.upgrade.plan import UpgradePlan, make_plan
 
 
@@ -71,11 +73,39 @@ def aws_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = 
         answer = executor_for(head).run(["sh", "-c", "apt-get update -q >/dev/null; "
                                          "apt-cache policy slurm-client | sed -n 's/ *Candidate: //p'"], timeout=600)
         slurm = answer.stdout.strip()
+        machines, ami = aws_machines(spec, inventory, digest)
     target = _target(json.dumps({"inputs": digest, "slurm": slurm, "base": spec.images.base}), digest)
     client = controller_client(head)
-    fleet = ClusterFleet(spec, hosts, inventory, client, target, log, ui, policy, aws_remake(client))
+    fleet = ClusterFleet(spec, hosts, inventory, client, target, log, ui, policy, aws_remake(client),
+                         aws_machine_image(machines, ami, digest))
     plan = make_plan(spec, hosts, client.nodes(), target.digest, target.slurm, policy, local=False)
     return Start(spec, fleet, plan)
+
+
+def aws_machines(spec: Cluster, inventory: Path, digest: str) -> tuple[Machines, str]:
+    """The pool machines (the scheduler service's provider, with the admin's credentials) and
+    the AMI the inventory names - refused in one line unless `pulumi up` baked it from this
+    slurmforge's inputs (stacks/image.py names each AMI `<cluster>-node-<inputs digest>-...`):
+    an upgrade to it would leave every pool node on another image than its head hosts."""
+    from slurmforge.aws.provider import AwsProvider
+    from slurmforge.aws.teardown import provider_settings
+    from slurmforge.contract import AwsProviderSettings, read_settings
+    from slurmforge.inventory import read_cluster_vars
+
+    ami = str(read_cluster_vars(inventory).get("slurmforge_aws_ami_id") or "")
+    machines = AwsProvider.from_settings(spec, read_settings(AwsProviderSettings, provider_settings(inventory)))
+    named = image_name(machines.ec2, ami) if ami else ""
+    if digest not in named:
+        raise ProvisionError(f"the inventory's AMI {ami or '(none)'} ({named or 'no such image'}) was not baked from "
+                             f"this spec's image inputs ({digest}); fix: `pulumi up` (images.refresh set), then "
+                             "`slurmforge inventory --from-stack-outputs`, then upgrade")
+    return machines, ami
+
+
+def image_name(ec2: Any, ami: str) -> str:
+    """The AMI's name, '' when EC2 knows no such image."""
+    found = ec2.describe_images(ImageIds=[ami]).get("Images", [])
+    return str(found[0].get("Name", "")) if found else ""
 
 
 def inputs_digest(spec: Cluster) -> str:
