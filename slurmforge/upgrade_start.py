@@ -103,8 +103,16 @@ def aws_machines(spec: Cluster, inventory: Path, digest: str) -> tuple[Machines,
 
 
 def image_name(ec2: Any, ami: str) -> str:
-    """The AMI's name, '' when EC2 knows no such image."""
-    found = ec2.describe_images(ImageIds=[ami]).get("Images", [])
+    """The AMI's name, '' when EC2 knows no such image (InvalidAMIID.NotFound, .Malformed: a
+    deregistered or mistyped id)."""
+    from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+
+    try:
+        found = ec2.describe_images(ImageIds=[ami]).get("Images", [])
+    except ClientError as exc:
+        if str(exc.response.get("Error", {}).get("Code", "")).startswith("InvalidAMIID."):
+            return ""
+        raise
     return str(found[0].get("Name", "")) if found else ""
 
 
