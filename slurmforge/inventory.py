@@ -244,19 +244,13 @@ def write_inventory(spec: Cluster, spec_path: Path, hosts: list[Host], inventory
     return inventory_dir
 
 
-def read_cluster_vars(inventory_dir: Path) -> dict[str, Any]:
-    """VARS_FILE's variables; none when there is no such file (an inventory of hosts and spec
-    alone)."""
-    path = inventory_dir / VARS_FILE
-    data = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
-    return data if isinstance(data, dict) else {}
-
-
 def read_provider_settings(inventory_dir: Path) -> dict[str, Any] | None:
     """The scheduler service's provider settings the inventory hands the controllers (VARS_FILE's
     `slurmforge_service_provider_settings`); None when the inventory names none (no such file:
     an inventory of hosts and spec alone)."""
-    settings = read_cluster_vars(inventory_dir).get("slurmforge_service_provider_settings")
+    path = inventory_dir / VARS_FILE
+    data = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+    settings = data.get("slurmforge_service_provider_settings")
     return settings if isinstance(settings, dict) and settings else None
 
 

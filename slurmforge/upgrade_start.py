@@ -87,12 +87,12 @@ def aws_machines(spec: Cluster, inventory: Path, digest: str) -> tuple[Machines,
     the AMI the inventory names - refused in one line unless `pulumi up` baked it from this
     slurmforge's inputs (stacks/image.py names each AMI `<cluster>-node-<inputs digest>-...`):
     an upgrade to it would leave every pool node on another image than its head hosts."""
+    from slurmforge.aws.inventory import inventory_ami
     from slurmforge.aws.provider import AwsProvider
     from slurmforge.aws.teardown import provider_settings
     from slurmforge.contract import AwsProviderSettings, read_settings
-    from slurmforge.inventory import read_cluster_vars
 
-    ami = str(read_cluster_vars(inventory).get("slurmforge_aws_ami_id") or "")
+    ami = inventory_ami(inventory) or ""
     machines = AwsProvider.from_settings(spec, read_settings(AwsProviderSettings, provider_settings(inventory)))
     named = image_name(machines.ec2, ami) if ami else ""
     if digest not in named:
