@@ -84,6 +84,9 @@ class ClusterFleet:
         self.remake, self.machine_image = remake, machine_image
         self.by_name = {h.name: h for h in hosts}
         self.target, self.log, self.ui, self.policy = target, log, ui, policy
+        self.upgraded: set[str] = set()
+        """Head hosts whose packages this run brought to the image already (the primary's slurmdbd
+        step, then its slurmctld step: the image's playbook runs once, 64 s of the AWS rehearsal's)."""
 
     # ---------------------------------------------------------------- asking the hosts
 
@@ -128,7 +131,7 @@ class ClusterFleet:
         from slurmforge.rollout import run_playbook
 
         for name in step.hosts:
-            if self.host_image(name) != self.target.digest:
+            if name not in self.upgraded and self.host_image(name) != self.target.digest:
                 from slurmforge.image import service_wheels
 
                 os_ = self.spec.images.distro()
@@ -136,6 +139,7 @@ class ClusterFleet:
                 extravars = {**playbook_vars(os_), "slurmforge_image_wheels": str(service_wheels(os_))}
                 run_playbook(UPGRADE_PLAYBOOK, str(self.inventory / "hosts.yml"), self.log, self.ui.event,
                              extravars, limit=name, phase=f"upgrade {name} in place")
+                self.upgraded.add(name)
             for daemon in restart:
                 self.restart(name, daemon)
             if last:
