@@ -36,9 +36,11 @@ from slurmforge.errors import ProvisionError, RemoteError, SlurmCommandError, li
 from slurmforge.hostlists import compress
 from slurmforge.hosts import Host
 from slurmforge.slurm.client import Job, NodeState, SlurmClient
+from slurmforge.slurm.reasons import REBUILD as REBUILD_REASON
+from slurmforge.slurm.reasons import own_reason
 
 ROLLOUT_REASON = "slurmforge rollout:"
-REPLACE_REASON = "slurmforge: the rollout rebuilds its machine"
+REPLACE_REASON = own_reason(REBUILD_REASON)
 """The scheduler service's own prefix: a DOWN node with it gets a new machine (slurm.reasons)."""
 HOLDING = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED"})
 """Job states that hold a node."""

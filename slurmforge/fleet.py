@@ -16,6 +16,15 @@ from slurmforge.remote.node import executor_for
 from slurmforge.spec import Cluster
 
 NODE_TIMEOUT = 60
+POOL_MACHINE_SSH = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
+"""How a pool machine the inventory does not list is reached (AWS: through the jump host, at
+its private address): with no known-hosts entry. Each machine the scheduler service launches
+makes new host keys at its first boot, and an address comes back with another machine's (a
+static node replaced, a dynamic one powered up again): a recorded key would refuse every
+machine after the first, and with BatchMode no new one is accepted ("Host key verification
+failed": the AWS rehearsal's rollout, the scheduler service having launched a static node).
+The jump host's own key is still checked (ssh applies these options to the last hop only);
+the playbooks' Ansible checks no host key at all (playbooks/ansible.cfg)."""
 
 
 def controller(spec: Cluster, hosts: Sequence[Host]) -> Host:
@@ -44,11 +53,17 @@ def dynamic_nodes(spec: Cluster, hosts: Sequence[Host]) -> list[Host]:
         address, name = parts
         known = listed.get(name)
         if known is None:
-            found.append(Host(name, address, HostRole.COMPUTE, dynamic=True,
-                              connection={**head.connection, "ansible_host": address}))
+            found.append(Host(name, address, HostRole.COMPUTE, dynamic=True, connection=pool_connection(head, address)))
         elif known.dynamic:
             found.append(known)
     return found
+
+
+def pool_connection(head: Host, address: str) -> dict[str, str]:
+    """A pool machine's connection: the controller's (its user, become, jump host), at the
+    machine's address, with no known-hosts entry (POOL_MACHINE_SSH)."""
+    common = " ".join(part for part in (head.connection.get("ansible_ssh_common_args", ""), POOL_MACHINE_SSH) if part)
+    return {**head.connection, "ansible_host": address, "ansible_ssh_common_args": common}
 
 
 def running_nodes(spec: Cluster, hosts: Sequence[Host]) -> list[Host]:

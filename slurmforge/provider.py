@@ -50,6 +50,8 @@ class Instance:
     instance_type: str | None = None
     zone: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    image: str | None = None
+    """The image it booted (an AMI id on AWS)."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from slurmforge.bringup import Phases, log_path
 from slurmforge.drain import JobPolicy, controller_client
@@ -23,11 +24,12 @@ from slurmforge.fleet import controller
 from slurmforge.image_record import SHORT, record_field
 from slurmforge.inventory import read_inventory
 from slurmforge.local.podman import Podman
+from slurmforge.provider import Machines
 from slurmforge.remote.executor import Completed
 from slurmforge.remote.node import executor_for
 from slurmforge.spec import Cluster
 from slurmforge.upgrade.archive import archive_line
-from slurmforge.upgrade.fleet import ClusterFleet, TargetImage, aws_remake, local_remake
+from slurmforge.upgrade.fleet import ClusterFleet, TargetImage, aws_machine_image, aws_remake, local_remake
 from slurmforge.upgrade.plan import UpgradePlan, make_plan
 
 
@@ -126,9 +128,11 @@ def aws_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = 
         answer = node.run(["sh", "-c", "apt-get update -q >/dev/null; "
                                        "apt-cache policy slurm-client | sed -n 's/ *Candidate: //p'"], timeout=600)
         slurm = answer.stdout.strip()
+        machines, ami = aws_machines(spec, inventory, digest)
     target = _target(json.dumps({"inputs": digest, "slurm": slurm, "base": spec.images.base}), digest)
-    fleet_client = controller_client(head)
-    fleet = ClusterFleet(spec, hosts, inventory, fleet_client, target, log, ui, policy, aws_remake(fleet_client))
+    client = controller_client(head)
+    fleet = ClusterFleet(spec, hosts, inventory, client, target, log, ui, policy, aws_remake(client),
+                         aws_machine_image(machines, ami, digest))
     if fleet.host_image(head.name) == digest:  # the primary runs the AMI's packages: ask it
         with ui.phase("the AMI and Debian's archive (apt's simulation on the primary controller)"):
             archive = archive_line(digest[:SHORT], lambda script: _answer(node.run(["sh", "-c", script],
@@ -136,7 +140,7 @@ def aws_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = 
     else:
         archive = (f"node image {digest[:SHORT]}: Debian's archive is asked once the primary controller runs it "
                    "(apt's simulation there), after this upgrade")
-    plan = make_plan(spec, hosts, fleet_client.nodes(), target.digest, target.slurm, policy, local=False)
+    plan = make_plan(spec, hosts, client.nodes(), target.digest, target.slurm, policy, local=False)
     return Start(spec, fleet, plan, archive)
 
 
@@ -147,6 +151,40 @@ def _answer(done: Completed) -> str:
     if not done.ok:
         raise ProvisionError(done.reason())
     return str(done.stdout)
+
+
+def aws_machines(spec: Cluster, inventory: Path, digest: str) -> tuple[Machines, str]:
+    """The pool machines (the scheduler service's provider, with the admin's credentials) and
+    the AMI the inventory names - refused in one line unless `pulumi up` baked it from this
+    slurmforge's inputs (stacks/image.py names each AMI `<cluster>-node-<inputs digest>-...`):
+    an upgrade to it would leave every pool node on another image than its head hosts."""
+    from slurmforge.aws.inventory import inventory_ami
+    from slurmforge.aws.provider import AwsProvider
+    from slurmforge.aws.teardown import provider_settings
+    from slurmforge.contract import AwsProviderSettings, read_settings
+
+    ami = inventory_ami(inventory) or ""
+    machines = AwsProvider.from_settings(spec, read_settings(AwsProviderSettings, provider_settings(inventory)))
+    named = image_name(machines.ec2, ami) if ami else ""
+    if digest not in named:
+        raise ProvisionError(f"the inventory's AMI {ami or '(none)'} ({named or 'no such image'}) was not baked from "
+                             f"this spec's image inputs ({digest}); fix: `pulumi up` (images.refresh set), then "
+                             "`slurmforge inventory --from-stack-outputs`, then upgrade")
+    return machines, ami
+
+
+def image_name(ec2: Any, ami: str) -> str:
+    """The AMI's name, '' when EC2 knows no such image (InvalidAMIID.NotFound, .Malformed: a
+    deregistered or mistyped id)."""
+    from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+
+    try:
+        found = ec2.describe_images(ImageIds=[ami]).get("Images", [])
+    except ClientError as exc:
+        if str(exc.response.get("Error", {}).get("Code", "")).startswith("InvalidAMIID."):
+            return ""
+        raise
+    return str(found[0].get("Name", "")) if found else ""
 
 
 def inputs_digest(spec: Cluster) -> str:

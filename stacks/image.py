@@ -124,7 +124,7 @@ def bake(session: Any, props: dict[str, Any], poll: float = POLL_SECONDS) -> dic
             raise ProvisionError(f"the image build failed (exit {result.get('rc')}): "
                                  f"{build_failure([*result.get('failed', []), *result.get('log_tail', [])])}")
         record = read_record(result.get("record", ""), result.get("packages", ""), distro(props["base"]))
-        ami = ec2.create_image(
+        ami = ec2.create_image(  # its name carries the inputs digest: `slurmforge upgrade` checks it
             InstanceId=instance, Name=f"{props['cluster']}-node-{record.get('inputs', 'x')}-{uuid.uuid4().hex[:6]}",
             Description=f"slurmforge node image of {props['cluster']}: Slurm {record['slurm']}",
             TagSpecifications=[{"ResourceType": "image", "Tags": tag_list}],

@@ -208,6 +208,17 @@ def inventory_from_stack_outputs(outputs: dict[str, Any], spec_path: str | Path,
     return out_dir
 
 
+def inventory_ami(inventory_dir: Path) -> str | None:
+    """The golden image's AMI the inventory was written with (AWS_VARS_FILE, from the stack's
+    outputs); None when it names none."""
+    import yaml
+
+    path = inventory_dir / AWS_VARS_FILE
+    data = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+    ami = data.get("slurmforge_aws_ami_id") if isinstance(data, dict) else None
+    return str(ami) if ami else None
+
+
 class SecretsManager(Protocol):
     """The part of boto3's secretsmanager client used here."""
 

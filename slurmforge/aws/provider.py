@@ -515,7 +515,7 @@ def instance_from_ec2(item: Mapping[str, Any]) -> Instance:
         launched_at=launched.timestamp() if isinstance(launched, datetime) else None,
         market="spot" if item.get("InstanceLifecycle") == "spot" else "on-demand",
         instance_type=item.get("InstanceType"), zone=(item.get("Placement") or {}).get("AvailabilityZone"),
-        tags=tags)
+        tags=tags, image=item.get("ImageId"))
 
 
 def check_options(spec: Cluster, templates: Mapping[str, str], subnets: Mapping[str, str]) -> list[Problem]:

@@ -18,11 +18,13 @@ from slurmforge.service.world import GONE, LIVE, MISSING, UNRESPONSIVE, Lookups,
 from slurmforge.slurm.client import NodeState
 from slurmforge.slurm.reasons import (
     HEALTH_REASON,
+    REBUILD,
     health_problems,
     held_by_admin,
     held_by_service,
     is_recoverable,
     lost_mounts,
+    own_reason,
     replacement_stopped,
     sick_under_jobs,
 )
@@ -257,6 +259,8 @@ class Context(Lookups):
         if inst.state not in LIVE:
             return NodeStatus.MACHINE_STOPPING
         if held_by_service(node):
+            if self.rebuild_due(node, inst):
+                return NodeStatus.REPLACE
             started = self.machine_started(node, inst)
             if node.slurmd_started_at >= started > 0:
                 return NodeStatus.REPLACEMENT_JOINED
@@ -296,6 +300,19 @@ class Context(Lookups):
         wrote it."""
         failure = self.world.slurmd_failures.get(name)
         return failure if failure is not None and failure.at >= started - CLOCK_SLACK else None
+
+    def rebuild_due(self, node: NodeState, inst: Instance) -> bool:
+        """A rollout (or `slurmforge upgrade`) set the node DOWN for a machine made again from the
+        current image (REBUILD, slurmforge.drain.replace), and this machine is older than that
+        request: it is the old one, terminated so that a new one is launched - not waited for
+        as if it were a replacement booting, which it never becomes (until ResumeTimeout)."""
+        if not node.reason.startswith(own_reason(REBUILD)) or node.reason_changed_at <= 0:
+            return False
+        binding = self.state.bindings.get(node.name)
+        launched = [inst.launched_at or 0.0]
+        if binding is not None and binding.instance == inst.id:
+            launched.append(binding.launched_at)
+        return max(launched) + CLOCK_SLACK < node.reason_changed_at
 
     def machine_started(self, node: NodeState, inst: Instance) -> float:
         """When the node's live machine started, as far as anyone knows: the service's

@@ -28,6 +28,10 @@ started and lost from its state (agent.c); a new machine ends it."""
 SLURMD_FAILED = "slurmd failed on "
 """The service's reason (after OWN_REASON) for a node whose new machine's slurmd stopped on an
 error: `slurmd failed on <machine>: <slurmd's line>` (service.slurmd_failures)."""
+REBUILD = "the rollout rebuilds its machine"
+"""The service's reason (after OWN_REASON) a rollout or `slurmforge upgrade` sets on a drained,
+empty static node it wants made again from the current image (slurmforge.drain.replace): the
+service terminates the machine the node had then and launches a new one."""
 REPLACEMENT_STOPPED = "replacement stopped: "
 """The service's reason (after OWN_REASON) for a static node whose replacements' slurmd failed
 the same way twice: no new machine until an admin resumes the node (docs/service.md)."""

@@ -33,6 +33,7 @@ from slurmforge.errors import ProvisionError, SlurmforgeError
 from slurmforge.hosts import Host
 from slurmforge.image import PACKAGES, RECORD, playbook_vars
 from slurmforge.image_record import record_digest
+from slurmforge.provider import InstanceState, Machines
 from slurmforge.remote.node import executor_for
 from slurmforge.slurm.client import SlurmClient
 from slurmforge.spec import Cluster
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
 
 Remake = Callable[[list[str], list[Drain]], None]
 """Makes drained static nodes' machines again from the new image (the target's own way)."""
+MachineImage = Callable[[str], str | None]
+"""A pool node the inventory does not list (AWS: the scheduler service's machines): the inputs
+digest of the image its machine runs, None when it has none (or it cannot be told)."""
 UPGRADE_PLAYBOOK = "upgrade.yml"
 ANSWER_TIMEOUT = 180.0
 # `sh -c RUNNING sh DAEMON`: the daemon's installed version (its Debian package, named as the
@@ -74,15 +78,21 @@ class ClusterFleet:
     """What every target shares: the head hosts, the versions, the Slurm client, the drain."""
 
     def __init__(self, spec: Cluster, hosts: Sequence[Host], inventory: Path, client: SlurmClient,
-                 target: TargetImage, log: Path, ui: Phases, policy: JobPolicy, remake: Remake) -> None:
+                 target: TargetImage, log: Path, ui: Phases, policy: JobPolicy, remake: Remake,
+                 machine_image: MachineImage | None = None) -> None:
         self.spec, self.hosts, self.inventory, self.client = spec, list(hosts), inventory, client
-        self.remake = remake
+        self.remake, self.machine_image = remake, machine_image
         self.by_name = {h.name: h for h in hosts}
         self.target, self.log, self.ui, self.policy = target, log, ui, policy
+        self.upgraded: set[str] = set()
+        """Head hosts whose packages this run brought to the image already (the primary's slurmdbd
+        step, then its slurmctld step: the image's playbook runs once, 64 s of the AWS rehearsal's)."""
 
     # ---------------------------------------------------------------- asking the hosts
 
     def host_image(self, name: str) -> str | None:
+        if name not in self.by_name:  # a pool machine the inventory does not list (AWS)
+            return self.machine_image(name) if self.machine_image is not None else None
         try:
             return record_digest(executor_for(self.by_name[name]).read_file(RECORD))
         except SlurmforgeError:  # unreachable, unreadable: not known to be on the image
@@ -121,7 +131,7 @@ class ClusterFleet:
         from slurmforge.rollout import run_playbook
 
         for name in step.hosts:
-            if self.host_image(name) != self.target.digest:
+            if name not in self.upgraded and self.host_image(name) != self.target.digest:
                 from slurmforge.image import service_wheels
 
                 os_ = self.spec.images.distro()
@@ -129,6 +139,7 @@ class ClusterFleet:
                 extravars = {**playbook_vars(os_), "slurmforge_image_wheels": str(service_wheels(os_))}
                 run_playbook(UPGRADE_PLAYBOOK, str(self.inventory / "hosts.yml"), self.log, self.ui.event,
                              extravars, limit=name, phase=f"upgrade {name} in place")
+                self.upgraded.add(name)
             for daemon in restart:
                 self.restart(name, daemon)
             if last:
@@ -193,6 +204,21 @@ class ClusterFleet:
 def local_remake(provider: LocalProvider) -> Remake:
     """The local target: each drained static node's container made again from the new image."""
     return lambda nodes, drains: provider.remake(nodes)
+
+
+def aws_machine_image(machines: Machines, ami: str, digest: str) -> MachineImage:
+    """AWS: a pool node's image, told by its instance's AMI - `digest` when every live machine
+    of the node boots `ami` (the one `pulumi up` baked from those inputs, as the inventory
+    names it), else the AMI it boots. The admin's workstation reaches pool machines by no SSH
+    (each new machine has new host keys, at an address an earlier one may have had)."""
+    def image(name: str) -> str | None:
+        live = [i for i in machines.list_instances()
+                if i.node == name and i.state in (InstanceState.PENDING, InstanceState.RUNNING)]
+        if not live:
+            return None
+        return digest if all(i.image == ami for i in live) else next((i.image for i in live if i.image != ami), None)
+
+    return image
 
 
 def aws_remake(client: SlurmClient) -> Remake:

@@ -24,6 +24,7 @@ from slurmforge.hostlists import compress
 from slurmforge.hosts import Host, HostRole, controller_names
 from slurmforge.slurm.client import NodeState
 from slurmforge.spec import Cluster
+from slurmforge.spec.nodes import node_sets
 from slurmforge.tables import Column, Table
 from slurmforge.upgrade.versions import CTLD, DBD, SACKD, SLURMD
 
@@ -126,14 +127,28 @@ def make_plan(spec: Cluster, hosts: Sequence[Host], nodes: Sequence[NodeState], 
         plan.steps.append(Step(Kind.CEPH, (ceph.name,), "upgrade the host in place; Ceph's daemons go on running",
                                "none: CephFS keeps serving"))
     plan.steps += static_steps(spec, hosts, policy)
-    plan.steps += dynamic_steps(hosts, nodes)
+    plan.steps += dynamic_steps(spec, hosts, nodes)
     return plan
+
+
+def pool_nodes(spec: Cluster, hosts: Sequence[Host]) -> list[Host]:
+    """Every pool node: as the inventory lists it, or - for a pool it lists none of (an AWS
+    inventory: the scheduler service launches pool machines, the stack names none) - by the
+    spec's node names (static: the first min_nodes), at no address."""
+    listed = [h for h in hosts if h.role is HostRole.COMPUTE]
+    out = []
+    for pool in spec.pools:
+        mine = [h for h in listed if h.pool == pool.name]
+        out += mine or [Host(name, "", HostRole.COMPUTE, pool.name, dynamic=s.dynamic)
+                        for s in node_sets(spec, pool) for name in s.names()]
+    return out
 
 
 def static_steps(spec: Cluster, hosts: Sequence[Host], policy: JobPolicy) -> list[Step]:
     out = []
+    nodes = pool_nodes(spec, hosts)
     for pool in spec.pools:
-        static = [h.name for h in hosts if h.role is HostRole.COMPUTE and h.pool == pool.name and not h.dynamic]
+        static = [h.name for h in nodes if h.pool == pool.name and not h.dynamic]
         size = unavailable_count(spec.maintenance.max_unavailable, len(static))
         for batch in batches(static, size):
             wait = "requeue them (--requeue)" if policy.requeue else "wait for their jobs (or requeue with --requeue)"
@@ -143,10 +158,10 @@ def static_steps(spec: Cluster, hosts: Sequence[Host], policy: JobPolicy) -> lis
     return out
 
 
-def dynamic_steps(hosts: Sequence[Host], nodes: Sequence[NodeState]) -> list[Step]:
+def dynamic_steps(spec: Cluster, hosts: Sequence[Host], nodes: Sequence[NodeState]) -> list[Step]:
     """Powered-up dynamic nodes: an idle one powered down now, a busy one when its jobs end
     (POWER_DOWN_ASAP); its next power-up boots the new image. Powered-down ones need nothing."""
-    dynamic = {h.name for h in hosts if h.role is HostRole.COMPUTE and h.dynamic}
+    dynamic = {h.name for h in pool_nodes(spec, hosts) if h.dynamic}
     up = [n for n in nodes if n.name in dynamic and n.is_powered()]
     if not up:
         return []

@@ -126,6 +126,8 @@ def test_aws_vars_and_ceph_hosts_are_written(written: tuple[StackRun, Path]) -> 
     assert aws_vars["slurmforge_aws_spot_queue_url"] == run.outputs["spot_queue_url"]
     assert aws_vars["slurmforge_aws_secret_arns"] == run.outputs["secret_arns"]
     assert aws_vars["slurmforge_aws_efs_dns"] == run.outputs["efs"]["dns_name"]
+    # what `slurmforge upgrade` reads back: the AMI `pulumi up` baked (the AWS rehearsal's upgrade read none)
+    assert aws_inventory.inventory_ami(out) == run.outputs["ami_id"] and aws_inventory.inventory_ami(out.parent) is None
     settings = yaml.safe_load((out / VARS_FILE).read_text())["slurmforge_service_provider_settings"]
     assert read_settings(AwsProviderSettings, settings) == AwsProviderSettings(
         region=run.spec.target.region, launch_templates=run.outputs["launch_templates"],

@@ -774,3 +774,21 @@ def test_every_catalog_type_names_its_service_quota_in_both_markets() -> None:
     assert str(ec2_quota("t3.medium", "spot")) == ("All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests "
                                                    "(L-34B43A08)")
     assert str(ec2_quota("u-6tb1.metal", "on-demand")) == "EC2 vCPU quota of u-6tb1 on-demand instances"
+
+
+def test_the_upgrade_tells_a_pool_nodes_image_by_its_instances_ami(ec2: Ec2) -> None:
+    """`slurmforge upgrade` on AWS: a pool machine runs the new image when its instance boots
+    the AMI the inventory names (the one `pulumi up` baked from the spec's inputs, its name
+    carrying their digest); another AMI is another image; a node without a live machine has
+    none. An inventory whose AMI was not baked from these inputs is refused before anything."""
+    from slurmforge.upgrade.fleet import aws_machine_image
+    from slurmforge.upgrade_start import image_name
+
+    aws = provider(ec2)
+    aws.start(request(["t-spot-01"]))
+    template_ami = "ami-12c6146b"  # the fixture's launch templates boot it
+    image = aws_machine_image(aws, template_ami, "digest-new")
+    assert image("t-spot-01") == "digest-new" and image("t-spot-02") is None
+    assert aws_machine_image(aws, "ami-other", "digest-new")("t-spot-01") == template_ami
+    baked = ec2.client.register_image(Name="c-node-digest-new-a1b2c3", Architecture="x86_64")["ImageId"]
+    assert "digest-new" in image_name(ec2.client, baked) and image_name(ec2.client, "ami-00000000") == ""

@@ -66,3 +66,19 @@ def test_a_node_that_stays_and_keeps_failing_is_an_error(monkeypatch: pytest.Mon
 def test_a_fixed_host_that_fails_is_an_error_at_once(monkeypatch: pytest.MonkeyPatch, spec: Cluster) -> None:
     with pytest.raises(ProvisionError, match="dev-cpu-01"):
         run(monkeypatch, spec, [[STAYING]], {STATIC.name}, [STATIC, STAYING])
+
+
+def test_a_pool_machine_is_reached_through_the_jump_host_without_a_known_hosts_entry() -> None:
+    """AWS: the pool machines are the scheduler service's, each with new host keys at an
+    address an earlier machine may have had; the controller's way in (user, sudo, jump host)
+    at the machine's address, no host key recorded or required (the rehearsal's rollout met
+    "Host key verification failed" on a static node the service had just launched)."""
+    from slurmforge.connection import ssh_argv
+
+    head = Host("c-controller", "10.0.0.10", HostRole.CONTROLLER, connection={
+        "ansible_user": "admin", "ansible_become": "true", "ansible_ssh_common_args": "-o ProxyJump=admin@203.0.113.7"})
+    machine = Host("c-cpu-01", "10.0.1.7", HostRole.COMPUTE, connection=fleet.pool_connection(head, "10.0.1.7"))
+    argv = ssh_argv(machine)
+    assert argv[-1] == "admin@10.0.1.7" and "ProxyJump=admin@203.0.113.7" in argv
+    assert "StrictHostKeyChecking=no" in argv and "UserKnownHostsFile=/dev/null" in argv
+    assert "StrictHostKeyChecking=no" not in ssh_argv(head)

@@ -414,3 +414,28 @@ def test_a_job_that_must_run_on_the_node_waits_out_the_window_instead(tmp_path: 
     assert slurm.called("begin_after") == [(7, 30.0)] and slurm.called("exclude_nodes") == []
     loops(d, clock, 4)
     assert slurm.called("exclude_nodes") == [] and d.store.kept_away() == []
+
+
+def test_a_node_the_rollout_rebuilds_gets_a_new_machine_at_once(tmp_path: Path, spec_file: Path) -> None:
+    """`slurmforge upgrade` (or a rollout) drains dev-cpu-01, waits for its jobs, and sets it
+    DOWN with the rebuild reason (slurmforge.drain.replace; AWS: its new machine comes from the
+    launch template `pulumi up` moved to the new AMI). Its old machine still runs and answers:
+    the service terminates it as soon as the verdict holds and launches a new one - it does
+    not wait ResumeTimeout (600 s) for the old machine to become the replacement, which
+    `finish` gives 300 s (the AWS rehearsal's upgrade met that wait)."""
+    from slurmforge.drain import REPLACE_REASON
+
+    clock = Clock()
+    slurm = Slurmctld(clock)
+    machines = Containers(clock)
+    d = daemon(tmp_path, spec_file, slurm, machines, clock)
+    loops(d, clock, 2)
+    slurm.set_node(CPU1, "down", add=("DRAIN",), reason=REPLACE_REASON)
+    asked = clock.now
+    loops(d, clock, 3)  # the guard's 3 loops over 20 s
+    assert machines.terminated == [CPU1] and machines.started() == []
+    loops(d, clock, 2)  # gone (the fake stops it at once): a new machine, the stopped one terminated for good
+    assert machines.started() == [CPU1] and clock.now - asked < 120
+    slurm.register(CPU1)
+    loops(d, clock, 2)
+    assert slurm.called("resume") == [((CPU1,),)] and "DRAIN" not in slurm.state[CPU1].flags

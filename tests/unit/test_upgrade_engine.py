@@ -174,3 +174,30 @@ def test_a_daemons_version_is_its_packages_and_a_replaced_binary_is_seen() -> No
     assert daemon_state("slurm 24.11.5-4+deb13u1\n/usr/sbin/sackd\n") == ("24.11.5-4+deb13u1", False)
     assert daemon_state("slurm 24.11.6-1\n/usr/sbin/slurmctld (deleted)\n") == ("24.11.6-1", True)
     assert daemon_state("slurm \nnot-running\n") == ("", False)
+
+
+def test_the_primary_controller_takes_the_images_packages_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """slurmdbd's step and slurmctld's step are the same host's (the primary controller): the
+    image's playbook runs in the first, not again in the second (its record is only written at
+    the end of the second, so the host does not say it runs the image yet) - the AWS
+    rehearsal's upgrade ran it twice, 64 s of 396."""
+    from slurmforge import rollout
+    from slurmforge.upgrade import fleet as fleet_module
+    from slurmforge.upgrade.fleet import ClusterFleet, TargetImage
+
+    ran: list[str | None] = []
+    monkeypatch.setattr(rollout, "run_playbook", lambda *a, limit=None, **kw: ran.append(limit))
+    monkeypatch.setattr(fleet_module, "playbook_vars", lambda os_: {})
+    monkeypatch.setattr("slurmforge.image.service_wheels", lambda os_: tmp_path)
+    monkeypatch.setattr(ClusterFleet, "restart", lambda self, name, daemon: None)
+    monkeypatch.setattr(ClusterFleet, "host_image", lambda self, name: "old")
+    monkeypatch.setattr(ClusterFleet, "write_record", lambda self, name: None)
+    monkeypatch.setattr(fleet_module, "roll_out_changed", lambda *a, **kw: type("R", (), {"ok": True})())
+    cluster = ClusterFleet(spec(), hosts(), tmp_path, None, TargetImage("new", NEW, {}),  # type: ignore[arg-type]
+                           tmp_path / "log", Notes(), JobPolicy(), lambda nodes, drains: None)
+    primary = ("dev-controller",)
+    cluster.in_place(Step(Kind.DBD, primary), (DBD,), last=False)
+    cluster.in_place(Step(Kind.PRIMARY, primary), (CTLD,), last=True)
+    cluster.in_place(Step(Kind.LOGIN, ("dev-login",)), (SACKD,), last=True)
+    assert ran == ["dev-controller", "dev-login"]

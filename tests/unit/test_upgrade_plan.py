@@ -131,3 +131,21 @@ def test_the_record_is_atomic_and_starts_over_for_another_image(tmp_path: Path) 
     assert [p.name for p in path.parent.iterdir()] == ["upgrade.json"]  # no temporary file left
     path.write_text("{half")
     assert progress.load(path, "aaa").done == {}
+
+
+def test_an_aws_inventory_without_pool_nodes_still_plans_them_from_the_spec() -> None:
+    """An AWS inventory lists the stack's hosts only - the scheduler service launches every pool
+    machine - so the pool nodes come from the spec: the static ones replaced in batches, the
+    dynamic ones Slurm has powered up released (the AWS rehearsal found an upgrade that left
+    every compute node on the old image)."""
+    static = "    max_nodes: 4\n    min_nodes: 1\n"
+    aws = (examples() / "pools-aws.yaml").read_text().replace("    max_nodes: 4\n", static, 1)
+    cluster = spec(text=aws)
+    head = [Host(f"{cluster.name}-controller", "10.0.0.10", HostRole.CONTROLLER),
+            Host(f"{cluster.name}-login", "10.0.0.12", HostRole.LOGIN)]
+    first = cluster.pools[0]
+    names = [f"{cluster.node_prefix(first)}-{i:02d}" for i in (1, 2)]
+    plan = make_plan(cluster, head, [node(names[1], "allocated")], "abc", "24.11.6", JobPolicy(), local=False)
+    static = [s.hosts for s in plan.steps if s.kind is Kind.STATIC]
+    assert static and static[0] == (names[0],)
+    assert plan.steps[-1].kind is Kind.DYNAMIC and plan.steps[-1].hosts == (names[1],)

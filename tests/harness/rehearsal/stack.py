@@ -13,6 +13,17 @@ the resource's inputs, `create` called with them (stacks/image.py's `bake`: a re
 instance on the stand-in). A resource type this engine does not know fails the run with
 its name: a new kind of resource in the program is a red rehearsal, not a silent gap.
 
+`update` is a second `pulumi up` of the stack: the program runs again and each resource it
+registers is diffed with what the stack holds, as Pulumi's engine does - its inputs but
+those its `ignore_changes` names (read from the registration, as the engine reads it),
+assets by their content: the same, it is left alone (its id and outputs kept); changed, it
+is updated in place where the AWS provider updates that property (a launch template's data:
+a new version, made the default with `update_default_version`; an S3 object's source:
+uploaded again), the dynamic provider asked for its `diff` and replaced when it says so
+(created first, the old one deleted at the end of the update: Pulumi's create-before-delete),
+and refused with its name otherwise; a resource the program no longer registers is
+deleted.
+
 `destroy` removes what `up` made, newest first (a resource is registered after
 everything it depends on, so the reverse order is a valid deletion order), as `pulumi
 destroy` does; the dynamic provider's `delete` deregisters the golden image.
@@ -22,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import logging
 import pickle
@@ -137,6 +149,14 @@ class StandInEngine:
         self.made: list[Made] = []
         self.seconds: dict[str, float] = {}
         """'<type> <name>' -> seconds it took to make (the golden image's bake most of all)."""
+        self.ignore_changes: dict[tuple[str, str], frozenset[str]] = {}
+        """(type, name) -> the properties its registration's `ignore_changes` names."""
+        self.stack: dict[tuple[str, str], Made] = {}
+        """An update's starting point: what the stack held before it (empty: a first `up`)."""
+        self.steps: dict[str, str] = {}
+        """'<type> <name>' -> what the last update did to it: same, update, replace or create."""
+        self.replaced: list[Made] = []
+        """Resources an update replaced, deleted when it ends."""
 
     # ------------------------------------------------------------------ Pulumi's mocks
 
@@ -146,6 +166,11 @@ class StandInEngine:
                                          frozenset(secret_keys(args.inputs))))
         if not args.custom:
             return f"{args.name}-id", dict(args.inputs)
+        old = self.stack.get((args.typ, args.name))
+        if old is not None:
+            return self._update(old, args, inputs)
+        if self.stack:
+            self.steps[f"{args.typ} {args.name}"] = "create"
         maker = MAKERS.get(args.typ)
         if maker is None:
             raise ProvisionError(f"the AWS rehearsal cannot make a {args.typ} ({args.name}): the stand-in's engine "
@@ -179,6 +204,73 @@ class StandInEngine:
         raise ProvisionError(f"the AWS rehearsal cannot answer the invoke {args.token}: the stand-in's engine "
                              "(tests/harness/rehearsal/stack.py) needs an answer for it")
 
+    def _update(self, old: Made, args: Any, inputs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """A resource the stack holds, registered again: left alone, updated or replaced."""
+        key = f"{args.typ} {args.name}"
+        ignored = self.ignore_changes.get((args.typ, args.name), frozenset())
+        changed = sorted(k for k in set(inputs) | set(old.inputs)
+                         if k not in ignored and comparable(inputs.get(k)) != comparable(old.inputs.get(k)))
+        started = time.monotonic()
+        if not changed:
+            self.steps[key] = "same"
+            return old.id, {**dict(args.inputs), **old.state}
+        if args.typ == DYNAMIC:
+            made_id, outs = self._update_dynamic(old, inputs, key)
+        else:
+            updater = UPDATERS.get(args.typ)
+            refused = [k for k in changed if updater is None or k not in updater[0]]
+            if refused:
+                raise ProvisionError(f"the AWS rehearsal cannot update {key}: its {', '.join(refused)} changed, which "
+                                     "the stand-in's engine (tests/harness/rehearsal/stack.py) does not update in "
+                                     "place")
+            assert updater is not None
+            made_id, outs = old.id, updater[1](self, old, inputs)
+            self.steps[key] = "update"
+        self.seconds[key] = time.monotonic() - started
+        made = Made(args.typ, args.name, made_id, inputs, outs)
+        self.made[self.made.index(old)] = made
+        log.info("%s %s %s: %s", self.steps[key], args.typ, args.name, made_id)
+        return made_id, {**dict(args.inputs), **outs}
+
+    def _update_dynamic(self, old: Made, inputs: dict[str, Any], key: str) -> tuple[str, dict[str, Any]]:
+        """The dynamic provider's own diff (olds: the outputs it returned; news: the inputs),
+        then its update, or a replacement made before the old one goes."""
+        provider = pickle.loads(base64.b64decode(inputs["__provider"]))
+        news = {k: v for k, v in inputs.items() if k != "__provider"}
+        diff = provider.diff(old.id, {**old.inputs, **old.state}, news)
+        if not diff.changes and not diff.replaces:
+            self.steps[key] = "same"
+            return old.id, dict(old.state)
+        if diff.replaces:
+            self.replaced.append(old)
+            self.steps[key] = "replace"
+            return self.create_dynamic(old.name, provider, news)
+        self.steps[key] = "update"
+        result = provider.update(old.id, {**old.inputs, **old.state}, news)
+        return old.id, dict(result.outs or old.state)
+
+    def begin_update(self) -> None:
+        """A second `pulumi up`: the program's registrations are diffed with what the stack holds."""
+        self.stack = {(m.typ, m.name): m for m in self.made}
+        self.resources, self.steps, self.replaced = [], {}, []
+
+    def end_update(self) -> list[str]:
+        """What an update leaves to its end, as Pulumi does: the replaced resources deleted,
+        and those the program no longer registers. Problems, one line each."""
+        registered = {(r.typ, r.name) for r in self.resources}
+        gone = [*self.replaced, *(m for m in reversed(self.made) if (m.typ, m.name) not in registered)]
+        self.made = [m for m in self.made if (m.typ, m.name) in registered]
+        problems = []
+        for made in gone:
+            remover = REMOVERS.get(made.typ)
+            try:
+                if remover is not None:
+                    remover(self, made)
+            except Exception as e:  # the rest goes on; the caller reports what stayed
+                problems.append(f"{made.typ} {made.name} ({made.id}): {e}")
+        self.stack, self.replaced = {}, []
+        return problems
+
     def create_dynamic(self, name: str, provider: Any, props: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """What Pulumi's engine does with a dynamic resource: its provider, pickled by the
         program into the inputs, unpickled and asked to create."""
@@ -210,6 +302,19 @@ class StandInEngine:
             if time.monotonic() > deadline:
                 raise ProvisionError(f"instances {ids} not terminated after {GONE_TIMEOUT} s")
             time.sleep(0.5)
+
+
+def comparable(value: Any) -> Any:
+    """An input as Pulumi's diff sees it: an asset by its content (a FileAsset's file's
+    digest), everything else as it is."""
+    path = getattr(value, "path", None)
+    if isinstance(path, str):
+        return ("asset", hashlib.sha256(Path(path).read_bytes()).hexdigest())
+    if isinstance(value, dict):
+        return {k: comparable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [comparable(v) for v in value]
+    return value
 
 
 # ---------------------------------------------------------------------- makers
@@ -493,6 +598,39 @@ MAKERS: dict[str, Maker] = {
 }
 
 
+# ---------------------------------------------------------------------- updaters
+
+def _update_launch_template(e: StandInEngine, m: Made, i: dict[str, Any]) -> dict[str, Any]:
+    """aws.ec2.LaunchTemplate's update: a change of the template's data is a new version
+    (CreateLaunchTemplateVersion), made the default one when `update_default_version` says
+    so (ModifyLaunchTemplate), as the AWS provider does (resource_aws_launch_template's
+    update); the old versions stay."""
+    version = e.ec2.create_launch_template_version(LaunchTemplateId=m.id, LaunchTemplateData=launch_template_data(i))
+    number = int(version["LaunchTemplateVersion"]["VersionNumber"])
+    default = m.state.get("defaultVersion")
+    if i.get("updateDefaultVersion"):
+        e.ec2.modify_launch_template(LaunchTemplateId=m.id, DefaultVersion=str(number))
+        default = number
+    return {**m.state, "latestVersion": number, "defaultVersion": default}
+
+
+def _update_bucket_object(e: StandInEngine, m: Made, i: dict[str, Any]) -> dict[str, Any]:
+    """aws.s3.BucketObjectv2's source changed: the object uploaded again under its key."""
+    _bucket_object(e, m.name, i)
+    return dict(m.state)
+
+
+LAUNCH_TEMPLATE_DATA = frozenset({"imageId", "userData", "instanceType", "metadataOptions", "blockDeviceMappings",
+                                  "instanceMarketOptions", "placement", "iamInstanceProfile", "networkInterfaces",
+                                  "tagSpecifications", "updateDefaultVersion"})
+UPDATERS: dict[str, tuple[frozenset[str], Callable[[StandInEngine, Made, dict[str, Any]], dict[str, Any]]]] = {
+    "aws:ec2/launchTemplate:LaunchTemplate": (LAUNCH_TEMPLATE_DATA, _update_launch_template),
+    "aws:s3/bucketObjectv2:BucketObjectv2": (frozenset({"source", "serverSideEncryption"}), _update_bucket_object),
+}
+"""Per type: the properties the AWS provider updates in place, and how; any other change
+is refused (a replacement the engine would have to make)."""
+
+
 # ---------------------------------------------------------------------- removers
 
 def _remove_instance(e: StandInEngine, m: Made) -> None:
@@ -586,10 +724,25 @@ async def resolve_outputs(outputs: dict[str, Any], values: dict[str, Any], secre
         secret[key] = await output.is_secret()
 
 
+def options_monitor(mocks: Any) -> Any:
+    """Pulumi's mock monitor, handing each registration's `ignore_changes` to `mocks` (a
+    StandInEngine) before the resource is made: what Pulumi's engine reads from it."""
+    from pulumi.runtime.mocks import MockMonitor
+
+    class Monitor(MockMonitor):
+        def RegisterResource(self, request: Any) -> Any:
+            if isinstance(mocks, StandInEngine):
+                mocks.ignore_changes[(request.type, request.name)] = frozenset(request.ignoreChanges)
+            return super().RegisterResource(request)  # type: ignore[no-untyped-call]
+
+    return Monitor(mocks)
+
+
 def run_main(config: dict[str, str], mocks: Any, stack: str = "rehearsal") -> StackRun:
     """What `pulumi up` runs - stacks/program.py's main() - under `mocks` (a
     StandInEngine, or the tests' recording mocks) with this stack config; its exports
-    resolved. A problem of the program's (a spec error: pulumi.RunError) is raised."""
+    resolved. A problem of the program's (a spec error: pulumi.RunError) is raised. Run
+    again after StandInEngine.begin_update, it is a second `pulumi up` of the stack."""
     import pulumi
 
     from stacks import program  # the rehearsal runs from a checkout
@@ -598,7 +751,7 @@ def run_main(config: dict[str, str], mocks: Any, stack: str = "rehearsal") -> St
     run = StackRun(mocks.resources)
     export = pulumi.export
     pulumi.runtime.settings.reset_options()
-    pulumi.runtime.set_mocks(mocks, project="slurmforge", stack=stack, preview=False)
+    pulumi.runtime.set_mocks(mocks, project="slurmforge", stack=stack, preview=False, monitor=options_monitor(mocks))
     pulumi.runtime.set_all_config(config)
     setattr(pulumi, "export", lambda key, value: exported.__setitem__(key, value))  # noqa: B010
 

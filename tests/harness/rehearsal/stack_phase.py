@@ -55,16 +55,17 @@ SSH_TIMEOUT = 120
 ROLLOUT_TIMEOUT = 1800
 
 
-def rehearsal_spec(out: Path) -> Path:
+def rehearsal_spec(out: Path, static: int = 0) -> Path:
     """examples/pools-aws.yaml as this machine can hold it, validated like a user's file:
     the cluster named `rehearsal` (its secrets and state apart from any real cluster's);
-    the CPU pool, at most two nodes, and a CPU spot pool of one node falling back to it (the
-    example's spot pool is a GPU one); no Ceph (its EBS volumes need udev, which the machines
-    lack). What is cut is named in docs/rehearsal.md."""
+    the CPU pool, at most two nodes (the first `static` of them static: min_nodes), and a
+    CPU spot pool of one node falling back to it (the example's spot pool is a GPU one); no
+    Ceph (its EBS volumes need udev, which the machines lack). What is cut is named in
+    docs/rehearsal.md."""
     data = yaml.safe_load(SOURCE_SPEC.read_text())
     data["name"] = CLUSTER
     data["target"]["key_name"] = f"{CLUSTER}-admin"
-    data["pools"] = [{**p, "max_nodes": 2} for p in data["pools"] if p["kind"] == "cpu"]
+    data["pools"] = [{**p, "max_nodes": 2, "min_nodes": static} for p in data["pools"] if p["kind"] == "cpu"]
     kept = {p["name"] for p in data["pools"]}
     data["partitions"] = [p for p in data["partitions"] if set(p["pools"]) <= kept]
     # the example's spot pool is a GPU one: a CPU spot pool falling back to on-demand stands for it
@@ -83,11 +84,14 @@ def rehearsal_spec(out: Path) -> Path:
 
 
 class RehearsalEngine(StandInEngine):
-    """The stand-in's engine, keeping each golden image it bakes (image_phase's cache)."""
+    """The stand-in's engine, keeping each golden image it bakes (image_phase's cache) while
+    `keep` says so (an image baked for one test alone is not kept: keeping it would drop the
+    kept one the other tests reuse)."""
 
     def __init__(self, aws: StandIn, podman: Podman, reuse: bool) -> None:
         super().__init__(aws.session)
         self.aws, self.podman, self.reuse = aws, podman, reuse
+        self.keep = True
         self.baked: dict[str, bool] = {}
         """variant -> baked now (False: an image from the same inputs reused)"""
 
@@ -104,8 +108,9 @@ class RehearsalEngine(StandInEngine):
             return ami, {**props, "ami_id": ami, "slurm": record.get("slurm"), "packages": None, "build_seconds": 0}
         made, outs = super().create_dynamic(name, provider, props)
         machines.wait(f"AMI {made}'s image", lambda: made in machines.images, BOOT_TIMEOUT)
-        self.podman.run(["tag", machines.images[made], kept])
-        prune_older(self.podman, kept)
+        if self.keep:
+            self.podman.run(["tag", machines.images[made], kept])
+            prune_older(self.podman, kept)
         self.baked[variant] = True
         return made, outs
 
@@ -184,12 +189,12 @@ def key_pair(aws: StandIn, workdir: Path, name: str, env: dict[str, str]) -> Non
     _admin(["ssh-add", "-q", str(key)], env, workdir)
 
 
-def run(aws: StandIn, workdir: Path, reuse: bool, podman: Podman | None = None) -> StackPhase:
+def run(aws: StandIn, workdir: Path, reuse: bool, podman: Podman | None = None, static: int = 0) -> StackPhase:
     podman = podman or Podman()
     ec2 = aws.session.client("ec2")
     parent = ensure_parent(podman)
     aws.machines.images[str(ec2.register_image(Name=DEBIAN_13.parent_ami, Architecture="x86_64")["ImageId"])] = parent
-    spec = rehearsal_spec(workdir / "cluster.yaml")
+    spec = rehearsal_spec(workdir / "cluster.yaml", static)
     env = admin_env(workdir, aws)
     key_pair(aws, workdir, f"{CLUSTER}-admin", env)
     seconds: dict[str, float] = {}
