@@ -101,7 +101,7 @@ def test_every_shell_block_line_of_the_doc_is_found() -> None:
 
 def test_every_command_of_the_prose_is_one_its_program_accepts() -> None:
     commands = prose_commands(DOC.read_text())
-    assert len(commands) == 26 and commands[-1] == "pulumi login s3://bucket"  # the last: a shell block's comment
+    assert len(commands) == 29 and commands[-1] == "pulumi login s3://bucket"  # the last: a shell block's comment
     assert "aws ec2 create-key-pair --key-name <name> --query KeyMaterial --output text > ~/.ssh/<name>.pem" in commands
     assert set(MENTIONS) <= set(commands), f"mentions the doc no longer has: {set(MENTIONS) - set(commands)}"
     found = {command: problems(command, ROOT) for command in commands}

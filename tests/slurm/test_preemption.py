@@ -106,7 +106,9 @@ def test_suspend_gang_suspends_at_once_and_resumes_when_the_preemptor_ends(suspe
     # one-second steps: a stopped shell takes no step (a single sleep's clock would run on)
     low = c.submit("scavenger", "for i in 1 2 3 4 5 6 7 8; do sleep 1; done")
     c.state(low, "RUNNING")
-    high = c.submit("ml-cpu", "sleep 4")
+    # the preemptor runs 15 s: the low job is SUSPENDED that long, which each poll (an scontrol
+    # through the judge's container, seconds under CI's load) must see; 4 s was missed once
+    high = c.submit("ml-cpu", "sleep 15")
     c.state(low, "SUSPENDED", timeout=30)
     running = c.state(high, "RUNNING", timeout=30)
     assert running["NodeList"] == NODE
