@@ -181,6 +181,27 @@ class Podman:
     def container_exists(self, name: str) -> bool:
         return subprocess.run([self.binary, "container", "exists", name], capture_output=True).returncode == 0
 
+    def read_file(self, name: str, path: str, timeout: float = 30) -> str | None:
+        """A file of the container's file system, None when it has none (or no such container):
+        `podman cp` reads it from the container's storage, so a stopped container's, or one
+        whose processes died with the host, reads as a running one's."""
+        import io
+        import tarfile
+
+        try:
+            res = subprocess.run([self.binary, "cp", f"{name}:{path}", "-"], capture_output=True, timeout=timeout)
+        except (subprocess.TimeoutExpired, FileNotFoundError):
+            return None
+        if res.returncode != 0:
+            return None
+        try:
+            with tarfile.open(fileobj=io.BytesIO(res.stdout)) as archive:
+                member = next((m for m in archive.getmembers() if m.isfile()), None)
+                found = archive.extractfile(member) if member is not None else None
+                return found.read().decode(errors="replace") if found is not None else None
+        except tarfile.TarError:
+            return None
+
     def exec(self, name: str, argv: list[str], user: str | None = None, timeout: float = 120,
              check: bool = True, workdir: str | None = None) -> subprocess.CompletedProcess[str]:
         cmd = [self.binary, "exec", *(["-u", user] if user else []), *(["-w", workdir] if workdir else []), name,

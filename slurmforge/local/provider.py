@@ -287,12 +287,19 @@ class LocalProvider(Provisioner):
                 and self._stale(info, self.container(h, hosts))]
 
     def _stale(self, info: ContainerInfo, wanted: NodeContainer) -> bool:
+        """Made again: another description, or another image than the cluster's - a head host's
+        image is what its RECORD says (`slurmforge upgrade` brings head hosts to an image in
+        place), a compute node's its container's."""
         if info.labels.get(DESCRIPTION_LABEL) != wanted.digest:
             return True
+        if wanted.role is HostRole.COMPUTE:
+            return info.image != self.image
+        recorded = record_digest(self.podman.read_file(info.name, RECORD))
         if info.image == self.image:
-            return False
-        # a head host `slurmforge upgrade` brought to this image in place says so in its RECORD
-        return wanted.role is HostRole.COMPUTE or not self._upgraded_in_place(info.name)
+            # upgraded in place to another image (a spec's images.refresh, then `up` of a spec
+            # without it): the host runs what its RECORD says, not the cluster's image
+            return recorded is not None and self.image_digest is not None and recorded != self.image_digest
+        return recorded is None or recorded != self.image_digest
 
     @functools.cached_property
     def image_digest(self) -> str | None:
@@ -300,11 +307,6 @@ class LocalProvider(Provisioner):
         from slurmforge.local.image_cache import image_record
 
         return record_digest(image_record(self.podman, self.image))
-
-    def _upgraded_in_place(self, name: str) -> bool:
-        res = self.podman.exec(name, ["cat", RECORD], timeout=30, check=False)
-        mine = record_digest(res.stdout if res.returncode == 0 else None)
-        return mine is not None and mine == self.image_digest
 
     def remake(self, names: Sequence[str]) -> None:
         """These hosts' containers made again from the current image (the upgrade's replacement

@@ -42,10 +42,8 @@ class Recorder:
         self.calls.append(args)
         return self.records.get("img", "") if args[:2] == ["run", "--rm"] else ""
 
-    def exec(self, name: str, argv: list[str], timeout: float = 120,
-             check: bool = True) -> subprocess.CompletedProcess[str]:
-        text = self.records.get(name)
-        return subprocess.CompletedProcess(argv, 0 if text else 1, text or "", "")
+    def read_file(self, name: str, path: str) -> str | None:
+        return self.records.get(name)
 
 
 def test_a_head_host_upgraded_in_place_to_the_image_is_kept(tmp_path: Path) -> None:
@@ -68,6 +66,33 @@ def test_a_head_host_upgraded_in_place_to_the_image_is_kept(tmp_path: Path) -> N
     recorder.records[head.name] = '{"inputs": "older"}'
     wanted = provider.container(head, hosts)
     assert provider._stale(ContainerInfo(head.name, "running", os.getpid(), wanted.all_labels(), "old-tag"), wanted)
+
+
+def test_a_head_host_upgraded_in_place_to_another_image_is_made_again(tmp_path: Path) -> None:
+    """The controller's container was made from the cluster's image, then `slurmforge upgrade`
+    of a spec with an images.refresh brought it to another image in place; `up` of a spec
+    without that refresh makes it again - its RECORD, read from its file system (also when its
+    processes died with the host), is not the image's. A record-less or matching one is kept,
+    and a compute node is judged by its container's image alone."""
+    spec = load_spec(LOCAL)
+    recorder = Recorder()
+    provider = LocalProvider(spec, "img", podman=recorder, state_root=tmp_path,  # type: ignore[arg-type]
+                             join_program=tmp_path / "join.sh")
+    hosts = provider.hosts()
+    head = next(h for h in hosts if h.role is HostRole.CONTROLLER)
+    static = next(h for h in hosts if h.role is HostRole.COMPUTE and not h.dynamic)
+    recorder.records = {"img": '{"inputs": "current"}', head.name: '{"inputs": "refreshed", "in_place": "x"}',
+                        static.name: '{"inputs": "refreshed"}'}
+
+    def stale(host: Any, pid: int = os.getpid()) -> bool:
+        wanted = provider.container(host, hosts)
+        return provider._stale(ContainerInfo(host.name, "running", pid, wanted.all_labels(), "img"), wanted)
+
+    assert stale(head) and stale(head, pid=0) and not stale(static)
+    recorder.records[head.name] = '{"inputs": "current"}'
+    assert not stale(head)
+    del recorder.records[head.name]
+    assert not stale(head)
 
 
 def _controller(provider: LocalProvider) -> tuple[Any, list[Any]]:
@@ -184,6 +209,9 @@ class Host_:
 
     def json(self, args: list[str]) -> list[dict[str, Any]]:
         return [{"subnets": [{"subnet": self.subnet}]}]
+
+    def read_file(self, name: str, path: str) -> str | None:
+        return None  # a container made from the image (no in-place upgrade): its image decides
 
     def remove_container(self, name: str) -> None:
         self.calls.append(["rm", name])
