@@ -22,7 +22,7 @@ from slurmforge.drain import JobPolicy, controller_client
 from slurmforge.errors import ProvisionError
 from slurmforge.fleet import controller
 from slurmforge.image_record import SHORT, record_field
-from slurmforge.inventory import read_inventory
+from slurmforge.inventory import read_hosts, read_inventory
 from slurmforge.local.podman import Podman
 from slurmforge.provider import Machines
 from slurmforge.remote.executor import Completed
@@ -82,7 +82,7 @@ def local_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool 
     from slurmforge.local.provider import LocalProvider
 
     spec, source = adopt_spec(inventory, spec_path, local=True)
-    hosts = read_inventory(inventory)[1]
+    hosts = read_hosts(inventory)  # the spec: adopt_spec read it
     log = log_path(spec.name, "upgrade")
     podman = Podman()
     _require_running(podman, spec.name, controller(spec, hosts).name)
@@ -119,7 +119,7 @@ def aws_start(inventory: Path, ui: Phases, policy: JobPolicy, plan_only: bool = 
     import json
 
     spec, _ = adopt_spec(inventory, spec_path, local=False)
-    hosts = read_inventory(inventory)[1]
+    hosts = read_hosts(inventory)  # the spec: adopt_spec read it
     log = log_path(spec.name, "upgrade")
     head = controller(spec, hosts)
     node = executor_for(head)

@@ -46,17 +46,22 @@ class Recorder:
         return self.records.get(name)
 
 
-def test_a_head_host_upgraded_in_place_to_the_image_is_kept(tmp_path: Path) -> None:
-    """`slurmforge upgrade` brought the controller to the current image in place: its container
-    still names the old podman image, but its RECORD says the image's inputs digest, so `up`
-    keeps it (and its disk); a static node on the old image is made again whatever it says."""
-    spec = load_spec(LOCAL)
+def _recorded(tmp_path: Path) -> tuple[Recorder, LocalProvider, list[Any], Any, Any]:
+    """The example cluster's provider on a Recorder; its hosts, its controller, a static node."""
     recorder = Recorder()
-    provider = LocalProvider(spec, "img", podman=recorder, state_root=tmp_path,  # type: ignore[arg-type]
+    provider = LocalProvider(load_spec(LOCAL), "img", podman=recorder, state_root=tmp_path,  # type: ignore[arg-type]
                              join_program=tmp_path / "join.sh")
     hosts = provider.hosts()
     head = next(h for h in hosts if h.role is HostRole.CONTROLLER)
     static = next(h for h in hosts if h.role is HostRole.COMPUTE and not h.dynamic)
+    return recorder, provider, hosts, head, static
+
+
+def test_a_head_host_upgraded_in_place_to_the_image_is_kept(tmp_path: Path) -> None:
+    """`slurmforge upgrade` brought the controller to the current image in place: its container
+    still names the old podman image, but its RECORD says the image's inputs digest, so `up`
+    keeps it (and its disk); a static node on the old image is made again whatever it says."""
+    recorder, provider, hosts, head, static = _recorded(tmp_path)
     recorder.records = {"img": '{"inputs": "new"}', head.name: '{"inputs": "new", "in_place": "x"}',
                         static.name: '{"inputs": "new"}'}
     for host, kept in ((head, True), (static, False)):
@@ -74,13 +79,7 @@ def test_a_head_host_upgraded_in_place_to_another_image_is_made_again(tmp_path: 
     without that refresh makes it again - its RECORD, read from its file system (also when its
     processes died with the host), is not the image's. A record-less or matching one is kept,
     and a compute node is judged by its container's image alone."""
-    spec = load_spec(LOCAL)
-    recorder = Recorder()
-    provider = LocalProvider(spec, "img", podman=recorder, state_root=tmp_path,  # type: ignore[arg-type]
-                             join_program=tmp_path / "join.sh")
-    hosts = provider.hosts()
-    head = next(h for h in hosts if h.role is HostRole.CONTROLLER)
-    static = next(h for h in hosts if h.role is HostRole.COMPUTE and not h.dynamic)
+    recorder, provider, hosts, head, static = _recorded(tmp_path)
     recorder.records = {"img": '{"inputs": "current"}', head.name: '{"inputs": "refreshed", "in_place": "x"}',
                         static.name: '{"inputs": "refreshed"}'}
 
